@@ -1,0 +1,1 @@
+"""tansaku: data_cards."""
