@@ -1,0 +1,290 @@
+"""The versioned dataset store: every ``synth build …`` writes one folder
+
+    DIR/data/<split>-00000-of-0000N.parquet   rows (``datasets.load_dataset(DIR)`` loads them)
+    DIR/manifest.json                         the recipe: config, seed, inputs, llm, per-stage funnel, code, versions
+    DIR/README.md                             an HF dataset card rendered from the manifest (see ``data_cards``)
+
+``build_dataset`` glues the engine to the store: it runs the stages with checkpoints under ``DIR/.work``
+(a rerun with the same ``--out`` resumes), writes the rows, the manifest and the card, then removes the
+work folder. The dataset ``version`` is a hash of the rows' content, so the same inputs, config and seed
+give the same version.
+
+    rows = list(iter_rows("out/corpus"))           # read a split back
+    manifest = read_manifest("out/corpus")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pipelines.engine import PipelineResult, Record, Stage, run_pipeline
+
+ROWS_PER_SHARD = 100_000
+MANIFEST = "manifest.json"
+_PACKAGES = ("tansaku", "datasets", "polars", "pyarrow", "transformers", "trl", "torch", "tantivy",
+             "sudachipy", "ja-law-parser", "json-repair", "openai", "huggingface_hub")
+
+
+class StoreError(RuntimeError):
+    """A dataset folder is missing, incomplete, or belongs to a different run."""
+
+
+def canonical_json(obj: Any) -> str:
+    """One spelling per value, for hashing: sorted keys, no spaces, UTF-8 kept.
+
+    >>> canonical_json({"b": 1, "a": "探索"})
+    '{"a":"探索","b":1}'
+    """
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def sha256_path(path: str | Path) -> str:
+    """sha256 of a file, or of a folder's files (relative names and contents, in sorted order)."""
+    p = Path(path)
+    h = hashlib.sha256()
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and ".work" not in f.parts)
+    for f in files:
+        if p.is_dir():
+            h.update(str(f.relative_to(p)).encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def describe_input(path: str | Path, records: int | None = None) -> dict:
+    return {"path": str(path), "sha256": sha256_path(path), "records": records}
+
+
+def code_version() -> dict:
+    """The git commit of the tansaku checkout this runs from, and whether it had uncommitted changes."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=5).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                    capture_output=True, text=True, timeout=5).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": dirty if commit else None}
+
+
+def package_versions() -> dict:
+    versions = {"python": sys.version.split()[0]}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _shard_names(split: str, n: int) -> list[str]:
+    return [f"{split}-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
+
+
+def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterable[Record]]],
+               rows_per_shard: int = ROWS_PER_SHARD) -> tuple[str, dict[str, int]]:
+    """Write each split as parquet shards under ``out_dir/data``; return (content version, row counts).
+
+    ``rows_by_split`` maps split names to zero-argument callables that stream the rows: they are read
+    twice (schema + hash, then writing) so memory stays bounded by one shard.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data_dir = Path(out_dir) / "data"
+    tmp_dir = Path(out_dir) / "data.partial"
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    tmp_dir.mkdir(parents=True)
+    version = hashlib.sha256()
+    counts: dict[str, int] = {}
+    for split in sorted(rows_by_split):
+        schemas, n = [], 0
+        batch: list[Record] = []
+        version.update(f"\x00split:{split}\x00".encode())
+        for row in rows_by_split[split]():
+            version.update(canonical_json(row).encode())
+            version.update(b"\n")
+            batch.append(row)
+            n += 1
+            if len(batch) >= 10_000:
+                schemas.append(pa.Table.from_pylist(batch).schema)
+                batch = []
+        if batch:
+            schemas.append(pa.Table.from_pylist(batch).schema)
+        counts[split] = n
+        schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
+        n_shards = max(1, -(-n // rows_per_shard))
+        names = iter(_shard_names(split, n_shards))
+        rows = iter(rows_by_split[split]())
+        for _ in range(n_shards):
+            shard = [r for _, r in zip(range(rows_per_shard), rows)]
+            table = pa.Table.from_pylist(shard, schema=schema) if shard else schema.empty_table()
+            pq.write_table(table, tmp_dir / next(names))
+    shutil.rmtree(data_dir, ignore_errors=True)
+    os.replace(tmp_dir, data_dir)
+    return version.hexdigest()[:16], counts
+
+
+def write_manifest(out_dir: str | Path, manifest: dict) -> None:
+    path = Path(out_dir) / MANIFEST
+    tmp = path.with_name(MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, ensure_ascii=False, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def build_dataset(
+    *,
+    out: str | Path,
+    name: str,
+    pipeline: str,
+    pipeline_version: str,
+    config: dict,
+    seed: int,
+    inputs: list[dict],
+    source: Iterable[Record] | Callable[[], Iterable[Record]],
+    stages: list[Stage],
+    split_of: Callable[[Record], str] | None = None,
+    card: dict | None = None,
+    llm: Any = None,
+    parents: list[str] | None = None,
+    chunk_size: int = 1000,
+    quiet: bool = False,
+) -> dict:
+    """Run ``stages`` over ``source`` into the dataset folder ``out`` and return its manifest.
+
+    A finished folder with the same fingerprint (pipeline, version, config, seed, inputs) is returned
+    as it is; an unfinished one resumes from its checkpoints; a folder made by a different run is
+    refused rather than mixed.
+    """
+    out = Path(out)
+    fingerprint = hashlib.sha256(canonical_json(
+        {"pipeline": pipeline, "v": pipeline_version, "config": config, "seed": seed, "inputs": inputs}
+    ).encode()).hexdigest()[:16]
+    work = out / ".work"
+    if (out / MANIFEST).exists():
+        old = read_manifest(out)
+        if old.get("fingerprint") == fingerprint:
+            return old
+        raise StoreError(f"{out} already holds a dataset from a different run (fingerprint "
+                         f"{old.get('fingerprint')} != {fingerprint}); choose another --out or delete it")
+    work.mkdir(parents=True, exist_ok=True)
+    fp_file = work / "fingerprint"
+    if fp_file.exists() and fp_file.read_text().strip() != fingerprint:
+        raise StoreError(f"{out}/.work holds an unfinished run with a different config; delete {work} "
+                         "to start over or rerun with the original options to resume it")
+    fp_file.write_text(fingerprint)
+
+    from pipelines.progress import progress_bar
+
+    started = time.time()
+    with progress_bar(f"{pipeline}", quiet=quiet) as advance:
+        result: PipelineResult = run_pipeline(source, stages, work, chunk_size=chunk_size,
+                                              progress=lambda stage, n: advance(n))
+    split_of = split_of or (lambda r: "train")
+    splits = sorted({split_of(r) for r in result.rows()}) or ["train"]
+    version, counts = write_rows(out, {s: (lambda s=s: (r for r in result.rows() if split_of(r) == s))
+                                       for s in splits})
+    llm_info = None
+    if llm is not None:
+        llm_info = llm.describe() if hasattr(llm, "describe") else dict(llm)
+        if hasattr(llm, "cache_stats"):
+            llm_info["cache"] = llm.cache_stats()
+    manifest = {
+        "name": name,
+        "version": version,
+        "pipeline": pipeline,
+        "pipeline_version": pipeline_version,
+        "fingerprint": fingerprint,
+        "config": config,
+        "seed": seed,
+        "inputs": inputs,
+        "llm": llm_info,
+        "stages": result.stages,
+        "splits": counts,
+        "resumed_chunks": result.resumed_chunks,
+        "seconds": round(time.time() - started, 3),
+        "code": code_version(),
+        "packages": package_versions(),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "parents": parents or [],
+    }
+    from data_cards import render_card
+
+    samples = [r for _, r in zip(range(3), iter_rows(out, split=splits[0]))]
+    (out / "README.md").write_text(render_card(manifest, samples, card or {}), encoding="utf-8")
+    write_manifest(out, manifest)  # written last: its presence means the folder is complete
+    shutil.rmtree(work, ignore_errors=True)
+    return manifest
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_manifest(path: str | Path) -> dict:
+    p = Path(path) / MANIFEST
+    if not p.exists():
+        raise StoreError(f"{path} is not a tansaku dataset (no {MANIFEST}); build it with `synth build …`")
+    return json.loads(p.read_text(encoding="utf-8"))
+
+
+def shard_files(path: str | Path, split: str = "train") -> list[Path]:
+    files = sorted((Path(path) / "data").glob(f"{split}-*.parquet"))
+    if not files:
+        raise StoreError(f"{path} has no '{split}' split (looked for data/{split}-*.parquet)")
+    return files
+
+
+def iter_rows(path: str | Path, split: str = "train", columns: list[str] | None = None) -> Iterator[Record]:
+    """Stream the rows of one split, a record batch at a time."""
+    import pyarrow.parquet as pq
+
+    for f in shard_files(path, split):
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=4096, columns=columns):
+            yield from batch.to_pylist()
+
+
+def read_rows(path: str | Path, split: str = "train") -> list[Record]:
+    return list(iter_rows(path, split))
+
+
+def validate_for_push(path: str | Path) -> dict:
+    """Everything the Hub will need, checked locally: the card parses, the manifest is there, every split
+    loads with ``datasets``. Returns the manifest."""
+    from datasets import load_dataset
+    from huggingface_hub import DatasetCard
+
+    manifest = read_manifest(path)
+    DatasetCard.load(Path(path) / "README.md")
+    for split, n in manifest["splits"].items():
+        ds = load_dataset("parquet", data_files=[str(f) for f in shard_files(path, split)], split="train")
+        if len(ds) != n:
+            raise StoreError(f"{path}: split {split} has {len(ds)} rows, manifest says {n}")
+    return manifest
+
+
+def push_to_hub(path: str | Path, repo_id: str, private: bool = False, token: str | None = None) -> str:
+    """Upload a dataset folder (rows, manifest, card) to the HF Hub as a dataset repo; return its URL."""
+    from huggingface_hub import HfApi
+
+    validate_for_push(path)
+    api = HfApi(token=token)
+    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    api.upload_folder(folder_path=str(path), repo_id=repo_id, repo_type="dataset",
+                      ignore_patterns=[".work/*", "*.partial/*"])
+    return f"https://huggingface.co/datasets/{repo_id}"
