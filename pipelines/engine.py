@@ -285,9 +285,13 @@ def run_pipeline(
             resumed += n_resumed
         else:
             files = _run_global_segment(segment[0], inputs(), seg_dir, chunk_size, stats_by_name, progress)
-        inputs = (lambda fs: (lambda: (r for p in fs for r in _read_jsonl(p))))(list(files))
+        inputs = _reader(list(files))
 
     return PipelineResult(files, all_stats, resumed)
+
+
+def _reader(files: list[Path]) -> Callable[[], Iterator[Record]]:
+    return lambda: (r for path in files for r in _read_jsonl(path))
 
 
 def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, progress):

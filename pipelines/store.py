@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -221,7 +221,7 @@ def build_dataset(
         "seconds": round(time.time() - started, 3),
         "code": code_version(),
         "packages": package_versions(),
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "parents": parents or [],
     }
     from data_cards import render_card

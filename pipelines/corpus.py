@@ -1,0 +1,299 @@
+"""`synth build corpus`: a document collection → a normalized document dataset in the store.
+
+    synth build corpus --input ../shared/data/jawiki/WikipediaAnnotatedCorpus --out out/corpus
+    synth build corpus --input examples/miniwiki.jsonl --format jsonl --out out/corpus
+
+Rows: ``id, title, text, url, source, meta`` (``meta`` is a JSON object string; see docs/contracts.md).
+Input formats, detected from the path unless ``--format`` says:
+
+- ``jsonl``: one ``{"id", "title", "text"[, "url"]}`` object per line; any other keys (``source_text``,
+  ``outgoing_link``, ``redirect``, ``category`` …) are kept in ``meta`` for later stages.
+- ``cirrus``: Wikimedia CirrusSearch content dumps (``*-cirrussearch-content.json[.gz]``): lines alternate
+  an index action and a page; links, headings, categories and wikitext go to ``meta``.
+- ``wac``: the WikipediaAnnotatedCorpus raw ``org/`` sentence files (parenthetical sentences are put back
+  in place; splits from ``id/*.id``).
+- ``jaquad``: JaQuAD SQuAD-style JSON files; one document per article title.
+
+Everything streams: memory is bounded by one chunk of records plus 16 bytes per kept document (dedup).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import re
+import unicodedata
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+from pipelines.engine import Drop, global_stage, map_stage
+
+PIPELINE_VERSION = "1"
+FORMATS = ("jsonl", "cirrus", "wac", "jaquad")
+_KNOWN_KEYS = {"id", "title", "text", "url"}
+
+
+class CorpusInputError(ValueError):
+    """The input path or format cannot be read as a document collection."""
+
+
+# ---------------------------------------------------------------- normalization
+
+
+def normalize_text(text: str) -> str:
+    """NFKC, unified line ends, runs of blanks collapsed, at most one empty line in a row.
+
+    >>> normalize_text("足利　尊氏は、\\r\\n\\n\\n\\n鎌倉時代の武将。  ")
+    '足利 尊氏は、\\n\\n鎌倉時代の武将。'
+    """
+    text = unicodedata.normalize("NFKC", text).replace("\r\n", "\n").replace("\r", "\n")
+    text = re.sub(r"[ \t\u00a0\u200b]+", " ", text)
+    text = "\n".join(line.strip() for line in text.split("\n"))
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+_CJK = r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff々〆ヶ]"
+
+
+def normalize_title(title: str) -> str:
+    """NFKC and no blank between two Japanese characters (Wikipedia titles have none).
+
+    >>> normalize_title("足利　尊氏"), normalize_title("Ｐｙｔｈｏｎ 入門")
+    ('足利尊氏', 'Python 入門')
+    """
+    title = normalize_text(title).replace("\n", " ")
+    return re.sub(rf"(?<={_CJK}) (?={_CJK})", "", title)
+
+
+def wiki_url(title: str, lang: str = "ja") -> str:
+    return f"https://{lang}.wikipedia.org/wiki/{quote(title.replace(' ', '_'))}"
+
+
+# ---------------------------------------------------------------- readers (each yields raw records)
+
+
+def _open_text(path: Path):
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    with _open_text(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield {"_error": "bad_json_line", "_where": f"{path}:{lineno}: {e.msg}"}
+                continue
+            if not isinstance(obj, dict):
+                yield {"_error": "not_an_object", "_where": f"{path}:{lineno}"}
+                continue
+            meta = {k: v for k, v in obj.items() if k not in _KNOWN_KEYS}
+            yield {"id": obj.get("id"), "title": obj.get("title"), "text": obj.get("text"),
+                   "url": obj.get("url"), "source": "jsonl", "meta": meta}
+
+
+def read_cirrus(path: Path) -> Iterator[dict]:
+    """CirrusSearch content dump: an ``{"index": {"_id": …}}`` line, then the page, and so on."""
+    page_id = None
+    with _open_text(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield {"_error": "bad_json_line", "_where": f"{path}:{lineno}: {e.msg}"}
+                page_id = None
+                continue
+            if "index" in obj and isinstance(obj["index"], dict):
+                page_id = obj["index"].get("_id")
+                continue
+            pid = str(obj.get("page_id") or page_id or "")
+            page_id = None
+            if obj.get("namespace", 0) != 0:
+                yield {"_error": "not_an_article", "_where": f"{path}:{lineno}"}
+                continue
+            title = obj.get("title") or ""
+            meta = {k: obj[k] for k in ("opening_text", "heading", "category", "outgoing_link", "source_text",
+                                        "redirect", "wikibase_item", "timestamp") if k in obj}
+            if isinstance(meta.get("redirect"), list):  # [{"namespace": 0, "title": …}] → titles
+                meta["redirect"] = [r.get("title") if isinstance(r, dict) else r for r in meta["redirect"]]
+            yield {"id": pid or None, "title": title, "text": obj.get("text"), "url": wiki_url(title),
+                   "source": "cirrus", "meta": meta}
+
+
+_SID = re.compile(r"^# S-ID:(\S+)(.*)$")
+_PAREN = re.compile(r"括弧始:(\S*) 括弧終:(\S*) 括弧位置:(\d+)")
+_TITLE_GUESS = re.compile(r"^(.{1,40}?)(?:には|とは|は|も)[、,]")
+
+
+def _wac_document(path: Path, splits: dict[str, str]) -> dict:
+    """Rebuild one lead section: parenthetical sentences (readings, dates) go back at their position."""
+    sentences: list[list] = []  # [text, [(pos, open, close, text), …]]
+    header = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if m := _SID.match(line):
+            header = m.group(2)
+            continue
+        if header is None:
+            continue
+        if (p := _PAREN.search(header)) and sentences:
+            sentences[-1][1].append((int(p.group(3)), p.group(1), p.group(2), line))
+        else:
+            sentences.append([line, []])
+        header = None
+    parts = []
+    for text, parens in sentences:
+        # Positions count characters of the original sentence, earlier parentheticals included,
+        # so insert in ascending order.
+        for pos, open_, close, inner in sorted(parens, key=lambda t: t[0]):
+            text = text[:pos] + open_ + inner + close + text[pos:]
+        parts.append(text)
+    plain = "".join(t for t, _ in sentences)
+    doc_id = path.stem
+    guess = _TITLE_GUESS.match(plain)
+    return {"id": doc_id, "title": guess.group(1) if guess else plain[:20], "text": "".join(parts),
+            "url": None, "source": "wac",
+            "meta": {"split": splits.get(doc_id), "title_guessed": True, "sentences": len(sentences)}}
+
+
+def read_wac(root: Path) -> Iterator[dict]:
+    splits: dict[str, str] = {}
+    for split in ("train", "dev", "test"):
+        f = root / "id" / f"{split}.id"
+        if f.exists():
+            splits.update({line.strip(): split for line in f.read_text().splitlines() if line.strip()})
+    org = root / "org" if (root / "org").is_dir() else root
+    for path in sorted(org.rglob("*.org")):
+        try:
+            yield _wac_document(path, splits)
+        except (OSError, UnicodeDecodeError) as e:
+            yield {"_error": "unreadable_file", "_where": f"{path}: {e}"}
+
+
+def read_jaquad(root: Path) -> Iterator[dict]:
+    files = [root] if root.is_file() else sorted(root.rglob("*.json"))
+    for path in files:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))["data"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            yield {"_error": "unreadable_file", "_where": f"{path}: {e}"}
+            continue
+        for i, article in enumerate(data):
+            contexts = list(dict.fromkeys(p["context"] for p in article.get("paragraphs", [])))
+            title = article.get("title", "")
+            yield {"id": f"jaquad-{path.stem}-{i}", "title": title, "text": "\n\n".join(contexts),
+                   "url": wiki_url(title) if title else None, "source": "jaquad",
+                   "meta": {"paragraphs": len(contexts)}}
+
+
+def detect_format(path: Path) -> str:
+    if not path.exists():
+        raise CorpusInputError(f"{path}: no such file or folder")
+    if path.is_dir():
+        if (path / "org").is_dir() or any(path.glob("*.org")):
+            return "wac"
+        if any(path.rglob("*.json")):
+            return "jaquad"
+        raise CorpusInputError(f"{path}: a folder, but neither WikipediaAnnotatedCorpus (org/) nor JaQuAD (*.json)")
+    name = path.name
+    if "cirrussearch" in name:
+        return "cirrus"
+    if name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
+        with _open_text(path) as f:
+            first = f.readline()
+        return "cirrus" if first.lstrip().startswith('{"index"') else "jsonl"
+    if name.endswith(".json"):
+        return "jaquad"
+    raise CorpusInputError(f"{path}: cannot tell the format; pass --format one of {', '.join(FORMATS)}")
+
+
+def read_documents(path: str | Path, fmt: str = "auto") -> Iterator[dict]:
+    path = Path(path)
+    if not path.exists():
+        raise CorpusInputError(f"{path}: no such file or folder")
+    fmt = detect_format(path) if fmt == "auto" else fmt
+    readers = {"jsonl": read_jsonl, "cirrus": read_cirrus, "wac": read_wac, "jaquad": read_jaquad}
+    if fmt not in readers:
+        raise CorpusInputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    return readers[fmt](path)
+
+
+# ---------------------------------------------------------------- stages
+
+
+def normalize_document(raw: dict) -> dict | Drop:
+    if "_error" in raw:
+        return Drop(raw["_error"])
+    text, title = raw.get("text"), raw.get("title")
+    if not isinstance(text, str) or not text.strip():
+        return Drop("empty_text")
+    if not isinstance(title, str) or not title.strip():
+        return Drop("empty_title")
+    meta = dict(raw.get("meta") or {})
+    norm_text, norm_title = normalize_text(text), normalize_title(title)
+    if norm_text != text:
+        meta["original_text"] = text
+    if norm_title != title:
+        meta["original_title"] = title
+    doc_id = raw.get("id")
+    if doc_id in (None, ""):
+        # No id in the input: derive a stable one from the content so reruns agree.
+        doc_id = "doc-" + hashlib.sha1(f"{norm_title}\n{norm_text}".encode()).hexdigest()[:12]
+    return {"id": str(doc_id), "title": norm_title, "text": norm_text, "url": raw.get("url"),
+            "source": raw["source"], "meta": json.dumps(meta, ensure_ascii=False, sort_keys=True)}
+
+
+def dedup_documents(records: Iterator[dict]) -> Iterator[dict | Drop]:
+    """Drop repeated ids and repeated texts; keeps 16 bytes per document, not the documents."""
+    seen_ids: set[bytes] = set()
+    seen_texts: set[bytes] = set()
+    for r in records:
+        id_key = hashlib.blake2b(r["id"].encode(), digest_size=16).digest()
+        text_key = hashlib.blake2b(r["text"].encode(), digest_size=16).digest()
+        if id_key in seen_ids:
+            yield Drop("duplicate_id")
+        elif text_key in seen_texts:
+            yield Drop("duplicate_text")
+        else:
+            seen_ids.add(id_key)
+            seen_texts.add(text_key)
+            yield r
+
+
+def corpus_stages(min_chars: int = 1) -> list:
+    def long_enough(r: dict) -> dict | Drop:
+        return r if len(r["text"]) >= min_chars else Drop("too_short")
+
+    return [map_stage("normalize", normalize_document), map_stage("min_length", long_enough),
+            global_stage("dedup", dedup_documents)]
+
+
+def build_corpus(input: str | Path, out: str | Path, fmt: str = "auto", min_chars: int = 1,
+                 name: str | None = None, quiet: bool = False) -> dict:
+    """Build the document dataset; returns the manifest. Rerunning with the same ``out`` resumes."""
+    from pipelines.store import build_dataset, describe_input
+
+    input = Path(input)
+    fmt = detect_format(input) if fmt == "auto" else fmt
+    read_documents(input, fmt)  # fail fast on a bad path/format, before any work is set up
+    config = {"format": fmt, "min_chars": min_chars}
+    licenses = {"wac": "cc-by-sa-4.0", "jaquad": "cc-by-sa-3.0", "cirrus": "cc-by-sa-4.0"}
+    return build_dataset(
+        out=out, name=name or f"corpus-{input.stem}", pipeline="corpus", pipeline_version=PIPELINE_VERSION,
+        config=config, seed=0, inputs=[describe_input(input)],
+        source=lambda: read_documents(input, fmt), stages=corpus_stages(min_chars), quiet=quiet,
+        card={"pretty_name": f"tansaku corpus: {input.name}", "license": licenses.get(fmt, "other"),
+              "task_categories": ["text-retrieval"],
+              "description": f"Normalized documents from `{input.name}` ({fmt}) for tansaku's search index "
+                             "and synthesis pipelines. `text` is NFKC + whitespace normalized; "
+                             "`meta.original_text` keeps the raw text where it differs.",
+              "limitations": ["Inherits the license and biases of the source collection.",
+                              "Titles of WikipediaAnnotatedCorpus documents are guessed from the first "
+                              "sentence (`meta.title_guessed`)." if fmt == "wac" else
+                              "Documents are deduplicated by exact normalized text only."]},
+    )
