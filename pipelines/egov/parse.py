@@ -1,0 +1,284 @@
+"""e-Gov law XML files (folders, zip files) → article records (the e-Gov article dataset of contracts.md).
+
+Accepted inputs: 法令標準XML v3 files (root ``Law``), the e-Gov API v2 response wrapper
+(``law_data_response`` with ``law_info`` / ``revision_info`` / ``law_full_text``), API v1 /
+older bulk wrappers (``DataRoot`` / ``ApplData`` / ``LawFullText``, metadata as ``DataInfo`` attributes
+or child elements; ``Delete="true"`` marks deleted provisions). Anything that cannot be read is reported
+as a :class:`Skip` with a named reason; one bad file or element never stops the others.
+
+    python -m pipelines.egov.parse ../shared/data/egov            # prints counts per law and skips
+
+    for item in iter_articles(["laws/", "more.zip"]):
+        if isinstance(item, Skip): print(item.reason, item.message)
+        else: print(item["id"], item["title"])
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import unicodedata
+import zipfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from lxml import etree
+
+from pipelines.egov.extract import ExtractError, extract_article, flatten_lines, ruby_readings
+from pipelines.egov.xml_safety import MAX_XML_BYTES, UnsafeXMLError, parse_xml_bytes
+
+ERA_OFFSETS = {"Meiji": 1867, "Taisho": 1911, "Showa": 1925, "Heisei": 1988, "Reiwa": 2018}
+LAW_ID = re.compile(r"^\d{3}[A-Z0-9]{9,14}$")
+HIERARCHY = {"Part": "PartTitle", "Chapter": "ChapterTitle", "Section": "SectionTitle",
+             "Subsection": "SubsectionTitle", "Division": "DivisionTitle"}
+_KANJI_DIGITS = {c: i for i, c in enumerate("〇一二三四五六七八九")}
+_KANJI_UNITS = {"十": 10, "百": 100, "千": 1000}
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Something that was not turned into a record, and why (``reason`` is a short stable name)."""
+
+    source: str
+    reason: str
+    message: str
+
+
+def kanji_to_int(text: str) -> int | None:
+    """Kanji numeral (as in article titles) → int; arabic and full-width digits pass through.
+
+    >>> kanji_to_int("三百九十八"), kanji_to_int("二十二"), kanji_to_int("十"), kanji_to_int("１２")
+    (398, 22, 10, 12)
+    """
+    text = unicodedata.normalize("NFKC", text)
+    if text.isdigit():
+        return int(text)
+    total, current = 0, 0
+    for ch in text:
+        if ch in _KANJI_DIGITS:
+            current = current * 10 + _KANJI_DIGITS[ch] if current else _KANJI_DIGITS[ch]
+        elif ch in _KANJI_UNITS:
+            total += (current or 1) * _KANJI_UNITS[ch]
+            current = 0
+        else:
+            return None
+    return total + current if text else None
+
+
+def article_num_from_title(title: str) -> str | None:
+    """``第三条の二`` → ``3_2`` (the form of e-Gov's ``Num`` attribute).
+
+    >>> article_num_from_title("第三百九十八条の二十二"), article_num_from_title("第１条")
+    ('398_22', '1')
+    """
+    m = re.match(r"第([〇一二三四五六七八九十百千0-9０-９]+)条((?:の[〇一二三四五六七八九十百千0-9０-９]+)*)", title)
+    if not m:
+        return None
+    nums = [kanji_to_int(m.group(1))] + [kanji_to_int(b) for b in m.group(2).split("の")[1:]]
+    return "_".join(str(n) for n in nums) if None not in nums else None
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def iter_law_files(paths: Iterable[str | Path], max_bytes: int = MAX_XML_BYTES) -> Iterator[tuple[str, bytes] | Skip]:
+    """Yield ``(source name, bytes)`` for every ``.xml`` in the folders, zip files and files given, sorted."""
+    for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.suffix.lower() in (".xml", ".zip") and p.is_file())
+            yield from iter_law_files(files, max_bytes)
+        elif path.suffix.lower() == ".zip":
+            yield from _iter_zip(path, max_bytes)
+        elif path.is_file():
+            if path.stat().st_size > max_bytes:
+                yield Skip(str(path), "too_large", f"{path}: {path.stat().st_size:,} bytes is over {max_bytes:,}")
+            else:
+                yield str(path), path.read_bytes()
+        else:
+            yield Skip(str(path), "missing_file", f"{path}: no such file or folder")
+
+
+def _iter_zip(path: Path, max_bytes: int) -> Iterator[tuple[str, bytes] | Skip]:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in sorted(zf.infolist(), key=lambda i: i.filename):
+                name = f"{path}!{info.filename}"
+                if info.is_dir() or not info.filename.lower().endswith(".xml"):
+                    continue
+                if info.file_size > max_bytes:  # checked before inflating: zip bombs stay compressed
+                    yield Skip(name, "too_large", f"{name}: {info.file_size:,} bytes is over {max_bytes:,}")
+                    continue
+                with zf.open(info) as f:
+                    data = f.read(max_bytes + 1)
+                if len(data) > max_bytes:
+                    yield Skip(name, "too_large", f"{name}: inflates past {max_bytes:,} bytes")
+                else:
+                    yield name, data
+    except (zipfile.BadZipFile, OSError) as e:
+        yield Skip(str(path), "bad_zip", f"{path}: not a readable zip file: {e}")
+
+
+# ---------------------------------------------------------------- law metadata
+
+
+def _find_text(root: etree._Element, *tags: str) -> str | None:
+    for tag in tags:
+        el = next(root.iter(tag), None)
+        if el is not None and (el.text or "").strip():
+            return el.text.strip()
+        for info in root.iter("DataInfo"):  # older bulk files carry metadata as attributes
+            if info.get(tag):
+                return info.get(tag).strip()
+    return None
+
+
+def law_metadata(root: etree._Element, law: etree._Element, source: str) -> dict:
+    """Law-level fields, from the wrapper when there is one, else from the ``Law`` element and file name."""
+    stem = Path(source.split("!")[-1]).stem
+    law_id = _find_text(root, "law_id", "LawId") if root is not law else None
+    if not law_id and LAW_ID.match(stem.split("_")[0]):
+        law_id = stem.split("_")[0]
+    era, year = law.get("Era", ""), law.get("Year", "")
+    law_type = law.get("LawType", "") or _find_text(root, "law_type") or ""
+    if not law_id:  # no id anywhere: a stable one from the law number's parts
+        law_id = re.sub(r"[^0-9A-Za-z]+", "", f"{era}{year}{law_type}{law.get('Num', '')}") or stem
+    title_el = law.find("LawBody/LawTitle")
+    title = ""
+    if title_el is not None:
+        plain = deepcopy_without_rt(title_el)
+        title = unicodedata.normalize("NFKC", "".join(plain.itertext()).strip())
+    title = title or _find_text(root, "law_title", "LawTitle") or ""
+    date = _find_text(root, "promulgation_date", "PromulgationDate") if root is not law else None
+    if not date and era in ERA_OFFSETS and year.isdigit() and law.get("PromulgateMonth"):
+        date = f"{ERA_OFFSETS[era] + int(year):04d}-{int(law.get('PromulgateMonth')):02d}-" \
+               f"{int(law.get('PromulgateDay') or 1):02d}"
+    abbrev = (title_el.get("Abbrev") or "") if title_el is not None else ""
+    return {"law_id": law_id, "law_num": (law.findtext("LawNum") or _find_text(root, "law_num") or "").strip(),
+            "law_title": title, "law_type": law_type, "era": era, "promulgation_date": date,
+            "abbrev": [a for a in re.split(r"[,、，]", abbrev) if a.strip()],
+            "kana": title_el.get("Kana", "") if title_el is not None else ""}
+
+
+def deepcopy_without_rt(el: etree._Element) -> etree._Element:
+    from copy import deepcopy
+
+    el = deepcopy(el)
+    etree.strip_elements(el, "Rt", with_tail=False)
+    return el
+
+
+# ---------------------------------------------------------------- records
+
+
+def _provision_units(law: etree._Element) -> Iterator[tuple[etree._Element, int | None, etree._Element]]:
+    """(element to extract, supplementary provision index or None, its provision)."""
+    body = law.find("LawBody")
+    main = body.find("MainProvision")
+    provisions = [(main, None)] if main is not None else []
+    provisions += [(sp, k) for k, sp in enumerate(body.iterchildren("SupplProvision"))]
+    for prov, k in provisions:
+        articles = list(prov.iter("Article"))
+        for art in articles:
+            yield art, k, prov
+        if not articles and prov.find("Paragraph") is not None:
+            yield prov, k, prov  # a provision made of bare paragraphs (short laws, most 附則)
+
+
+def _record(el, k, prov, meta: dict, source: str, prefer: str) -> dict:
+    content, fallback_why = extract_article(el, prefer=prefer)
+    is_article = el.tag == "Article"
+    num = el.get("Num") if is_article else ""
+    if is_article and not num:
+        num = article_num_from_title(content["title"]) or ""
+    label = norm_label(prov.findtext("SupplProvisionLabel")) if k is not None else ""
+    if not is_article:
+        content["title"] = label
+    path = [norm_label("".join(a.find(HIERARCHY[a.tag]).itertext())) for a in reversed(list(el.iterancestors()))
+            if a.tag in HIERARCHY and a.find(HIERARCHY[a.tag]) is not None]
+    lines = flatten_lines(content)
+    text = "\n".join(lines)
+    deleted = el.get("Delete") == "true" or re.fullmatch(r"(（[^）]*）\n)?\S*[\u3000 ]?削除", text) is not None
+    article_title = content["title"]
+    doc_title = " ".join(p for p in (meta["law_title"], label if is_article else "", article_title) if p)
+    record_meta = {"source_file": source, "parser": content["parser"], "path": path,
+                   "abbrev": meta["abbrev"], "kana": meta["kana"], "ruby": ruby_readings(el),
+                   "is_deleted": deleted, "kind": "article" if is_article else "paragraphs"}
+    if k is not None:
+        record_meta |= {"suppl_label": label, "amend_law_num": prov.get("AmendLawNum")}
+    if fallback_why and prefer == "ja-law-parser":
+        record_meta["fallback_reason"] = fallback_why
+    return {
+        "id": meta["law_id"] + (f"-s{k}" if k is not None else "") + (f"-{num}" if num else "-p"),
+        "title": unicodedata.normalize("NFKC", doc_title), "text": text,
+        "url": f"https://laws.e-gov.go.jp/law/{meta['law_id']}", "source": "egov",
+        "meta": json.dumps(record_meta, ensure_ascii=False),
+        "law_id": meta["law_id"], "law_num": meta["law_num"], "law_title": meta["law_title"],
+        "law_type": meta["law_type"], "era": meta["era"], "promulgation_date": meta["promulgation_date"],
+        "article_num": num, "article_title": article_title, "caption": content["caption"] or "",
+        "paragraphs": json.dumps(content["paragraphs"], ensure_ascii=False), "is_suppl": k is not None,
+    }
+
+
+def norm_label(text: str | None) -> str:
+    return re.sub(r"[ \t\r\n]+", " ", text or "").strip()
+
+
+def parse_law_bytes(data: bytes, source: str, prefer: str = "ja-law-parser") -> Iterator[dict | Skip]:
+    """All article records of one law file, in document order, with a Skip for anything unreadable."""
+    try:
+        root = parse_xml_bytes(data, source)
+    except UnsafeXMLError as e:
+        yield Skip(source, e.reason, str(e))
+        return
+    law = root if root.tag == "Law" else next(root.iter("Law"), None)
+    if law is None:
+        yield Skip(source, "no_law_element", f"{source}: no <Law> element (root is <{root.tag}>)")
+        return
+    if law.find("LawBody") is None:
+        yield Skip(source, "no_law_body", f"{source}: <Law> has no <LawBody>")
+        return
+    meta = law_metadata(root, law, source)
+    seen: dict[str, int] = {}
+    for el, k, prov in _provision_units(law):
+        try:
+            record = _record(el, k, prov, meta, source, prefer)
+        except ExtractError as e:
+            where = el.get("Num") or el.findtext("ArticleTitle") or el.tag
+            yield Skip(source, "unreadable_article", f"{source}: article {where}: {e}")
+            continue
+        if not record["text"]:
+            yield Skip(source, "empty_article", f"{source}: {record['id']} has no text")
+            continue
+        n = seen.get(record["id"], 0)
+        seen[record["id"]] = n + 1
+        if n:  # broken files repeat numbers; keep both, ids stay unique
+            record["id"] += f"-dup{n}"
+        yield record
+
+
+def iter_articles(paths: Iterable[str | Path], prefer: str = "ja-law-parser") -> Iterator[dict | Skip]:
+    for item in iter_law_files(paths):
+        if isinstance(item, Skip):
+            yield item
+        else:
+            yield from parse_law_bytes(item[1], item[0], prefer)
+
+
+def main(argv: list[str]) -> None:
+    from collections import Counter
+
+    laws: Counter = Counter()
+    for item in iter_articles(argv or ["."]):
+        if isinstance(item, Skip):
+            print(f"skip {item.reason}: {item.message}", file=sys.stderr)
+        else:
+            laws[(item["law_title"], item["is_suppl"])] += 1
+    for (title, suppl), n in sorted(laws.items()):
+        print(f"{title}\t{'附則' if suppl else '本則'}\t{n}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
