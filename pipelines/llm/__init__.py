@@ -1,0 +1,63 @@
+"""One interface for batched chat completions over several backends, with a persistent response cache.
+
+    from pipelines.llm import from_spec, ChatRequest, parse_json
+    client = from_spec("http:Qwen/Qwen3-8B@http://gpu1:8000,http://gpu2:8000")
+    results = client.chat([ChatRequest(messages=[{"role": "user", "content": "..."}], json_schema=schema)])
+    data = parse_json(results[0].content, schema)   # raises LLMBadJSON → drop with reason llm_bad_json
+
+Specs: ``http:MODEL@URL[,URL…]``, ``vllm:MODEL``, ``transformers:PATH`` (``transformers:tiny``),
+``scripted:PATH.jsonl``. Backend modules import their heavy libraries only when used.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .base import ChatRequest, ChatResult, LLMBadJSON, LLMClient, parse_json, split_assistant_text
+from .cache import ResponseCache, default_cache_path
+from .scripted import ScriptedLLM
+
+__all__ = [
+    "ChatRequest", "ChatResult", "LLMBadJSON", "LLMClient", "ResponseCache", "ScriptedLLM",
+    "default_cache_path", "from_spec", "parse_json", "split_assistant_text",
+]
+
+
+def _open_cache(cache, default_on: bool) -> ResponseCache | None:
+    if isinstance(cache, ResponseCache):
+        return cache
+    if cache is True or (cache == "default" and default_on):
+        return ResponseCache(default_cache_path())
+    if cache in (None, False, "default"):
+        return None
+    return ResponseCache(Path(cache))
+
+
+def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None = "default", **options) -> LLMClient:
+    """Build a client from a spec string. ``cache``: a path, a ResponseCache, True (default file),
+    False/None (off) or "default" (on for real backends, off for ``scripted``). ``options`` go to the
+    backend's constructor (e.g. ``max_concurrency=32``, ``batch_size=4``, ``tensor_parallel_size=8``).
+    """
+    kind, _, rest = spec.partition(":")
+    if not rest:
+        raise ValueError(f"LLM spec {spec!r} must look like http:MODEL@URL, vllm:MODEL, transformers:PATH "
+                         "or scripted:PATH.jsonl")
+    if kind == "http":
+        model, at, urls = rest.rpartition("@")
+        if not at or not model or not urls:
+            raise ValueError(f"http spec {spec!r} must be http:MODEL@URL[,URL…]")
+        from .http_backend import HTTPClient
+
+        return HTTPClient(model, [u for u in urls.split(",") if u], cache=_open_cache(cache, True), **options)
+    if kind == "vllm":
+        from .vllm_backend import VLLMClient
+
+        return VLLMClient(rest, cache=_open_cache(cache, True), **options)
+    if kind == "transformers":
+        from .transformers_backend import TransformersClient
+
+        return TransformersClient(rest, cache=_open_cache(cache, True), **options)
+    if kind == "scripted":
+        return ScriptedLLM(rest, cache=_open_cache(cache, False), **options)
+    raise ValueError(f"unknown LLM backend {kind!r} in spec {spec!r} (http, vllm, transformers, scripted)")

@@ -1,0 +1,177 @@
+"""OpenAI-compatible HTTP backend (vLLM / SGLang / ``transformers serve`` / any endpoint).
+
+Spec: ``http:MODEL@URL[,URL…]`` (URL is the server root or its ``/v1``). Requests go out
+concurrently through ``openai.AsyncOpenAI`` on a private event loop in a background thread, so the
+sync ``chat()`` also works when called from code that already runs an event loop.
+
+- at most ``max_concurrency`` requests in flight (a semaphore around each HTTP call);
+- retries on 408/429/5xx, timeouts and connection errors, with exponential backoff and full jitter;
+  a retry goes to the next base URL, so a dead server is skipped;
+- base URLs are used round-robin, which is how synthesis scales out over several GPU servers;
+- ``json_schema`` is sent as ``response_format={"type": "json_schema", …}`` (vLLM/SGLang guided
+  decoding); pass ``structured_output=False`` for servers that reject it (``transformers serve``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import threading
+
+from .base import ChatRequest, ChatResult, LLMClient, normalize_tool_call, split_assistant_text
+
+RETRY_STATUS = {408, 429}
+
+
+def _api_base(url: str) -> str:
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+class HTTPClient(LLMClient):
+    backend = "http"
+
+    def __init__(
+        self,
+        model: str,
+        base_urls: list[str] | str,
+        cache=None,
+        max_concurrency: int = 64,
+        timeout: float = 120.0,
+        max_retries: int = 4,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        api_key: str = "EMPTY",
+        structured_output: bool = True,
+        extra_body: dict | None = None,
+    ):
+        urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+        if not urls:
+            raise ValueError("HTTP backend needs at least one base URL")
+        self.base_urls = [_api_base(u) for u in urls]
+        super().__init__(model, cache, params={
+            "base_urls": self.base_urls, "max_concurrency": max_concurrency, "timeout": timeout,
+            "max_retries": max_retries, "structured_output": structured_output,
+        })
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.api_key = api_key
+        self.structured_output = structured_output
+        self.extra_body = extra_body
+        self.retries = 0  # total retried attempts, for reports
+        self._rr = itertools.count()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._clients = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._start_lock = threading.Lock()
+
+    # --- event loop in a background thread -------------------------------------------------------
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._start_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="tansaku-llm-http", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+        return self._loop
+
+    def _generate(self, requests: list[ChatRequest]) -> list[ChatResult]:
+        future = asyncio.run_coroutine_threadsafe(self.achat_uncached(requests), self._ensure_loop())
+        return future.result()
+
+    async def achat_uncached(self, requests: list[ChatRequest]) -> list[ChatResult]:
+        """Async entry (no cache): must run on this client's loop, as ``chat`` arranges."""
+        if self._clients is None:
+            from openai import AsyncOpenAI
+
+            # Created inside the loop that uses them: httpx async pools belong to one loop.
+            self._clients = [AsyncOpenAI(base_url=u, api_key=self.api_key, timeout=self.timeout, max_retries=0)
+                             for u in self.base_urls]
+            self._semaphore = asyncio.Semaphore(self.max_concurrency)
+        return list(await asyncio.gather(*(self._one(r) for r in requests)))
+
+    def _kwargs(self, req: ChatRequest) -> dict:
+        kwargs = {"model": self.model, "messages": req.messages, "max_tokens": req.max_tokens,
+                  "temperature": req.temperature, "top_p": req.top_p}
+        if req.seed is not None:
+            kwargs["seed"] = req.seed
+        if req.tools:
+            kwargs["tools"] = req.tools
+        if req.json_schema is not None and self.structured_output:
+            kwargs["response_format"] = {
+                "type": "json_schema", "json_schema": {"name": "response", "schema": req.json_schema},
+            }
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
+        return kwargs
+
+    async def _one(self, req: ChatRequest) -> ChatResult:
+        import openai
+
+        kwargs = self._kwargs(req)
+        last_error = ""
+        for attempt in range(self.max_retries + 1):
+            client = self._clients[next(self._rr) % len(self._clients)]
+            try:
+                async with self._semaphore:
+                    response = await client.chat.completions.create(**kwargs)
+                return _to_result(response)
+            except openai.APIStatusError as exc:
+                last_error = f"HTTP {exc.status_code} from {client.base_url}: {_short(exc.message)}"
+                if exc.status_code not in RETRY_STATUS and exc.status_code < 500:
+                    return ChatResult(error=last_error)  # a bad request stays bad: do not retry
+            except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+                last_error = f"{type(exc).__name__} at {client.base_url}: {_short(str(exc))}"
+            except Exception as exc:  # malformed response body and the like
+                return ChatResult(error=f"{type(exc).__name__}: {_short(str(exc))}")
+            if attempt < self.max_retries:
+                self.retries += 1
+                # full jitter: spreads the retries of many concurrent requests over the window
+                await asyncio.sleep(random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** attempt)))
+        return ChatResult(error=f"gave up after {self.max_retries + 1} attempts: {last_error}")
+
+    def close(self) -> None:
+        if self._loop is None:
+            return
+        if self._clients is not None:
+            async def _close_all():
+                for c in self._clients:
+                    await c.close()
+
+            asyncio.run_coroutine_threadsafe(_close_all(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+        self._loop = self._thread = self._clients = None
+
+    def describe(self) -> dict:
+        out = super().describe()
+        out["retries"] = self.retries
+        return out
+
+
+def _to_result(response) -> ChatResult:
+    if not response.choices:
+        return ChatResult(error="server returned no choices")
+    choice = response.choices[0]
+    message = choice.message
+    content = message.content or ""
+    # vLLM/transformers send `reasoning_content`; newer vLLM `reasoning` (both are extra fields).
+    reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
+    tool_calls = [normalize_tool_call(tc.model_dump()) for tc in (message.tool_calls or [])]
+    if ("<think>" in content and reasoning is None) or ("<tool_call>" in content and not tool_calls):
+        # a server without reasoning/tool parsers hands back the raw text
+        content, parsed_reasoning, parsed_calls = split_assistant_text(content)
+        reasoning = reasoning or parsed_reasoning
+        tool_calls = tool_calls or parsed_calls
+    return ChatResult(content=content, reasoning=reasoning, tool_calls=tool_calls,
+                      finish_reason=choice.finish_reason)
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -1,0 +1,94 @@
+"""Scripted LLM for tests and demos: answers from a function or from a JSONL file of responses.
+
+Spec: ``scripted:PATH.jsonl``. Each JSONL line is a response: ``{"content": ..., "reasoning": ...,
+"tool_calls": [...], "error": ...}`` plus an optional ``"match"``: a substring of the last user
+message. Lines with ``match`` answer the requests that contain it (first match wins); the other
+lines are handed out in order, cycling. A function gets the ``ChatRequest`` and returns a str, a
+dict of ``ChatResult`` fields or a ``ChatResult``; an exception it raises becomes that request's error.
+Never the only test of a real backend.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from .base import ChatRequest, ChatResult, LLMClient, normalize_tool_call
+
+_FIELDS = {"content", "reasoning", "tool_calls", "error", "finish_reason"}
+
+
+class ScriptedLLM(LLMClient):
+    backend = "scripted"
+
+    def __init__(self, responder: Callable[[ChatRequest], object] | str | Path, cache=None, model: str | None = None):
+        if callable(responder):
+            self._fn, self._matched, self._ordered = responder, [], []
+            name = model or f"scripted:{getattr(responder, '__name__', 'function')}"
+        else:
+            path = Path(responder)
+            lines = _read_jsonl(path)
+            self._fn = None
+            self._matched = [line for line in lines if "match" in line]
+            self._ordered = [line for line in lines if "match" not in line]
+            name = model or f"scripted:{path.name}"
+        super().__init__(name, cache)
+        self.calls = 0  # requests that reached the script (cache misses)
+        self._next = 0
+        self._count_lock = threading.Lock()
+
+    def _generate(self, requests: list[ChatRequest]) -> list[ChatResult]:
+        with self._count_lock:
+            self.calls += len(requests)
+        return [self._answer(r) for r in requests]
+
+    def _answer(self, req: ChatRequest) -> ChatResult:
+        if self._fn is not None:
+            try:
+                return _as_result(self._fn(req))
+            except Exception as exc:
+                return ChatResult(error=f"{type(exc).__name__}: {exc}")
+        last_user = next((m.get("content") or "" for m in reversed(req.messages) if m.get("role") == "user"), "")
+        for line in self._matched:
+            if line["match"] in str(last_user):
+                return _as_result(line)
+        if not self._ordered:
+            return ChatResult(error=f"no scripted response matches: {str(last_user)[:80]!r}")
+        with self._count_lock:
+            line = self._ordered[self._next % len(self._ordered)]
+            self._next += 1
+        return _as_result(line)
+
+
+def _as_result(value: object) -> ChatResult:
+    if isinstance(value, ChatResult):
+        return value
+    if isinstance(value, str):
+        return ChatResult(content=value, finish_reason="stop")
+    if isinstance(value, dict):
+        fields = {k: v for k, v in value.items() if k in _FIELDS}
+        fields["tool_calls"] = [normalize_tool_call(c) for c in fields.get("tool_calls") or []]
+        fields.setdefault("content", "")
+        return ChatResult(**fields)
+    raise TypeError(f"scripted response must be str, dict or ChatResult, not {type(value).__name__}")
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise FileNotFoundError(f"scripted responses file not found: {path}")
+    lines = []
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+        if not isinstance(line, dict):
+            raise ValueError(f"{path}:{number}: each line must be a JSON object")
+        lines.append(line)
+    if not lines:
+        raise ValueError(f"{path}: no scripted responses")
+    return lines

@@ -1,0 +1,63 @@
+"""vLLM offline engine backend (GPU). Spec: ``vllm:MODEL`` (a hub id or a local folder).
+
+Kept thin on purpose: vLLM cannot start on the CPU machines tansaku is developed on ("Device string
+must not be empty"), so this file is not exercised by the test suite; it uses only vLLM's public
+``LLM.chat`` API. All requests with the same tools go to one ``LLM.chat`` call (vLLM batches them
+itself) with one ``SamplingParams`` per request. JSON schemas use guided decoding:
+``StructuredOutputsParams`` (vLLM ≥ 0.11) or ``GuidedDecodingParams`` (older).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .base import ChatRequest, ChatResult, LLMClient, split_assistant_text
+
+
+class VLLMClient(LLMClient):
+    backend = "vllm"
+
+    def __init__(self, model: str, cache=None, **engine_kwargs):
+        super().__init__(model, cache, params={"engine": engine_kwargs})
+        self.engine_kwargs = engine_kwargs
+        self._llm = None
+
+    def _engine(self):
+        if self._llm is None:
+            from vllm import LLM  # lazy: vllm pulls CUDA torch and needs a GPU
+
+            self._llm = LLM(model=self.model, **self.engine_kwargs)
+        return self._llm
+
+    @staticmethod
+    def _sampling_params(req: ChatRequest):
+        from vllm import SamplingParams
+
+        kwargs = {"max_tokens": req.max_tokens, "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed}
+        if req.json_schema is not None:
+            try:
+                from vllm.sampling_params import StructuredOutputsParams
+
+                kwargs["structured_outputs"] = StructuredOutputsParams(json=req.json_schema)
+            except ImportError:
+                from vllm.sampling_params import GuidedDecodingParams
+
+                kwargs["guided_decoding"] = GuidedDecodingParams(json=req.json_schema)
+        return SamplingParams(**kwargs)
+
+    def _generate(self, requests: list[ChatRequest]) -> list[ChatResult]:
+        llm = self._engine()
+        groups: dict[str, list[int]] = {}
+        for i, req in enumerate(requests):  # LLM.chat takes one tools list per call
+            groups.setdefault(json.dumps(req.tools, sort_keys=True), []).append(i)
+        results: list[ChatResult | None] = [None] * len(requests)
+        for indices in groups.values():
+            reqs = [requests[i] for i in indices]
+            outputs = llm.chat([r.messages for r in reqs], [self._sampling_params(r) for r in reqs],
+                               tools=reqs[0].tools or None, use_tqdm=False)
+            for i, out in zip(indices, outputs):
+                completion = out.outputs[0]
+                content, reasoning, tool_calls = split_assistant_text(completion.text)
+                results[i] = ChatResult(content=content, reasoning=reasoning, tool_calls=tool_calls,
+                                        finish_reason=completion.finish_reason)
+        return results  # type: ignore[return-value]
