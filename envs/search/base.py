@@ -1,0 +1,122 @@
+"""What both search backends return, plus the pieces they share: snippets and the per-query timeout.
+
+    >>> make_snippet("鎌倉幕府の御家人。足利貞氏の次男。", ["御家人"], 40)
+    '鎌倉幕府の【御家人】。足利貞氏の次男。'
+"""
+
+from __future__ import annotations
+
+import threading
+import unicodedata
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import asdict, dataclass, field
+
+from .dsl import QueryError
+
+MARK_OPEN, MARK_CLOSE = "【", "】"
+
+
+@dataclass
+class Hit:
+    doc_id: str
+    title: str
+    score: float
+    snippet: str
+    chunk: int = 0      # passage position inside the document
+    offset: int = 0     # character offset of that passage in the document text
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SearchResult:
+    hits: list[Hit] = field(default_factory=list)
+    took_ms: float = 0.0
+    total: int | None = None  # matching passages, when the backend counts them
+
+    def to_dict(self) -> dict:
+        return {"hits": [{k: h.to_dict()[k] for k in ("doc_id", "title", "score", "snippet")} for h in self.hits],
+                "took_ms": round(self.took_ms, 3)}
+
+
+def _needles(texts: list[str]) -> list[str]:
+    out = []
+    for t in texts:
+        for w in unicodedata.normalize("NFKC", t).lower().split():
+            if w not in out:
+                out.append(w)
+    return sorted(out, key=len, reverse=True)
+
+
+def _pieces(needle: str, low: str) -> list[str]:
+    """Greedy left-to-right longest substrings (2+ chars) of ``needle`` that occur in ``low``."""
+    out, i = [], 0
+    while i < len(needle) - 1:
+        j = len(needle)
+        while j > i + 1 and needle[i:j] not in low:
+            j -= 1
+        if j > i + 1:
+            out.append(needle[i:j])
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def make_snippet(text: str, highlight: list[str], max_chars: int) -> str:
+    """A window of at most ``max_chars`` characters around the first good match, matches in 【】.
+
+    Whole query words are preferred; when none occurs (a char-level ``match`` hits scattered
+    characters) their longest pieces that occur are marked instead, so the snippet still shows why.
+    """
+    low = text.lower()
+    needles = _needles(highlight)
+    found = [n for n in needles if n in low]
+    if not found:
+        found = sorted({p for n in needles for p in _pieces(n[:40], low)}, key=len, reverse=True)
+    start = 0
+    if found:
+        first = min(low.find(n) for n in found)
+        start = max(0, first - max_chars // 4)
+    end = min(len(text), start + max_chars)
+    start = max(0, min(start, end - max_chars))
+    window, wlow = text[start:end], low[start:end]
+    marks: list[tuple[int, int]] = []
+    for n in found:
+        i = wlow.find(n)
+        while i != -1:
+            if not any(a < i + len(n) and i < b for a, b in marks):
+                marks.append((i, i + len(n)))
+            i = wlow.find(n, i + len(n))
+    out, last = [], 0
+    for a, b in sorted(marks):
+        out += [window[last:a], MARK_OPEN, window[a:b], MARK_CLOSE]
+        last = b
+    out.append(window[last:])
+    return ("…" if start > 0 else "") + "".join(out) + ("…" if end < len(text) else "")
+
+
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def run_with_timeout(fn, timeout_ms: int):
+    """Run ``fn()``; past ``timeout_ms`` raise QueryError (the work finishes in the background).
+
+    tantivy has no query deadline; validation keeps queries small, and this keeps a caller from
+    waiting on one that is not.
+    """
+    global _pool
+    if timeout_ms <= 0:
+        return fn()
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
+    fut = _pool.submit(fn)
+    try:
+        return fut.result(timeout=timeout_ms / 1000)
+    except FutureTimeout:
+        raise QueryError(f"query: took longer than the {timeout_ms} ms timeout; "
+                         "use fewer or more specific clauses") from None

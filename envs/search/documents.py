@@ -1,0 +1,108 @@
+"""Reading document datasets and cutting them into passages (chunks) for the search index.
+
+A document dataset is what ``synth build corpus`` writes (see docs/contracts.md, "Document dataset"):
+``DIR/data/train-*.parquet`` with ``id, title, text, url, source, meta`` and optional keyword columns
+named in ``DIR/manifest.json`` → ``config.keyword_fields``. Rows are streamed, never all loaded.
+
+Chunks never overlap and cover the text exactly, so ``"".join(chunk texts) == text`` and a chunk's
+``offset`` is a real character offset into the document (``open_doc`` continues from it).
+
+    >>> [c["text"] for c in chunk_document({"id": "d", "title": "t", "text": "一文目。二文目。三"}, 5)]
+    ['一文目。', '二文目。', '三']
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+BASE_FIELDS = ("id", "title", "text", "url", "source", "meta")
+SENTENCE_ENDS = "。！？!?\n"
+
+
+class DatasetError(ValueError):
+    """The folder is not a readable document dataset."""
+
+
+def keyword_fields_of(dataset_dir: str | Path) -> list[str]:
+    """Keyword columns the dataset declares (``manifest.json`` → ``config.keyword_fields``)."""
+    path = Path(dataset_dir) / "manifest.json"
+    if not path.exists():
+        return []
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{path}: manifest is not valid JSON ({e})") from e
+    fields = (manifest.get("config") or {}).get("keyword_fields") or []
+    return [str(f) for f in fields]
+
+
+def iter_documents(dataset_dir: str | Path, split: str = "train") -> Iterator[dict]:
+    """Stream the rows of a document dataset (through ``pipelines.store``)."""
+    from pipelines.store import StoreError, iter_rows
+
+    try:
+        for row in iter_rows(dataset_dir, split=split):
+            if not row.get("id") or row.get("text") is None:
+                raise DatasetError(f"{dataset_dir}: a row lacks 'id' or 'text' (columns: {sorted(row)})")
+            yield row
+    except StoreError as e:
+        raise DatasetError(str(e)) from e
+
+
+def _cut_points(text: str, max_chars: int) -> list[int]:
+    """End offsets of chunks: cut after the last sentence end that fits, else hard at max_chars."""
+    cuts, start, n = [], 0, len(text)
+    while start < n:
+        end = min(n, start + max_chars)
+        if end < n:
+            best = max(text.rfind(ch, start, end) for ch in SENTENCE_ENDS)
+            # Only accept a sentence end in the second half, so chunks stay reasonably full.
+            if best >= start + max_chars // 2:
+                end = best + 1
+        cuts.append(end)
+        start = end
+    return cuts or [0]
+
+
+def chunk_document(row: dict, max_chars: int = 800, keyword_fields: Iterable[str] = ()) -> list[dict]:
+    """Passages of one document row, each with doc_id, title, position, offset and its parent's fields."""
+    if max_chars < 20:
+        raise ValueError("max_chars must be at least 20")
+    doc_id = str(row["id"])
+    title = unicodedata.normalize("NFKC", str(row.get("title") or ""))
+    # NFKC here (not only in the analyzer) so stored text, indexed tokens and offsets all agree.
+    text = unicodedata.normalize("NFKC", str(row.get("text") or ""))
+    keywords = {}
+    for f in keyword_fields:
+        v = row.get(f)
+        if v is None:
+            continue
+        keywords[f] = [str(x) for x in v] if isinstance(v, list) else [str(v).lower() if isinstance(v, bool) else str(v)]
+    chunks, start = [], 0
+    cuts = _cut_points(text, max_chars)
+    for pos, end in enumerate(cuts):
+        chunks.append({
+            "chunk_id": f"{doc_id}#{pos}",
+            "doc_id": doc_id,
+            "title": title,
+            "text": text[start:end],
+            "position": pos,
+            "offset": start,
+            "n_chunks": len(cuts),
+            "source": str(row.get("source") or ""),
+            "url": row.get("url"),
+            # The parent's metadata rides on the first chunk only (get() reads it from there).
+            "meta": (row.get("meta") or "") if pos == 0 else "",
+            "keywords": keywords,
+        })
+        start = end
+    return chunks
+
+
+def iter_chunks(rows: Iterable[dict], max_chars: int = 800, keyword_fields: Iterable[str] = ()) -> Iterator[dict]:
+    keyword_fields = list(keyword_fields)
+    for row in rows:
+        yield from chunk_document(row, max_chars, keyword_fields)

@@ -1,0 +1,319 @@
+"""The one query language: a validated subset of the OpenSearch query DSL, shared by both backends.
+
+``parse_request(query, size, fields, limits)`` accepts what a model or a user writes — plain text, a
+JSON string, a clause dict (``{"bool": …}``) or a request body (``{"query": …, "size": N}``) — and
+returns ``(canonical_query, size)``. The canonical query is valid OpenSearch DSL with every option
+spelled out; the OpenSearch backend sends it as is, the embedded backend translates it to tantivy
+queries, and the tests evaluate it by brute force. Anything else raises ``QueryError`` whose message
+names the clause path and the rule or limit, so a model can fix its next call.
+
+Supported (OpenSearch semantics):
+  match {field: text | {query, operator: or|and, minimum_should_match, boost}}     (text fields)
+  match_phrase {field: text | {query, slop, boost}}   (in-order matching; slop counts gaps)
+  multi_match {query, fields: ["title^2", "text"], type: best_fields|most_fields|phrase,
+               operator, minimum_should_match, tie_breaker, boost}
+  term {field: value | {value, boost}}, terms {field: [values], boost}               (keyword fields)
+  bool {must, should, must_not, filter, minimum_should_match, boost} (nesting allowed), match_all
+A plain string means ``multi_match`` (most_fields) over title and text.
+
+    >>> parse_request("東京", 3, Fields(keyword=("source",)))[1]
+    3
+    >>> parse_request({"regexp": {"text": ".*"}}, 5, Fields())
+    Traceback (most recent call last):
+    ...
+    envs.search.dsl.QueryError: query.regexp: 'regexp' is not allowed (regular expressions are too expensive); use match or match_phrase
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+LEAF_CLAUSES = ("match", "match_phrase", "multi_match", "term", "terms", "match_all")
+CLAUSES = LEAF_CLAUSES + ("bool",)
+# Clauses a model may plausibly try, with the reason they are refused.
+FORBIDDEN = {
+    "script": "scripts are never run",
+    "script_score": "scripts are never run",
+    "function_score": "custom scoring is not supported",
+    "regexp": "regular expressions are too expensive",
+    "wildcard": "wildcards are too expensive",
+    "prefix": "prefix scans are too expensive",
+    "fuzzy": "fuzzy matching is too expensive",
+    "query_string": "query_string syntax is not supported",
+    "simple_query_string": "query_string syntax is not supported",
+    "more_like_this": "more_like_this is not supported",
+}
+TEXT_FIELDS = ("title", "text")
+
+
+class QueryError(ValueError):
+    """A query outside the supported subset or over a limit; the message is meant for the model."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_depth: int = 5          # bool nesting levels
+    max_clauses: int = 32       # clauses in the whole query, bool included
+    max_size: int = 50          # hits per request
+    max_terms: int = 64         # values in one terms clause
+    max_text_chars: int = 200   # characters of one match/phrase text
+    max_slop: int = 10
+    timeout_ms: int = 2000      # per query, enforced by the backend
+
+
+@dataclass(frozen=True)
+class Fields:
+    """The searchable fields of one index: analyzed text fields and exact-match keyword fields."""
+
+    text: tuple[str, ...] = TEXT_FIELDS
+    keyword: tuple[str, ...] = ()
+
+    @property
+    def all_keyword(self) -> tuple[str, ...]:
+        return ("doc_id", "source", "title.keyword") + tuple(k for k in self.keyword if k not in ("doc_id", "source"))
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+class _Validator:
+    def __init__(self, fields: Fields, limits: Limits):
+        self.fields, self.limits, self.count = fields, limits, 0
+
+    def fail(self, path: str, msg: str):
+        raise QueryError(f"{path}: {msg}")
+
+    def boost(self, path: str, v) -> float:
+        if v is None:
+            return 1.0
+        if not _is_number(v) or v < 0 or v > 1000:
+            self.fail(f"{path}.boost", "boost must be a number between 0 and 1000")
+        return float(v)
+
+    def text(self, path: str, v) -> str:
+        if not isinstance(v, str) and not _is_number(v):
+            self.fail(path, "query text must be a string")
+        v = str(v)
+        if not v.strip():
+            self.fail(path, "query text is empty")
+        if len(v) > self.limits.max_text_chars:
+            self.fail(path, f"query text has {len(v)} characters; the limit is {self.limits.max_text_chars}")
+        return v
+
+    def msm(self, path: str, v):
+        if v is None:
+            return None
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        if isinstance(v, str):
+            s = v.strip()
+            body = s[:-1] if s.endswith("%") else s
+            if body.lstrip("-").isdigit():
+                return s
+        self.fail(f"{path}.minimum_should_match", "use an integer (2, -1) or a percentage ('75%', '-25%')")
+
+    def params(self, path: str, v: dict, allowed: tuple[str, ...]):
+        if not isinstance(v, dict):
+            self.fail(path, "expected an object")
+        for k in v:
+            if k == "fuzziness":
+                self.fail(f"{path}.fuzziness", "fuzzy matching is too expensive and not supported")
+            if k not in allowed:
+                self.fail(f"{path}.{k}", f"unknown parameter; allowed: {', '.join(allowed)}")
+
+    def one_field(self, path: str, body, kind: str, allowed_fields: tuple[str, ...]):
+        if not isinstance(body, dict) or len(body) != 1:
+            self.fail(path, f"{kind} takes exactly one field, e.g. {{\"{kind}\": {{\"{allowed_fields[0]}\": …}}}}")
+        (fname, spec), = body.items()
+        if fname not in allowed_fields:
+            hint = "keyword" if kind in ("term", "terms") else "text"
+            other = " (for text fields use match)" if hint == "keyword" else " (for exact values use term)"
+            self.fail(f"{path}.{fname}", f"'{fname}' is not a {hint} field for {kind}; "
+                      f"use one of: {', '.join(allowed_fields)}{other}")
+        return fname, spec
+
+    def clause(self, q, path: str, depth: int) -> dict:
+        self.count += 1
+        if self.count > self.limits.max_clauses:
+            self.fail(path, f"too many clauses; the limit is {self.limits.max_clauses} per query")
+        if depth > self.limits.max_depth:
+            self.fail(path, f"bool nesting is deeper than the limit of {self.limits.max_depth}")
+        if not isinstance(q, dict) or len(q) != 1:
+            keys = ", ".join(map(str, q)) if isinstance(q, dict) else type(q).__name__
+            self.fail(path, f"a clause is an object with exactly one key (one of {', '.join(CLAUSES)}); got {keys}")
+        (kind, body), = q.items()
+        p = f"{path}.{kind}"
+        if kind in FORBIDDEN:
+            self.fail(p, f"'{kind}' is not allowed ({FORBIDDEN[kind]}); use match or match_phrase")
+        if kind not in CLAUSES:
+            self.fail(p, f"unsupported clause '{kind}'; supported: {', '.join(CLAUSES)}")
+        return getattr(self, kind)(body, p, depth)
+
+    def match(self, body, p, depth):
+        f, spec = self.one_field(p, body, "match", self.fields.text)
+        spec = spec if isinstance(spec, dict) else {"query": spec}
+        self.params(f"{p}.{f}", spec, ("query", "operator", "minimum_should_match", "boost"))
+        op = str(spec.get("operator", "or")).lower()
+        if op not in ("or", "and"):
+            self.fail(f"{p}.{f}.operator", "operator must be 'or' or 'and'")
+        return {"match": {f: {"query": self.text(f"{p}.{f}.query", spec.get("query")), "operator": op,
+                              "minimum_should_match": self.msm(f"{p}.{f}", spec.get("minimum_should_match")),
+                              "boost": self.boost(f"{p}.{f}", spec.get("boost"))}}}
+
+    def match_phrase(self, body, p, depth):
+        f, spec = self.one_field(p, body, "match_phrase", self.fields.text)
+        spec = spec if isinstance(spec, dict) else {"query": spec}
+        self.params(f"{p}.{f}", spec, ("query", "slop", "boost"))
+        slop = spec.get("slop", 0)
+        if not isinstance(slop, int) or isinstance(slop, bool) or not 0 <= slop <= self.limits.max_slop:
+            self.fail(f"{p}.{f}.slop", f"slop must be an integer from 0 to {self.limits.max_slop}")
+        return {"match_phrase": {f: {"query": self.text(f"{p}.{f}.query", spec.get("query")), "slop": slop,
+                                     "boost": self.boost(f"{p}.{f}", spec.get("boost"))}}}
+
+    def multi_match(self, body, p, depth):
+        self.params(p, body, ("query", "fields", "type", "operator", "minimum_should_match", "tie_breaker", "boost"))
+        fields = body.get("fields", list(self.fields.text))
+        if isinstance(fields, str):
+            fields = [fields]
+        if not isinstance(fields, list) or not fields:
+            self.fail(f"{p}.fields", "fields must be a non-empty list like [\"title^2\", \"text\"]")
+        out_fields = []
+        for f in fields:
+            name, _, boost = str(f).partition("^")
+            if name not in self.fields.text:
+                self.fail(f"{p}.fields", f"'{name}' is not a text field; use: {', '.join(self.fields.text)}")
+            try:
+                b = float(boost) if boost else 1.0
+            except ValueError:
+                b = -1.0
+            if not 0 <= b <= 1000:
+                self.fail(f"{p}.fields", f"bad boost in '{f}'; write 'title^2'")
+            out_fields.append(f"{name}^{b:g}")
+        typ = body.get("type", "best_fields")
+        if typ not in ("best_fields", "most_fields", "phrase"):
+            self.fail(f"{p}.type", "type must be best_fields, most_fields or phrase")
+        op = str(body.get("operator", "or")).lower()
+        if op not in ("or", "and"):
+            self.fail(f"{p}.operator", "operator must be 'or' or 'and'")
+        tb = body.get("tie_breaker", 0.0)
+        if not _is_number(tb) or not 0 <= tb <= 1:
+            self.fail(f"{p}.tie_breaker", "tie_breaker must be a number from 0 to 1")
+        return {"multi_match": {"query": self.text(f"{p}.query", body.get("query")), "fields": out_fields,
+                                "type": typ, "operator": op, "tie_breaker": float(tb),
+                                "minimum_should_match": self.msm(p, body.get("minimum_should_match")),
+                                "boost": self.boost(p, body.get("boost"))}}
+
+    def keyword_value(self, path, v) -> str:
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, str) or _is_number(v):
+            return str(v)
+        self.fail(path, "a keyword value must be a string or a number")
+
+    def term(self, body, p, depth):
+        f, spec = self.one_field(p, body, "term", self.fields.all_keyword)
+        spec = spec if isinstance(spec, dict) else {"value": spec}
+        self.params(f"{p}.{f}", spec, ("value", "boost"))
+        return {"term": {f: {"value": self.keyword_value(f"{p}.{f}.value", spec.get("value")),
+                             "boost": self.boost(f"{p}.{f}", spec.get("boost"))}}}
+
+    def terms(self, body, p, depth):
+        if not isinstance(body, dict):
+            self.fail(p, "terms takes {\"field\": [values]}")
+        body = dict(body)
+        boost = self.boost(p, body.pop("boost", None))
+        f, values = self.one_field(p, body, "terms", self.fields.all_keyword)
+        if not isinstance(values, list) or not values:
+            self.fail(f"{p}.{f}", "terms takes a non-empty list of values")
+        if len(values) > self.limits.max_terms:
+            self.fail(f"{p}.{f}", f"{len(values)} values; the limit is {self.limits.max_terms}")
+        return {"terms": {f: [self.keyword_value(f"{p}.{f}[{i}]", v) for i, v in enumerate(values)], "boost": boost}}
+
+    def match_all(self, body, p, depth):
+        self.params(p, body if body is not None else {}, ("boost",))
+        return {"match_all": {"boost": self.boost(p, (body or {}).get("boost"))}}
+
+    def bool(self, body, p, depth):
+        self.params(p, body, ("must", "should", "must_not", "filter", "minimum_should_match", "boost"))
+        out = {}
+        for occ in ("must", "should", "must_not", "filter"):
+            items = body.get(occ, [])
+            items = items if isinstance(items, list) else [items]
+            out[occ] = [self.clause(c, f"{p}.{occ}[{i}]", depth + 1) for i, c in enumerate(items)]
+        if not any(out.values()):
+            self.fail(p, "bool needs at least one of must, should, must_not, filter")
+        out["minimum_should_match"] = self.msm(p, body.get("minimum_should_match"))
+        out["boost"] = self.boost(p, body.get("boost"))
+        return {"bool": out}
+
+
+def _loads(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise QueryError(f"query: looks like JSON but does not parse ({e.msg} at line {e.lineno} "
+                         f"column {e.colno}); send valid JSON or plain text") from None
+
+
+def parse_request(query, size: int | None, fields: Fields, limits: Limits = Limits()) -> tuple[dict, int]:
+    """Validate what was written; return (canonical OpenSearch query, size)."""
+    if isinstance(query, str):
+        s = query.strip()
+        if not s:
+            raise QueryError("query: empty; write words to search for or a JSON query")
+        if s[0] in "{[":
+            query = _loads(s)
+        else:
+            query = {"multi_match": {"query": s, "fields": list(fields.text), "type": "most_fields"}}
+    if isinstance(query, dict) and "query" in query and not (set(query) - {"query", "size"}):
+        if size is None and "size" in query:
+            size = query["size"]
+        query = query["query"]
+    elif isinstance(query, dict) and len(query) > 1:
+        raise QueryError(f"query: unexpected top-level keys {sorted(query)}; send one clause or "
+                         "{\"query\": {…}, \"size\": N}")
+    if size is None:
+        size = 10
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise QueryError(f"size: must be a positive integer, got {size!r}")
+    if size > limits.max_size:
+        raise QueryError(f"size: {size} is over the limit of {limits.max_size}")
+    v = _Validator(fields, limits)
+    return v.clause(query, "query", 1), size
+
+
+def resolve_msm(spec, n_optional: int) -> int:
+    """OpenSearch minimum_should_match arithmetic: 2, -1, '75%', '-25%' → a count ≥ 0.
+
+    A positive integer above ``n_optional`` is kept as is: like OpenSearch, nothing can match then.
+    """
+    if spec is None:
+        return 0
+    s = str(spec).strip()
+    if s.endswith("%"):
+        pct = int(s[:-1])
+        k = math.floor(n_optional * abs(pct) / 100)
+        k = k if pct >= 0 else n_optional - k
+    else:
+        k = int(s)
+        k = k if k >= 0 else n_optional + k
+    return max(0, k)
+
+
+def highlight_texts(q: dict) -> list[str]:
+    """Texts worth marking in snippets: the positive match/phrase texts of a canonical query."""
+    (kind, body), = q.items()
+    if kind in ("match", "match_phrase"):
+        return [spec["query"] for spec in body.values()]
+    if kind == "multi_match":
+        return [body["query"]]
+    if kind == "bool":
+        out = []
+        for occ in ("must", "should", "filter"):
+            for c in body[occ]:
+                out += highlight_texts(c)
+        return out
+    return []

@@ -1,0 +1,291 @@
+"""The embedded search backend: a tantivy index on disk, built once, opened read-only by many searchers.
+
+    build_embedded(rows, "out/index", keyword_fields=["category"], analyzer="char")
+    backend = EmbeddedBackend("out/index")
+    backend.search({"bool": {"must": [{"match_phrase": {"text": "鎌倉幕府"}}]}}, size=5)
+
+One index document per passage (see documents.py). Field names in the DSL map to tantivy fields:
+``title``/``text`` analyzed, ``title.keyword``, ``doc_id``, ``source`` and the dataset's keyword
+columns (``kw_<name>``) exact. ``tansaku_index.json`` next to the tantivy files records the analyzer
+and the keyword fields, so ``open`` can register the right tokenizer (tantivy forgets custom
+tokenizers on every ``Index.open``) and validate queries against the right fields.
+
+One ``Searcher`` is shared by all threads (tantivy searchers are immutable snapshots and thread-safe).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+
+from .analysis import get_analyzer
+from .base import Hit, SearchResult, make_snippet, run_with_timeout
+from .documents import iter_chunks
+from .dsl import Fields, Limits, QueryError, highlight_texts, parse_request, resolve_msm
+
+META_FILE = "tansaku_index.json"
+FORMAT = 1
+_FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,40}$")
+
+
+def _tantivy_field(name: str) -> str:
+    if name == "title.keyword":
+        return "title_keyword"
+    if name in ("doc_id", "source", "title", "text"):
+        return name
+    return f"kw_{name}"
+
+
+def _schema(analyzer_name: str, keyword_fields: list[str]):
+    import tantivy
+
+    tok = get_analyzer(analyzer_name).tokenizer_name
+    sb = tantivy.SchemaBuilder()
+    for raw in ("chunk_id", "doc_id", "source", "url"):
+        sb.add_text_field(raw, stored=True, tokenizer_name="raw")
+    sb.add_text_field("title", stored=True, tokenizer_name=tok)
+    sb.add_text_field("title_keyword", stored=False, tokenizer_name="raw")
+    sb.add_text_field("text", stored=True, tokenizer_name=tok)
+    for num in ("position", "offset", "n_chunks"):
+        sb.add_unsigned_field(num, stored=True, indexed=False)
+    sb.add_bytes_field("meta", stored=True, indexed=False)
+    for f in keyword_fields:
+        sb.add_text_field(f"kw_{f}", stored=True, tokenizer_name="raw")
+    return sb.build()
+
+
+def build_embedded(rows: Iterable[dict], index_dir: str | Path, keyword_fields: Iterable[str] = (),
+                   analyzer: str = "char", chunk_chars: int = 800, heap_mb: int = 64, threads: int = 1,
+                   source_name: str = "") -> dict:
+    """Stream ``rows`` (document records) into a new index at ``index_dir``; return its metadata.
+
+    Builds into ``index_dir.partial`` and swaps it in at the end, so an interrupted build never
+    leaves a half index where a good one was. Memory is bounded by ``heap_mb`` (tantivy flushes).
+    """
+    import tantivy
+
+    keyword_fields = [f for f in keyword_fields if f not in ("doc_id", "source")]
+    for f in keyword_fields:
+        if not _FIELD_NAME.match(f) or f in ("title", "text", "title_keyword"):
+            raise ValueError(f"keyword field name {f!r} cannot be indexed (letters, digits, _; not title/text)")
+    an = get_analyzer(analyzer)
+    index_dir = Path(index_dir)
+    tmp = index_dir.with_name(index_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    schema = _schema(analyzer, keyword_fields)
+    index = tantivy.Index(schema, path=str(tmp))
+    an.register(index)
+    writer = index.writer(heap_size=heap_mb * 1_000_000, num_threads=threads)
+    t0, n_docs, n_chunks, last_doc = time.perf_counter(), 0, 0, None
+    for ch in iter_chunks(rows, chunk_chars, keyword_fields):
+        doc = tantivy.Document()
+        for f in ("chunk_id", "doc_id", "source"):
+            doc.add_text(f, ch[f])
+        if ch["url"]:
+            doc.add_text("url", str(ch["url"]))
+        doc.add_text("title_keyword", ch["title"])
+        if an.name == "char":
+            doc.add_text("title", ch["title"])
+            doc.add_text("text", ch["text"])
+        else:
+            doc.add_pre_tokenized_text("title", an.pre_tokenized(ch["title"]))
+            doc.add_pre_tokenized_text("text", an.pre_tokenized(ch["text"]))
+        for f in ("position", "offset", "n_chunks"):
+            doc.add_unsigned(f, ch[f])
+        if ch["meta"]:
+            doc.add_bytes("meta", str(ch["meta"]).encode("utf-8"))
+        for f, values in ch["keywords"].items():
+            for v in values:
+                doc.add_text(f"kw_{f}", v)
+        writer.add_document(doc)
+        n_chunks += 1
+        if ch["doc_id"] != last_doc:
+            n_docs, last_doc = n_docs + 1, ch["doc_id"]
+    writer.commit()
+    writer.wait_merging_threads()
+    meta = {"format": FORMAT, "backend": "embedded", "analyzer": analyzer, "keyword_fields": keyword_fields,
+            "chunk_chars": chunk_chars, "documents": n_docs, "chunks": n_chunks, "source": source_name,
+            "build_seconds": round(time.perf_counter() - t0, 3)}
+    (tmp / META_FILE).write_text(json.dumps(meta, ensure_ascii=False, indent=2), encoding="utf-8")
+    old = index_dir.with_name(index_dir.name + ".old")
+    if index_dir.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(index_dir, old)
+    os.replace(tmp, index_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return meta
+
+
+class EmbeddedBackend:
+    """Read-only searcher over an index built by ``build_embedded``."""
+
+    def __init__(self, index_dir: str | Path, limits: Limits = Limits()):
+        import tantivy
+
+        self.index_dir = Path(index_dir)
+        meta_path = self.index_dir / META_FILE
+        if not meta_path.exists():
+            raise FileNotFoundError(f"{index_dir} is not a tansaku search index (no {META_FILE}); "
+                                    "build one with `synth index build`")
+        self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        self.analyzer = get_analyzer(self.meta["analyzer"])
+        self.index = tantivy.Index.open(str(self.index_dir))
+        self.analyzer.register(self.index)  # tantivy forgets custom tokenizers on open
+        self.schema = self.index.schema
+        self.searcher = self.index.searcher()
+        self.fields = Fields(keyword=tuple(self.meta["keyword_fields"]))
+        self.limits = limits
+        self.get = lru_cache(maxsize=512)(self._get)
+
+    # ---- query translation -------------------------------------------------------------------
+    def _boosted(self, q, boost: float):
+        import tantivy
+
+        return q if boost == 1.0 else tantivy.Query.boost_query(q, boost)
+
+    def _term(self, field: str, token: str):
+        import tantivy
+
+        return tantivy.Query.term_query(self.schema, field, token)
+
+    def _match(self, field: str, text: str, operator: str, msm) -> object:
+        import tantivy
+
+        Q, Occur = tantivy.Query, tantivy.Occur
+        tokens = list(dict.fromkeys(self.analyzer.tokens(text)))  # duplicates would double-count msm
+        if not tokens:
+            return Q.empty_query()
+        if operator == "and":
+            k = len(tokens)
+        else:
+            k = max(1, resolve_msm(msm, len(tokens))) if msm is not None else 1
+        if k > len(tokens):
+            return Q.empty_query()
+        if len(tokens) == 1:
+            return self._term(field, tokens[0])
+        occur = Occur.Must if k == len(tokens) else Occur.Should
+        subs = [(occur, self._term(field, t)) for t in tokens]
+        return Q.boolean_query(subs, k if occur == Occur.Should and k > 1 else None)
+
+    def _phrase(self, field: str, text: str, slop: int):
+        import tantivy
+
+        tokens = self.analyzer.tokens(text)
+        if not tokens:
+            return tantivy.Query.empty_query()
+        if len(tokens) == 1:
+            return self._term(field, tokens[0])
+        return tantivy.Query.phrase_query(self.schema, field, tokens, slop)
+
+    def translate(self, q: dict):
+        """Canonical DSL clause (from ``dsl.parse_request``) → tantivy Query."""
+        import tantivy
+
+        Q, Occur = tantivy.Query, tantivy.Occur
+        (kind, body), = q.items()
+        if kind == "match":
+            (f, s), = body.items()
+            return self._boosted(self._match(f, s["query"], s["operator"], s["minimum_should_match"]), s["boost"])
+        if kind == "match_phrase":
+            (f, s), = body.items()
+            return self._boosted(self._phrase(f, s["query"], s["slop"]), s["boost"])
+        if kind == "multi_match":
+            subs = []
+            for spec in body["fields"]:
+                name, _, b = spec.partition("^")
+                sub = (self._phrase(name, body["query"], 0) if body["type"] == "phrase"
+                       else self._match(name, body["query"], body["operator"], body["minimum_should_match"]))
+                subs.append(self._boosted(sub, float(b or 1)))
+            if body["type"] == "most_fields":
+                combined = subs[0] if len(subs) == 1 else Q.boolean_query([(Occur.Should, s) for s in subs])
+            else:
+                combined = Q.disjunction_max_query(subs, body["tie_breaker"])
+            return self._boosted(combined, body["boost"])
+        if kind == "term":
+            (f, s), = body.items()
+            return self._boosted(self._term(_tantivy_field(f), s["value"]), s["boost"])
+        if kind == "terms":
+            (f, values), = ((k, v) for k, v in body.items() if k != "boost")
+            return Q.const_score_query(Q.term_set_query(self.schema, _tantivy_field(f), values), body["boost"])
+        if kind == "match_all":
+            return Q.const_score_query(Q.all_query(), body["boost"])
+        # bool
+        subs = [(Occur.Must, self.translate(c)) for c in body["must"]]
+        subs += [(Occur.Must, Q.const_score_query(self.translate(c), 0.0)) for c in body["filter"]]
+        subs += [(Occur.MustNot, self.translate(c)) for c in body["must_not"]]
+        should = [(Occur.Should, self.translate(c)) for c in body["should"]]
+        has_must = any(o == Occur.Must for o, _ in subs)
+        if body["minimum_should_match"] is None:  # OpenSearch default: 1 without must/filter, else 0
+            k = 0 if has_must else (1 if should else 0)
+        else:
+            k = resolve_msm(body["minimum_should_match"], len(should))
+        if k > len(should):
+            return Q.empty_query()
+        if not has_must and not should:
+            subs.append((Occur.Must, Q.const_score_query(Q.all_query(), 0.0)))  # only must_not: all others
+        return self._boosted(Q.boolean_query(subs + should, k if k >= 1 else None), body["boost"])
+
+    # ---- search ------------------------------------------------------------------------------
+    def search(self, query: str | dict, size: int | None = 10, collapse: bool = True,
+               snippet_chars: int = 200) -> SearchResult:
+        """Ranked hits; with ``collapse`` only the best passage of each document is kept."""
+        t0 = time.perf_counter()
+        canonical, size = parse_request(query, size, self.fields, self.limits)
+        tq = self.translate(canonical)
+        limit = min(size * 4, 400) if collapse else size
+
+        def run():
+            try:
+                return self.searcher.search(tq, limit, count=False).hits
+            except ValueError as e:  # tantivy refuses a query it cannot run
+                raise QueryError(f"query: the engine refused it ({e})") from None
+
+        raw = run_with_timeout(run, self.limits.timeout_ms)
+        highlight = highlight_texts(canonical)
+        hits, seen = [], set()
+        for score, addr in raw:
+            d = self.searcher.doc(addr)
+            doc_id = d.get_first("doc_id")
+            if collapse and doc_id in seen:
+                continue
+            seen.add(doc_id)
+            hits.append(Hit(doc_id=doc_id, title=d.get_first("title") or "", score=float(score),
+                            snippet=make_snippet(d.get_first("text") or "", highlight, snippet_chars),
+                            chunk=int(d.get_first("position") or 0), offset=int(d.get_first("offset") or 0)))
+            if len(hits) >= size:
+                break
+        return SearchResult(hits=hits, took_ms=(time.perf_counter() - t0) * 1000)
+
+    def matching_chunks(self, query: str | dict, limit: int = 10_000) -> set[str]:
+        """Every matching passage id (tests compare this with a brute-force evaluation)."""
+        canonical, _ = parse_request(query, 1, self.fields, self.limits)
+        hits = self.searcher.search(self.translate(canonical), limit, count=False).hits
+        return {self.searcher.doc(a).get_first("chunk_id") for _, a in hits}
+
+    def _get(self, doc_id: str) -> dict | None:
+        import tantivy
+
+        q = tantivy.Query.term_query(self.schema, "doc_id", str(doc_id))
+        hits = self.searcher.search(q, 100_000, count=False).hits
+        if not hits:
+            return None
+        parts = sorted((self.searcher.doc(a) for _, a in hits), key=lambda d: d.get_first("position"))
+        first = parts[0]
+        meta = first.get_first("meta")
+        out = {"doc_id": str(doc_id), "title": first.get_first("title") or "",
+               "text": "".join(p.get_first("text") or "" for p in parts),
+               "url": first.get_first("url"), "source": first.get_first("source") or "",
+               "meta": bytes(meta).decode("utf-8") if meta else ""}
+        for f in self.meta["keyword_fields"]:
+            out[f] = first.get_all(f"kw_{f}")
+        return out
+
+    def describe(self) -> dict:
+        return {"backend": "embedded", "path": str(self.index_dir), **self.meta}

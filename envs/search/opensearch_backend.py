@@ -1,0 +1,176 @@
+"""The OpenSearch backend: a thin layer over ``opensearch-py`` with the same fields, ids and DSL as embedded.
+
+Configuration (environment): ``OPENSEARCH_URL`` (e.g. https://localhost:9200), ``OPENSEARCH_USER`` /
+``OPENSEARCH_PASSWORD`` (basic auth), ``OPENSEARCH_VERIFY_CERTS`` (default 1; 0 for self-signed test
+clusters), ``OPENSEARCH_CA_CERTS`` (a CA bundle path).
+
+The request bodies are pure functions (``index_body``, ``bulk_actions``, ``search_body``) so they are
+tested without a server; the client is only asked to create the index, bulk-load and ``search``. A
+model's query passes ``dsl.parse_request`` first and only ever reaches the ``_search`` endpoint of
+the one index this backend was opened on: never an admin API.
+
+Japanese analysis: ``kuromoji`` (analysis-kuromoji plugin, bundled with most distributions) or
+``sudachi`` (analysis-sudachi plugin, mode C); ``auto`` picks sudachi when the cluster has it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator
+
+from .base import Hit, SearchResult, make_snippet
+from .documents import iter_chunks
+from .dsl import Fields, Limits, QueryError, highlight_texts, parse_request
+
+JA_ANALYSIS = {
+    "kuromoji": {"analyzer": {"ja": {
+        "type": "custom", "tokenizer": "kuromoji_tokenizer",
+        "filter": ["kuromoji_baseform", "kuromoji_part_of_speech", "cjk_width", "ja_stop", "lowercase"]}}},
+    "sudachi": {
+        "tokenizer": {"sudachi_c": {"type": "sudachi_tokenizer", "split_mode": "C", "discard_punctuation": True}},
+        "analyzer": {"ja": {"type": "custom", "tokenizer": "sudachi_c",
+                            "filter": ["sudachi_normalizedform", "lowercase"]}}},
+}
+
+
+def client_from_env(url: str | None = None):
+    """An ``OpenSearch`` client from the environment; raises with a clear message when unset."""
+    from opensearchpy import OpenSearch
+
+    url = url or os.environ.get("OPENSEARCH_URL")
+    if not url:
+        raise RuntimeError("OPENSEARCH_URL is not set; set it (and OPENSEARCH_USER/PASSWORD) or use --backend embedded")
+    auth = None
+    if os.environ.get("OPENSEARCH_USER"):
+        auth = (os.environ["OPENSEARCH_USER"], os.environ.get("OPENSEARCH_PASSWORD", ""))
+    verify = os.environ.get("OPENSEARCH_VERIFY_CERTS", "1").lower() not in ("0", "false", "no")
+    kwargs = {"hosts": [url], "http_auth": auth, "verify_certs": verify, "ssl_show_warn": verify,
+              "timeout": 30, "max_retries": 2, "retry_on_timeout": True}
+    if os.environ.get("OPENSEARCH_CA_CERTS"):
+        kwargs["ca_certs"] = os.environ["OPENSEARCH_CA_CERTS"]
+    return OpenSearch(**kwargs)
+
+
+def index_body(keyword_fields: Iterable[str] = (), analyzer: str = "kuromoji", shards: int = 1) -> dict:
+    """Settings and mappings for a passage index (the same fields as the embedded index)."""
+    if analyzer not in JA_ANALYSIS:
+        raise ValueError(f"unknown OpenSearch analyzer {analyzer!r}; use kuromoji or sudachi")
+    props = {
+        "chunk_id": {"type": "keyword"}, "doc_id": {"type": "keyword"}, "source": {"type": "keyword"},
+        "url": {"type": "keyword", "index": False},
+        "title": {"type": "text", "analyzer": "ja", "fields": {"keyword": {"type": "keyword", "ignore_above": 1024}}},
+        "text": {"type": "text", "analyzer": "ja"},
+        "position": {"type": "integer"}, "offset": {"type": "integer"}, "n_chunks": {"type": "integer"},
+        "meta": {"type": "text", "index": False},
+    }
+    for f in keyword_fields:
+        props.setdefault(f, {"type": "keyword"})
+    return {"settings": {"number_of_shards": shards, "analysis": JA_ANALYSIS[analyzer]},
+            "mappings": {"dynamic": "strict", "properties": props}}
+
+
+def bulk_actions(rows: Iterable[dict], index: str, keyword_fields: Iterable[str] = (),
+                 chunk_chars: int = 800) -> Iterator[dict]:
+    """Index actions, one per passage, with ``_id`` = the passage id (``doc_id#position``)."""
+    for ch in iter_chunks(rows, chunk_chars, keyword_fields):
+        src = {k: ch[k] for k in ("chunk_id", "doc_id", "title", "text", "source", "url",
+                                  "position", "offset", "n_chunks", "meta")}
+        for f, values in ch["keywords"].items():
+            src[f] = values if len(values) != 1 else values[0]
+        yield {"_op_type": "index", "_index": index, "_id": ch["chunk_id"], "_source": src}
+
+
+def _strip_none(x):
+    if isinstance(x, dict):
+        return {k: _strip_none(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list):
+        return [_strip_none(v) for v in x]
+    return x
+
+
+def search_body(canonical: dict, size: int, timeout_ms: int, collapse: bool = True) -> dict:
+    """The ``_search`` body for a validated query (``dsl.parse_request`` output)."""
+    body = {"query": _strip_none(canonical), "size": size, "timeout": f"{timeout_ms}ms",
+            "_source": ["doc_id", "title", "text", "position", "offset"], "track_total_hits": False}
+    if collapse:
+        body["collapse"] = {"field": "doc_id"}
+    return body
+
+
+def build_opensearch(rows: Iterable[dict], index: str, keyword_fields: Iterable[str] = (),
+                     analyzer: str = "auto", chunk_chars: int = 800, client=None, overwrite: bool = False) -> dict:
+    """Create ``index`` with Japanese analysis and stream the passages in with ``streaming_bulk``."""
+    from opensearchpy import helpers
+
+    client = client or client_from_env()
+    keyword_fields = [f for f in keyword_fields if f not in ("doc_id", "source")]
+    if analyzer == "auto":
+        plugins = {p.get("component") for p in client.cat.plugins(format="json")}
+        analyzer = "sudachi" if "analysis-sudachi" in plugins else "kuromoji"
+    if client.indices.exists(index=index):
+        if not overwrite:
+            raise FileExistsError(f"OpenSearch index {index!r} exists; pass overwrite=True to replace it")
+        client.indices.delete(index=index)
+    client.indices.create(index=index, body=index_body(keyword_fields, analyzer))
+    t0, ok, errors = time.perf_counter(), 0, []
+    actions = bulk_actions(rows, index, keyword_fields, chunk_chars)
+    for success, info in helpers.streaming_bulk(client, actions, chunk_size=500, raise_on_error=False,
+                                                max_retries=3):
+        if success:
+            ok += 1
+        elif len(errors) < 20:
+            errors.append(info)
+    client.indices.refresh(index=index)
+    return {"backend": "opensearch", "index": index, "analyzer": analyzer, "chunks": ok,
+            "errors": errors, "keyword_fields": keyword_fields, "build_seconds": round(time.perf_counter() - t0, 3)}
+
+
+class OpenSearchBackend:
+    """Searches one OpenSearch index with validated queries."""
+
+    def __init__(self, index: str, client=None, limits: Limits = Limits(), keyword_fields: Iterable[str] | None = None):
+        self.index, self.limits = index, limits
+        self.client = client or client_from_env()
+        if keyword_fields is None:  # read them back from the mapping
+            mapping = self.client.indices.get_mapping(index=index)[index]["mappings"]["properties"]
+            keyword_fields = [k for k, v in mapping.items() if v.get("type") == "keyword"
+                              and k not in ("chunk_id", "doc_id", "source", "url")]
+        self.fields = Fields(keyword=tuple(keyword_fields))
+
+    def search(self, query: str | dict, size: int | None = 10, collapse: bool = True,
+               snippet_chars: int = 200) -> SearchResult:
+        from opensearchpy.exceptions import RequestError, TransportError
+
+        t0 = time.perf_counter()
+        canonical, size = parse_request(query, size, self.fields, self.limits)
+        try:
+            res = self.client.search(index=self.index, body=search_body(canonical, size, self.limits.timeout_ms, collapse))
+        except RequestError as e:  # the cluster rejected the query: the model can act on its reason
+            raise QueryError(f"query: rejected by OpenSearch ({e.error})") from None
+        except TransportError as e:
+            raise QueryError(f"query: search failed ({e.status_code}); try again or simplify it") from None
+        if res.get("timed_out"):
+            raise QueryError(f"query: took longer than the {self.limits.timeout_ms} ms timeout; simplify it")
+        highlight = highlight_texts(canonical)
+        hits = [Hit(doc_id=h["_source"]["doc_id"], title=h["_source"].get("title", ""), score=float(h["_score"] or 0),
+                    snippet=make_snippet(h["_source"].get("text", ""), highlight, snippet_chars),
+                    chunk=int(h["_source"].get("position", 0)), offset=int(h["_source"].get("offset", 0)))
+                for h in res["hits"]["hits"]]
+        return SearchResult(hits=hits, took_ms=(time.perf_counter() - t0) * 1000)
+
+    def get(self, doc_id: str) -> dict | None:
+        body = {"query": {"term": {"doc_id": str(doc_id)}}, "size": 10_000, "sort": [{"position": "asc"}]}
+        parts = [h["_source"] for h in self.client.search(index=self.index, body=body)["hits"]["hits"]]
+        if not parts:
+            return None
+        first = parts[0]
+        out = {k: first.get(k) for k in ("title", "url", "source", "meta")}
+        out.update(doc_id=str(doc_id), text="".join(p.get("text", "") for p in parts))
+        for f in self.fields.keyword:
+            v = first.get(f)
+            out[f] = v if isinstance(v, list) else ([] if v is None else [v])
+        return out
+
+    def describe(self) -> dict:
+        return {"backend": "opensearch", "index": self.index, "keyword_fields": list(self.fields.keyword)}
