@@ -119,12 +119,13 @@ class SearchTools:
         from envs.search import QueryError
 
         try:
-            k = _as_int(size, "size", self.config.top_k)
-            if not 1 <= k <= self.config.max_k:
+            k = None if size is None or size == "" else _as_int(size, "size", self.config.top_k)
+            if k is not None and not 1 <= k <= self.config.max_k:
                 return f"Error: size must be between 1 and {self.config.max_k}."
             if not isinstance(query, (str, dict)):
                 return "Error: query must be text or a JSON query object."
-            result = self.backend.search(query, size=k, snippet_chars=self.config.chars_per_hit)
+            result = self.backend.search(query, size=k, snippet_chars=self.config.chars_per_hit,
+                                         default_size=self.config.top_k, max_size=self.config.max_k)
         except (QueryError, ValueError) as e:
             return f"Error: {e}"
         except Exception as e:  # a backend failure must not end the episode

@@ -258,8 +258,12 @@ def _loads(text: str):
                          f"column {e.colno}); send valid JSON or plain text") from None
 
 
-def parse_request(query, size: int | None, fields: Fields, limits: Limits = Limits()) -> tuple[dict, int]:
-    """Validate what was written; return (canonical OpenSearch query, size)."""
+def parse_request(query, size: int | None, fields: Fields, limits: Limits = Limits(),
+                  default_size: int = 10, max_size: int | None = None) -> tuple[dict, int]:
+    """Validate what was written; return (canonical OpenSearch query, size).
+
+    ``size`` wins over a ``"size"`` in the body; ``max_size`` can only tighten ``limits.max_size``.
+    """
     if isinstance(query, str):
         s = query.strip()
         if not s:
@@ -276,11 +280,12 @@ def parse_request(query, size: int | None, fields: Fields, limits: Limits = Limi
         raise QueryError(f"query: unexpected top-level keys {sorted(query)}; send one clause or "
                          "{\"query\": {…}, \"size\": N}")
     if size is None:
-        size = 10
+        size = default_size
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise QueryError(f"size: must be a positive integer, got {size!r}")
-    if size > limits.max_size:
-        raise QueryError(f"size: {size} is over the limit of {limits.max_size}")
+    cap = min(limits.max_size, max_size or limits.max_size)
+    if size > cap:
+        raise QueryError(f"size: {size} is over the limit of {cap}")
     v = _Validator(fields, limits)
     return v.clause(query, "query", 1), size
 

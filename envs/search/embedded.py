@@ -234,10 +234,10 @@ class EmbeddedBackend:
 
     # ---- search ------------------------------------------------------------------------------
     def search(self, query: str | dict, size: int | None = 10, collapse: bool = True,
-               snippet_chars: int = 200) -> SearchResult:
+               snippet_chars: int = 200, default_size: int = 10, max_size: int | None = None) -> SearchResult:
         """Ranked hits; with ``collapse`` only the best passage of each document is kept."""
         t0 = time.perf_counter()
-        canonical, size = parse_request(query, size, self.fields, self.limits)
+        canonical, size = parse_request(query, size, self.fields, self.limits, default_size, max_size)
         tq = self.translate(canonical)
         limit = min(size * 4, 400) if collapse else size
 

@@ -139,11 +139,11 @@ class OpenSearchBackend:
         self.fields = Fields(keyword=tuple(keyword_fields))
 
     def search(self, query: str | dict, size: int | None = 10, collapse: bool = True,
-               snippet_chars: int = 200) -> SearchResult:
+               snippet_chars: int = 200, default_size: int = 10, max_size: int | None = None) -> SearchResult:
         from opensearchpy.exceptions import RequestError, TransportError
 
         t0 = time.perf_counter()
-        canonical, size = parse_request(query, size, self.fields, self.limits)
+        canonical, size = parse_request(query, size, self.fields, self.limits, default_size, max_size)
         try:
             res = self.client.search(index=self.index, body=search_body(canonical, size, self.limits.timeout_ms, collapse))
         except RequestError as e:  # the cluster rejected the query: the model can act on its reason

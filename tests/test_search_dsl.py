@@ -1,0 +1,208 @@
+"""DSL semantics of the embedded backend: hit sets equal a brute-force Python evaluation of the same
+canonical query over the same analyzed passages, for both analyzers. Also the validator's contract.
+
+    pytest tests/test_search_dsl.py -q
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from envs.search import build_index, open_index
+from envs.search.analysis import get_analyzer
+from envs.search.documents import iter_chunks
+from envs.search.dsl import Fields, Limits, QueryError, parse_request, resolve_msm
+
+FIX = Path(__file__).parent / "fixtures" / "search"
+_spec = importlib.util.spec_from_file_location("search_fixture", FIX / "dataset.py")
+fixture = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fixture)
+
+CHUNK_CHARS = 60  # small, so most fixture documents span several passages
+
+
+@pytest.fixture(scope="module", params=["char", "sudachi"])
+def indexed(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"dsl_{request.param}")
+    ds = fixture.write_dataset(tmp / "ds")
+    build_index(ds, tmp / "ix", analyzer=request.param, chunk_chars=CHUNK_CHARS)
+    an = get_analyzer(request.param)
+    passages = []
+    for ch in iter_chunks(fixture.fixture_rows(), CHUNK_CHARS, ["category"]):
+        passages.append({"id": ch["chunk_id"], "title": an.tokens(ch["title"]), "text": an.tokens(ch["text"]),
+                         "kw": {"doc_id": [ch["doc_id"]], "source": [ch["source"]], "title.keyword": [ch["title"]],
+                                **ch["keywords"]}})
+    return open_index(tmp / "ix"), an, passages
+
+
+def _phrase_at(tokens: list[str], words: list[str], slop: int) -> bool:
+    """In-order occurrence of ``words`` with at most ``slop`` extra positions in all gaps together."""
+    if not words:
+        return False
+    positions = {}
+    for i, t in enumerate(tokens):
+        positions.setdefault(t, []).append(i)
+
+    def extend(j: int, pos: int, used: int) -> bool:
+        if j == len(words):
+            return True
+        return any(extend(j + 1, p, used + p - pos - 1) for p in positions.get(words[j], [])
+                   if pos < p and used + p - pos - 1 <= slop)
+
+    return any(extend(1, p, 0) for p in positions.get(words[0], []))
+
+
+def brute(q: dict, doc: dict, an) -> bool:
+    (kind, body), = q.items()
+    if kind == "match":
+        (f, s), = body.items()
+        return _match(doc[f], s["query"], s["operator"], s["minimum_should_match"], an)
+    if kind == "match_phrase":
+        (f, s), = body.items()
+        return _phrase_at(doc[f], an.tokens(s["query"]), s["slop"])
+    if kind == "multi_match":
+        fields = [f.partition("^")[0] for f in body["fields"]]
+        if body["type"] == "phrase":
+            return any(_phrase_at(doc[f], an.tokens(body["query"]), 0) for f in fields)
+        return any(_match(doc[f], body["query"], body["operator"], body["minimum_should_match"], an) for f in fields)
+    if kind == "term":
+        (f, s), = body.items()
+        return s["value"] in doc["kw"].get(f, [])
+    if kind == "terms":
+        (f, values), = ((k, v) for k, v in body.items() if k != "boost")
+        return any(v in doc["kw"].get(f, []) for v in values)
+    if kind == "match_all":
+        return True
+    must = all(brute(c, doc, an) for c in body["must"] + body["filter"])
+    must_not = any(brute(c, doc, an) for c in body["must_not"])
+    n_should = sum(brute(c, doc, an) for c in body["should"])
+    has_must = bool(body["must"] or body["filter"])
+    k = (resolve_msm(body["minimum_should_match"], len(body["should"]))
+         if body["minimum_should_match"] is not None else (0 if has_must else 1 if body["should"] else 0))
+    if body["should"] and not has_must:
+        k = max(k, 1)
+    return must and not must_not and n_should >= k
+
+
+def _match(tokens: list[str], text: str, operator: str, msm, an) -> bool:
+    words = list(dict.fromkeys(an.tokens(text)))
+    if not words:
+        return False
+    present = sum(w in set(tokens) for w in words)
+    k = len(words) if operator == "and" else max(1, resolve_msm(msm, len(words))) if msm is not None else 1
+    return present >= k
+
+
+QUERIES = [
+    "雪村製菓",
+    {"match": {"text": "栗羊羹"}},
+    {"match": {"text": {"query": "白砂 博物館", "operator": "and"}}},
+    {"match": {"text": {"query": "港町漁港の研究船", "minimum_should_match": "75%"}}},
+    {"match": {"title": {"query": "北浜県知事", "minimum_should_match": -1}}},
+    {"match": {"text": {"query": "北浜", "minimum_should_match": 5}}},
+    {"match_phrase": {"text": "港町地区"}},
+    {"match_phrase": {"text": "北浜県知事"}},
+    {"match_phrase": {"title": "白砂"}},
+    {"match_phrase": {"text": {"query": "青葉鉄道路線", "slop": 2}}},
+    {"match_phrase": {"text": {"query": "白砂工場", "slop": 1}}},
+    {"multi_match": {"query": "紅葉谷", "fields": ["title^3", "text"], "type": "phrase"}},
+    {"multi_match": {"query": "温泉 旅館", "fields": ["title", "text"], "operator": "and"}},
+    {"multi_match": {"query": "ダム 水道", "type": "most_fields"}},
+    {"term": {"category": "人物"}},
+    {"term": {"title.keyword": "白砂市"}},
+    {"term": {"doc_id": "f010"}},
+    {"terms": {"category": ["施設", "自然"]}},
+    {"bool": {"must": [{"match_phrase": {"text": "白砂市"}}], "must_not": [{"term": {"category": "人物"}}]}},
+    {"bool": {"filter": [{"term": {"category": "地理"}}]}},
+    {"bool": {"must_not": [{"match": {"text": "市"}}]}},
+    {"bool": {"should": [{"match_phrase": {"text": "雪村製菓"}}, {"match_phrase": {"text": "白砂市"}},
+                         {"match_phrase": {"text": "港町"}}], "minimum_should_match": 2}},
+    {"bool": {"must": [{"match": {"text": "知事"}}], "should": [{"term": {"category": "人物"}}],
+              "minimum_should_match": 1}},
+    {"bool": {"must": [{"bool": {"should": [{"term": {"category": "人物"}}, {"term": {"category": "行政"}}]}}],
+              "filter": [{"match_phrase": {"text": "白砂市"}}],
+              "must_not": [{"bool": {"must": [{"match_phrase": {"text": "陶芸"}}]}}]}},
+    {"bool": {"should": [{"term": {"category": "法令"}}], "minimum_should_match": 3}},
+    {"query": {"match_all": {}}, "size": 5},
+]
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=lambda q: str(q)[:50])
+def test_hit_sets_equal_brute_force(indexed, query):
+    backend, an, passages = indexed
+    canonical, _ = parse_request(query, 1, backend.fields)
+    expected = {p["id"] for p in passages if brute(canonical, p, an)}
+    assert backend.matching_chunks(query) == expected
+
+
+def test_suite_is_not_trivial(indexed):
+    """Most suite queries match something but not everything, so equality above means something."""
+    backend, an, passages = indexed
+    sizes = [len(backend.matching_chunks(q)) for q in QUERIES]
+    assert sum(0 < n < len(passages) for n in sizes) >= len(QUERIES) - 4
+
+
+def test_ranking_respects_boost_and_collapse(indexed):
+    backend, _, _ = indexed
+    hits = backend.search({"multi_match": {"query": "白砂焼", "fields": ["title^5", "text"]}}, size=5).hits
+    assert hits[0].title == "白砂焼"
+    assert len({h.doc_id for h in hits}) == len(hits)  # one hit per document
+
+
+def test_get_reassembles_passages(indexed):
+    backend, _, _ = indexed
+    row = next(r for r in fixture.fixture_rows() if r["id"] == "f026")
+    doc = backend.get("f026")
+    assert doc["text"] == row["text"] and doc["title"] == row["title"] and doc["category"] == ["事件"]
+    assert backend.get("nope") is None
+
+
+FIELDS = Fields(keyword=("category",))
+
+
+@pytest.mark.parametrize("query,needle", [
+    ({"regexp": {"text": "a.*"}}, "query.regexp"),
+    ({"wildcard": {"text": "*町"}}, "query.wildcard"),
+    ({"script": {"script": "1"}}, "scripts are never run"),
+    ({"fuzzy": {"text": "港"}}, "query.fuzzy"),
+    ({"match": {"text": {"query": "港", "fuzziness": "AUTO"}}}, "fuzziness"),
+    ({"bool": {"must": [{"span_near": {}}]}}, "query.bool.must[0].span_near"),
+    ({"term": {"text": "港"}}, "not a keyword field"),
+    ({"match": {"category": "人物"}}, "not a text field"),
+    ({"match": {"text": "x" * 300}}, "limit is 200"),
+    ({"terms": {"category": [str(i) for i in range(100)]}}, "limit is 64"),
+    ({"match_phrase": {"text": {"query": "港町", "slop": 99}}}, "slop"),
+    ({"match": {"text": {"query": "港", "operator": "xor"}}}, "operator"),
+    ({"match": {"text": {"query": "港", "minimum_should_match": "most"}}}, "minimum_should_match"),
+    ({"bool": {}}, "at least one"),
+    ({"bool": {"must": {"match": {"text": "a"}}, "extra": 1}}, "query.bool.extra"),
+    ({"query": {"match_all": {}}, "size": 1000}, "over the limit"),
+    ({"query": {"match_all": {}}, "aggs": {}}, "top-level keys"),
+    ("{not json", "does not parse"),
+    ("   ", "empty"),
+    ([1, 2], "exactly one key"),
+])
+def test_invalid_queries_name_the_clause(query, needle):
+    with pytest.raises(QueryError) as e:
+        parse_request(query, None, FIELDS)
+    assert needle in str(e.value)
+
+
+def test_depth_and_clause_limits():
+    deep = {"match": {"text": "港"}}
+    for _ in range(6):
+        deep = {"bool": {"must": [deep]}}
+    with pytest.raises(QueryError, match="nesting is deeper than the limit of 5"):
+        parse_request(deep, 3, FIELDS)
+    wide = {"bool": {"should": [{"term": {"category": str(i)}} for i in range(40)]}}
+    with pytest.raises(QueryError, match="too many clauses; the limit is 32"):
+        parse_request(wide, 3, FIELDS)
+    canonical, size = parse_request(wide, 3, FIELDS, Limits(max_clauses=50))
+    assert size == 3 and len(canonical["bool"]["should"]) == 40
+
+
+def test_msm_arithmetic_follows_opensearch():
+    assert [resolve_msm(x, 4) for x in (2, -1, "75%", "-25%", "0%", 7)] == [2, 3, 3, 3, 0, 7]
