@@ -1,0 +1,123 @@
+"""OpenSearch backend: the request bodies it builds (pure functions, no server), a fake client for the
+error paths, and contract tests against a live cluster when OPENSEARCH_URL is set.
+
+    pytest tests/test_search_opensearch.py -q
+    OPENSEARCH_URL=https://localhost:9200 OPENSEARCH_USER=admin OPENSEARCH_PASSWORD=… \\
+      OPENSEARCH_VERIFY_CERTS=0 pytest tests/test_search_opensearch.py -q -m opensearch
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from envs.search import QueryError
+from envs.search.dsl import Fields, parse_request
+from envs.search.opensearch_backend import OpenSearchBackend, build_opensearch, bulk_actions, index_body, search_body
+
+FIX = Path(__file__).parent / "fixtures" / "search"
+_spec = importlib.util.spec_from_file_location("search_fixture", FIX / "dataset.py")
+fixture = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fixture)
+
+
+def test_index_body_mappings_and_analysis():
+    body = index_body(["category", "law_title"], "kuromoji")
+    props = body["mappings"]["properties"]
+    assert props["title"]["fields"]["keyword"]["type"] == "keyword" and props["title"]["analyzer"] == "ja"
+    assert props["category"] == {"type": "keyword"} and props["doc_id"] == {"type": "keyword"}
+    assert body["settings"]["analysis"]["analyzer"]["ja"]["tokenizer"] == "kuromoji_tokenizer"
+    sudachi = index_body([], "sudachi")["settings"]["analysis"]
+    assert sudachi["tokenizer"]["sudachi_c"]["split_mode"] == "C"
+    with pytest.raises(ValueError):
+        index_body([], "mecab")
+
+
+def test_bulk_actions_use_passage_ids():
+    actions = list(bulk_actions(fixture.fixture_rows()[:3], "idx", ["category"], chunk_chars=60))
+    assert all(a["_index"] == "idx" and a["_id"] == a["_source"]["chunk_id"] for a in actions)
+    assert {a["_source"]["doc_id"] for a in actions} == {"f001", "f002", "f003"}
+    assert actions[0]["_source"]["category"] == "企業" and actions[0]["_source"]["position"] == 0
+    assert len(actions) > 3  # 60-char passages split these documents
+
+
+def test_search_body_is_validated_opensearch_dsl():
+    canonical, size = parse_request('{"query": {"bool": {"must": [{"match": {"text": "港町"}}], '
+                                    '"filter": {"term": {"category": "施設"}}}}, "size": 4}', None,
+                                    Fields(keyword=("category",)))
+    body = search_body(canonical, size, 1500)
+    assert body["size"] == 4 and body["timeout"] == "1500ms" and body["collapse"] == {"field": "doc_id"}
+    match = body["query"]["bool"]["must"][0]["match"]["text"]
+    assert match == {"query": "港町", "operator": "or", "boost": 1.0}  # None options are dropped
+    assert body["query"]["bool"]["filter"] == [{"term": {"category": {"value": "施設", "boost": 1.0}}}]
+
+
+class FakeClient:
+    """Records what is sent; answers like a cluster would."""
+
+    def __init__(self, response=None, error=None):
+        self.sent, self.response, self.error = [], response, error
+        self.indices = self
+
+    def get_mapping(self, index):
+        return {index: {"mappings": {"properties": {"doc_id": {"type": "keyword"}, "category": {"type": "keyword"},
+                                                    "text": {"type": "text"}}}}}
+
+    def search(self, index, body):
+        self.sent.append((index, body))
+        if self.error:
+            raise self.error
+        return self.response
+
+
+def test_backend_sends_only_validated_search_requests():
+    hit = {"_score": 2.0, "_source": {"doc_id": "f014", "title": "港町大漁祭り", "text": "港町地区で毎年十月", "position": 0,
+                                      "offset": 0}}
+    client = FakeClient({"timed_out": False, "hits": {"hits": [hit]}})
+    b = OpenSearchBackend("fixture", client)
+    assert b.fields.keyword == ("category",)
+    res = b.search("港町", 3)
+    assert res.hits[0].doc_id == "f014" and "【港町】" in res.hits[0].snippet
+    assert client.sent[0][0] == "fixture"
+    with pytest.raises(QueryError, match="query.script"):
+        b.search({"script": {"source": "x"}})
+    assert len(client.sent) == 1  # the invalid query never reached the cluster
+    client.response = {"timed_out": True, "hits": {"hits": []}}
+    with pytest.raises(QueryError, match="timeout"):
+        b.search("港町")
+
+
+def test_cluster_rejection_becomes_query_error():
+    from opensearchpy.exceptions import RequestError
+
+    b = OpenSearchBackend("fixture", FakeClient(error=RequestError(400, "search_phase_execution_exception", {})))
+    with pytest.raises(QueryError, match="rejected by OpenSearch"):
+        b.search("港町")
+
+
+live = pytest.mark.skipif(not os.environ.get("OPENSEARCH_URL"), reason="OPENSEARCH_URL is not set (no cluster)")
+
+
+@pytest.mark.opensearch
+@live
+def test_live_cluster_contract():
+    from envs.search.opensearch_backend import client_from_env
+    from envs.tools import SearchTools
+
+    client = client_from_env()
+    name = f"tansaku-test-{uuid.uuid4().hex[:8]}"
+    try:
+        meta = build_opensearch(fixture.fixture_rows(), name, ["category"], client=client)
+        assert meta["chunks"] == 36 and not meta["errors"]
+        b = OpenSearchBackend(name, client)
+        hits = b.search({"bool": {"must": [{"match_phrase": {"text": "白砂市"}}],
+                                  "filter": [{"term": {"category": "人物"}}]}}, 10).hits
+        assert {h.doc_id for h in hits} == {"f002", "f020", "f025", "f036"}
+        assert b.get("f001")["title"] == "雪村製菓"
+        assert SearchTools(b).search('{"regexp": {"text": "."}}').startswith("Error: ")
+    finally:
+        client.indices.delete(index=name, ignore=[404])
