@@ -12,7 +12,6 @@ user message steers it, which makes failure injection deterministic per request:
 number of failures served. Run: ``python -m pipelines.llm.canned_server --port 8001 --name a``.
 """
 
-from __future__ import annotations
 
 import argparse
 import asyncio

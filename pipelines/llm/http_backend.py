@@ -115,8 +115,9 @@ class HTTPClient(LLMClient):
 
         kwargs = self._kwargs(req)
         last_error = ""
+        first = next(self._rr)  # round-robin start; each retry moves to the following URL
         for attempt in range(self.max_retries + 1):
-            client = self._clients[next(self._rr) % len(self._clients)]
+            client = self._clients[(first + attempt) % len(self._clients)]
             try:
                 async with self._semaphore:
                     response = await client.chat.completions.create(**kwargs)
