@@ -14,11 +14,12 @@ Every candidate pair is kept or dropped with the first rule it breaks:
                         is a seeded hash, so it is stable across runs
 
 :func:`join_chains` works on a polars DataFrame (1M triples in seconds); :func:`chain_stage` wraps it
-for the engine and emits chain records with JEMHopQA-style ``derivations``.
+for the engine and emits chain records with JEMHopQA-style ``derivations`` (a JSON string).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -85,14 +86,21 @@ def join_chains(triples, caps: Caps = Caps(), seed: int = 0, require_linked_brid
     return pairs.sort("_order").drop("_order")
 
 
+def derivations_of(record: dict) -> list:
+    """A record's derivations as a list. They are stored as a JSON string: parquet cannot hold the mixed
+    ``[s, r, [o…]]`` lists of the JEMHopQA format."""
+    value = record["derivations"]
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def chain_record(row: dict) -> dict:
     """One kept pair as a chain record: derivations in JEMHopQA form plus hop provenance."""
     subject = row["subject_title_1"] or row["subject_1"]
     bridge = row["subject_title_2"] or row["object_title_1"] or row["object_1"]
     return {
         "chain_id": row["chain_id"],
-        "derivations": [[subject, row["relation_1"], [row["object_1"]]],
-                        [bridge, row["relation_2"], [row["object_2"]]]],
+        "derivations": json.dumps([[subject, row["relation_1"], [row["object_1"]]],
+                                   [bridge, row["relation_2"], [row["object_2"]]]], ensure_ascii=False),
         "subject": subject, "bridge": bridge, "answer": row["object_2"],
         "answer_aliases": list(row["object_aliases_2"] or []),
         "relations": [row["relation_1"], row["relation_2"]],

@@ -55,7 +55,9 @@ def to_eval_row(item: dict) -> dict | Drop:
     return {
         "qid": str(item["qid"]), "type": str(item.get("type") or ""), "question": item["question"],
         "answer": str(item["answer"]),
-        "derivations": [[str(s), str(r), [str(o) for o in objs]] for s, r, objs in derivations],
+        # A JSON string: parquet cannot hold the mixed [s, r, [o…]] lists.
+        "derivations": json.dumps([[str(s), str(r), [str(o) for o in objs]] for s, r, objs in derivations],
+                                  ensure_ascii=False),
         "page_ids": [str(p) for p in item.get("page_ids") or []],
         "time_dependent": bool(item.get("time_dependent", False)),
         "task": "multihop_qa", "generator": "jemhopqa",

@@ -1,0 +1,172 @@
+"""``synth build multihop``: Wikipedia triples → 2-hop questions → quality loop → solvability filter.
+
+    from pipelines.multihop.build import build_multihop
+    build_multihop(corpus="out/corpus", out="out/multihop")                      # templates, no LLM
+    build_multihop(triples="train.json", out="out/chains", until="chains")      # inspect the chain stage
+    build_multihop(corpus="out/corpus", out="out/mh", llm="http:Qwen/Qwen3-8B@http://gpu:8000",
+                   policy="transformers:tiny", k=4, m=1)
+
+Stages (names for ``until``): ``triples`` → ``link`` → ``cardinality`` → ``chains`` → ``questions`` →
+``quality`` → ``prefilter`` → ``solve`` → ``finalize``. ``until`` stops after the named stage and writes the
+records as they stand (chains already carry ``derivations``). Without ``llm`` questions come from
+templates and the quality loop is skipped (``quality`` = None); without ``policy`` the agent check is
+skipped (``pass_rate`` = None); both are recorded in the manifest config. A run that reaches
+``prefilter`` needs ``corpus`` or ``index``; with a corpus and no index an embedded index is built into the
+work folder. Every finished row's gold answer scores 1.0 under the ``multihop_qa`` answer reward.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pipelines.engine import Drop, batch_stage, global_stage, map_stage
+from pipelines.multihop import cardinality, chains, quality, questions, solvability
+from pipelines.multihop import triples as sources
+
+PIPELINE_VERSION = "1"
+STAGES = ("triples", "link", "cardinality", "chains", "questions", "quality", "prefilter", "solve", "finalize")
+SEARCHING = ("prefilter", "solve", "finalize")
+PROMPT_VERSIONS = sorted(p.name for p in (Path(__file__).with_name("prompts")).glob("*.md"))
+
+
+def _client(spec):
+    if spec is None or not isinstance(spec, str):
+        return spec
+    from pipelines.llm import from_spec
+
+    return from_spec(spec)
+
+
+def _describe(client) -> dict | None:
+    return client.describe() if client is not None and hasattr(client, "describe") else None
+
+
+def corpus_index(corpus: str | Path) -> sources.ArticleIndex:
+    """Titles, redirects and outgoing links of a document dataset, for entity linking."""
+    from pipelines.store import iter_rows
+
+    index = sources.ArticleIndex()
+    for row in iter_rows(corpus, columns=["id", "title", "meta"]):
+        meta = sources.doc_meta(row)
+        # The cirrus reader writes "redirects"; the jsonl reader keeps the input's own "redirect" key.
+        redirects = meta.get("redirects") or meta.get("redirect") or []
+        redirects = [r.get("title", "") if isinstance(r, dict) else str(r) for r in redirects]
+        index.add(row["id"], row["title"], redirects, [str(t) for t in meta.get("outgoing_link") or []])
+    return index
+
+
+def document_triples(docs: list[dict], llm, seed: int) -> list:
+    """Infobox triples of each document, plus LLM-extracted ones when an LLM is given."""
+    extracted = sources.llm_extract(docs, llm, seed=seed) if llm is not None else [[] for _ in docs]
+    out = []
+    for doc, from_llm in zip(docs, extracted):
+        items = sources.infobox_triples(doc) + from_llm
+        out.append(items if any(isinstance(t, dict) for t in items) else (items or Drop("no_triples")))
+    return out
+
+
+def final_row(record: dict) -> dict:
+    """The output row: JEMHopQA fields, then ours."""
+    qid = hashlib.md5(f"{record['chain_id']}\x1f{record['question']}".encode()).hexdigest()
+    return {
+        "qid": qid, "type": "compositional", "question": record["question"], "answer": record["answer"],
+        "derivations": record["derivations"], "page_ids": record["page_ids"],
+        "time_dependent": bool(record.get("time_dependent", False)),
+        "aliases": list(record.get("answer_aliases") or []), "pass_rate": record.get("pass_rate"),
+        "hop_doc_ids": record["hop_doc_ids"], "generator": record["generator"], "quality": json.dumps(record.get("quality"), ensure_ascii=False),
+        "bridge": record["bridge"], "chain_id": record["chain_id"], "task": "multihop_qa",
+    }
+
+
+def gold_check(rows: list[dict]) -> list[dict | Drop]:
+    from envs.tasks import TASKS, gold_failures
+
+    finals = [final_row(r) for r in rows]
+    bad = {i for i, _ in gold_failures(TASKS["multihop_qa"], finals)}
+    return [Drop("gold_not_scoring") if i in bad else row for i, row in enumerate(finals)]
+
+
+def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None, policy=None, index=None,
+                   limit: int | None = None, until: str | None = None, k: int = 4, m: int = 1, seed: int = 0,
+                   caps: chains.Caps = chains.Caps(), max_rounds: int = 2, quiet: bool = False,
+                   chunk_size: int = 1000, triples=None) -> dict:
+    """Run the multihop pipeline into the dataset folder ``out`` and return its manifest.
+    ``triples`` (alias ``triples_path``): a JSONL or JEMHopQA file to start from instead of the corpus."""
+    from pipelines.store import build_dataset, describe_input, iter_rows
+
+    triples_path = triples if triples is not None else triples_path
+    if until is not None and until not in STAGES:
+        raise ValueError(f"--until {until!r}: choose one of {', '.join(STAGES)}")
+    if corpus is None and triples_path is None:
+        raise ValueError("give --corpus DIR (a document dataset) or --triples PATH")
+    names = list(STAGES[: STAGES.index(until) + 1] if until else STAGES)
+    if any(n in SEARCHING for n in names) and corpus is None and index is None:
+        raise ValueError(f"stage {next(n for n in names if n in SEARCHING)!r} searches: give --corpus or "
+                         "--index, or stop earlier with --until questions/quality")
+    llm, policy = _client(llm), _client(policy)
+    out = Path(out)
+
+    if triples_path is not None:
+        given = list(sources.read_triples_file(triples_path))  # fails fast on a malformed file
+        article_index = corpus_index(corpus) if corpus is not None else sources.index_from_triples(given)
+        source, inputs = given, [describe_input(triples_path, len(given))]
+        first = map_stage("triples", lambda t: t)
+    else:
+        article_index = corpus_index(corpus)
+        source, inputs = (lambda: iter_rows(corpus)), [describe_input(corpus)]
+        first = batch_stage("triples", lambda docs: document_triples(docs, llm, seed), batch_size=16)
+    if corpus is not None and triples_path is not None:
+        inputs.append(describe_input(corpus))
+
+    backend_holder: dict = {}
+
+    def backend():
+        if "b" not in backend_holder:
+            from envs.search import build_index, open_index
+
+            target = index
+            if target is None:  # the embedded default: index the corpus once, inside the work folder
+                target = out / ".work" / "search-index"
+                build_index(corpus, target)
+            backend_holder["b"] = open_index(str(target))
+        return backend_holder["b"]
+
+    def solve(batch):
+        from envs.tools import SearchTools, ToolsConfig
+
+        return solvability.agent_check(batch, policy, SearchTools(backend(), ToolsConfig(), seed=seed), k=k, m=m,
+                                       seed=seed)
+
+    all_stages = {
+        "triples": first,
+        "link": map_stage("link", lambda t: sources.link_triple(t, article_index)),
+        "cardinality": global_stage("cardinality", lambda ts: cardinality.filter_unique_hops(ts, llm=llm, seed=seed)),
+        "chains": global_stage("chains", lambda ts: chains.chain_stage(ts, caps, seed, limit,
+                                                                     require_linked_bridge=True)),
+        "questions": (batch_stage("questions", lambda cs: questions.generate_llm(cs, llm, seed), batch_size=32)
+                      if llm is not None else map_stage("questions", lambda c: questions.generate_template(c, seed))),
+        "quality": (batch_stage("quality", lambda rs: quality.quality_loop(rs, llm, max_rounds, seed=seed), 32)
+                    if llm is not None else map_stage("quality", lambda r: {**r, "quality": None})),
+        "prefilter": batch_stage("prefilter", lambda rs: solvability.prefilter(rs, backend()), batch_size=64),
+        "solve": (batch_stage("solve", solve, batch_size=16) if policy is not None
+                  else map_stage("solve", lambda r: {**r, "pass_rate": None})),
+        "finalize": batch_stage("finalize", gold_check, batch_size=256),
+    }
+    config = {
+        "until": until, "limit": limit, "k": k, "m": m, "seed": seed, "max_rounds": max_rounds,
+        "caps": {"per_subject": caps.per_subject, "per_bridge": caps.per_bridge,
+                 "per_relation_pair": caps.per_relation_pair},
+        "question_generator": "llm" if llm is not None else "template",
+        "quality": "llm judge/fix loop" if llm is not None else "skipped (no --llm)",
+        "agent_check": "rollouts" if policy is not None else "skipped (no --policy)",
+        "llm": _describe(llm), "policy": _describe(policy), "index": str(index) if index else None,
+        "prompts": PROMPT_VERSIONS,
+    }
+    return build_dataset(
+        out=out, name=out.name, pipeline="multihop", pipeline_version=PIPELINE_VERSION, config=config, seed=seed,
+        inputs=inputs, source=source, stages=[all_stages[n] for n in names], llm=llm, quiet=quiet,
+        chunk_size=chunk_size,
+        card={"description": "Two-hop Japanese questions built from (subject, relation, object) triples: hop 1's "
+                             "object is hop 2's subject; the bridge entity is never named in the question."})
