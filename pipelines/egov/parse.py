@@ -83,42 +83,55 @@ def article_num_from_title(title: str) -> str | None:
 # ---------------------------------------------------------------- inputs
 
 
-def iter_law_files(paths: Iterable[str | Path], max_bytes: int = MAX_XML_BYTES) -> Iterator[tuple[str, bytes] | Skip]:
-    """Yield ``(source name, bytes)`` for every ``.xml`` in the folders, zip files and files given, sorted."""
+def list_law_sources(paths: Iterable[str | Path], max_bytes: int = MAX_XML_BYTES) -> Iterator[str | Skip]:
+    """Names of every ``.xml`` in the folders, zip files (``zip!member``) and files given, sorted; nothing
+    is read yet, so the list is cheap and stable (it is the resumable pipeline's source)."""
     for path in paths:
         path = Path(path)
         if path.is_dir():
             files = sorted(p for p in path.rglob("*") if p.suffix.lower() in (".xml", ".zip") and p.is_file())
-            yield from iter_law_files(files, max_bytes)
+            yield from list_law_sources(files, max_bytes)
         elif path.suffix.lower() == ".zip":
-            yield from _iter_zip(path, max_bytes)
+            try:
+                with zipfile.ZipFile(path) as zf:
+                    for info in sorted(zf.infolist(), key=lambda i: i.filename):
+                        if not info.is_dir() and info.filename.lower().endswith(".xml"):
+                            yield f"{path}!{info.filename}"
+            except (zipfile.BadZipFile, OSError) as e:
+                yield Skip(str(path), "bad_zip", f"{path}: not a readable zip file: {e}")
         elif path.is_file():
-            if path.stat().st_size > max_bytes:
-                yield Skip(str(path), "too_large", f"{path}: {path.stat().st_size:,} bytes is over {max_bytes:,}")
-            else:
-                yield str(path), path.read_bytes()
+            yield str(path)
         else:
             yield Skip(str(path), "missing_file", f"{path}: no such file or folder")
 
 
-def _iter_zip(path: Path, max_bytes: int) -> Iterator[tuple[str, bytes] | Skip]:
+def read_law_source(name: str, max_bytes: int = MAX_XML_BYTES) -> bytes | Skip:
+    """The bytes of a name from :func:`list_law_sources`, size-checked before reading or inflating."""
+    zip_path, bang, member = name.partition("!")
     try:
-        with zipfile.ZipFile(path) as zf:
-            for info in sorted(zf.infolist(), key=lambda i: i.filename):
-                name = f"{path}!{info.filename}"
-                if info.is_dir() or not info.filename.lower().endswith(".xml"):
-                    continue
-                if info.file_size > max_bytes:  # checked before inflating: zip bombs stay compressed
-                    yield Skip(name, "too_large", f"{name}: {info.file_size:,} bytes is over {max_bytes:,}")
-                    continue
-                with zf.open(info) as f:
-                    data = f.read(max_bytes + 1)
-                if len(data) > max_bytes:
-                    yield Skip(name, "too_large", f"{name}: inflates past {max_bytes:,} bytes")
-                else:
-                    yield name, data
-    except (zipfile.BadZipFile, OSError) as e:
-        yield Skip(str(path), "bad_zip", f"{path}: not a readable zip file: {e}")
+        if not bang:
+            size = Path(name).stat().st_size
+            if size > max_bytes:
+                return Skip(name, "too_large", f"{name}: {size:,} bytes is over the limit of {max_bytes:,}")
+            return Path(name).read_bytes()
+        with zipfile.ZipFile(zip_path) as zf:
+            info = zf.getinfo(member)
+            if info.file_size > max_bytes:  # checked before inflating: zip bombs stay compressed
+                return Skip(name, "too_large", f"{name}: {info.file_size:,} bytes is over the limit of {max_bytes:,}")
+            with zf.open(info) as f:
+                data = f.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                return Skip(name, "too_large", f"{name}: inflates past {max_bytes:,} bytes")
+            return data
+    except (OSError, KeyError, zipfile.BadZipFile) as e:
+        return Skip(name, "unreadable_file", f"{name}: cannot be read: {e}")
+
+
+def iter_law_files(paths: Iterable[str | Path], max_bytes: int = MAX_XML_BYTES) -> Iterator[tuple[str, bytes] | Skip]:
+    """``(source name, bytes)`` for every law file under ``paths``, or a Skip saying why not."""
+    for name in list_law_sources(paths, max_bytes):
+        data = name if isinstance(name, Skip) else read_law_source(name, max_bytes)
+        yield data if isinstance(data, Skip) else (name, data)
 
 
 # ---------------------------------------------------------------- law metadata

@@ -1,0 +1,212 @@
+"""``synth build egov``: e-Gov law XML → article dataset (``DIR/articles``) → four-choice questions (``DIR``).
+
+    synth build egov --laws ../shared/data/egov --out out/egov [--llm SPEC] [--limit N]
+    python -m pipelines.egov.build LAWS OUT            # the same without the CLI
+
+Two store datasets: ``DIR/articles`` (the e-Gov article dataset of docs/contracts.md; a document
+dataset the search layer indexes; its funnel counts skipped files/elements by reason) and ``DIR``
+itself (the questions). An embedded search index over the articles is built at ``DIR/index`` unless
+``index`` names one, and gives each question the rank of its source article (``retrieval_rank``).
+
+Question stages: generate (cloze without an LLM, the LLM generator with one) → leak_filter →
+judge (LLM only: rubric score ≥ threshold) → dedup → retrieval → balance (answer positions) →
+gold_check (``envs.tasks`` egov_mcq reward must give the gold 1.0) → leak_audit (independent checker
+over the final rows; it must drop 0).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+
+from pipelines.egov import cloze, generate, leak
+from pipelines.egov.parse import Skip, list_law_sources, parse_law_bytes, read_law_source
+from pipelines.engine import Drop, Stage, batch_stage, global_stage, map_stage
+from pipelines.store import build_dataset, describe_input, iter_rows
+
+log = logging.getLogger(__name__)
+ARTICLES_VERSION = "1"
+QUESTIONS_VERSION = "1"
+KEYWORD_FIELDS = ["law_id", "law_title", "law_type", "era"]
+ARTICLE_CARD = {
+    "pretty_name": "e-Gov law articles", "license": "other", "task_categories": ["text-retrieval"],
+    "description": "One record per article (条) of e-Gov 法令標準XML laws, with nested paragraphs and items, "
+                   "supplementary provisions flagged; a document dataset for the search index.",
+    "limitations": ["Statute text is not copyrightable (著作権法第13条); e-Gov data terms ask for attribution.",
+                    "Tables are flattened to text lines; figures and forms are dropped."],
+}
+QUESTION_CARD = {
+    "pretty_name": "e-Gov four-choice law questions", "license": "other",
+    "task_categories": ["question-answering", "multiple-choice"],
+    "description": "Four-choice questions about single law articles for agentic search (task egov_mcq). "
+                   "Questions and choices name no law and no article number; the search tool must find it.",
+    "limitations": ["Cloze questions test recall of periods, numbers and defined terms only.",
+                    "Distractors are other values from the same law; a few may be valid in other contexts."],
+}
+
+
+def _parse_stage(skips: list[Skip]) -> Stage:
+    def run(sources: Iterator[dict]) -> Iterator[dict | Drop]:
+        for src in sources:
+            if src.get("skip"):
+                skips.append(Skip(src["source"], src["skip"], src["message"]))
+                yield Drop(src["skip"])
+                continue
+            data = read_law_source(src["source"])
+            items = [data] if isinstance(data, Skip) else parse_law_bytes(data, src["source"])
+            for item in items:
+                if isinstance(item, Skip):
+                    skips.append(item)
+                    log.warning("skipped: %s", item.message)
+                    yield Drop(item.reason)
+                else:
+                    yield item
+
+    return Stage("parse", run, local=True)
+
+
+def build_articles(laws: list[Path], out: Path, seed: int = 0, quiet: bool = False) -> dict:
+    """Parse every law file under ``laws`` into the article dataset at ``out``; return its manifest."""
+    def sources() -> Iterator[dict]:
+        for s in list_law_sources(laws):
+            yield {"source": s.source, "skip": s.reason, "message": s.message} if isinstance(s, Skip) \
+                else {"source": s}
+
+    skips: list[Skip] = []
+    manifest = build_dataset(
+        out=out, name="egov-articles", pipeline="egov_articles", pipeline_version=ARTICLES_VERSION,
+        config={"keyword_fields": KEYWORD_FIELDS, "parser": "ja-law-parser, lxml fallback"}, seed=seed,
+        inputs=[describe_input(p) for p in laws if Path(p).exists()], source=sources,
+        stages=[_parse_stage(skips)], card=ARTICLE_CARD, chunk_size=50, quiet=quiet)
+    manifest["skipped"] = [{"source": s.source, "reason": s.reason, "message": s.message} for s in skips]
+    return manifest
+
+
+def _question_row(article: dict, q: dict, k: int) -> dict:
+    meta = json.loads(article.get("meta") or "{}")
+    return {"id": f"{article['id']}-q{k}", **q, "article_id": article["id"], "article_title": article["article_title"],
+            "law_id": article["law_id"], "law_title": article["law_title"],
+            "law_abbrev": ",".join(meta.get("abbrev", [])), "law_kana": meta.get("kana", ""),
+            "quality": None, "retrieval_rank": None}
+
+
+def _cloze_stage(seed: int, per_article: int) -> Stage:
+    def run(articles: Iterator[dict]) -> Iterator[dict | Drop]:
+        articles = list(articles)  # distractors come from sibling articles: needs the whole law
+        pools = cloze.law_pools(articles)
+        for article in articles:
+            if json.loads(article.get("meta") or "{}").get("is_deleted"):
+                yield Drop("deleted_article")
+                continue
+            qs = cloze.cloze_questions(article, pools.get(article["law_id"], {"units": {}, "terms": []}),
+                                       seed, per_article)
+            if not qs:
+                yield Drop("no_cloze_target")
+            for k, q in enumerate(qs):
+                yield _question_row(article, q, k)
+
+    return global_stage("generate", run)
+
+
+def _llm_stages(client, seed: int) -> list[Stage]:
+    def eligible(article: dict) -> dict | Drop:
+        if json.loads(article.get("meta") or "{}").get("is_deleted"):
+            return Drop("deleted_article")
+        return article if len(article["text"]) >= 40 else Drop("article_too_short")
+
+    def gen(batch: list[dict]) -> list:
+        outs = generate.llm_generate(client, batch, seed=seed)
+        return [o if isinstance(o, Drop) else _question_row(a, o, 0) for a, o in zip(batch, outs)]
+
+    return [map_stage("eligible", eligible), batch_stage("generate", gen, batch_size=32)]
+
+
+def _leak_filter(row: dict) -> dict | Drop:
+    found = leak.row_leaks(row)
+    return Drop(f"leak_{found[0][0]}") if found else row
+
+
+def _gold_check(row: dict) -> dict | Drop:
+    from envs.tasks import TASKS, gold_failures
+
+    return Drop("gold_fails_reward") if gold_failures(TASKS["egov_mcq"], [row]) else row
+
+
+def _leak_audit(rows: Iterator[dict]) -> Iterator[dict | Drop]:
+    for row in rows:
+        yield Drop("leak_in_final_rows") if leak.row_leaks(row) else row
+
+
+def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: int = 0, quiet: bool = False,
+               per_article: int = 2, judge_threshold: float = 0.75, retrieval: bool = True, retrieval_k: int = 20,
+               max_retrieval_rank: int | None = None, dedup_threshold: float = 0.85) -> dict:
+    """Build ``out/articles`` and the question dataset at ``out``; return the question manifest.
+
+    ``llm``: an LLM spec or client (then the LLM generator and judge are used; else cloze questions).
+    ``index``: an existing search index for the retrieval signal (default: build ``out/index``).
+    ``limit``: use at most this many articles for question generation (the article dataset is complete).
+    ``max_retrieval_rank``: drop questions whose article is not in the top N for its own text.
+    """
+    laws = [Path(p) for p in (laws if isinstance(laws, (list, tuple)) else [laws])]
+    out = Path(out)
+    articles_dir = out / "articles"
+    art_manifest = build_articles(laws, articles_dir, seed=seed, quiet=quiet)
+    client = None
+    if llm is not None:
+        from pipelines.llm import from_spec
+
+        client = from_spec(llm) if isinstance(llm, str) else llm
+
+    backend, index_path = None, None
+    if retrieval or index is not None:
+        from envs.search import build_index, open_index
+
+        index_path = str(index) if index is not None else str(out / "index")
+        if index is None and not (out / "index").exists():
+            build_index(articles_dir, out / "index")
+        backend = open_index(index_path)
+
+    def retrieval_stage(batch: list[dict]) -> list:
+        results = []
+        for row in batch:
+            rank = generate.retrieval_rank(backend, row["question"], row["article_id"], retrieval_k)
+            if max_retrieval_rank is not None and (rank is None or rank > max_retrieval_rank):
+                results.append(Drop("not_retrievable"))
+            else:
+                results.append(row | {"retrieval_rank": rank})
+        return results
+
+    stages = [_cloze_stage(seed, per_article)] if client is None else _llm_stages(client, seed)
+    stages.append(map_stage("leak_filter", _leak_filter))
+    if client is not None:
+        by_id = {a["id"]: a for a in iter_rows(articles_dir)}
+        stages.append(batch_stage("judge", lambda b: generate.llm_judge(client, b, by_id, judge_threshold), 32))
+    stages.append(global_stage("dedup", lambda rows: generate.near_duplicates(rows, dedup_threshold)))
+    if backend is not None:
+        stages.append(batch_stage("retrieval", retrieval_stage, batch_size=64))
+    stages += [global_stage("balance", lambda rows: generate.balance_positions(rows, seed)),
+               map_stage("gold_check", _gold_check), global_stage("leak_audit", _leak_audit)]
+
+    config = {"generator": "cloze" if client is None else "llm", "limit": limit, "per_article": per_article,
+              "judge_threshold": judge_threshold if client is not None else None,
+              "prompts": [generate.GENERATE_PROMPT, generate.JUDGE_PROMPT] if client is not None else [],
+              "retrieval_index": index_path, "retrieval_k": retrieval_k, "max_retrieval_rank": max_retrieval_rank,
+              "dedup_threshold": dedup_threshold, "task": "egov_mcq"}
+    manifest = build_dataset(
+        out=out, name="egov-mcq", pipeline="egov_mcq", pipeline_version=QUESTIONS_VERSION, config=config,
+        seed=seed, inputs=[describe_input(articles_dir, art_manifest["splits"].get("train", 0))
+                           | {"version": art_manifest["version"]}],
+        source=lambda: islice(iter_rows(articles_dir), limit), stages=stages, card=QUESTION_CARD,
+        llm=client, parents=[str(articles_dir)], chunk_size=200, quiet=quiet)
+    manifest["articles"] = {"path": str(articles_dir), "rows": art_manifest["splits"].get("train", 0),
+                            "stages": art_manifest["stages"], "skipped": art_manifest.get("skipped", [])}
+    return manifest
+
+
+if __name__ == "__main__":
+    m = build_egov(sys.argv[1], sys.argv[2])
+    print(json.dumps({"rows": m["splits"], "stages": m["stages"]}, ensure_ascii=False, indent=1))

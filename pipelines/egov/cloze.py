@@ -1,0 +1,239 @@
+"""Deterministic four-choice cloze questions from article records; needs no LLM.
+
+Targets, in order of preference, at most one per sentence:
+  * defined terms: ``「館長」とは…をいう`` / ``（以下「計画」という。）`` / definition lists (term　definition),
+    distractors = other terms defined in the same law;
+  * periods: ``十五日``, ``六月``, ``二十年``, ``三週間`` (not dates such as ``十月一日``);
+  * counts and amounts: ``十冊``, ``五人``, ``二十万円``, ``三回``.
+Period and count distractors come from sibling articles of the same law with the same unit (nearest
+articles first), then from nearby numbers (×2, ÷2, ±1 …) when the law has too few.
+
+    from pipelines.egov.cloze import law_pools, cloze_questions
+    pools = law_pools(article_records)
+    rows = cloze_questions(article, pools[article["law_id"]], seed=0, per_article=2)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+
+from pipelines.engine import rng_for
+
+_K = "〇一二三四五六七八九十百千万"
+PERIOD = re.compile(rf"(?<![{_K}年月])(?<!令和)(?<!平成)(?<!昭和)(?<!大正)(?<!明治)([{_K}]+)(年|箇月|か月|月|週間|日|時間)(?![{_K}])(?!曜)")
+COUNT = re.compile(rf"(?<![{_K}第])([{_K}]+)(万円|円|人|冊|回|歳|名|個|倍|件)")
+DEFINED = re.compile(r"「([^「」]{2,15})」とは")
+DEFINED_LATER = re.compile(r"以下「([^「」]{2,15})」という")
+# The generator's own guard; the independent check over the final rows is pipelines.egov.leak.
+_REFERENCE = re.compile(rf"第[{_K}0-9０-９]+[条項号編章節款目]|条の[{_K}0-9０-９]+|[{_K}]+[条項](?!件)")
+BLANK = "【　　】"
+MIN_SENTENCE, MAX_SENTENCE = 15, 220
+
+
+def kanji_number(text: str) -> int | None:
+    """``二十万`` → 200000, ``十五`` → 15; None for anything that is not a kanji numeral.
+
+    >>> kanji_number("二十万"), kanji_number("百二十"), kanji_number("三千五百")
+    (200000, 120, 3500)
+    """
+    total, section, current = 0, 0, None
+    digits = {c: i for i, c in enumerate("〇一二三四五六七八九")}
+    for ch in text:
+        if ch in digits:
+            current = digits[ch] if current is None else current * 10 + digits[ch]
+        elif ch in "十百千":
+            section += (1 if current is None else current) * {"十": 10, "百": 100, "千": 1000}[ch]
+            current = None
+        elif ch == "万":
+            total += (section + (current or 0) or 1) * 10_000
+            section, current = 0, None
+        else:
+            return None
+    return total + section + (current or 0) if text else None
+
+
+def kanji_numeral(n: int) -> str:
+    """Positive int → kanji numeral as written in laws.
+
+    >>> kanji_numeral(15), kanji_numeral(120), kanji_numeral(200000), kanji_numeral(1)
+    ('十五', '百二十', '二十万', '一')
+    """
+    if n <= 0:
+        raise ValueError("only positive numbers")
+    digits = "〇一二三四五六七八九"
+    if n >= 10_000:
+        high, low = divmod(n, 10_000)
+        return kanji_numeral(high) + "万" + (kanji_numeral(low) if low else "")
+    out = ""
+    for value, unit in ((1000, "千"), (100, "百"), (10, "十")):
+        d, n = divmod(n, value)
+        if d:
+            out += ("" if d == 1 else digits[d]) + unit
+    return out + (digits[n] if n else "")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split at 。 outside brackets: ``（以下「X」という。）`` stays inside its sentence.
+
+    >>> split_sentences("者（以下「甲」という。）は、届け出る。ただし、この限りでない。")
+    ['者（以下「甲」という。）は、届け出る。', 'ただし、この限りでない。']
+    """
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "（「『(":
+            depth += 1
+        elif ch in "）」』)":
+            depth = max(0, depth - 1)
+        elif ch == "。" and depth == 0:
+            out.append(text[start:i + 1].strip())
+            start = i + 1
+    if text[start:].strip():
+        out.append(text[start:].strip())
+    return [s for s in out if s]
+
+
+def sentences_of(article: dict) -> list[str]:
+    """Sentences of the article's paragraphs and items (not tables), split at 。."""
+    out: list[str] = []
+
+    def walk(node: dict) -> None:
+        out.extend(split_sentences(node.get("text") or ""))
+        for item in node.get("items", []):
+            walk(item)
+
+    for p in json.loads(article["paragraphs"]):
+        walk(p)
+    return out
+
+
+def definition_items(article: dict) -> list[tuple[str, str]]:
+    """(term, definition) pairs from definition lists: items written ``用語　意義``."""
+    pairs = []
+    for p in json.loads(article["paragraphs"]):
+        if "意義" not in (p.get("text") or "") and "定義" not in (article.get("caption") or ""):
+            continue
+        for item in p.get("items", []):
+            term, sep, definition = (item.get("text") or "").partition("\u3000")
+            if sep and 1 < len(term) <= 15 and len(definition) >= MIN_SENTENCE:
+                pairs.append((term, definition))
+    return pairs
+
+
+def _usable(article: dict) -> bool:
+    meta = json.loads(article.get("meta") or "{}")
+    return not meta.get("is_deleted") and bool(article.get("text"))
+
+
+def law_pools(articles: list[dict]) -> dict[str, dict]:
+    """Per law: ordered article ids, and (position, value) lists per unit and for defined terms."""
+    pools: dict[str, dict] = defaultdict(lambda: {"units": defaultdict(list), "terms": []})
+    for pos, article in enumerate(articles):
+        if not _usable(article):
+            continue
+        pool = pools[article["law_id"]]
+        for sentence in sentences_of(article):
+            for pattern in (PERIOD, COUNT):
+                for m in pattern.finditer(sentence):
+                    pool["units"][m.group(2)].append((pos, m.group(0)))
+            for pattern in (DEFINED, DEFINED_LATER):
+                pool["terms"] += [(pos, t) for t in pattern.findall(sentence)]
+        pool["terms"] += [(pos, term) for term, _ in definition_items(article)]
+        pool.setdefault("position", {})[article["id"]] = pos
+    return dict(pools)
+
+
+def _nearest_distinct(pool: list[tuple[int, str]], pos: int, exclude: set[str], n: int) -> list[str]:
+    out: list[str] = []
+    for _, value in sorted(pool, key=lambda pv: (abs(pv[0] - pos), pv[0], pv[1])):
+        if value not in exclude and value not in out:
+            out.append(value)
+            if len(out) == n:
+                break
+    return out
+
+
+def _number_neighbours(value: str, unit: str) -> list[str]:
+    n = kanji_number(value[: -len(unit)])
+    if not n:
+        return []
+    candidates = [n * 2, n // 2, n * 3, n + 1, n * 5, n - 1, n * 10]
+    return [kanji_numeral(c) + unit for c in candidates if c > 0 and c != n]
+
+
+def _distractors(kind: str, answer: str, unit: str, pool: dict, pos: int, sentence: str) -> list[str]:
+    exclude = {answer} | ({answer} if kind == "term" else {v for v in re.findall(
+        rf"[{_K}]+{re.escape(unit)}", sentence)})
+    if kind == "term":
+        return _nearest_distinct(pool["terms"], pos, exclude, 3)
+    picks = _nearest_distinct(pool["units"].get(unit, []), pos, exclude, 3)
+    for extra in _number_neighbours(answer, unit):
+        if len(picks) == 3:
+            break
+        if extra not in exclude and extra not in picks:
+            picks.append(extra)
+    return picks
+
+
+def _targets(article: dict) -> list[dict]:
+    """Every candidate (kind, sentence with a blank, answer, unit), at most one per sentence."""
+    found = []
+    for term, definition in definition_items(article):
+        found.append({"kind": "term", "answer": term, "unit": "", "context": definition,
+                      "stem": f"次の説明に当てはまる、法令上の用語として正しいものはどれか。\n「{definition}」"})
+    for sentence in sentences_of(article):
+        if not MIN_SENTENCE <= len(sentence) <= MAX_SENTENCE or _REFERENCE.search(sentence):
+            continue
+        match, kind, answer = None, None, ""
+        for k, pattern in (("term", DEFINED), ("term", DEFINED_LATER), ("period", PERIOD), ("count", COUNT)):
+            for m in pattern.finditer(sentence):
+                value = m.group(1) if k == "term" else m.group(0)
+                # 一人の…, 一回に限り: "one" is rarely the point; a value written twice gives itself away.
+                if (k == "count" and kanji_number(m.group(1)) == 1) or sentence.count(value) > 1:
+                    continue
+                match, kind, answer = m, k, value
+                break
+            if match:
+                break
+        if not match:
+            continue
+        unit = "" if kind == "term" else match.group(2)
+        start = match.start(1) if kind == "term" else match.start()
+        blanked = sentence[:start] + BLANK + sentence[start + len(answer):]
+        found.append({"kind": kind, "answer": answer, "unit": unit, "context": sentence,
+                      "stem": f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n「{blanked}」"})
+    return found
+
+
+def cloze_questions(article: dict, pool: dict, seed: int = 0, per_article: int = 2) -> list[dict]:
+    """Up to ``per_article`` questions for one article (answer first in ``choices``; balancing comes later)."""
+    if not _usable(article):
+        return []
+    pos = pool.get("position", {}).get(article["id"], 0)
+    rows = []
+    for t in _targets(article):
+        distractors = _distractors(t["kind"], t["answer"], t["unit"], pool, pos, t["context"])
+        if len(distractors) < 3:
+            continue
+        caption = article.get("caption") or ""
+        hint = f"（見出し：{caption.strip('（）')}）\n" if caption else ""
+        question = t["stem"].replace("\n", "\n" + hint, 1) if hint else t["stem"]
+        rows.append({
+            "question": question, "choices": [t["answer"], *distractors], "answer_index": 0,
+            "answer": t["answer"], "kind": t["kind"], "generator": "cloze",
+            "explanation": f"{article['law_title']}{article['article_title']}の規定による。原文は「{t['context']}」。",
+        })
+    rng = rng_for(seed, "cloze", article["id"])
+    # Prefer different kinds, then random; the order is fixed by the seed and the article id.
+    rng.shuffle(rows)
+    rows.sort(key=lambda r: {"term": 0, "period": 1, "count": 2}[r["kind"]])
+    picked, seen_kinds = [], set()
+    for row in rows:
+        if row["kind"] not in seen_kinds or len(rows) <= per_article:
+            picked.append(row)
+            seen_kinds.add(row["kind"])
+    for row in rows:
+        if row not in picked:
+            picked.append(row)
+    return picked[:per_article]
