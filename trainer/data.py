@@ -1,0 +1,141 @@
+"""Training data: read SFT conversations from tansaku store folders or files, normalize, mix with ratios.
+
+    rows = mix_sources(recipe.data, mix_size=None, seed=42)   # list of {"messages", "tools"} rows
+
+A source is a tansaku dataset folder (``DIR/data/<split>-*.parquet``, read with ``pipelines.store``), or
+a ``.jsonl`` / ``.json`` / ``.parquet`` file. Each row needs ``messages`` (chat messages, assistant
+``tool_calls`` and ``reasoning_content`` allowed, ``tool`` role for results) and may carry ``tools``.
+
+Normalization keeps Arrow from rewriting the conversations: tool-call ``arguments`` and ``tools`` become
+JSON strings (the chat template and TRL both accept strings; Arrow would otherwise merge every dict's
+keys into one struct and fill the gaps with nulls), and missing keys become absent rather than null.
+
+Mixing: each source gets ``round(mix_size × ratio / Σratio)`` rows, drawn from a seeded permutation of
+its rows and cycling through it again when it needs more rows than it has; the mix is then shuffled
+with the same seed, so the same recipe always yields the same rows in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from trainer.recipes import DataSource, RecipeError
+
+MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "name", "tool_call_id")
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def read_source(path: str | Path, split: str = "train") -> list[dict]:
+    """All rows of one source (store folder, .jsonl, .json list, .parquet)."""
+    p = Path(path)
+    if p.is_dir():
+        from pipelines.store import StoreError, iter_rows
+
+        try:
+            return list(iter_rows(p, split))
+        except StoreError as exc:
+            raise RecipeError(str(exc)) from None
+    if not p.is_file():
+        raise RecipeError(f"data source {p} not found (expected a dataset folder or a .jsonl/.json/.parquet file)")
+    if p.suffix == ".jsonl":
+        rows = []
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise RecipeError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
+        return rows
+    if p.suffix == ".json":
+        rows = json.loads(p.read_text(encoding="utf-8"))
+        if not isinstance(rows, list):
+            raise RecipeError(f"{p}: expected a JSON list of rows")
+        return rows
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p).to_pylist()
+    raise RecipeError(f"data source {p}: unsupported file type {p.suffix!r} (use .jsonl, .json, .parquet or a folder)")
+
+
+def _as_json_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def normalize_conversation(row: dict, system_prompt: str | None = None, where: str = "row") -> dict:
+    """One training row ``{"messages": [...], "tools": "<json>" | None}``; raise RecipeError when malformed."""
+    messages = row.get("messages")
+    if isinstance(messages, str):
+        try:
+            messages = json.loads(messages)
+        except json.JSONDecodeError:
+            raise RecipeError(f"{where}: 'messages' is a string that is not JSON") from None
+    if not isinstance(messages, list) or not messages:
+        raise RecipeError(f"{where}: needs a non-empty 'messages' list")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise RecipeError(f"{where}: message {i} needs a role in {ROLES}, got {message!r:.80}")
+        clean = {k: message[k] for k in MESSAGE_KEYS if message.get(k) is not None}
+        clean.setdefault("content", "")
+        if clean.get("tool_calls"):
+            calls = []
+            for call in clean["tool_calls"]:
+                fn = call.get("function", call)
+                if not isinstance(fn, dict) or not fn.get("name"):
+                    raise RecipeError(f"{where}: message {i} has a tool call without a function name")
+                calls.append({"type": "function",
+                              "function": {"name": fn["name"], "arguments": _as_json_text(fn.get("arguments", {}))}})
+            clean["tool_calls"] = calls
+        else:
+            clean.pop("tool_calls", None)
+        out.append(clean)
+    if not any(m["role"] == "assistant" for m in out):
+        raise RecipeError(f"{where}: has no assistant message, so nothing would be trained")
+    if system_prompt and out[0]["role"] != "system":
+        out.insert(0, {"role": "system", "content": system_prompt})
+    tools = row.get("tools")
+    return {"messages": out, "tools": _as_json_text(tools) if tools else None}
+
+
+def _draw(rows: list, count: int, rng: random.Random) -> list:
+    """``count`` rows from a seeded permutation, cycling (each cycle reshuffled) when count > len(rows)."""
+    drawn: list = []
+    while len(drawn) < count:
+        order = list(range(len(rows)))
+        rng.shuffle(order)
+        drawn.extend(rows[i] for i in order[: count - len(drawn)])
+    return drawn
+
+
+def mix_sources(sources: list[DataSource], mix_size: int | None = None, seed: int = 42) -> list[dict]:
+    """Read, normalize and mix SFT sources by ratio (see the module docstring); deterministic for a seed."""
+    loaded = []
+    for src in sources:
+        raw = read_source(src.path, src.split)
+        if src.max_rows is not None:
+            raw = raw[: src.max_rows]
+        if not raw:
+            raise RecipeError(f"data source {src.path} ({src.split}) has no rows")
+        rows = [normalize_conversation(r, src.system_prompt, f"{src.path} row {i}") for i, r in enumerate(raw)]
+        loaded.append((src, rows))
+    total = mix_size or sum(len(rows) for _, rows in loaded)
+    ratio_sum = sum(src.ratio for src, _ in loaded)
+    rng = random.Random(seed)
+    mixed: list[dict] = []
+    for src, rows in loaded:
+        mixed.extend(_draw(rows, max(1, round(total * src.ratio / ratio_sum)), rng))
+    rng.shuffle(mixed)
+    return mixed
+
+
+def to_dataset(rows: list[dict]):
+    """A ``datasets.Dataset`` from normalized rows (``tools`` column dropped when no row has tools)."""
+    from datasets import Dataset
+
+    if all(r.get("tools") is None for r in rows):
+        rows = [{"messages": r["messages"]} for r in rows]
+    return Dataset.from_list(rows)

@@ -1,0 +1,404 @@
+"""Training recipes: one YAML file per run → a validated dataclass (`SFTRecipe`, `RLRecipe`).
+
+    recipe = load_recipe("trainer/recipes/rl-tiny.yaml", ["max_steps=3", "lora.r=8", "tasks.0.ratio=2"])
+
+Values from YAML and from ``--set key=value`` are coerced to the field's type (``1e-7`` is a float even
+though YAML 1.1 reads it as a string; ``none``/``null`` clears an optional field). Dotted keys reach into
+nested sections and list items. Unknown keys fail with the closest valid name. ``trl:`` holds any other
+TRL config key, checked against ``SFTConfig``/``GRPOConfig`` when the TRL config is built.
+
+The RL recipe also accepts the NeMo-RL names used by the seed recipe (see ``NEMO_RL_KEYS``); they are
+renamed before validation, and giving both spellings with different values is an error:
+
+| NeMo-RL key                  | tansaku recipe key          | TRL ``GRPOConfig``                                   |
+|------------------------------|-----------------------------|------------------------------------------------------|
+| ``policy_kl_penalty``        | ``beta``                    | ``beta`` (>0 loads a reference model)                |
+| ``ratio_clip_min``           | ``epsilon``                 | ``epsilon`` (ratio ≥ 1 − ε)                          |
+| ``ratio_clip_max``           | ``epsilon_high``            | ``epsilon_high`` (ratio ≤ 1 + ε_high)                |
+| ``num_prompts_per_step``     | ``prompts_per_step``        | P×G = ``per_device_train_batch_size`` × world size × |
+| ``num_generations_per_prompt`` | ``num_generations``       | ``gradient_accumulation_steps`` (= ``steps_per_generation``), ``num_generations`` = G |
+| ``learning_rate``            | ``learning_rate``           | ``learning_rate``                                    |
+| ``adam_eps``                 | ``adam_epsilon``            | ``adam_epsilon``                                     |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NEMO_RL_KEYS = {
+    "policy_kl_penalty": "beta",
+    "ratio_clip_min": "epsilon",
+    "ratio_clip_max": "epsilon_high",
+    "num_prompts_per_step": "prompts_per_step",
+    "num_generations_per_prompt": "num_generations",
+    "adam_eps": "adam_epsilon",
+}
+ALGORITHMS = ("grpo", "gspo")
+# GSPO's sequence-level ratios stay close to 1, so the paper clips much tighter than token-level GRPO.
+ALGORITHM_DEFAULTS = {
+    "grpo": {"importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": 0.28, "loss_type": "dapo"},
+    "gspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4, "loss_type": "grpo"},
+}
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+
+
+class RecipeError(ValueError):
+    """A recipe file or override is malformed; the message names the key and what was expected."""
+
+
+@dataclass
+class LoraSpec:
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: str | list[str] = "all-linear"  # "all-linear": every linear layer except the LM head
+
+
+@dataclass
+class DataSource:
+    """One SFT dataset in the mix: a tansaku store folder (``data/<split>-*.parquet``) or a .jsonl/.parquet file."""
+
+    path: str
+    ratio: float = 1.0  # share of the mix, normalized over all sources
+    split: str = "train"
+    system_prompt: str | None = None  # prepended to conversations that have no system message
+    max_rows: int | None = None
+
+
+@dataclass
+class RLTask:
+    """One task of an RL run: ``envs.tasks.TASKS[name]`` over a prompt dataset, searching one index."""
+
+    name: str
+    data: str
+    ratio: float = 1.0
+    split: str = "train"
+    index: str | None = None  # search index folder or OpenSearch URL
+    max_rows: int | None = None
+    reward_weights: dict[str, float] = field(default_factory=dict)  # overrides of the task's weights
+
+
+@dataclass
+class WatchSpec:
+    """The reward-hacking watch: warn when a component rises while answer correctness stays flat."""
+
+    window: int = 10  # logged steps compared: mean of the last `window` vs the `window` before
+    rise: float = 0.1  # a component "rises" when its mean grows by at least this much
+    flat: float = 0.02  # correctness is "flat" when its mean moves less than this
+    correctness: str = "answer"  # substring naming the correctness reward column(s)
+
+
+@dataclass
+class TrainCommon:
+    model: str = ""  # "tiny" = pipelines.tiny_model.tiny_model_dir(); else a folder or hub id
+    output_dir: str = ""
+    learning_rate: float = 1e-5
+    adam_epsilon: float = 1e-8
+    weight_decay: float = 0.0
+    lr_scheduler_type: str = "constant"
+    warmup_steps: float = 0.0  # <1 is a ratio of the total steps (transformers 5)
+    max_grad_norm: float = 1.0
+    num_train_epochs: float = 1.0
+    max_steps: int = -1
+    per_device_train_batch_size: int | None = None
+    gradient_accumulation_steps: int = 1
+    gradient_checkpointing: bool = False
+    bf16: bool = False
+    use_cpu: bool = False
+    seed: int = 42
+    logging_steps: int = 1
+    save_steps: int = 500
+    save_total_limit: int | None = None
+    report_to: list[str] = field(default_factory=list)  # [], ["trackio"], ["wandb"]
+    resume_from_checkpoint: str | None = None  # "latest" = newest checkpoint-* in output_dir, or a path
+    lora: LoraSpec | None = None
+    trl: dict[str, Any] = field(default_factory=dict)  # any other SFTConfig/GRPOConfig key
+
+
+@dataclass
+class SFTRecipe(TrainCommon):
+    data: list[DataSource] = field(default_factory=list)
+    mix_size: int | None = None  # rows in the mixed dataset; default: the sources' total
+    max_length: int = 4096
+    packing: bool = False
+
+
+@dataclass
+class RLRecipe(TrainCommon):
+    tasks: list[RLTask] = field(default_factory=list)
+    algorithm: str = "gspo"
+    beta: float = 0.0
+    epsilon: float | None = None  # None: the algorithm's default (ALGORITHM_DEFAULTS)
+    epsilon_high: float | None = None
+    loss_type: str | None = None
+    num_generations: int = 8
+    prompts_per_step: int = 1
+    max_prompt_length: int | None = None
+    max_completion_length: int = 1024
+    max_tool_calling_iterations: int | None = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    vllm_gpu_memory_utilization: float = 0.3
+    vllm_server_base_url: str | None = None
+    log_completions: bool = True
+    watch: WatchSpec = field(default_factory=WatchSpec)
+    learning_rate: float = 5e-7
+
+
+# --------------------------------------------------------------------------- coercion
+
+
+def _is_optional(tp) -> tuple[bool, Any]:
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        inner = rest[0]
+        for other in rest[1:]:
+            inner = inner | other
+        return True, inner
+    return False, tp
+
+
+def _coerce(value: Any, tp, where: str) -> Any:
+    """Turn a YAML/CLI value into ``tp``; raise RecipeError naming ``where`` when it cannot."""
+    optional, inner = _is_optional(tp)
+    if optional and isinstance(value, str) and value.strip().lower() in ("none", "null", "~", ""):
+        return None
+    if value is None:
+        if optional:
+            return None
+        raise RecipeError(f"{where}: a value is required (got null)")
+    tp = inner
+    origin = typing.get_origin(tp)
+    try:
+        if dataclasses.is_dataclass(tp):
+            if isinstance(value, tp):
+                return value
+            if not isinstance(value, dict):
+                raise RecipeError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
+            return build(tp, value, where)
+        if origin in (typing.Union, types.UnionType):  # e.g. str | list[str]: the first type that fits
+            for option in typing.get_args(tp):
+                if isinstance(value, typing.get_origin(option) or option):
+                    return _coerce(value, option, where)
+            return _coerce(value, typing.get_args(tp)[0], where)
+        if origin is list:
+            (item_tp,) = typing.get_args(tp)
+            if isinstance(value, str):  # --set report_to=wandb,trackio
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, list):
+                raise RecipeError(f"{where}: expected a list, got {value!r}")
+            return [_coerce(v, item_tp, f"{where}.{i}") for i, v in enumerate(value)]
+        if origin is dict:
+            if not isinstance(value, dict):
+                raise RecipeError(f"{where}: expected a mapping, got {value!r}")
+            _, val_tp = typing.get_args(tp)
+            return {str(k): _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()}
+        if tp is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("true", "yes", "on", "1"):
+                return True
+            if text in ("false", "no", "off", "0"):
+                return False
+            raise ValueError(value)
+        if tp is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+        if tp is float:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        if tp is str:
+            if isinstance(value, (dict, list)):
+                raise ValueError(value)
+            return str(value)
+        if tp is Any:
+            return value
+    except (TypeError, ValueError):
+        raise RecipeError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}") from None
+    raise RecipeError(f"{where}: unsupported field type {tp}")
+
+
+def build(cls, data: dict, where: str = "recipe"):
+    """Build dataclass ``cls`` from a dict, coercing each value; unknown keys fail with a suggestion."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in hints:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f"; valid keys: {', '.join(names)}"
+            raise RecipeError(f"{where}: unknown key '{key}'{hint}")
+        kwargs[key] = _coerce(value, hints[key], f"{where}.{key}" if where != "recipe" else key)
+    return cls(**kwargs)
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def apply_override(data: dict, assignment: str, aliases: dict[str, str] | None = None) -> None:
+    """Apply one ``key=value`` (dotted key: ``lora.r=8``, ``tasks.0.ratio=2``) to the raw recipe dict.
+
+    The value is parsed as YAML (lists, mappings, numbers); ``_coerce`` then fixes its type.
+    """
+    import yaml
+
+    key, sep, raw = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise RecipeError(f"--set expects key=value, got {assignment!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    parts = key.split(".")
+    parts[0] = (aliases or {}).get(parts[0], parts[0])
+    node: Any = data
+    for i, part in enumerate(parts[:-1]):
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise RecipeError(f"--set {key}: '{part}' is not an index of a list of {len(node)}")
+            node = node[int(part)]
+        else:
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+        if not isinstance(node, (dict, list)):
+            raise RecipeError(f"--set {key}: '{'.'.join(parts[: i + 1])}' is a value, not a section")
+    last = parts[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise RecipeError(f"--set {key}: '{last}' is not an index of a list of {len(node)}")
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def _rename_nemo_keys(data: dict) -> dict:
+    out = dict(data)
+    for nemo, ours in NEMO_RL_KEYS.items():
+        if nemo in out:
+            value = out.pop(nemo)
+            if ours in out and str(out[ours]) != str(value):
+                raise RecipeError(f"both '{nemo}' ({value!r}) and '{ours}' ({out[ours]!r}) are set; keep one")
+            out[ours] = value
+    return out
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise RecipeError(message)
+
+
+def validate(recipe) -> None:
+    """Cross-field checks that a single type cannot express; raise RecipeError with the fix."""
+    _check(bool(recipe.model), "model: required ('tiny', a folder, or a hub id)")
+    _check(bool(recipe.output_dir), "output_dir: required")
+    _check(recipe.learning_rate > 0, f"learning_rate: must be > 0 (got {recipe.learning_rate})")
+    _check(recipe.max_steps > 0 or recipe.num_train_epochs > 0, "max_steps or num_train_epochs must be > 0")
+    if recipe.lora is not None:
+        _check(recipe.lora.r > 0, f"lora.r: must be > 0 (got {recipe.lora.r})")
+    if isinstance(recipe, SFTRecipe):
+        _check(bool(recipe.data), "data: list at least one source (path, ratio, system_prompt)")
+        for i, src in enumerate(recipe.data):
+            _check(src.ratio > 0, f"data.{i}.ratio: must be > 0 (got {src.ratio})")
+        _check(recipe.mix_size is None or recipe.mix_size > 0, "mix_size: must be > 0")
+        return
+    _check(bool(recipe.tasks), "tasks: list at least one task (name, data, index)")
+    for i, task in enumerate(recipe.tasks):
+        _check(task.ratio > 0, f"tasks.{i}.ratio: must be > 0 (got {task.ratio})")
+    _check(recipe.algorithm in ALGORITHMS, f"algorithm: one of {', '.join(ALGORITHMS)} (got {recipe.algorithm!r})")
+    _check(recipe.loss_type is None or recipe.loss_type in LOSS_TYPES,
+           f"loss_type: one of {', '.join(LOSS_TYPES)} (got {recipe.loss_type!r})")
+    _check(recipe.num_generations >= 2, f"num_generations: GRPO needs >= 2 per prompt (got {recipe.num_generations})")
+    _check(recipe.prompts_per_step >= 1, f"prompts_per_step: must be >= 1 (got {recipe.prompts_per_step})")
+    _check(recipe.beta >= 0, f"beta / policy_kl_penalty: must be >= 0 (got {recipe.beta})")
+    for name in ("epsilon", "epsilon_high"):
+        value = getattr(recipe, name)
+        _check(value is None or value > 0, f"{name}: must be > 0 (got {value})")
+    _check(recipe.vllm_mode in ("colocate", "server"), f"vllm_mode: colocate or server (got {recipe.vllm_mode!r})")
+    _check(not (recipe.use_vllm and recipe.use_cpu), "use_vllm needs a GPU: set use_cpu=false or use_vllm=false")
+    batch_plan(recipe)  # raises when the batch does not divide
+
+
+def world_size() -> int:
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def batch_plan(recipe: RLRecipe, processes: int | None = None) -> dict[str, int]:
+    """P prompts × G generations per optimizer step → TRL's micro-batch and accumulation.
+
+    One optimizer step sees ``per_device_train_batch_size × processes × gradient_accumulation_steps``
+    completions, which must equal P×G; TRL generates them all at once (``steps_per_generation`` =
+    accumulation), so one step = one generation round = NeMo-RL's step.
+    """
+    processes = processes or world_size()
+    completions = recipe.prompts_per_step * recipe.num_generations
+    micro = recipe.per_device_train_batch_size or min(recipe.num_generations, completions // processes or 1)
+    _check(completions % (micro * processes) == 0,
+           f"prompts_per_step×num_generations = {completions} completions per step must divide into "
+           f"per_device_train_batch_size ({micro}) × processes ({processes}); change one of them")
+    accumulation = completions // (micro * processes)
+    return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": accumulation,
+            "steps_per_generation": accumulation, "num_generations": recipe.num_generations}
+
+
+# --------------------------------------------------------------------------- loading
+
+RECIPE_KINDS = {"sft": SFTRecipe, "rl": RLRecipe}
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None, kind: str | None = None):
+    """Read a recipe YAML, apply ``--set`` overrides, coerce, validate; return the dataclass.
+
+    ``kind`` is ``sft`` or ``rl``; without it the file's ``kind:`` key decides.
+    """
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe {path} not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"recipe {path}: the top level must be a mapping of keys")
+    file_kind = data.pop("kind", None)
+    kind = kind or file_kind
+    if kind not in RECIPE_KINDS:
+        raise RecipeError(f"recipe {path}: kind must be one of {', '.join(RECIPE_KINDS)} (got {kind!r})")
+    if file_kind and file_kind != kind:
+        raise RecipeError(f"recipe {path} is a '{file_kind}' recipe, not '{kind}'")
+    if kind == "rl":
+        data = _rename_nemo_keys(data)
+    for assignment in overrides or []:
+        apply_override(data, assignment, NEMO_RL_KEYS if kind == "rl" else None)
+    recipe = build(RECIPE_KINDS[kind], data)
+    validate(recipe)
+    return recipe
+
+
+def resolve_model(name: str) -> str:
+    """``tiny`` → the tiny model folder (materialized once); anything else is returned as given."""
+    if name == "tiny":
+        from pipelines.tiny_model import tiny_model_dir
+
+        return str(tiny_model_dir())
+    return name

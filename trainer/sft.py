@@ -1,0 +1,133 @@
+"""`train sft`: supervised fine-tuning on tool-calling chat data with TRL's SFTTrainer.
+
+    train sft --config trainer/recipes/sft-tiny.yaml --set max_steps=5
+    python -c "from trainer.sft import run_sft; run_sft('trainer/recipes/sft-tiny.yaml', ['max_steps=5'])"
+
+The loss covers what the model must learn to write and nothing it reads: ``assistant_only_loss=True``
+with a chat template that wraps each assistant turn (reasoning, tool calls, answer, end token) in
+``{% generation %}`` markers, so system, user and tool-result tokens get label -100. The recipe's data
+sources are mixed by ratio (``trainer.data``); LoRA on all linear layers or a full fine-tune.
+
+The helpers here (``training_args``, ``make_trl_config``, ``peft_config``, ``resume_checkpoint``) map the
+recipe fields shared with ``train rl`` onto TRL config keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+from pathlib import Path
+
+from trainer.recipes import RecipeError, SFTRecipe, TrainCommon, load_recipe, resolve_model
+
+# Recipe fields copied verbatim onto transformers' TrainingArguments (same names, same meaning).
+SHARED_KEYS = (
+    "output_dir", "learning_rate", "adam_epsilon", "weight_decay", "lr_scheduler_type", "warmup_steps",
+    "max_grad_norm", "num_train_epochs", "max_steps", "gradient_accumulation_steps", "gradient_checkpointing",
+    "bf16", "use_cpu", "seed", "logging_steps", "save_steps", "save_total_limit",
+)
+
+
+def training_args(recipe: TrainCommon) -> dict:
+    """The TrainingArguments part of a recipe, as keyword arguments."""
+    kwargs = {key: getattr(recipe, key) for key in SHARED_KEYS}
+    kwargs["report_to"] = list(recipe.report_to) or "none"
+    if recipe.per_device_train_batch_size is not None:
+        kwargs["per_device_train_batch_size"] = recipe.per_device_train_batch_size
+    # Same seed for the data order too, so a resumed run replays the same batches.
+    kwargs["data_seed"] = recipe.seed
+    kwargs["model_init_kwargs"] = {"dtype": "bfloat16" if recipe.bf16 else "float32"}
+    return kwargs
+
+
+def make_trl_config(config_cls, recipe: TrainCommon, kwargs: dict):
+    """``config_cls(**kwargs, **recipe.trl)``; ``trl:`` keys must be real config fields not set elsewhere."""
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    recipe_names = {f.name for f in dataclasses.fields(recipe)}
+    for key in recipe.trl:
+        if key not in names:
+            close = difflib.get_close_matches(key, sorted(names), n=1)
+            raise RecipeError(f"trl.{key}: not a {config_cls.__name__} field" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        if key in recipe_names:
+            raise RecipeError(f"trl.{key}: set it as the top-level recipe key '{key}' instead")
+    merged = {**kwargs, **recipe.trl}
+    if "model_init_kwargs" in recipe.trl:  # merge, so trl.model_init_kwargs.attn_implementation keeps dtype
+        merged["model_init_kwargs"] = {**kwargs.get("model_init_kwargs", {}), **recipe.trl["model_init_kwargs"]}
+    return config_cls(**merged)
+
+
+def peft_config(recipe: TrainCommon):
+    """A peft LoraConfig from ``recipe.lora``, or None for a full fine-tune."""
+    if recipe.lora is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=recipe.lora.r, lora_alpha=recipe.lora.alpha, lora_dropout=recipe.lora.dropout,
+                      target_modules=recipe.lora.target_modules, task_type="CAUSAL_LM")
+
+
+def resume_checkpoint(recipe: TrainCommon) -> str | None:
+    """``resume_from_checkpoint``: ``latest`` → newest ``checkpoint-*`` in output_dir; a path must exist."""
+    value = recipe.resume_from_checkpoint
+    if value is None:
+        return None
+    if value == "latest":
+        from transformers.trainer_utils import get_last_checkpoint
+
+        found = get_last_checkpoint(recipe.output_dir) if Path(recipe.output_dir).is_dir() else None
+        if found is None:
+            raise RecipeError(f"resume_from_checkpoint=latest: no checkpoint-* folder in {recipe.output_dir}")
+        return found
+    if not Path(value).is_dir():
+        raise RecipeError(f"resume_from_checkpoint: {value} is not a checkpoint folder")
+    return value
+
+
+def write_recipe_copy(recipe, output_dir: str) -> None:
+    """Keep the resolved recipe next to the checkpoints (what exactly was run)."""
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    text = json.dumps(dataclasses.asdict(recipe), ensure_ascii=False, indent=2)
+    (Path(output_dir) / "tansaku_recipe.json").write_text(text, encoding="utf-8")
+
+
+def sft_config(recipe: SFTRecipe):
+    """The TRL ``SFTConfig`` of a recipe (assistant-only loss always on)."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl import SFTConfig
+
+    kwargs = training_args(recipe)
+    kwargs.update(assistant_only_loss=True, max_length=recipe.max_length, packing=recipe.packing,
+                  shuffle_dataset=True)
+    return make_trl_config(SFTConfig, recipe, kwargs)
+
+
+def build_sft_trainer(recipe: SFTRecipe, callbacks: list | None = None):
+    """An SFTTrainer ready to ``train()``: mixed dataset, model, LoRA if asked."""
+    from trl import SFTTrainer
+
+    from trainer.data import mix_sources, to_dataset
+
+    config = sft_config(recipe)
+    dataset = to_dataset(mix_sources(recipe.data, recipe.mix_size, recipe.seed))
+    return SFTTrainer(model=resolve_model(recipe.model), args=config, train_dataset=dataset,
+                      peft_config=peft_config(recipe), callbacks=callbacks)
+
+
+def run_sft(config_path: str | os.PathLike, overrides: list[str] | None = None) -> dict:
+    """Run ``train sft``: load the recipe (+ ``--set`` overrides), train, save the final model.
+
+    Returns ``{"output_dir", "global_step", "training_loss", "metrics"}``. Checkpoints, ``trainer_state.json``
+    and the resolved recipe (``tansaku_recipe.json``) land in the recipe's ``output_dir``; the final model
+    (or LoRA adapter) is saved there too.
+    """
+    recipe = load_recipe(config_path, overrides, kind="sft")
+    resume = resume_checkpoint(recipe)
+    trainer = build_sft_trainer(recipe)
+    write_recipe_copy(recipe, recipe.output_dir)
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(recipe.output_dir)
+    trainer.save_state()
+    return {"output_dir": recipe.output_dir, "global_step": trainer.state.global_step,
+            "training_loss": result.training_loss, "metrics": result.metrics}
