@@ -1,0 +1,165 @@
+"""Evaluate a model with the search environment over a dataset split, and the RL readiness check.
+
+``run_eval`` runs ``k`` episodes per question through ``envs.rollout``, writes ``trajectories.jsonl`` and
+``report.json``, and returns the report: pass@1, pass@k, mean tool calls, parse-failure rate, each reward
+component's mean, stop reasons, and the share of zero-variance groups. ``check_rl_readiness(report)`` raises
+``NotReadyForRL`` with the numbers when RL would learn nothing (pass@k ≈ 0, or every group has zero
+reward variance so every GRPO advantage is 0).
+
+    from envs.evaluate import run_eval, check_rl_readiness
+    report = run_eval("multihop_qa", "out/multihop", "http:Qwen/Qwen3-8B@http://gpu1:8000", "out/index",
+                      split="test", k=4, out_dir="runs/eval1")
+    check_rl_readiness(report)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+
+class NotReadyForRL(RuntimeError):
+    """RL on this data/model would have no learning signal; the message carries the numbers."""
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples with ``c`` correct (Chen et al. 2021).
+
+    >>> pass_at_k(4, 0, 4), pass_at_k(4, 1, 1), pass_at_k(4, 1, 4)
+    (0.0, 0.25, 1.0)
+    """
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
+    """Aggregate trajectories (with ``rewards`` filled) into the eval report dict."""
+    correctness = task.answer_reward_name
+    groups: dict[int, list] = {}
+    for trajectory in trajectories:
+        groups.setdefault(trajectory.row_index, []).append(trajectory)
+
+    def correct(t) -> bool:
+        value = t.rewards.get(correctness)
+        return value is not None and value >= pass_threshold - 1e-9
+
+    pass1 = [pass_at_k(len(g), sum(map(correct, g)), 1) for g in groups.values()]
+    passk = [pass_at_k(len(g), sum(map(correct, g)), min(k, len(g))) for g in groups.values()]
+    zero_variance = [len({round(t.total_reward or 0.0, 9) for t in g}) == 1 for g in groups.values()]
+    attempts = sum(t.tool_calls + t.parse_failures for t in trajectories)
+    components = {}
+    for name in task.reward_weights:
+        values = [t.rewards.get(name) for t in trajectories if t.rewards.get(name) is not None]
+        components[name] = sum(values) / len(values) if values else None
+    n = max(len(trajectories), 1)
+    return {
+        "task": task.name,
+        "task_version": task.version,
+        "questions": len(groups),
+        "episodes": len(trajectories),
+        "k": k,
+        "correctness_reward": correctness,
+        "pass_threshold": pass_threshold,
+        "pass@1": sum(pass1) / max(len(pass1), 1),
+        f"pass@{k}": sum(passk) / max(len(passk), 1),
+        "mean_tool_calls": sum(t.tool_calls for t in trajectories) / n,
+        "tool_error_rate": sum(t.tool_errors for t in trajectories) / max(sum(t.tool_calls for t in trajectories), 1),
+        "parse_failure_rate": sum(t.parse_failures for t in trajectories) / max(attempts, 1),
+        "episodes_with_parse_failure": sum(1 for t in trajectories if t.parse_failures) / n,
+        "mean_total_reward": sum(t.total_reward or 0.0 for t in trajectories) / n,
+        "rewards": components,
+        "zero_variance_group_share": sum(zero_variance) / max(len(zero_variance), 1),
+        "stop_reasons": dict(Counter(t.stop_reason for t in trajectories)),
+        "tool_call_distribution": dict(sorted(Counter(t.tool_calls for t in trajectories).items())),
+    }
+
+
+def check_rl_readiness(report: dict, min_pass_at_k: float = 0.02, max_zero_variance_share: float = 0.999) -> None:
+    """Refuse (raise ``NotReadyForRL``) when pass@k ≈ 0 or (nearly) every group has zero reward variance."""
+    k = report["k"]
+    problems = []
+    if report[f"pass@{k}"] < min_pass_at_k:
+        problems.append(f"pass@{k} = {report[f'pass@{k}']:.3f} < {min_pass_at_k} (the model almost never "
+                        "answers correctly: no positive reward to learn from)")
+    if k > 1 and report["zero_variance_group_share"] > max_zero_variance_share:
+        problems.append(f"zero-variance groups = {report['zero_variance_group_share']:.3f} of "
+                        f"{report['questions']} (every GRPO advantage would be 0)")
+    if problems:
+        raise NotReadyForRL(
+            f"not ready for RL on {report['task']} v{report['task_version']} ({report['questions']} questions × "
+            f"{k} samples; pass@1 = {report['pass@1']:.3f}, mean tool calls = {report['mean_tool_calls']:.2f}, "
+            f"parse failures = {report['parse_failure_rate']:.3f}): " + "; ".join(problems)
+            + ". Use easier data, SFT first, or a stronger starting model."
+        )
+
+
+def load_rows(dataset: str | Path, split: str = "test", limit: int | None = None) -> list[dict]:
+    """Rows of a dataset folder written by ``pipelines.store`` (or a ``.jsonl`` file, handy for fixtures)."""
+    path = Path(dataset)
+    if path.suffix == ".jsonl":
+        if not path.is_file():
+            raise FileNotFoundError(f"dataset file not found: {path}")
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        from pipelines.store import read_rows
+
+        rows = read_rows(path, split=split)
+    return rows[:limit] if limit else rows
+
+
+def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", k: int = 4,
+             limit: int | None = None, out_dir: str | Path | None = None, max_turns: int | None = None,
+             max_tokens: int = 1024, temperature: float = 0.7, seed: int = 0, judge=None,
+             pass_threshold: float | None = None) -> dict:
+    """Evaluate ``model`` on ``task`` over ``dataset``'s ``split``; return (and write) the report.
+
+    Args:
+        task: a key of ``envs.tasks.TASKS`` (``multihop_qa``, ``egov_mcq``, ``deepresearch``).
+        dataset: dataset folder (``pipelines.store`` layout) or a ``.jsonl`` file of rows.
+        model: an LLM spec for ``pipelines.llm.from_spec`` (``http:…``, ``vllm:…``, ``transformers:…``,
+            ``scripted:…``) or a client object.
+        index: search index folder / OpenSearch target for ``envs.search.open_index``, or an opened backend.
+        split: dataset split to read. ``limit``: first N rows only.
+        k: samples per question (pass@k; also the group size of the zero-variance check).
+        out_dir: where ``trajectories.jsonl`` and ``report.json`` go (None: write nothing).
+        max_turns, max_tokens, temperature, seed: rollout settings (max_turns defaults to the task's).
+        judge: LLM spec or client for rubric tasks (``deepresearch``).
+        pass_threshold: correctness reward value that counts as a pass (default 1.0; 0.5 for rubric).
+    """
+    from envs.environments import make_environment_factory
+    from envs.rollout import run_rollouts
+    from envs.tasks import TASKS
+
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
+    spec = TASKS[task]
+    rows = load_rows(dataset, split, limit)
+    if not rows:
+        raise ValueError(f"no rows in {dataset} (split {split!r})")
+    missing = sorted({c for row in rows for c in spec.columns if c not in row})
+    if missing:
+        raise ValueError(f"{dataset} lacks column(s) {missing} that task {task} needs ({spec.columns})")
+    if isinstance(model, str) or isinstance(judge, str):
+        from pipelines.llm import from_spec
+
+        model = from_spec(model) if isinstance(model, str) else model
+        judge = from_spec(judge) if isinstance(judge, str) else judge
+    if pass_threshold is None:
+        pass_threshold = 0.5 if spec.answer_style == "report" else 1.0
+    trajectories = run_rollouts(model, spec, rows, make_environment_factory(spec, index), k=k, max_turns=max_turns,
+                                max_tokens=max_tokens, temperature=temperature, seed=seed, judge=judge)
+    report = summarize(spec, trajectories, k, pass_threshold)
+    report.update({"dataset": str(dataset), "split": split, "model": getattr(model, "describe", dict)(),
+                   "temperature": temperature, "max_tokens": max_tokens, "seed": seed})
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "trajectories.jsonl", "w", encoding="utf-8") as f:
+            for trajectory in trajectories:
+                f.write(json.dumps(trajectory.to_record(), ensure_ascii=False, default=str) + "\n")
+        (out / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2, default=str),
+                                         encoding="utf-8")
+    return report

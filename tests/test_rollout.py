@@ -1,0 +1,167 @@
+"""The rollout runner with a scripted model (every stop reason, parse failures, batching) and the tiny model."""
+
+import json
+
+import pytest
+
+from envs.environments import make_environment_factory
+from envs.rollout import run_rollouts
+from envs.tasks import TASKS
+from fixtures.envs.helpers import build_fixture_index, last_user, task_rows, tool_results
+from pipelines.llm import ChatResult, ScriptedLLM
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory):
+    return build_fixture_index(tmp_path_factory.mktemp("envs_index"))
+
+
+def search_call(query):
+    return f'<tool_call>\n{{"name": "search", "arguments": {{"query": "{query}"}}}}\n</tool_call>'
+
+
+def multihop_model(request):
+    """Searches the product, opens the founder's page, answers from what it read."""
+    results = tool_results(request)
+    if not results:
+        return "<think>月見坂の製造元を調べる。</think>\n" + search_call("月見坂")
+    if len(results) == 1:
+        return '<think>雪村製菓の創業者は雪村清一郎。出身地を読む。</think>\n<tool_call>\n{"name": "open_doc", ' \
+               '"arguments": {"doc_id": "f002"}}\n</tool_call>'
+    place = "白砂市" if "白砂市出身" in results[-1] else "不明"
+    return f"<think>本文に{place}出身とある。</think>\n答えは{{{{{place}}}}}です。"
+
+
+def test_multihop_episode_keeps_every_step(index_dir):
+    task = TASKS["multihop_qa"]
+    rows = task_rows("multihop")[:1]
+    [trajectory] = run_rollouts(ScriptedLLM(multihop_model), task, rows, make_environment_factory(task, index_dir))
+    roles = [m["role"] for m in trajectory.completion]
+    assert roles == ["assistant", "tool", "assistant", "tool", "assistant"]
+    reasoning = [m["reasoning_content"] for m in trajectory.completion if m["role"] == "assistant"]
+    assert reasoning == ["月見坂の製造元を調べる。", "雪村製菓の創業者は雪村清一郎。出身地を読む。", "本文に白砂市出身とある。"]
+    assert trajectory.completion[0]["tool_calls"][0]["function"] == {"name": "search", "arguments": {"query": "月見坂"}}
+    assert "f003" in trajectory.completion[1]["content"]
+    assert trajectory.stop_reason == "answer" and trajectory.tool_calls == 2 and trajectory.parse_failures == 0
+    assert trajectory.rewards == {"answer_reward": 1.0, "format_reward": 1.0, "tool_call_reward": 2 / 3,
+                                  "zh_mix_penalty": 0.0}
+    assert trajectory.total_reward == pytest.approx(1.0 + 0.2 + 0.2 * 2 / 3)
+    record = trajectory.to_record()
+    assert json.loads(json.dumps(record, ensure_ascii=False))["messages"][0]["role"] == "system"
+
+
+def test_malformed_call_is_shown_to_the_model_and_counted(index_dir):
+    task = TASKS["multihop_qa"]
+
+    def model(request):
+        results = tool_results(request)
+        if not results:
+            return '<think>検索</think><tool_call>{"name": "search", "arguments": {"query": 月見坂}}</tool_call>'
+        assert results[-1].startswith("エラー") and "bad_json" in results[-1]
+        return "<think>エラーを見た</think>{{白砂市}}"
+
+    [t] = run_rollouts(ScriptedLLM(model), task, task_rows("multihop")[:1], make_environment_factory(task, index_dir))
+    assert t.stop_reason == "answer" and t.parse_failures == 1 and t.tool_calls == 0
+    assert t.completion[1] == {"role": "tool", "name": "parse_error", "tool_call_id": "call_0_error_0",
+                               "content": t.completion[1]["content"]}
+    assert t.rewards["answer_reward"] == 1.0 and t.rewards["format_reward"] == 0.75
+
+
+def test_unknown_tool_wrong_arguments_and_client_parsed_calls(index_dir):
+    task = TASKS["multihop_qa"]
+    calls = [
+        {"type": "function", "function": {"name": "browse", "arguments": {"url": "x"}}},
+        {"type": "function", "function": {"name": "search", "arguments": {"q": "月見坂"}}},
+        {"type": "function", "function": {"name": "", "arguments": "{broken"}},
+    ]
+
+    def model(request):
+        if not tool_results(request):
+            return ChatResult(content="", reasoning="試す", tool_calls=calls, finish_reason="tool_calls")
+        return ChatResult(content="{{白砂市}}", reasoning="答える", finish_reason="stop")
+
+    [t] = run_rollouts(ScriptedLLM(model), task, task_rows("multihop")[:1], make_environment_factory(task, index_dir))
+    results = [m["content"] for m in t.completion if m["role"] == "tool"]
+    assert len(results) == 3 and all(r.startswith("エラー") for r in results)
+    assert "browse" in results[0] and "引数" in results[1]
+    assert (t.tool_calls, t.tool_errors, t.parse_failures) == (2, 2, 1)
+    assert t.rewards["tool_call_reward"] == 0.0
+
+
+def test_stop_reasons_llm_error_max_turns_max_tokens(index_dir):
+    task = TASKS["multihop_qa"]
+    rows = [{"question": "ずっと検索する", "answer": "x"}, {"question": "途中で壊れる", "answer": "x"},
+            {"question": "長すぎる", "answer": "x"}]
+
+    def model(request):
+        question = request.messages[1]["content"]
+        if question == "途中で壊れる" and tool_results(request):
+            raise RuntimeError("server died")
+        if question == "長すぎる":
+            return ChatResult(content="<think>とても長い考え", finish_reason="length")
+        return "<think>もう一度</think>" + search_call(f"白砂市 {len(tool_results(request))}")
+
+    trajectories = run_rollouts(ScriptedLLM(model), task, rows, make_environment_factory(task, index_dir), max_turns=4)
+    assert [t.stop_reason for t in trajectories] == ["max_turns", "llm_error", "max_tokens"]
+    assert trajectories[0].tool_calls == 4 and trajectories[0].rewards["tool_call_reward"] == 1.0
+    assert "server died" in trajectories[1].error and len(trajectories[1].completion) == 2  # first step kept
+    assert trajectories[2].completion[0]["reasoning_content"] == "とても長い考え"
+    assert all(t.rewards["answer_reward"] == 0.0 for t in trajectories)
+
+
+def test_one_batched_chat_call_per_turn(index_dir):
+    task = TASKS["multihop_qa"]
+    client = ScriptedLLM(multihop_model)
+    batch_sizes = []
+    original = client.chat
+    client.chat = lambda requests: (batch_sizes.append(len(requests)), original(requests))[1]
+    rows = task_rows("multihop")
+    trajectories = run_rollouts(client, task, rows, make_environment_factory(task, index_dir), k=3, temperature=1.0)
+    assert batch_sizes == [12, 12, 12]
+    assert [(t.row_index, t.sample_index) for t in trajectories][:4] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+
+
+def test_egov_and_deepresearch_tasks_run_through_the_runner(index_dir):
+    egov = TASKS["egov_mcq"]
+
+    def mcq_model(request):
+        if not tool_results(request):
+            return "<think>条例を検索する。</think>" + search_call("北浜県文化財保護条例")
+        assert "1. " in last_user(request) and "4. " in last_user(request)
+        return "<think>第七条は管理義務。</think>{{2}}"
+
+    rows = task_rows("egov_mcq")
+    trajectories = run_rollouts(ScriptedLLM(mcq_model), egov, rows, make_environment_factory(egov, index_dir))
+    assert [t.rewards["mcq_reward"] for t in trajectories] == [1.0, 1.0, 0.0]
+
+    research = TASKS["deepresearch"]
+    report = ("## 白砂市の観光\n白砂海岸（f013）は夏に海水浴客で賑わい、青葉鉄道白砂線の臨時列車で訪れることができる。"
+              "十月には港町大漁祭り（f014）が開かれる。" * 3)
+
+    def research_model(request):
+        if not tool_results(request):
+            return "<think>観光資源を探す。</think>" + search_call("白砂市 観光")
+        return f"<think>まとめる。</think>{report}"
+
+    judge = ScriptedLLM(lambda request: '{"scores": [1, 1, 1, 1]}' if "4 項目" in last_user(request)
+                        else '{"scores": [1, 0, 1]}')
+    trajectories = run_rollouts(ScriptedLLM(research_model), research, task_rows("deepresearch"),
+                                make_environment_factory(research, index_dir), judge=judge)
+    assert [t.rewards["rubric_reward"] for t in trajectories] == [1.0, 0.75]
+    assert all(t.rewards["format_reward"] == 1.0 for t in trajectories)
+
+
+@pytest.mark.slow
+def test_tiny_model_tool_loop_mechanics(index_dir, tiny_model_path):
+    from pipelines.llm import from_spec
+
+    task = TASKS["multihop_qa"]
+    client = from_spec(f"transformers:{tiny_model_path}", cache=False)
+    trajectories = run_rollouts(client, task, task_rows("multihop")[:2], make_environment_factory(task, index_dir),
+                                k=2, max_turns=3, max_tokens=48, temperature=1.0)
+    assert len(trajectories) == 4
+    for t in trajectories:
+        assert t.stop_reason in {"answer", "max_turns", "max_tokens"}, t.error
+        assert t.turns >= 1 and t.completion[0]["role"] == "assistant"
+        assert set(t.rewards) == set(task.reward_weights)
+        assert 0.0 <= t.rewards["tool_call_reward"] <= 1.0
