@@ -60,7 +60,7 @@ def agent_check(records: list[dict], policy, tools, k: int = 4, m: int = 1, seed
 
     task = TASKS["multihop_qa"]
     rows = [eval_row(r) for r in records]
-    trajectories = run_rollouts(policy, task, rows, tools, k=k)
+    trajectories = run_rollouts(policy, task, rows, tools, k=k, seed=seed, score=False)
     if len(trajectories) != k * len(rows):
         raise RuntimeError(f"run_rollouts returned {len(trajectories)} trajectories for {len(rows)} rows × k={k}")
     reward = task.answer_reward()
