@@ -25,7 +25,7 @@ QUESTION_PROMPT = "question.v1.md"
 QUESTION_SCHEMA = {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}
 
 _WHERE = ("地", "所在地", "出身", "本社", "本拠地", "場所", "国", "国籍", "都道府県", "県", "都市", "州")
-_WHEN = ("年", "年月日", "日", "時期", "時代")
+_WHEN = ("年", "年月日", "日", "時期", "時代", "設立", "開業", "開館", "創業", "開通", "開港")
 _WHO = ("者", "人", "長", "知事", "監督", "妻", "夫", "配偶者", "師匠", "父", "母", "主宰", "選手")
 TEMPLATES = (
     "「{s}」の{r1}の{r2}は{wh}",
