@@ -54,9 +54,9 @@ class Analyzer:
     def _sudachi(self):
         tok = getattr(self._local, "tok", None)
         if tok is None:
-            from sudachipy import Dictionary, SplitMode
+            from sudachipy import SplitMode
 
-            tok = Dictionary(dict="core").create(SplitMode.C)
+            tok = _sudachi_dictionary().create(SplitMode.C)  # cheap: the dictionary is shared
             self._local.tok = tok
         return tok
 
@@ -98,6 +98,20 @@ class Analyzer:
             index.register_tokenizer(
                 SUDACHI_TOKENIZER, tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
             )
+
+
+_dict_lock = threading.Lock()
+_dictionary = None
+
+
+def _sudachi_dictionary():
+    global _dictionary
+    with _dict_lock:
+        if _dictionary is None:
+            from sudachipy import Dictionary
+
+            _dictionary = Dictionary(dict="core")
+    return _dictionary
 
 
 def _slices(text: str, size: int):
