@@ -1,0 +1,64 @@
+"""``synth build deepresearch``: multi-article report instructions with per-instruction rubrics.
+
+Stages (see ``build.py``): keyword groups from the corpus (``keywords``) → an agent with the search tool
+writes an instruction and confirms its supporting articles (``instructions``) → single-page judge →
+quality judge (``quality``) → clarifying Q/A for a share of rows (``clarify``) → rubric (``rubric``).
+
+Shared here: the versioned prompt files and one helper that asks an LLM for JSON and turns every
+failure into a named :class:`~pipelines.engine.Drop`.
+
+    from pipelines.deepresearch.build import build_deepresearch
+    build_deepresearch("out/corpus", "out/index", "out/deepresearch", "scripted:deepresearch")
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from pipelines.engine import Drop
+
+PROMPTS_DIR = Path(__file__).with_name("prompts")
+# Bump a file's version (new file name) whenever its wording changes; the names go to the manifest.
+PROMPTS = {
+    "instruction": "instruction.v1.md",
+    "single_page": "single_page.v1.md",
+    "quality": "quality.v1.md",
+    "clarify": "clarify.v1.md",
+    "clarify_judge": "clarify_judge.v1.md",
+    "rubric": "rubric.v1.md",
+}
+
+
+@cache
+def load_prompt(kind: str) -> str:
+    """The system prompt for ``kind`` (a key of ``PROMPTS``)."""
+    return (PROMPTS_DIR / PROMPTS[kind]).read_text(encoding="utf-8").strip()
+
+
+def ask_json(llm, kind: str, user_messages: list[str], max_tokens: int = 1024,
+             json_schema: dict | None = None) -> list[dict | Drop]:
+    """One batched call: ``kind``'s system prompt + each user message → parsed JSON object or a Drop
+    (``llm_error`` when the backend failed, ``llm_bad_json`` when the text holds no usable object)."""
+    from pipelines.llm import ChatRequest, LLMBadJSON, parse_json
+
+    if not user_messages:
+        return []
+    system = load_prompt(kind)
+    requests = [ChatRequest(messages=[{"role": "system", "content": system}, {"role": "user", "content": u}],
+                            max_tokens=max_tokens, temperature=0.0, json_schema=json_schema)
+                for u in user_messages]
+    out: list[dict | Drop] = []
+    for result in llm.chat(requests):
+        if result.error:
+            out.append(Drop("llm_error"))
+            continue
+        try:
+            out.append(parse_json(result.content, json_schema))
+        except LLMBadJSON:
+            out.append(Drop("llm_bad_json"))
+    return out
+
+
+def excerpt(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -1,0 +1,112 @@
+"""``synth build deepresearch``: the stages on the pipeline engine, written as a dataset + card.
+
+    build_deepresearch("out/corpus", "out/index", "out/deepresearch", "scripted:deepresearch")
+    # CLI: synth build deepresearch --corpus DIR --index DIR --out DIR --llm SPEC [--clarify-share F] [--limit N]
+
+``llm``: a ``pipelines.llm`` client or spec; ``scripted:deepresearch`` is the built-in demo script
+(``demo_llm.py``), so the pipeline runs on the embedded index without an endpoint. Stages:
+
+1. ``keywords`` (global): keyword groups from the corpus documents (``keywords.py``); ``limit`` caps them.
+2. ``instructions``: the search agent writes an instruction and confirms its articles (``instructions.py``).
+3. ``single_page``: drop instructions one supporting article answers alone.
+4. ``quality``: LLM judge with a written rubric, ``quality_threshold``.
+5. ``select_clarify`` (global) + ``clarify``: clarifying Q/A for ``clarify_share`` of the rows.
+6. ``rubric``: per-instruction rubric validated against ``rubric.RUBRIC_SCHEMA``.
+
+Output row: ``id, instruction, dialogue, clarify_question, clarify_answer, clarify_status,
+needs_clarification, entities, report_format, supporting_doc_ids, searched_doc_ids, unconfirmed_doc_ids,
+search_queries, agent_turns, single_page_checked, quality_score, quality_scores, rubric, keywords, group_id,
+doc_ids, titles, keyword_df``. The ``deepresearch`` task reads ``instruction`` and ``rubric``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipelines.deepresearch import PROMPTS
+from pipelines.deepresearch.clarify import make_clarify_stage_fn, select_for_clarification
+from pipelines.deepresearch.instructions import make_instruction_stage_fn, make_single_page_stage_fn
+from pipelines.deepresearch.keywords import KeywordConfig, keyword_groups
+from pipelines.deepresearch.quality import make_quality_stage_fn
+from pipelines.deepresearch.rubric import make_rubric_stage_fn
+from pipelines.engine import batch_stage, global_stage, map_stage
+
+PIPELINE_VERSION = "1"
+DEMO_SPEC = "scripted:deepresearch"
+
+
+def resolve_llm(llm):
+    """A client from a spec (``scripted:deepresearch`` = the demo script), or the client itself."""
+    if not isinstance(llm, str):
+        return llm
+    if llm == DEMO_SPEC:
+        from pipelines.deepresearch.demo_llm import demo_llm
+
+        return demo_llm()
+    from pipelines.llm import from_spec
+
+    return from_spec(llm)
+
+
+def deepresearch_stages(llm, backend, *, clarify_share: float = 0.5, limit: int | None = None, seed: int = 0,
+                        keyword_config: KeywordConfig = KeywordConfig(), quality_threshold: float = 3.5,
+                        min_sources: int = 2, max_turns: int = 6, batch_size: int = 16) -> list:
+    def groups(docs):
+        found = keyword_groups(docs, keyword_config)
+        yield from (found[:limit] if limit is not None else found)
+
+    def finish(r: dict) -> dict:
+        return {"id": f"dr-{r['group_id']}", **r}
+
+    return [
+        global_stage("keywords", groups),
+        batch_stage("instructions", make_instruction_stage_fn(llm, backend, max_turns, min_sources, seed), batch_size),
+        batch_stage("single_page", make_single_page_stage_fn(llm, backend), batch_size),
+        batch_stage("quality", make_quality_stage_fn(llm, quality_threshold), batch_size),
+        global_stage("select_clarify", select_for_clarification(clarify_share, seed)),
+        batch_stage("clarify", make_clarify_stage_fn(llm), batch_size),
+        batch_stage("rubric", make_rubric_stage_fn(llm, backend), batch_size),
+        map_stage("finish", finish),
+    ]
+
+
+def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, llm, clarify_share: float = 0.5,
+                       limit: int | None = None, seed: int = 0, quiet: bool = False,
+                       keyword_config: KeywordConfig = KeywordConfig(), quality_threshold: float = 3.5,
+                       name: str | None = None) -> dict:
+    """Build the deepresearch dataset in ``out``; returns its manifest (a rerun with the same ``out`` resumes)."""
+    from envs.search import open_index
+    from pipelines.store import build_dataset, describe_input, iter_rows, read_manifest
+
+    if not 0 <= clarify_share <= 1:
+        raise ValueError(f"--clarify-share must be within [0, 1], got {clarify_share}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be positive, got {limit}")
+    corpus_manifest = read_manifest(corpus)  # fails fast with a clear message on a folder that is no dataset
+    if not Path(index).exists() and not str(index).startswith(("opensearch:", "http://", "https://")):
+        raise FileNotFoundError(f"index {index} does not exist; build it with `synth index build --dataset {corpus}`")
+    backend = open_index(index)
+    client = resolve_llm(llm)
+    config = {"clarify_share": clarify_share, "limit": limit, "keywords": keyword_config.to_dict(),
+              "quality_threshold": quality_threshold, "min_sources": 2, "max_turns": 6, "prompts": PROMPTS}
+    inputs = [describe_input(corpus, sum(corpus_manifest.get("splits", {}).values())),
+              {"path": str(index), "sha256": None, "records": None}]
+    return build_dataset(
+        out=out, name=name or "deepresearch", pipeline="deepresearch", pipeline_version=PIPELINE_VERSION,
+        config=config, seed=seed, inputs=inputs, source=lambda: iter_rows(corpus),
+        stages=deepresearch_stages(client, backend, clarify_share=clarify_share, limit=limit, seed=seed,
+                                   keyword_config=keyword_config, quality_threshold=quality_threshold),
+        llm=client, parents=[corpus_manifest.get("version", "")], chunk_size=64, quiet=quiet,
+        card={"pretty_name": "tansaku deepresearch instructions",
+              "license": "other", "task_categories": ["text-generation"], "tags": ["deep-research", "rubric"],
+              "description": "Japanese report instructions that need several articles of the corpus, each with "
+                             "the supporting doc ids its writer confirmed through search, an optional "
+                             "clarifying question and user answer (`dialogue`), and a per-instruction rubric "
+                             "(`rubric`: criteria with id, weight summing to 1, scale, kind coverage/fact/"
+                             "format/other, entities, source_doc_ids) for `envs.rewards.make_rubric_reward`.",
+              "limitations": ["Instructions, judgements and rubrics are LLM-written; the manifest's `llm` names "
+                              "the model (the demo script `scripted:deepresearch` writes templates).",
+                              "Single-page and quality filters are LLM judges and can be wrong both ways.",
+                              "Rows whose clarifying Q/A failed its filters keep the instruction without it "
+                              "(`clarify_status`)."]},
+    )
