@@ -158,7 +158,10 @@ def _number_neighbours(value: str, unit: str) -> list[str]:
     n = kanji_number(value[: -len(unit)])
     if not n:
         return []
-    candidates = [n * 2, n // 2, n * 3, n + 1, n * 5, n - 1, n * 10]
+    if unit == "歳":  # ages: nearby values, never ×3
+        candidates = [n + 2, n - 2, n + 5, n - 5, n + 10, n - 10]
+    else:
+        candidates = [n * 2, n // 2, n * 3, n + 1, n * 5, n - 1, n * 10]
     return [kanji_numeral(c) + unit for c in candidates if c > 0 and c != n]
 
 

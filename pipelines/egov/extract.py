@@ -52,7 +52,11 @@ def _jlp_sentence_text(container) -> str:
 def _jlp_table_lines(table) -> list[str]:
     lines = []
     for row in table.table_header_rows or []:
-        lines.append(CELL_SEP.join(norm(c.text) for c in row.table_header_columns or []))
+        # ja-law-parser 0.3 keeps only the first TableHeaderColumn of a row (and iterates its children,
+        # so headers come out empty); read the row's header cells through that element's parent.
+        raw = row.table_header_column_raw
+        cells = raw.getparent().iterchildren("TableHeaderColumn") if raw is not None else []
+        lines.append(CELL_SEP.join(norm("".join(c.xpath(".//text()[not(ancestor::Rt)]"))) for c in cells))
     for row in table.table_rows:
         lines.append(CELL_SEP.join(norm("".join(c.texts())) for c in row.table_columns))
     return [line for line in lines if line]
