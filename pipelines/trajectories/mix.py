@@ -1,0 +1,102 @@
+"""Mix the Japanese agentic set (under its agentic system prompt) with a general chat set (no system
+prompt) at a configured ratio, seeded.
+
+The system prompt is the switch: with it the model thinks in Japanese and searches repeatedly; without
+it (general chat) it keeps its old behaviour. ``ratio`` is general rows per agentic row:
+``round(ratio × agentic rows)`` general rows are drawn without replacement from a seeded permutation
+(capped at what the general set holds; the card reports the ratio actually reached), then the two are
+shuffled together with the same seed. Failed trajectories pass through after the mix, untouched.
+
+    rows = read_chat_rows("data/general.jsonl")      # JSONL, JSON list, parquet, or a dataset folder
+    stage = mix_stage(rows, ratio=0.5, seed=0)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipelines.engine import global_stage, rng_for
+from pipelines.trajectories.format import general_row
+
+AGENTIC_SYSTEM_PROMPT = (
+    "あなたは日本語で考える検索エージェントです。質問に答えるために search で文書を検索し、必要なら open_doc で"
+    "本文を読んでください。ツールの結果を受け取るたびに、分かったことと足りないことを日本語で考え、足りなければ"
+    "検索語を変えて何度でも検索を繰り返してください。考えは必ず日本語で書いてください。"
+    "十分な根拠が揃ったら、最終回答を最後のメッセージに {{答え}} の形で一つだけ書いてください。"
+)
+
+
+def read_chat_rows(path: str | Path) -> list[dict]:
+    """Rows with ``messages`` from a JSONL/JSON/parquet file or a dataset folder (split ``train``),
+    normalized to the trajectory row columns (``kind="general"``, leading system message removed)."""
+    p = Path(path)
+    if p.is_dir():
+        from pipelines.store import iter_rows
+
+        raw = list(iter_rows(p, split="train"))
+    elif not p.is_file():
+        raise FileNotFoundError(f"general chat set {p} not found (a .jsonl/.json/.parquet file or a dataset folder)")
+    elif p.suffix == ".jsonl":
+        raw = []
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    raw.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{p}:{n}: not JSON ({exc.msg})") from None
+    elif p.suffix == ".json":
+        raw = json.loads(p.read_text(encoding="utf-8"))
+        if not isinstance(raw, list):
+            raise ValueError(f"{p}: expected a JSON list of rows")
+    elif p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        raw = pq.read_table(p).to_pylist()
+    else:
+        raise ValueError(f"{p}: unsupported general chat set type {p.suffix!r} (.jsonl, .json, .parquet, folder)")
+    rows = []
+    for i, row in enumerate(raw):
+        messages = row.get("messages") if isinstance(row, dict) else None
+        if isinstance(messages, str):
+            try:
+                messages = json.loads(messages)
+            except json.JSONDecodeError:
+                messages = None
+        if not isinstance(messages, list) or not any(isinstance(m, dict) and m.get("role") == "assistant"
+                                                     for m in messages):
+            raise ValueError(f"{p} row {i}: needs a 'messages' list with at least one assistant message")
+        rows.append(general_row({**row, "messages": messages}, i))
+    if not rows:
+        raise ValueError(f"general chat set {p} has no rows")
+    return rows
+
+
+def with_system(row: dict, system_prompt: str) -> dict:
+    return {**row, "messages": [{"role": "system", "content": system_prompt}, *row["messages"]]}
+
+
+def mix_rows(agentic: list[dict], general: list[dict], ratio: float, seed: int,
+             system_prompt: str = AGENTIC_SYSTEM_PROMPT) -> list[dict]:
+    """Agentic rows (system prompt added) + ``round(ratio × len(agentic))`` general rows, shuffled by seed."""
+    if ratio < 0:
+        raise ValueError(f"mix ratio must be >= 0, got {ratio}")
+    want = min(len(general), round(ratio * len(agentic)))
+    order = list(range(len(general)))
+    rng_for(seed, "mix", "general").shuffle(order)
+    mixed = [with_system(r, system_prompt) for r in agentic] + [general[i] for i in sorted(order[:want])]
+    rng_for(seed, "mix", "order").shuffle(mixed)
+    return mixed
+
+
+def mix_stage(general: list[dict] | None, ratio: float, seed: int, system_prompt: str = AGENTIC_SYSTEM_PROMPT):
+    """Global stage ``mix``: live agentic rows + general rows at ``ratio``; failure rows follow unchanged."""
+
+    def run(rows):
+        agentic, failures = [], []
+        for row in rows:
+            (failures if row.get("failure_reason") else agentic).append(row)
+        yield from mix_rows(agentic, general or [], ratio if general else 0.0, seed, system_prompt)
+        yield from failures
+
+    return global_stage("mix", run)

@@ -1,0 +1,245 @@
+"""Rewrite each step's reasoning with an LLM: translate to Japanese, refine, follow a drawn scenario.
+
+Only assistant ``reasoning_content`` changes. The LLM sees the steps (reasoning, tool calls, tool
+results cut to ``RESULT_CHARS``) and answers ``{"steps": [{"reasoning", "tool_calls"}, …]}``; it must
+echo every tool call unchanged. The new reasoning is put back into the teacher's own messages, and the
+result is checked with ``verify.identity_violation`` so tool calls and results stay byte-identical;
+anything else is a failure with a reason (``llm_error``, ``llm_bad_json``, ``step_count_changed``,
+``tool_call_altered``, ``empty_reasoning`` …).
+
+Scenarios come from ``scenarios.yaml``; one is drawn per trajectory with ``rng_for(seed, "scenario", id)``
+among those whose ``requires`` hold for what the trajectory really did. Prompts are versioned files in
+``prompts/`` (``translate.v1.md`` …); their file names go into the dataset manifest.
+
+    stage = rewrite_stage("translate", client, seed=0)       # a batch_stage for the engine
+    scenario = draw_scenario(load_catalog(), messages, seed=0, key="q1-t0")
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import yaml
+
+from pipelines.engine import batch_stage, rng_for
+from pipelines.trajectories.records import fail, live_batch
+from pipelines.trajectories.verify import identity_violation, tool_calls_of
+
+HERE = Path(__file__).resolve().parent
+CATALOG_PATH = HERE / "scenarios.yaml"
+PROMPTS = {"translate": "translate.v1.md", "refine": "refine.v1.md", "scenario": "scenario.v1.md"}
+RESULT_CHARS = 600  # tool results shown to the rewriter; the data itself is never cut
+REWRITE_SCHEMA = {
+    "type": "object",
+    "required": ["steps"],
+    "properties": {"steps": {"type": "array", "items": {
+        "type": "object", "required": ["reasoning"],
+        "properties": {"reasoning": {"type": "string"}, "tool_calls": {"type": "array"}}}}},
+}
+
+
+class CatalogError(ValueError):
+    """scenarios.yaml is malformed."""
+
+
+def _empty_or_error(text: str) -> bool:
+    from envs.parsing import is_tool_error
+
+    return text.startswith("No results") or is_tool_error(text)
+
+
+def _is_bool_query(arguments: str) -> bool:
+    try:
+        query = json.loads(arguments).get("query")
+        if isinstance(query, str):
+            query = json.loads(query)
+    except (json.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(query, dict) and "bool" in query
+
+
+def trajectory_features(messages: list[dict]) -> dict:
+    """What the trajectory actually did, for matching scenario ``requires``."""
+    from pipelines.trajectories.verify import call_pairs
+
+    pairs = list(call_pairs(messages))
+    searches = [(a, r) for n, a, r in pairs if n == "search"]
+    return {
+        "tool_calls": len(pairs),
+        "searches": len(searches),
+        "empty_result": any(r is not None and _empty_or_error(str(r.get("content", ""))) for _, r in searches),
+        "bool_query": any(_is_bool_query(a) for a, _ in searches),
+        "opened_doc": any(n == "open_doc" for n, _, _ in pairs),
+    }
+
+
+SCENARIO_CHECKS = {
+    "min_searches": lambda f, v: f["searches"] >= int(v),
+    "min_tool_calls": lambda f, v: f["tool_calls"] >= int(v),
+    "empty_result": lambda f, v: f["empty_result"] == bool(v),
+    "bool_query": lambda f, v: f["bool_query"] == bool(v),
+    "opened_doc": lambda f, v: f["opened_doc"] == bool(v),
+}
+
+
+def load_catalog(path: str | Path | None = None) -> dict:
+    """The scenario catalog ``{"version", "scenarios": [{id, name, weight, requires, guide}]}``, validated."""
+    path = Path(path) if path else CATALOG_PATH
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise CatalogError(f"cannot read scenario catalog {path}: {exc}") from exc
+    scenarios = (data or {}).get("scenarios")
+    if not isinstance(scenarios, list) or not scenarios:
+        raise CatalogError(f"{path}: needs a non-empty 'scenarios' list")
+    seen = set()
+    for s in scenarios:
+        if not isinstance(s, dict) or not s.get("id") or not s.get("guide"):
+            raise CatalogError(f"{path}: every scenario needs an id and a guide, got {s!r:.100}")
+        if s["id"] in seen:
+            raise CatalogError(f"{path}: duplicate scenario id {s['id']!r}")
+        seen.add(s["id"])
+        unknown = set(s.get("requires") or {}) - set(SCENARIO_CHECKS)
+        if unknown:
+            raise CatalogError(f"{path}: scenario {s['id']!r} requires unknown {sorted(unknown)}; "
+                               f"known: {sorted(SCENARIO_CHECKS)}")
+        if not float(s.get("weight", 1)) > 0:
+            raise CatalogError(f"{path}: scenario {s['id']!r} needs a positive weight")
+    return {"version": data.get("version", 1), "path": str(path), "scenarios": scenarios}
+
+
+def applicable_scenarios(catalog: dict, messages: list[dict]) -> list[dict]:
+    features = trajectory_features(messages)
+    return [s for s in catalog["scenarios"]
+            if all(SCENARIO_CHECKS[k](features, v) for k, v in (s.get("requires") or {}).items())]
+
+
+def draw_scenario(catalog: dict, messages: list[dict], seed: int, key: str) -> dict | None:
+    """One applicable scenario, drawn by weight with ``rng_for(seed, "scenario", key)``; None if none applies."""
+    options = applicable_scenarios(catalog, messages)
+    if not options:
+        return None
+    rng = rng_for(seed, "scenario", key)
+    return rng.choices(options, weights=[float(s.get("weight", 1)) for s in options])[0]
+
+
+def load_prompt(kind: str) -> tuple[str, str]:
+    """(prompt text, versioned file name) for ``translate``, ``refine`` or ``scenario``."""
+    name = PROMPTS[kind]
+    return (HERE / "prompts" / name).read_text(encoding="utf-8"), name
+
+
+def steps_payload(messages: list[dict]) -> list[dict]:
+    """The assistant steps as the rewriter sees them (tool results cut to RESULT_CHARS)."""
+    steps = []
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        results = []
+        for later in messages[i + 1:]:
+            if later.get("role") != "tool":
+                break
+            text = str(later.get("content") or "")
+            results.append(text if len(text) <= RESULT_CHARS else text[:RESULT_CHARS] + "…(省略)")
+        calls = [{"name": n, "arguments": _loads_or_text(a)} for n, a in tool_calls_of(message)]
+        step = {"step": len(steps) + 1, "reasoning": message.get("reasoning_content") or "", "tool_calls": calls}
+        if results:
+            step["tool_results"] = results
+        if message.get("content"):
+            step["content"] = message["content"]
+        steps.append(step)
+    return steps
+
+
+def _loads_or_text(arguments: str):
+    try:
+        return json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments
+
+
+def rewrite_request(kind: str, record: dict, scenario: dict | None = None):
+    """The ChatRequest asking the LLM to rewrite ``record["messages"]``' reasoning (greedy, cached)."""
+    from pipelines.llm import ChatRequest
+
+    text, version = load_prompt(kind)
+    payload = {"task": kind, "prompt_version": version, "question": record.get("question", ""),
+               "steps": steps_payload(record["messages"])}
+    if scenario is not None:
+        payload["scenario"] = {"id": scenario["id"], "name": scenario.get("name", ""), "guide": scenario["guide"]}
+    body = "```json\n" + json.dumps(payload, ensure_ascii=False, indent=1) + "\n```"
+    return ChatRequest(messages=[{"role": "user", "content": text.replace("{{PAYLOAD}}", body)}],
+                       max_tokens=4096, temperature=0.0, json_schema=REWRITE_SCHEMA)
+
+
+def apply_rewrite(messages: list[dict], text: str) -> list[dict] | tuple[str, str]:
+    """``messages`` with each assistant step's reasoning replaced by the LLM's, or ``(reason, detail)``."""
+    from pipelines.llm import LLMBadJSON, parse_json
+
+    try:
+        data = parse_json(text, REWRITE_SCHEMA)
+    except LLMBadJSON as exc:
+        return "llm_bad_json", str(exc)
+    steps = data.get("steps")
+    assistant_at = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if not isinstance(steps, list) or len(steps) != len(assistant_at):
+        got = len(steps) if isinstance(steps, list) else type(steps).__name__
+        return "step_count_changed", f"{len(assistant_at)} steps -> {got}"
+    out = copy.deepcopy(messages)
+    for n, (i, step) in enumerate(zip(assistant_at, steps), 1):
+        if not isinstance(step, dict) or not isinstance(step.get("reasoning"), str) or not step["reasoning"].strip():
+            return "empty_reasoning", f"step {n}"
+        # The echo is compared as parsed JSON (key order and spacing are not a change); the stored bytes
+        # stay the teacher's. A different name, value or count of calls is an altered tool call.
+        echoed = [(str(c.get("name", "")), _canonical(c.get("arguments", {})))
+                  for c in step.get("tool_calls") or [] if isinstance(c, dict)]
+        original = [(name, _canonical(args)) for name, args in tool_calls_of(messages[i])]
+        if echoed != original:
+            return "tool_call_altered", f"step {n}: {original} -> {echoed}"[:300]
+        out[i]["reasoning_content"] = step["reasoning"].strip()
+    return out
+
+
+def _canonical(arguments) -> str:
+    value = _loads_or_text(arguments) if isinstance(arguments, str) else arguments
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = None, batch_size: int = 16):
+    """A batch stage rewriting live records' reasoning with ``client``; ``kind="scenario"`` also draws and
+    records the scenario (a trajectory no scenario applies to fails with ``no_scenario_applies``)."""
+    if kind == "scenario" and catalog is None:
+        catalog = load_catalog()
+
+    def run(batch: list[dict]) -> list:
+        outs: list = [None] * len(batch)
+        todo, requests = [], []
+        for k, record in enumerate(batch):
+            scenario = None
+            if kind == "scenario":
+                scenario = draw_scenario(catalog, record["messages"], seed, record["id"])
+                if scenario is None:
+                    outs[k] = fail(record, kind, "no_scenario_applies")
+                    continue
+                record = {**record, "scenario": scenario["id"]}
+                batch[k] = record
+            todo.append(k)
+            requests.append(rewrite_request(kind, record, scenario))
+        for k, result in zip(todo, client.chat(requests) if requests else []):
+            record = batch[k]
+            if result.error:
+                outs[k] = fail(record, kind, "llm_error", result.error)
+                continue
+            rewritten = apply_rewrite(record["messages"], result.content)
+            if isinstance(rewritten, tuple):
+                outs[k] = fail(record, kind, *rewritten)
+                continue
+            problem = identity_violation(record["messages"], rewritten)
+            outs[k] = fail(record, kind, *problem) if problem else {**record, "messages": rewritten}
+        return outs
+
+    return batch_stage(kind, live_batch(run), batch_size=batch_size)

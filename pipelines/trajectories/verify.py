@@ -1,0 +1,125 @@
+"""Byte-identity of tool calls and tool results through rewriting, and replay against the search index.
+
+A trajectory is a list of HF chat messages; tool-call ``arguments`` are JSON *strings* (fixed once by the
+teacher stage), so "byte-identical" is a plain string comparison. Rewriting may only change assistant
+``reasoning_content``; everything else must match the teacher's messages exactly:
+
+    problem = identity_violation(teacher_messages, rewritten)   # None, or ("tool_result_altered", "message 4")
+    problem = replay_violation(rewritten, SearchTools(open_index("out/index"), config))
+
+Run the tests: ``pytest tests/test_trajectories_verify.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+
+def arguments_text(arguments) -> str:
+    """The one spelling of tool-call arguments stored in trajectories: JSON text, key order kept."""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def tool_calls_of(message: dict) -> list[tuple[str, str]]:
+    """``[(name, arguments JSON text), …]`` of an assistant message."""
+    calls = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", call)
+        calls.append((str(fn.get("name", "")), arguments_text(fn.get("arguments", {}))))
+    return calls
+
+
+def identity_violation(original: list[dict], rewritten: list[dict]) -> tuple[str, str] | None:
+    """``(reason, detail)`` when ``rewritten`` is not ``original`` with only assistant reasoning changed;
+    None when it is.
+
+    Reasons (checked per message, first difference wins): ``message_count_changed``, ``role_changed``,
+    ``tool_call_altered``, ``tool_result_altered``, ``content_altered`` (user/system text or the
+    assistant's visible content), ``empty_reasoning`` (an assistant step lost its reasoning).
+    """
+    if len(original) != len(rewritten):
+        return "message_count_changed", f"{len(original)} -> {len(rewritten)}"
+    for i, (before, after) in enumerate(zip(original, rewritten)):
+        where = f"message {i}"
+        if before.get("role") != after.get("role"):
+            return "role_changed", where
+        role = before.get("role")
+        if role == "assistant":
+            if tool_calls_of(before) != tool_calls_of(after):
+                return "tool_call_altered", f"{where}: {tool_calls_of(before)} -> {tool_calls_of(after)}"[:300]
+            if (before.get("content") or "") != (after.get("content") or ""):
+                return "content_altered", where
+            if not str(after.get("reasoning_content") or "").strip():
+                return "empty_reasoning", where
+        elif role == "tool":
+            if before.get("content") != after.get("content") or before.get("name") != after.get("name"):
+                return "tool_result_altered", where
+        elif before.get("content") != after.get("content"):
+            return "content_altered", where
+    return None
+
+
+def call_pairs(messages: list[dict]) -> Iterator[tuple[str, str, dict | None]]:
+    """``(name, arguments text, tool message or None)`` for every tool call, paired with its result.
+
+    Results follow their assistant message in call order (``tool_call_id`` is used when present).
+    """
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        results = []
+        for later in messages[i + 1:]:
+            if later.get("role") != "tool":
+                break
+            results.append(later)
+        calls = message.get("tool_calls") or []
+        by_id = {r.get("tool_call_id"): r for r in results if r.get("tool_call_id")}
+        for k, call in enumerate(calls):
+            name, args = tool_calls_of({"tool_calls": [call]})[0]
+            call_id = call.get("id")
+            result = by_id[call_id] if call_id in by_id else (results[k] if k < len(results) else None)
+            yield name, args, result
+
+
+def replay_violation(messages: list[dict], tools) -> tuple[str, str] | None:
+    """Run every tool call again on ``tools`` (an ``envs.tools.SearchTools``) and compare with the stored
+    result. ``None`` when all match, else ``(reason, call)`` with reason ``replay_mismatch``,
+    ``replay_missing_result`` or ``replay_unexecutable``.
+    """
+    for name, args, result in call_pairs(messages):
+        call = f"{name}({args[:120]})"
+        if result is None:
+            return "replay_missing_result", call
+        try:
+            parsed = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            parsed = None
+        fn = {"search": tools.search, "open_doc": tools.open_doc}.get(name)
+        if fn is None or not isinstance(parsed, dict):
+            # A call the model could not have executed: its stored result must be the runner's error text,
+            # which replay cannot reproduce; such trajectories are not SFT material.
+            return "replay_unexecutable", call
+        try:
+            fresh = fn(**parsed)
+        except TypeError as exc:  # unexpected argument names
+            fresh = f"Error: {exc}"
+        if fresh != result.get("content"):
+            return "replay_mismatch", call
+    return None
+
+
+def verify_stage(tools):
+    """Map stage ``verify``: byte-identity with the teacher's messages, then replay on ``tools``."""
+    from pipelines.engine import map_stage
+    from pipelines.trajectories.records import fail, live_map
+
+    def check(record: dict) -> dict:
+        problem = identity_violation(record["teacher_messages"], record["messages"])
+        if problem is None:
+            problem = replay_violation(record["messages"], tools)
+        return fail(record, "verify", *problem) if problem else record
+
+    return map_stage("verify", live_map(check))
