@@ -75,8 +75,18 @@ class Task:
         return [{"role": "system", "content": system}, {"role": "user", "content": self.user_message(row)}]
 
     def to_trl_rows(self, rows: list[dict]) -> list[dict]:
-        """Rows with a conversational ``prompt`` column added, as ``GRPOTrainer`` expects."""
-        return [{**row, "prompt": self.build_prompt(row)} for row in rows]
+        """Rows with a conversational ``prompt`` column added, as ``GRPOTrainer`` expects.
+
+        A ``rubric`` given as a list becomes its JSON string, so rows with plain and weighted rubrics fit one
+        Arrow column (the rubric reward reads both).
+        """
+        out = []
+        for row in rows:
+            row = {**row, "prompt": self.build_prompt(row)}
+            if "rubric" in row and not isinstance(row["rubric"], str):
+                row["rubric"] = json.dumps(row["rubric"], ensure_ascii=False)
+            out.append(row)
+        return out
 
     # ------------------------------------------------------------------ rewards
     def reward_functions(self, judge=None) -> list:

@@ -1,0 +1,160 @@
+"""Evaluation on fixtures, the RL readiness check, the gold check of tasks, and the monitoring helpers."""
+
+import json
+
+import pytest
+
+from envs.evaluate import NotReadyForRL, check_rl_readiness, pass_at_k, run_eval
+from envs.monitoring import (
+    dump_samples,
+    hacking_warnings,
+    make_monitor_callback,
+    reward_decomposition,
+    tool_call_distribution,
+    zero_variance_share,
+)
+from envs.tasks import TASKS, check_gold, gold_failures
+from fixtures.envs.helpers import HERE, build_fixture_index, task_rows, tool_results
+from pipelines.llm import ScriptedLLM
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory):
+    return build_fixture_index(tmp_path_factory.mktemp("envs_index"))
+
+
+def half_right_model(request):
+    """One search, then the right answer on even samples and a wrong one on odd samples."""
+    if not tool_results(request):
+        return '<think>検索する</think><tool_call>{"name": "search", "arguments": {"query": "白砂市"}}</tool_call>'
+    right = {"月見坂": "白砂市", "第十九代": "黒松", "研究船": "北浜県漁業調整規則", "白砂焼": "1978年"}
+    question = request.messages[1]["content"]
+    answer = next(v for k, v in right.items() if k in question)
+    return f"<think>答える</think>{{{{{answer if request.sample_index % 2 == 0 else '青葉市'}}}}}"
+
+
+def test_run_eval_reports_and_writes_trajectories(index_dir, tmp_path):
+    report = run_eval("multihop_qa", HERE / "multihop.jsonl", ScriptedLLM(half_right_model), index_dir, k=2,
+                      out_dir=tmp_path, temperature=1.0)
+    assert report["questions"] == 4 and report["episodes"] == 8
+    assert report["pass@1"] == 0.5 and report["pass@2"] == 1.0
+    assert report["mean_tool_calls"] == 1.0 and report["parse_failure_rate"] == 0.0
+    assert report["rewards"]["answer_reward"] == 0.5 and report["rewards"]["format_reward"] == 1.0
+    assert report["zero_variance_group_share"] == 0.0
+    assert report["stop_reasons"] == {"answer": 8} and report["tool_call_distribution"] == {1: 8}
+    lines = (tmp_path / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 8 and json.loads(lines[0])["messages"][2]["role"] == "assistant"
+    assert json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["pass@2"] == 1.0
+    check_rl_readiness(report)  # has signal: does not raise
+
+
+def test_readiness_refuses_with_numbers_when_never_correct(index_dir):
+    never = ScriptedLLM(lambda request: "<think>わからない</think>{{青葉市}}")
+    report = run_eval("multihop_qa", HERE / "multihop.jsonl", never, index_dir, k=2)
+    with pytest.raises(NotReadyForRL) as info:
+        check_rl_readiness(report)
+    message = str(info.value)
+    assert "pass@2 = 0.000" in message and "zero-variance groups = 1.000" in message and "4 questions" in message
+
+
+def test_readiness_refuses_when_every_group_has_zero_variance():
+    report = {"task": "multihop_qa", "task_version": "1", "questions": 10, "k": 4, "pass@1": 0.5, "pass@4": 0.5,
+              "mean_tool_calls": 1.0, "parse_failure_rate": 0.0, "zero_variance_group_share": 1.0}
+    with pytest.raises(NotReadyForRL, match="every GRPO advantage would be 0"):
+        check_rl_readiness(report)
+
+
+def test_parse_failures_are_reported(index_dir):
+    broken = ScriptedLLM(lambda request: "<tool_call>{oops}</tool_call>" if not tool_results(request)
+                         else "{{白砂市}}")
+    report = run_eval("multihop_qa", HERE / "multihop.jsonl", broken, index_dir, k=1, limit=2)
+    assert report["parse_failure_rate"] == 1.0 and report["episodes_with_parse_failure"] == 1.0
+
+
+def test_run_eval_rejects_bad_inputs(index_dir, tmp_path):
+    with pytest.raises(ValueError, match="unknown task"):
+        run_eval("nope", HERE / "multihop.jsonl", ScriptedLLM(lambda r: "{{x}}"), index_dir)
+    with pytest.raises(ValueError, match="lacks column"):
+        run_eval("egov_mcq", HERE / "multihop.jsonl", ScriptedLLM(lambda r: "{{x}}"), index_dir)
+    with pytest.raises(FileNotFoundError):
+        run_eval("multihop_qa", tmp_path / "missing.jsonl", ScriptedLLM(lambda r: "{{x}}"), index_dir)
+
+
+def test_pass_at_k_estimator():
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(10, 0, 5) == 0.0 and pass_at_k(10, 6, 5) == 1.0
+
+
+# ---------------------------------------------------------------- gold check
+def test_fixture_gold_answers_score_one():
+    for name, fixture in [("multihop_qa", "multihop"), ("egov_mcq", "egov_mcq"), ("deepresearch", "deepresearch")]:
+        check_gold(TASKS[name], task_rows(fixture))
+
+
+def test_gold_check_names_bad_rows():
+    rows = [
+        {"question": "q", "answer": "白砂市"},
+        {"question": "q", "answer": "a}}b"},  # cannot be written inside {{…}}
+        {"question": "q", "answer": "白砂市", "aliases": ["北浜県白砂市", ""]},  # an empty alias can never score
+        {"question": "q", "answer": ""},
+    ]
+    assert [i for i, _ in gold_failures(TASKS["multihop_qa"], rows)] == [1, 2, 3]
+    with pytest.raises(ValueError, match="3 of 4 rows"):
+        check_gold("multihop_qa", rows)
+    mcq = [{"question": "q", "choices": ["a", "b", "c", "d"], "answer_index": 4},
+           {"question": "q", "choices": ["a", "a", "c", "d"], "answer_index": 0}]
+    assert [i for i, _ in gold_failures(TASKS["egov_mcq"], mcq)] == [0]
+    research = [{"instruction": "x", "rubric": []}, {"instruction": "x", "rubric": '[{"criterion": "", "weight": 1}]'}]
+    assert [i for i, _ in gold_failures(TASKS["deepresearch"], research)] == [0, 1]
+
+
+def test_correctness_has_the_largest_weight():
+    for task in TASKS.values():
+        weights = task.reward_weights
+        assert max(weights, key=weights.get) == task.answer_reward_name
+
+
+# ---------------------------------------------------------------- monitoring
+def _history(steps, answer, tool):
+    return [{"step": s, "rewards/answer_reward/mean": answer(s), "rewards/tool_call_reward/mean": tool(s),
+             "tools/call_frequency": 1.0 + tool(s) * 5, "loss": 0.1} for s in range(steps)]
+
+
+def test_warning_when_a_component_rises_while_correctness_is_flat():
+    hacked = reward_decomposition(_history(12, answer=lambda s: 0.1, tool=lambda s: s / 12))
+    warnings = hacking_warnings(hacked, "answer_reward")
+    assert any(w.startswith("tool_call_reward rose") for w in warnings)
+    assert any(w.startswith("tool calls per completion grew") for w in warnings)
+    healthy = reward_decomposition(_history(12, answer=lambda s: s / 12, tool=lambda s: s / 12))
+    assert hacking_warnings(healthy, "answer_reward") == []
+
+
+def test_monitor_callback_prints_each_warning_once():
+    from types import SimpleNamespace
+
+    printed = []
+    callback = make_monitor_callback("answer_reward", printer=printed.append)
+    state = SimpleNamespace(log_history=_history(12, answer=lambda s: 0.1, tool=lambda s: s / 12), global_step=12)
+    callback.on_log(None, state, None)
+    callback.on_log(None, state, None)
+    assert len(printed) == 2 and all("[reward monitor]" in p for p in printed)
+
+
+def test_sample_dump_and_distributions(index_dir, tmp_path):
+    from envs.environments import make_environment_factory
+    from envs.rollout import run_rollouts
+
+    task = TASKS["multihop_qa"]
+
+    def model(request):
+        if not tool_results(request):
+            return '<think>所以我们需要搜索这个问题。</think><tool_call>{"name": "search", "arguments": {"query": "白砂市"}}' \
+                   "</tool_call>"
+        return "<think>答える</think>{{白砂市}}"
+
+    trajectories = run_rollouts(ScriptedLLM(model), task, task_rows("multihop")[:2], make_environment_factory(task, index_dir))
+    assert tool_call_distribution(trajectories) == {1: 2}
+    assert [t.rewards["zh_mix_penalty"] for t in trajectories] == [-1.0, -1.0]
+    text = dump_samples(trajectories, tmp_path / "samples.md", n=2).read_text(encoding="utf-8")
+    assert "⚠ Chinese" in text and "**call**" in text and "zh_mix_penalty" in text
+    assert zero_variance_share([[1.0, 1.0], [0.0, 1.0]]) == 0.5
