@@ -173,6 +173,43 @@ def build_multihop(
 # ---------------------------------------------------------------- synth index / search
 
 
+@index_app.command("build")
+@friendly
+def index_build(
+    dataset: Annotated[Path, typer.Option("--dataset", help="Document dataset folder (synth build corpus).")],
+    index: Annotated[str, typer.Option("--index", help="Index folder; with opensearch an index name or URL/NAME.")],
+    backend: Annotated[str, typer.Option("--backend", help="embedded | opensearch")] = "embedded",
+    analyzer: Annotated[str | None, typer.Option(
+        "--analyzer", help="embedded: char (default) | sudachi; opensearch: auto | kuromoji | sudachi")] = None,
+):
+    """Index a document dataset (passages, Japanese analysis, keyword fields from the manifest)."""
+    from envs.search import build_index_cli
+
+    try:
+        meta = build_index_cli(str(dataset), index, backend, analyzer)
+    except (ValueError, RuntimeError) as e:
+        _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+    typer.echo(json.dumps(meta, ensure_ascii=False))
+
+
+@synth_app.command("search")
+@friendly
+def search(
+    query: Annotated[str, typer.Argument(help="Plain text or a JSON OpenSearch query (validated subset).")],
+    index: Annotated[str, typer.Option("--index", help="Index folder, opensearch:NAME or https://host:9200/NAME.")],
+    size: Annotated[int | None, typer.Option("--size", help="Number of hits (default 10, or the query's size).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help='Print {"hits": [...], "took_ms": ...}.')] = False,
+):
+    """Query a search index; a bad query prints one line and exits 2."""
+    from envs.search import dumps, format_hits, search_cli
+
+    try:
+        result = search_cli(index, query, size)
+    except (ValueError, RuntimeError) as e:
+        _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+    typer.echo(dumps(result) if as_json else format_hits(result))
+
+
 # ---------------------------------------------------------------- synth push / info
 
 

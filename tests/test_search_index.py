@@ -98,3 +98,22 @@ def test_cli_entry_points(tmp_path):
         search_cli(str(tmp_path / "missing"), "港")
     with pytest.raises(FileNotFoundError):
         build_index_cli(str(tmp_path / "nope"), str(tmp_path / "ix3"))
+
+
+def test_cli_exit_codes(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli import synth_app
+
+    ds = fixture.write_dataset(tmp_path / "ds")
+    runner = CliRunner()
+    res = runner.invoke(synth_app, ["index", "build", "--dataset", str(ds), "--index", str(tmp_path / "ix")])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(synth_app, ["search", "--index", str(tmp_path / "ix"), "白砂焼", "--size", "2", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["hits"][0]["doc_id"] == "f024"
+    for bad in ['{"script": {"source": "x"}}', '{"regexp": {"text": "."}}', '{"wildcard": {"text": "*a"}}',
+                '{"fuzzy": {"text": "a"}}', '{"bool": {"must": [', '{"term": {"text": "a"}}', "  ",
+                '{"query": {"match_all": {}}, "size": 99999}', '{"match": {"text": "' + "a" * 999 + '"}}']:
+        res = runner.invoke(synth_app, ["search", "--index", str(tmp_path / "ix"), bad])
+        assert res.exit_code == 2, (bad, res.output)
+        assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1

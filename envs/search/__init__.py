@@ -85,7 +85,7 @@ def build_index_cli(dataset: str, index: str, backend: str = "embedded", analyze
     return build_index(dataset, index, backend=backend, analyzer=analyzer)
 
 
-def search_cli(index: str, query: str, size: int = 10) -> dict:
+def search_cli(index: str, query: str, size: int | None = None) -> dict:
     """Entry point of ``synth search --index DIR 'text or JSON DSL' [--size N] [--json]``.
 
     Returns ``{"hits": [{"doc_id", "title", "score", "snippet"}, …], "took_ms": …}`` (what ``--json``

@@ -7,8 +7,8 @@ named in ``DIR/manifest.json`` → ``config.keyword_fields``. Rows are streamed,
 Chunks never overlap and cover the text exactly, so ``"".join(chunk texts) == text`` and a chunk's
 ``offset`` is a real character offset into the document (``open_doc`` continues from it).
 
-    >>> [c["text"] for c in chunk_document({"id": "d", "title": "t", "text": "一文目。二文目。三"}, 5)]
-    ['一文目。', '二文目。', '三']
+    >>> [len(c["text"]) for c in chunk_document({"id": "d", "title": "t", "text": "あ" * 15 + "。" + "い" * 10}, 20)]
+    [16, 10]
 """
 
 from __future__ import annotations
