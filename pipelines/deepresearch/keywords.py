@@ -46,9 +46,11 @@ class KeywordConfig:
 
 @cache
 def _tokenizer():
-    from sudachipy import Dictionary, SplitMode
+    from sudachipy import SplitMode
 
-    return Dictionary().create(SplitMode.C)
+    from envs.search.analysis import _sudachi_dictionary  # one dictionary (~200 MB) per process
+
+    return _sudachi_dictionary().create(SplitMode.C)
 
 
 def noun_phrases(text: str) -> list[str]:
@@ -57,6 +59,16 @@ def noun_phrases(text: str) -> list[str]:
     >>> noun_phrases("陶工の柚木玄斎が蒼井焼を広めた。")
     ['陶工', '柚木玄斎', '蒼井焼']
     """
+    from envs.search.analysis import _slices
+
+    phrases: list[str] = []
+    # Sudachi refuses inputs over ~49k bytes: tokenize sentence-aligned slices.
+    for _, piece in _slices(text, 12_000):
+        phrases += _noun_runs(piece)
+    return phrases
+
+
+def _noun_runs(text: str) -> list[str]:
     phrases, run = [], []
     for m in _tokenizer().tokenize(text):
         pos = m.part_of_speech()

@@ -1,0 +1,175 @@
+"""End-to-end ``build_deepresearch`` over the fictional mini-wiki with the demo scripted LLM.
+
+One clean run, and one run whose script misbehaves on purpose per keyword group (single-page
+instruction, hallucinated and unseen doc ids, low quality, malformed / generic / badly weighted rubrics).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.deepresearch.demo_llm import demo_llm, respond
+from pipelines.store import read_manifest, read_rows
+
+WIKI = Path(__file__).parent / "fixtures" / "deepresearch" / "wiki.jsonl"
+
+
+@pytest.fixture(scope="module")
+def corpus_and_index(tmp_path_factory):
+    from envs.search import build_index
+    from pipelines.corpus import build_corpus
+
+    root = tmp_path_factory.mktemp("deepresearch")
+    build_corpus(WIKI, root / "corpus", quiet=True)
+    build_index(root / "corpus", root / "index")
+    return root / "corpus", root / "index"
+
+
+@pytest.fixture(scope="module")
+def clean(corpus_and_index, tmp_path_factory):
+    from pipelines.deepresearch.build import build_deepresearch
+
+    corpus, index = corpus_and_index
+    out = tmp_path_factory.mktemp("clean") / "out"
+    manifest = build_deepresearch(corpus, index, out, "scripted:deepresearch", quiet=True)
+    return manifest, read_rows(out)
+
+
+def _first(user: str, label: str) -> str:
+    return user.split(f"【{label}】", 1)[1].split("、", 1)[0].split("\n", 1)[0] if f"【{label}】" in user else ""
+
+
+def misbehaving(request):
+    """The demo script, broken differently for each keyword group (named by its first keyword)."""
+    system = request.messages[0]["content"]
+    users = [m["content"] for m in request.messages if m["role"] == "user"]
+    answer = respond(request)
+    if system.startswith("# deepresearch/instruction"):
+        seed = _first(users[0], "キーワード")
+        if not isinstance(answer, dict) or answer.get("tool_calls"):
+            return answer
+        data = json.loads(answer["content"])
+        if seed == "柚木玄斎":    # entities all named in one article (潮見町) → single page
+            data["entities"] = ["潮見町", "月見湖", "白鷺駅"]
+        elif seed == "翠嶺本線":  # one hallucinated id among confirmed ones → removed, listed
+            data["supporting_doc_ids"].append("dr9999")
+        elif seed == "月見湖水質保全条例":  # real ids it never saw in a tool result → unconfirmed
+            data["supporting_doc_ids"] = ["dr0019", "dr0020"]
+        return {"content": json.dumps(data, ensure_ascii=False)}
+    seed = _first(users[-1], "対象")
+    if system.startswith("# deepresearch/quality") and seed == "翠嶺鉄道":
+        return json.dumps({"scores": {"specificity": 1, "multi_source": 2, "verifiability": 3, "clarity": 2,
+                                      "safety": 5}})
+    if system.startswith("# deepresearch/rubric"):
+        if seed == "潮見町":
+            return "ルーブリック: 潮見町の人口を書く（重み2）、蒼井町の窯元の数を書く"  # prose, no JSON object
+        if seed == "蒼井町":
+            return json.dumps({"criteria": [
+                {"criterion": c, "weight": 1, "scale": "binary", "kind": "other", "entities": [], "source_doc_ids": []}
+                for c in ("出典を3件以上挙げている", "分かりやすく書かれている", "結論が明確である")]}, ensure_ascii=False)
+        if seed == "銀鱗マス":
+            data = json.loads(answer)
+            data["criteria"][0]["weight"] = -1
+            return json.dumps(data, ensure_ascii=False)
+    return answer
+
+
+@pytest.fixture(scope="module")
+def faulty(corpus_and_index, tmp_path_factory):
+    from pipelines.deepresearch.build import build_deepresearch
+
+    corpus, index = corpus_and_index
+    out = tmp_path_factory.mktemp("faulty") / "out"
+    manifest = build_deepresearch(corpus, index, out, demo_llm(misbehaving), clarify_share=1.0, quiet=True)
+    return manifest, read_rows(out)
+
+
+def test_clean_run_writes_dataset(clean):
+    manifest, rows = clean
+    assert len(rows) >= 5 and manifest["splits"]["train"] == len(rows)
+    assert manifest["llm"]["model"] == "scripted:deepresearch"
+    assert all(not s["dropped"] for s in manifest["stages"])
+    assert len({r["id"] for r in rows}) == len(rows)
+
+
+def test_search_confirmation_recorded(clean, corpus_and_index):
+    from envs.search import open_index
+
+    backend = open_index(corpus_and_index[1])
+    _, rows = clean
+    for r in rows:
+        assert len(r["supporting_doc_ids"]) >= 2
+        assert set(r["supporting_doc_ids"]) <= set(r["searched_doc_ids"])  # seen in a tool result
+        assert all(backend.get(d) is not None for d in r["supporting_doc_ids"])  # and in the index
+        assert r["search_queries"] and r["agent_turns"] >= 2
+
+
+def test_clarifying_share_respected(clean):
+    _, rows = clean
+    marked = [r for r in rows if r["needs_clarification"]]
+    assert len(marked) == round(0.5 * len(rows))
+    for r in rows:
+        if r["needs_clarification"]:
+            assert r["clarify_status"] == "ok" and r["clarify_question"].endswith(("？", "?", "。"))
+            assert [m["role"] for m in r["dialogue"]] == ["user", "assistant", "user"]
+        else:
+            assert r["clarify_question"] is None and len(r["dialogue"]) == 1
+
+
+def test_rubrics_valid_and_usable_by_reward(clean):
+    from envs.rewards import make_rubric_reward
+    from envs.tasks import check_gold
+    from pipelines.llm import ScriptedLLM
+
+    _, rows = clean
+    check_gold("deepresearch", rows)
+    for r in rows:
+        assert abs(sum(c["weight"] for c in r["rubric"]) - 1) < 1e-3
+        assert {c["kind"] for c in r["rubric"]} >= {"coverage", "fact"}
+        assert all(set(c["source_doc_ids"]) <= set(r["supporting_doc_ids"]) for c in r["rubric"])
+    # A judge that says only the first criterion is met: the reward is that criterion's weight.
+    judge = ScriptedLLM(lambda req: json.dumps({"scores": [1] + [0] * (len(rows[0]["rubric"]) - 1)}))
+    report = [{"role": "assistant", "content": "潮見町と蒼井町の比較。" * 30}]
+    score = make_rubric_reward(judge)([report], rubric=[rows[0]["rubric"]], instruction=[rows[0]["instruction"]])
+    assert score == [pytest.approx(rows[0]["rubric"][0]["weight"], abs=1e-3)]
+
+
+def test_faulty_outputs_dropped_with_reasons(faulty):
+    manifest, rows = faulty
+    dropped = {s["name"]: s["dropped"] for s in manifest["stages"]}
+    assert dropped["instructions"] == {"unconfirmed_sources": 1}
+    assert dropped["single_page"] == {"single_page": 1}
+    assert dropped["quality"] == {"low_quality": 1}
+    assert dropped["rubric"] == {"llm_bad_json": 1, "rubric_generic": 1, "rubric_schema": 1}
+    assert [r["keywords"][0] for r in rows] == ["翠嶺本線"]
+    (row,) = rows
+    assert row["unconfirmed_doc_ids"] == ["dr9999"] and "dr9999" not in row["supporting_doc_ids"]
+    assert row["needs_clarification"] and row["clarify_status"] == "ok"  # share 1.0
+    assert any("翠嶺本線" in c["criterion"] for c in row["rubric"])
+
+
+def test_rerun_same_out_returns_same_dataset(clean, corpus_and_index, tmp_path):
+    from pipelines.deepresearch.build import build_deepresearch
+
+    manifest, _ = clean
+    out = tmp_path / "again"
+    again = build_deepresearch(*corpus_and_index, out, "scripted:deepresearch", quiet=True)
+    assert again["version"] == manifest["version"]
+    assert build_deepresearch(*corpus_and_index, out, "scripted:deepresearch", quiet=True)["version"] == again["version"]
+    assert read_manifest(out)["config"]["clarify_share"] == 0.5
+
+
+def test_bad_arguments(corpus_and_index, tmp_path):
+    from pipelines.deepresearch.build import build_deepresearch
+    from pipelines.store import StoreError
+
+    corpus, index = corpus_and_index
+    with pytest.raises(ValueError, match="clarify-share"):
+        build_deepresearch(corpus, index, tmp_path / "a", "scripted:deepresearch", clarify_share=2)
+    with pytest.raises(FileNotFoundError, match="synth index build"):
+        build_deepresearch(corpus, tmp_path / "no-index", tmp_path / "b", "scripted:deepresearch")
+    with pytest.raises(StoreError):
+        build_deepresearch(tmp_path, index, tmp_path / "c", "scripted:deepresearch")

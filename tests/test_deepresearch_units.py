@@ -1,0 +1,128 @@
+"""Unit tests of deepresearch's keyword groups, rubric schema and clarify selection (no LLM, no index)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from pipelines.deepresearch.clarify import rule_problem, select_for_clarification
+from pipelines.deepresearch.keywords import KeywordConfig, document_frequency, keyword_groups, noun_phrases
+from pipelines.deepresearch.rubric import RubricError, validate_rubric
+
+WIKI = Path(__file__).parent / "fixtures" / "deepresearch" / "wiki.jsonl"
+DOCS = [json.loads(line) for line in WIKI.read_text(encoding="utf-8").splitlines()]
+
+
+def test_noun_phrases_join_compounds_and_skip_numbers():
+    phrases = noun_phrases("翠嶺本線は1931年に白鷺駅まで延びた。毎年、蒼井焼が売られる。")
+    assert "白鷺駅" in phrases and "蒼井焼" in phrases
+    assert not any(p[0].isdigit() for p in phrases)
+    assert "毎年" not in phrases
+
+
+def test_document_frequency_thresholds():
+    pairs = [(f"d{i}", "common") for i in range(10)] + [("d1", "rare"), ("d1", "pair"), ("d2", "pair")]
+    df = dict(document_frequency(pairs, 10, KeywordConfig(min_df=2, max_df_ratio=0.5)).iter_rows())
+    assert df == {"pair": 2}
+
+
+def test_groups_span_articles_and_no_single_page_holds_all():
+    config = KeywordConfig()
+    groups = keyword_groups(DOCS, config)
+    assert len(groups) >= 5
+    text_of = {d["id"]: d["title"] + d["text"] for d in DOCS}
+    for g in groups:
+        assert len(g["keywords"]) == config.group_size and len(g["doc_ids"]) >= config.min_articles
+        assert not any(all(k in text_of[d] for k in g["keywords"]) for d in text_of), g["keywords"]
+    assert keyword_groups(DOCS, config) == groups  # deterministic
+    assert len(keyword_groups(DOCS, KeywordConfig(max_groups=2))) == 2
+
+
+def _criterion(text, kind="coverage", weight=1, scale="binary", entities=("蒼井焼",), sources=()):
+    return {"criterion": text, "weight": weight, "scale": scale, "kind": kind, "entities": list(entities),
+            "source_doc_ids": list(sources)}
+
+
+GOOD = {"criteria": [
+    _criterion("蒼井焼の起源と復興の経緯を説明している", weight=3),
+    _criterion("柚木玄斎が東雲窯に入った年を1928年としている", kind="fact", entities=["柚木玄斎"],
+               sources=["dr0011"], weight=2),
+    _criterion("東雲窯と蒼井陶器市を比較する表がある", kind="format", entities=["東雲窯"], scale="0-2"),
+    _criterion("出典を3件以上挙げている", kind="other", entities=[]),
+]}
+NAMES = ["蒼井焼", "柚木玄斎", "東雲窯"]
+SOURCES = ["dr0010", "dr0011", "dr0012"]
+
+
+def test_valid_rubric_is_normalized():
+    rubric = validate_rubric(GOOD, SOURCES, NAMES)
+    assert [c["id"] for c in rubric] == ["c1", "c2", "c3", "c4"]
+    assert math.isclose(sum(c["weight"] for c in rubric), 1.0, abs_tol=1e-3)
+    assert rubric[1]["source_doc_ids"] == ["dr0011"]
+
+
+def test_generic_only_rubric_rejected():
+    generic = {"criteria": [_criterion("出典を3件以上挙げている", kind="other", entities=[]),
+                            _criterion("分かりやすい日本語で書かれている", kind="other", entities=[]),
+                            _criterion("結論が明確に述べられている", kind="other", entities=[])]}
+    with pytest.raises(RubricError) as err:
+        validate_rubric(generic, SOURCES, NAMES)
+    assert err.value.reason == "rubric_generic"
+    # Specific criteria that carry little weight next to a heavy generic one are rejected too.
+    heavy = {"criteria": GOOD["criteria"][:3] + [_criterion("出典を3件以上挙げている", kind="other", entities=[],
+                                                             weight=10)]}
+    with pytest.raises(RubricError, match="generic weight"):
+        validate_rubric(heavy, SOURCES, NAMES)
+
+
+@pytest.mark.parametrize("field,value", [("weight", 0), ("weight", -1), ("weight", 11), ("weight", "重い"),
+                                         ("weight", None), ("scale", "1-10"), ("scale", 5), ("kind", "style"),
+                                         ("criterion", ""), ("entities", "蒼井焼")])
+def test_bad_fields_rejected_by_schema(field, value):
+    bad = json.loads(json.dumps(GOOD, ensure_ascii=False))
+    bad["criteria"][0][field] = value
+    with pytest.raises(RubricError) as err:
+        validate_rubric(bad, SOURCES, NAMES)
+    assert err.value.reason == "rubric_schema"
+    assert "criteria/0" in str(err.value)
+
+
+def test_missing_keys_sources_and_sizes():
+    with pytest.raises(RubricError, match="rubric_schema|required"):
+        validate_rubric({"criteria": [{"criterion": "蒼井焼の起源を書く"}] * 3}, SOURCES, NAMES)
+    with pytest.raises(RubricError) as err:
+        validate_rubric({"criteria": GOOD["criteria"][:2]}, SOURCES, NAMES)  # fewer than 3 criteria
+    assert err.value.reason == "rubric_schema"
+    unknown = json.loads(json.dumps(GOOD, ensure_ascii=False))
+    unknown["criteria"][1]["source_doc_ids"] = ["dr9999"]
+    with pytest.raises(RubricError) as err:
+        validate_rubric(unknown, SOURCES, NAMES)
+    assert err.value.reason == "rubric_unknown_source"
+    sourceless = json.loads(json.dumps(GOOD, ensure_ascii=False))
+    sourceless["criteria"][1]["source_doc_ids"] = []
+    with pytest.raises(RubricError, match="fact criterion"):
+        validate_rubric(sourceless, SOURCES, NAMES)
+
+
+@pytest.mark.parametrize("share,n", [(0.0, 9), (0.5, 9), (0.5, 10), (0.3, 7), (1.0, 4)])
+def test_clarify_selection_marks_exact_share(share, n):
+    rows = [{"group_id": f"g{i}"} for i in range(n)]
+    marked = list(select_for_clarification(share, seed=3)(iter(rows)))
+    assert sum(r["needs_clarification"] for r in marked) == round(share * n)
+    again = list(select_for_clarification(share, seed=3)(iter(reversed(rows))))
+    assert {r["group_id"] for r in marked if r["needs_clarification"]} == \
+           {r["group_id"] for r in again if r["needs_clarification"]}  # per-record draw, order-free
+    with pytest.raises(ValueError):
+        select_for_clarification(1.5, 0)
+
+
+def test_clarify_rules():
+    instruction = "蒼井焼と東雲窯の関係を調べてください。"
+    assert rule_problem(instruction, "どの時代を中心に調べればよいですか？", "明治以降でお願いします。") is None
+    assert rule_problem(instruction, "蒼井焼について調べます。", "はい。") is not None  # not a question
+    assert rule_problem(instruction, "どの時代を中心にしますか？", "どの時代がいいですか？") is not None
+    assert rule_problem(instruction, "doc_id: dr0010 を見ますか？", "はい、お願いします。") is not None
+    assert rule_problem(instruction, "Which era should I focus on?", "Meiji era please.") is not None
