@@ -1,0 +1,157 @@
+"""build_trajectories end to end on the example mini-wiki with the scripted demo teacher (real searches on
+an embedded index) and the scripted rewriter; failures and their reasons; a rewriter that alters a tool
+call; reasoning gets loss under the tiny model's chat template and tool results do not.
+
+Run: pytest tests/test_trajectories_build.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pipelines.llm import ScriptedLLM
+from pipelines.store import read_manifest, read_rows
+from pipelines.trajectories.build import build_trajectories
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "teacher_script.py"
+GENERAL = ROOT / "tests" / "fixtures" / "sft" / "general.jsonl"
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("demo_teacher_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    from envs.search import build_index
+    from pipelines.corpus import build_corpus
+    from pipelines.multihop.build import build_multihop
+    from pipelines.multihop.chains import Caps
+
+    base = tmp_path_factory.mktemp("traj")
+    build_corpus(ROOT / "examples" / "miniwiki.jsonl", base / "corpus", fmt="jsonl", quiet=True)
+    build_index(base / "corpus", base / "index")
+    build_multihop(corpus=base / "corpus", out=base / "multihop", quiet=True, caps=Caps(None, None, None))
+    return base
+
+
+@pytest.fixture(scope="module")
+def built(inputs):
+    out = inputs / "sft"
+    manifest = build_trajectories(inputs / "multihop", out, teacher=f"scripted:{SCRIPT}", index=inputs / "index",
+                                  translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL, ratio=0.5, n=2,
+                                  limit=30, seed=1, quiet=True)
+    return manifest, read_rows(out, "train"), read_rows(out, "failures")
+
+
+def test_funnel_splits_and_card(built, inputs):
+    manifest, train, failures = built
+    stages = {s["name"]: s for s in manifest["stages"]}
+    assert stages["teacher"]["received"] == 30 and stages["correct_only"]["received"] == 60
+    agentic = [r for r in train if r["kind"] == "agentic"]
+    assert agentic and failures, manifest["stages"]  # the rule-based teacher solves some, not all
+    assert stages["verify"]["kept"] == len(agentic)
+    assert sum(sum(s["dropped"].values()) for s in manifest["stages"]) == len(failures)
+    assert all(r["failure_reason"] and r["failure_stage"] for r in failures)
+    assert all(r["failure_reason"] is None and r["reward"] == 1.0 for r in agentic)
+    t = manifest["trajectories"]
+    assert sum(t["scenario_distribution"].values()) == len(agentic)
+    assert t["mix"]["general_rows"] == min(6, round(0.5 * len(agentic)))
+    assert t["teacher"]["model"].endswith("teacher_script.py:respond")
+    card = (inputs / "sft" / "README.md").read_text(encoding="utf-8")
+    assert "Scenario distribution" in card and "correct_only/wrong_answer" in card and "rewriter" in card
+    assert read_manifest(inputs / "sft")["trajectories"] == t
+
+
+def test_rows_keep_real_tool_loops_and_japanese_reasoning(built, inputs):
+    from envs.search import open_index
+    from envs.tasks import TASKS
+    from envs.tools import SearchTools, ToolsConfig
+    from pipelines.trajectories.verify import replay_violation
+
+    _, train, _ = built
+    tools = SearchTools(open_index(inputs / "index"), ToolsConfig(**TASKS["multihop_qa"].tools_config))
+    for row in (r for r in train if r["kind"] == "agentic"):
+        roles = [m["role"] for m in row["messages"]]
+        assert roles[:2] == ["system", "user"] and roles.count("tool") >= 2, roles
+        steps = [m for m in row["messages"] if m["role"] == "assistant"]
+        assert all(m["reasoning_content"] and not m["reasoning_content"].isascii() for m in steps)
+        assert row["scenario"] and json.loads(row["tools"])[0]["function"]["name"] == "search"
+        assert replay_violation(row["messages"], tools) is None
+
+
+def test_same_seed_same_version_and_rerun_returns_it(built, inputs):
+    manifest, _, _ = built
+    again = build_trajectories(inputs / "multihop", inputs / "sft", teacher=f"scripted:{SCRIPT}",
+                               index=inputs / "index", translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL,
+                               ratio=0.5, n=2, limit=30, seed=1, quiet=True)
+    assert again["version"] == manifest["version"]
+
+
+def test_rewriter_that_alters_tool_calls_or_talks_nonsense_is_caught(inputs):
+    module = script()
+
+    def sloppy(request):
+        payload = json.loads(module.rewrite(request))
+        if "北" in request.messages[-1]["content"]:  # some trajectories: the "rewrite" edits a query
+            for step in payload["steps"]:
+                for c in step["tool_calls"]:
+                    if c["name"] == "search":
+                        c["arguments"]["query"] += " 小説"
+        if "風見鶏" in request.messages[-1]["content"]:
+            return "Sure! Here is the rewritten trajectory."
+        return json.dumps(payload, ensure_ascii=False)
+
+    out = inputs / "sloppy"
+    manifest = build_trajectories(inputs / "multihop", out, teacher=f"scripted:{SCRIPT}", index=inputs / "index",
+                                  translator=ScriptedLLM(sloppy, model="sloppy"), n=1, seed=1, quiet=True)
+    reasons = Counter((r["failure_stage"], r["failure_reason"]) for r in read_rows(out, "failures"))
+    assert reasons[("translate", "tool_call_altered")] >= 1 and reasons[("translate", "llm_bad_json")] >= 1
+    for row in read_rows(out, "train"):
+        assert "北" not in row["messages"][1]["content"] or "小説" not in json.dumps(row["messages"], ensure_ascii=False)
+    assert manifest["trajectories"]["mix"]["general_rows"] == 0
+
+
+def _tokenizer():
+    """The tiny model's tokenizer + chat template, without loading weights when the model is not cached."""
+    from transformers import AutoTokenizer
+
+    from pipelines import tiny_model
+
+    model_dir = tiny_model.default_cache_dir() / "models" / tiny_model.TINY_MODEL_NAME
+    if tiny_model.is_prepared(model_dir):
+        return AutoTokenizer.from_pretrained(tiny_model.tiny_model_dir())
+    gguf = tiny_model.find_gguf()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer.chat_template = tiny_model.chat_template()
+    return tokenizer
+
+
+def test_reasoning_gets_loss_and_tool_results_do_not(built):
+    _, train, _ = built
+    tokenizer = _tokenizer()
+    for row in [r for r in train if r["kind"] == "agentic"][:5]:
+        messages = [{k: v for k, v in m.items() if v is not None} for m in row["messages"]]
+        enc = tokenizer.apply_chat_template(messages, tools=json.loads(row["tools"]), tokenize=True,
+                                            return_assistant_tokens_mask=True, return_dict=True)
+        ids, mask = enc["input_ids"], enc["assistant_masks"]
+        trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+        masked = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
+        for m in messages:
+            if m["role"] == "assistant":
+                assert m["reasoning_content"] in trained
+                for c in m.get("tool_calls") or []:
+                    assert c["function"]["arguments"] in trained
+            elif m["role"] == "tool":
+                assert m["content"] in masked and m["content"] not in trained
+            else:
+                assert m["content"] not in trained

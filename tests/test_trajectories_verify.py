@@ -1,0 +1,129 @@
+"""Byte-identity of tool calls/results through rewriting, the LLM-echo check, and replay on a real index.
+
+Run: pytest tests/test_trajectories_verify.py
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.trajectories.rewrite import apply_rewrite
+from pipelines.trajectories.verify import identity_violation, replay_violation
+
+
+
+def _fixture_dataset_module():
+    path = Path(__file__).parent / "fixtures" / "search" / "dataset.py"
+    spec = importlib.util.spec_from_file_location("search_fixture_dataset", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tools(tmp_path_factory):
+    from envs.search import build_index, open_index
+    from envs.tools import SearchTools, ToolsConfig
+
+    base = tmp_path_factory.mktemp("verify")
+    build_index(_fixture_dataset_module().write_dataset(base / "docs"), base / "index")
+    return SearchTools(open_index(base / "index"), ToolsConfig())
+
+
+def trajectory(tools) -> list[dict]:
+    first = tools.search("雪村製菓")
+    page = tools.open_doc("f002")
+    return [
+        {"role": "user", "content": "雪村製菓の創業者の出身地は？"},
+        {"role": "assistant", "content": "", "reasoning_content": "Search the company.",
+         "tool_calls": [{"id": "c0", "type": "function",
+                         "function": {"name": "search", "arguments": '{"query": "雪村製菓"}'}}]},
+        {"role": "tool", "name": "search", "tool_call_id": "c0", "content": first},
+        {"role": "assistant", "content": "", "reasoning_content": "Open the founder.",
+         "tool_calls": [{"id": "c1", "type": "function",
+                         "function": {"name": "open_doc", "arguments": '{"doc_id": "f002"}'}}]},
+        {"role": "tool", "name": "open_doc", "tool_call_id": "c1", "content": page},
+        {"role": "assistant", "content": "{{白砂市}}", "reasoning_content": "Done."},
+    ]
+
+
+def test_reasoning_only_change_passes_and_replays(tools):
+    original = trajectory(tools)
+    rewritten = copy.deepcopy(original)
+    for m in rewritten:
+        if m["role"] == "assistant":
+            m["reasoning_content"] = "日本語で考える。"
+    assert identity_violation(original, rewritten) is None
+    assert replay_violation(rewritten, tools) is None
+
+
+@pytest.mark.parametrize("index, key, value, reason", [
+    (2, "content", "[1] doc_id: f001 | title: 雪村製菓\n改ざん", "tool_result_altered"),
+    (4, "content", None, "tool_result_altered"),  # one character appended below
+    (1, "tool_calls", '{"query": "雪村製菓 創業者"}', "tool_call_altered"),
+    (3, "tool_calls", '{"doc_id": "f002" }', "tool_call_altered"),  # same JSON value, different bytes
+    (5, "content", "{{港町}}", "content_altered"),
+    (5, "reasoning_content", "  ", "empty_reasoning"),
+])
+def test_identity_catches_each_alteration(tools, index, key, value, reason):
+    original = trajectory(tools)
+    altered = copy.deepcopy(original)
+    if key == "tool_calls":
+        altered[index]["tool_calls"][0]["function"]["arguments"] = value
+    elif value is None:
+        altered[index][key] += "。"
+    else:
+        altered[index][key] = value
+    problem = identity_violation(original, altered)
+    assert problem is not None and problem[0] == reason and f"message {index}" in problem[1]
+
+
+def test_identity_catches_dropped_or_reordered_messages(tools):
+    original = trajectory(tools)
+    assert identity_violation(original, original[:-1])[0] == "message_count_changed"
+    swapped = original[:1] + [original[2], original[1]] + original[3:]
+    assert identity_violation(original, swapped)[0] == "role_changed"
+
+
+def test_replay_catches_a_result_the_index_does_not_give(tools):
+    altered = trajectory(tools)
+    altered[2]["content"] = altered[2]["content"].replace("雪村製菓", "雪村製薬", 1)
+    assert replay_violation(altered, tools)[0] == "replay_mismatch"
+    missing = trajectory(tools)[:2]
+    assert replay_violation(missing, tools)[0] == "replay_missing_result"
+    unknown = trajectory(tools)
+    unknown[1]["tool_calls"][0]["function"]["name"] = "browse"
+    assert replay_violation(unknown, tools)[0] == "replay_unexecutable"
+
+
+def _echo(messages, **changes) -> str:
+    steps = []
+    for m in messages:
+        if m["role"] == "assistant":
+            calls = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+                     for c in m.get("tool_calls") or []]
+            steps.append({"reasoning": "日本語の思考。", "tool_calls": calls})
+    for i, step in changes.items():
+        steps[int(i[1:])] = step
+    return json.dumps({"steps": steps}, ensure_ascii=False)
+
+
+def test_apply_rewrite_keeps_teacher_bytes_and_rejects_changed_echo(tools):
+    original = trajectory(tools)
+    # Key order / spacing of the echo is not a change, and the stored bytes stay the teacher's.
+    echoed = _echo(original).replace('{"query": "雪村製菓"}', '{ "query" : "雪村製菓" }')
+    out = apply_rewrite(original, echoed)
+    assert isinstance(out, list) and identity_violation(original, out) is None
+    assert out[1]["tool_calls"] == original[1]["tool_calls"] and out[1]["reasoning_content"] == "日本語の思考。"
+    changed = _echo(original, s0={"reasoning": "x", "tool_calls": [{"name": "search", "arguments": {"query": "別"}}]})
+    assert apply_rewrite(original, changed)[0] == "tool_call_altered"
+    dropped_call = _echo(original, s1={"reasoning": "x", "tool_calls": []})
+    assert apply_rewrite(original, dropped_call)[0] == "tool_call_altered"
+    assert apply_rewrite(original, json.dumps({"steps": [{"reasoning": "a"}]}))[0] == "step_count_changed"
+    assert apply_rewrite(original, _echo(original, s2={"reasoning": "", "tool_calls": []}))[0] == "empty_reasoning"
+    assert apply_rewrite(original, "I refuse.")[0] == "llm_bad_json"
