@@ -156,7 +156,7 @@ def build_multihop(
     llm: LLM = None,
     policy: Annotated[str | None, typer.Option("--policy", help="LLM spec of the agent that must solve each question.")] = None,
     k: Annotated[int, typer.Option("--k", help="Agent tries per question.")] = 4,
-    m: Annotated[int, typer.Option("--m", help="Keep questions solved at least m of k times.")] = 2,
+    m: Annotated[int, typer.Option("--m", help="Keep questions solved at least m of k times.")] = 1,
     until: Annotated[str | None, typer.Option("--until", help="Stop after this stage and write the records.")] = None,
     limit: Limit = None,
     seed: Seed = 0,
@@ -165,8 +165,64 @@ def build_multihop(
     """Wikipedia triples → 2-hop chains → questions → quality loop → solvability filter."""
     from pipelines.multihop.build import build_multihop as run
 
-    manifest = run(corpus=corpus, out=out, triples=triples, index=index, llm=llm, policy=policy, k=k, m=m,
+    manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k, m=m,
                    until=until, limit=limit, seed=seed, quiet=quiet)
+    _print_manifest(manifest, out)
+
+
+@build_app.command("trajectories")
+@friendly
+def build_trajectories(
+    dataset: Annotated[Path, typer.Option("--dataset", help="Question dataset (synth build multihop / egov).")],
+    out: Out,
+    teacher: Annotated[str, typer.Option("--teacher", help="LLM spec of the teacher (also scripted:FILE.py[:FN]).")],
+    index: Annotated[str, typer.Option("--index", help="Search index the teacher's tool searches.")],
+    translator: Annotated[str | None, typer.Option("--translator", help="LLM spec for translate/refine/rewrite (default: the teacher).")] = None,
+    general: Annotated[Path | None, typer.Option("--general", help="General chat set (JSONL/parquet/store folder with messages).")] = None,
+    ratio: Annotated[float, typer.Option("--ratio", help="General rows per agentic row.")] = 0.5,
+    n: Annotated[int, typer.Option("--n", help="Teacher tries per question.")] = 4,
+    limit: Limit = None,
+    seed: Seed = 0,
+    quiet: Quiet = False,
+):
+    """Teacher rollouts → correct only → Japanese reasoning → scenario rewrites → mixed SFT chat set."""
+    from pipelines.trajectories.build import build_trajectories as run
+
+    manifest = run(dataset, out, teacher, index, translator=translator, general=general, ratio=ratio, n=n,
+                   seed=seed, limit=limit, quiet=quiet)
+    _print_manifest(manifest, out)
+
+
+@build_app.command("deepresearch")
+@friendly
+def build_deepresearch(
+    corpus: Annotated[Path, typer.Option("--corpus", help="Document dataset (synth build corpus).")],
+    index: Annotated[str, typer.Option("--index", help="Search index over that corpus.")],
+    out: Out,
+    llm: Annotated[str, typer.Option("--llm", help="LLM spec (http:…, vllm:…, transformers:…, scripted:…).")],
+    clarify_share: Annotated[float, typer.Option("--clarify-share", help="Share of instructions with clarifying Q/A.")] = 0.5,
+    limit: Limit = None,
+    seed: Seed = 0,
+    quiet: Quiet = False,
+):
+    """Multi-article report instructions, confirmed by search, with a rubric each and clarifying Q/A."""
+    from pipelines.deepresearch.build import build_deepresearch as run
+
+    manifest = run(corpus, index, out, llm, clarify_share=clarify_share, limit=limit, seed=seed, quiet=quiet)
+    _print_manifest(manifest, out)
+
+
+@import_app.command("jemhopqa")
+@friendly
+def import_jemhopqa(
+    path: Annotated[Path, typer.Argument(help="JEMHopQA JSON file (e.g. corpus_ver1.2/dev_ver1.2.json).")],
+    out: Out,
+    quiet: Quiet = False,
+):
+    """JEMHopQA JSON → an evaluation dataset for the multihop_qa task."""
+    from pipelines.multihop.jemhopqa import import_jemhopqa as run
+
+    manifest = run(path, out, quiet=quiet)
     _print_manifest(manifest, out)
 
 
@@ -239,6 +295,73 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder written by
 
 
 # ---------------------------------------------------------------- train
+
+Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a recipe key: key=value (repeatable).")]
+Recipe = Annotated[Path, typer.Option("--config", "-c", help="YAML recipe (see trainer/recipes/).")]
+
+
+@train_app.command("sft")
+@friendly
+def train_sft(config: Recipe, set: Sets = None):
+    """Supervised fine-tuning with TRL (tool results, system and user text get no loss)."""
+    from trainer.sft import run_sft
+
+    typer.echo(json.dumps(run_sft(config, set or []), ensure_ascii=False, default=str))
+
+
+@train_app.command("rl")
+@friendly
+def train_rl(
+    config: Recipe,
+    set: Sets = None,
+    skip_readiness: Annotated[bool, typer.Option("--skip-readiness", help="Start even when the pre-flight check says the task is not learnable yet.")] = False,
+):
+    """GRPO / GSPO with TRL over the tansaku search environments."""
+    from trainer.rl import run_rl
+
+    typer.echo(json.dumps(run_rl(config, set or [], skip_readiness=skip_readiness), ensure_ascii=False, default=str))
+
+
+@train_app.command("eval")
+@friendly
+def train_eval(
+    task: Annotated[str, typer.Option("--task", help="multihop_qa | egov_mcq | deepresearch")],
+    dataset: Annotated[Path, typer.Option("--dataset", help="Dataset folder or JSONL of rows.")],
+    model: Annotated[str, typer.Option("--model", help="LLM spec, or a model folder (= transformers:FOLDER).")],
+    index: Annotated[str, typer.Option("--index", help="Search index the agent uses.")],
+    split: Annotated[str, typer.Option("--split")] = "train",
+    k: Annotated[int, typer.Option("--k", help="Samples per question (pass@k).")] = 4,
+    limit: Limit = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Folder for report.json and trajectories.jsonl.")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens")] = 1024,
+    judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
+    seed: Seed = 0,
+):
+    """Run a model with the task's environment: pass@1, pass@k, tool calls, parse failures, each reward."""
+    from envs.evaluate import run_eval
+
+    if Path(model).is_dir():
+        model = f"transformers:{model}"
+    report = run_eval(task, dataset, model, index, split=split, k=k, limit=limit, out_dir=out,
+                      max_tokens=max_tokens, seed=seed, judge=judge)
+    typer.echo(json.dumps(report, ensure_ascii=False, default=str))
+
+
+@train_app.command("merge")
+@friendly
+def train_merge(
+    method: Annotated[str, typer.Argument(help="soup | chat-vector | lora")],
+    models: Annotated[list[str], typer.Argument(help="soup: checkpoints; chat-vector: TARGET INSTRUCT BASE; lora: ADAPTER")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the merged model.")],
+    weights: Annotated[list[float] | None, typer.Option("--weight", help="soup: one weight per model (repeat).")] = None,
+    scale: Annotated[float, typer.Option("--scale", help="chat-vector: θ + scale·(θ_instruct − θ_base).")] = 1.0,
+    base: Annotated[str | None, typer.Option("--base", help="lora: the base model the adapter was trained on.")] = None,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="chat-vector: tensor names to keep from TARGET (e.g. embed_tokens).")] = None,
+):
+    """Model soup, chat vector or LoRA merge, streamed tensor by tensor over safetensors."""
+    from trainer.merge import run_merge
+
+    typer.echo(str(run_merge(method, models, str(out), weights=weights, scale=scale, exclude=exclude, base=base)))
 
 
 def main() -> None:  # pragma: no cover - python -m cli
