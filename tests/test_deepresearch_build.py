@@ -42,49 +42,55 @@ def _first(user: str, label: str) -> str:
     return user.split(f"【{label}】", 1)[1].split("、", 1)[0].split("\n", 1)[0] if f"【{label}】" in user else ""
 
 
-def misbehaving(request):
-    """The demo script, broken differently for each keyword group (named by its first keyword)."""
-    system = request.messages[0]["content"]
-    users = [m["content"] for m in request.messages if m["role"] == "user"]
-    answer = respond(request)
-    if system.startswith("# deepresearch/instruction"):
-        seed = _first(users[0], "キーワード")
-        if not isinstance(answer, dict) or answer.get("tool_calls"):
-            return answer
-        data = json.loads(answer["content"])
-        if seed == "柚木玄斎":    # entities all named in one article (潮見町) → single page
-            data["entities"] = ["潮見町", "月見湖", "白鷺駅"]
-        elif seed == "翠嶺本線":  # one hallucinated id among confirmed ones → removed, listed
-            data["supporting_doc_ids"].append("dr9999")
-        elif seed == "月見湖水質保全条例":  # real ids it never saw in a tool result → unconfirmed
-            data["supporting_doc_ids"] = ["dr0019", "dr0020"]
-        return {"content": json.dumps(data, ensure_ascii=False)}
-    seed = _first(users[-1], "対象")
-    if system.startswith("# deepresearch/quality") and seed == "翠嶺鉄道":
-        return json.dumps({"scores": {"specificity": 1, "multi_source": 2, "verifiability": 3, "clarity": 2,
-                                      "safety": 5}})
-    if system.startswith("# deepresearch/rubric"):
-        if seed == "潮見町":
-            return "ルーブリック: 潮見町の人口を書く（重み2）、蒼井町の窯元の数を書く"  # prose, no JSON object
-        if seed == "蒼井町":
-            return json.dumps({"criteria": [
-                {"criterion": c, "weight": 1, "scale": "binary", "kind": "other", "entities": [], "source_doc_ids": []}
-                for c in ("出典を3件以上挙げている", "分かりやすく書かれている", "結論が明確である")]}, ensure_ascii=False)
-        if seed == "銀鱗マス":
-            data = json.loads(answer)
-            data["criteria"][0]["weight"] = -1
-            return json.dumps(data, ensure_ascii=False)
-    return answer
+def misbehaving(stage: str):
+    """The demo script, broken differently per keyword group (named by its first keyword) in ``stage``:
+    ``instructions`` (writer, single-page and quality faults) or ``rubric``."""
+
+    def respond_badly(request):
+        system = request.messages[0]["content"]
+        users = [m["content"] for m in request.messages if m["role"] == "user"]
+        answer = respond(request)
+        if stage == "instructions" and system.startswith("# deepresearch/instruction"):
+            seed = _first(users[0], "キーワード")
+            if not isinstance(answer, dict) or answer.get("tool_calls"):
+                return answer
+            data = json.loads(answer["content"])
+            if seed == "潮見町":  # entities all named in one article (dr0001 潮見町) → single page
+                data["entities"] = ["潮見町", "月見湖", "白鷺駅"]
+            elif seed == "翠嶺本線":  # one hallucinated id among confirmed ones → removed, listed
+                data["supporting_doc_ids"].append("dr9999")
+            elif seed == "月見湖水質保全条例":  # real ids it never saw in a tool result → unconfirmed
+                data["supporting_doc_ids"] = ["dr0019", "dr0020"]
+            return {"content": json.dumps(data, ensure_ascii=False)}
+        seed = _first(users[-1], "対象")
+        if stage == "instructions" and system.startswith("# deepresearch/quality") and seed == "銀鱗マス":
+            return json.dumps({"scores": {"specificity": 1, "multi_source": 2, "verifiability": 3, "clarity": 2,
+                                          "safety": 5}})
+        if stage == "rubric" and system.startswith("# deepresearch/rubric"):
+            if seed == "潮見町":
+                return "ルーブリック: 潮見町の人口を書く（重み2）、蒼井町の窯元の数を書く"  # prose, no JSON object
+            if seed == "蒼井町":
+                return json.dumps({"criteria": [
+                    {"criterion": c, "weight": 1, "scale": "binary", "kind": "other", "entities": [],
+                     "source_doc_ids": []}
+                    for c in ("出典を3件以上挙げている", "分かりやすく書かれている", "結論が明確である")]},
+                    ensure_ascii=False)
+            if seed == "銀鱗マス":
+                data = json.loads(answer)
+                data["criteria"][0]["weight"] = -1
+                return json.dumps(data, ensure_ascii=False)
+        return answer
+
+    return respond_badly
 
 
-@pytest.fixture(scope="module")
-def faulty(corpus_and_index, tmp_path_factory):
+def _faulty_run(stage, corpus_and_index, tmp_path_factory):
     from pipelines.deepresearch.build import build_deepresearch
 
     corpus, index = corpus_and_index
-    out = tmp_path_factory.mktemp("faulty") / "out"
-    manifest = build_deepresearch(corpus, index, out, demo_llm(misbehaving), clarify_share=1.0, quiet=True)
-    return manifest, read_rows(out)
+    out = tmp_path_factory.mktemp(stage) / "out"
+    manifest = build_deepresearch(corpus, index, out, demo_llm(misbehaving(stage)), clarify_share=1.0, quiet=True)
+    return {s["name"]: s["dropped"] for s in manifest["stages"]}, read_rows(out)
 
 
 def test_clean_run_writes_dataset(clean):
@@ -137,18 +143,23 @@ def test_rubrics_valid_and_usable_by_reward(clean):
     assert score == [pytest.approx(rows[0]["rubric"][0]["weight"], abs=1e-3)]
 
 
-def test_faulty_outputs_dropped_with_reasons(faulty):
-    manifest, rows = faulty
-    dropped = {s["name"]: s["dropped"] for s in manifest["stages"]}
+def test_single_page_unconfirmed_and_low_quality_dropped(corpus_and_index, tmp_path_factory):
+    dropped, rows = _faulty_run("instructions", corpus_and_index, tmp_path_factory)
     assert dropped["instructions"] == {"unconfirmed_sources": 1}
     assert dropped["single_page"] == {"single_page": 1}
     assert dropped["quality"] == {"low_quality": 1}
-    assert dropped["rubric"] == {"llm_bad_json": 1, "rubric_generic": 1, "rubric_schema": 1}
-    assert [r["keywords"][0] for r in rows] == ["翠嶺本線"]
-    (row,) = rows
+    assert sorted(r["keywords"][0] for r in rows) == ["翠嶺本線", "蒼井町"]
+    row = next(r for r in rows if r["keywords"][0] == "翠嶺本線")
     assert row["unconfirmed_doc_ids"] == ["dr9999"] and "dr9999" not in row["supporting_doc_ids"]
-    assert row["needs_clarification"] and row["clarify_status"] == "ok"  # share 1.0
-    assert any("翠嶺本線" in c["criterion"] for c in row["rubric"])
+    assert all(r["needs_clarification"] and r["clarify_status"] == "ok" for r in rows)  # share 1.0
+
+
+def test_bad_rubrics_dropped(corpus_and_index, tmp_path_factory):
+    dropped, rows = _faulty_run("rubric", corpus_and_index, tmp_path_factory)
+    assert dropped["rubric"] == {"llm_bad_json": 1, "rubric_generic": 1, "rubric_schema": 1}
+    assert sorted(r["keywords"][0] for r in rows) == ["月見湖水質保全条例", "翠嶺本線"]
+    for r in rows:
+        assert any(r["keywords"][0] in c["criterion"] for c in r["rubric"])
 
 
 def test_rerun_same_out_returns_same_dataset(clean, corpus_and_index, tmp_path):

@@ -39,6 +39,7 @@ class KeywordConfig:
     min_articles: int = 3        # articles a group must span
     max_overlap: float = 0.6     # Jaccard above which a group duplicates an earlier one
     max_groups: int | None = None
+    max_keywords_per_doc: int = 40  # rarest first: bounds the pair self-join on long articles
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -54,10 +55,11 @@ def _tokenizer():
 
 
 def noun_phrases(text: str) -> list[str]:
-    """Maximal runs of nouns (numbers, pronouns, adverb-like nouns excluded) with leading prefixes and noun-like suffixes.
+    """Maximal runs of nouns (numbers, pronouns, adverb-like nouns excluded) with leading prefixes and
+    noun-like suffixes; a run of one common noun is not a topic and is left out.
 
     >>> noun_phrases("陶工の柚木玄斎が蒼井焼を広めた。")
-    ['陶工', '柚木玄斎', '蒼井焼']
+    ['柚木玄斎', '蒼井焼']
     """
     from envs.search.analysis import _slices
 
@@ -69,19 +71,18 @@ def noun_phrases(text: str) -> list[str]:
 
 
 def _noun_runs(text: str) -> list[str]:
-    phrases, run = [], []
-    for m in _tokenizer().tokenize(text):
-        pos = m.part_of_speech()
-        # 副詞可能 nouns (毎年, 現在, 当時) are time/degree words, not topics.
+    # A lone common noun (意味, 人口, 都市) names no topic: keep runs of 2+ tokens or with a proper noun.
+    phrases, run, proper = [], [], False
+    for m in [*_tokenizer().tokenize(text), None]:  # None flushes the last run
+        pos = m.part_of_speech() if m is not None else ("",)
         noun = pos[0] == "名詞" and pos[1] not in ("数詞", "代名詞") and pos[2] != "副詞可能"
         if noun or (pos[0] == "接尾辞" and pos[1] == "名詞的" and run) or (pos[0] == "接頭辞" and not run):
             run.append(m.surface())
+            proper = proper or pos[1] == "固有名詞"
             continue
-        if run:
+        if run and (len(run) >= 2 or proper):
             phrases.append("".join(run))
-        run = []
-    if run:
-        phrases.append("".join(run))
+        run, proper = [], False
     return phrases
 
 
@@ -122,7 +123,9 @@ def keyword_groups(docs: Iterable[dict], config: KeywordConfig = KeywordConfig()
     if not pairs:
         return []
     df = document_frequency(pairs, len(docs), config)
-    kept = pl.DataFrame(pairs, schema=["doc_id", "keyword"], orient="row").unique().join(df, on="keyword")
+    kept = (pl.DataFrame(pairs, schema=["doc_id", "keyword"], orient="row").unique().join(df, on="keyword")
+            .sort(["doc_id", "df", "keyword"]).group_by("doc_id", maintain_order=True)
+            .head(config.max_keywords_per_doc))
     docs_of: dict[str, set[str]] = {k: set(ids) for k, ids in
                                     kept.group_by("keyword").agg(pl.col("doc_id")).iter_rows()}
     # Pair co-occurrence: a self-join on doc_id, counted per (a, b) with a < b.
