@@ -1,0 +1,117 @@
+"""Benchmark: parsing 民法 into article records vs ja-law-parser alone, and the full ``build_egov`` time.
+
+    python bench/egov_parse.py [--law PATH] [--repeat 5]
+
+Peers measured in the same run (imports done before timing, median of ``--repeat``):
+  * ja-law-parser alone: ``LawParser().parse_from(bytes)`` + every article's ``texts()`` joined;
+  * ours: ``parse_law_bytes`` (hardened lxml parse, ja-law-parser per article, records with metadata,
+    nested paragraphs JSON, flattened text, ruby readings); target ≤ 1.2× the peer, whole 民法 < 2 s;
+  * ours, lxml path only (``prefer="lxml"``), for reference.
+Then the whole ``build_egov`` (articles → index → questions) with the cloze generator and with an
+instant scripted LLM (generator + judge answer immediately), on the real laws or the demo laws.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+REAL = ROOT.parent / "shared" / "data" / "egov"
+
+
+def median_seconds(fn, repeat: int) -> tuple[float, object]:
+    """Median CPU seconds of this process (the machine is shared: wall time swings with other jobs)."""
+    times, result = [], None
+    for _ in range(repeat):
+        t = time.process_time()
+        result = fn()
+        times.append(time.process_time() - t)
+    return statistics.median(times), result
+
+
+def jlp_alone(data: bytes) -> int:
+    from ja_law_parser.parser import LawParser
+
+    def walk(node):
+        for name in ("parts", "chapters", "sections", "subsections", "divisions"):
+            for child in getattr(node, name, None) or []:
+                yield from walk(child)
+        yield from getattr(node, "articles", None) or []
+
+    law = LawParser().parse_from(data)
+    articles = list(walk(law.law_body.main_provision))
+    for sp in law.law_body.suppl_provisions or []:
+        articles += list(walk(sp))
+    return sum(1 for a in articles if "".join(a.texts()) is not None)
+
+
+def ours(data: bytes, prefer: str) -> int:
+    from pipelines.egov.parse import parse_law_bytes
+
+    records = [r for r in parse_law_bytes(data, "bench.xml", prefer=prefer) if isinstance(r, dict)]
+    return sum(1 for r in records if json.loads(r["meta"])["kind"] == "article")
+
+
+def instant_llm(request) -> str:
+    prompt = request.messages[0]["content"]
+    if "ルーブリック" in prompt:
+        return '{"single_correct": 1, "grounded": 1, "plausible_distractors": 1, "no_leak": 1}'
+    body = prompt.split("【条文】", 1)[1].split("\n", 1)[1]
+    # the first sentence after the article title (第…条　), with any provision references cut out
+    head = re.sub(r"第[^、。\s]*?[条項号]|条の[^、。\s]+", "", body.split("\u3000", 1)[-1])[:30]
+    return json.dumps({"question": f"次の内容を定める規定について正しいものはどれか。「{head}」",
+                       "choices": ["正しい", "誤りA", "誤りB", "誤りC"], "answer_index": 0,
+                       "explanation": "条文による。"}, ensure_ascii=False)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--law", type=Path, default=next(iter(sorted(REAL.glob("129AC0000000089_*.xml"))), None))
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    if args.law is None or not args.law.exists():
+        sys.exit("民法 XML not found; pass --law PATH (../shared/data/egov/129AC0000000089_*.xml)")
+    import ja_law_parser.model  # noqa: F401  (import cost ~1-2 s, excluded from both peers)
+
+    data = args.law.read_bytes()
+    t_jlp, n_jlp = median_seconds(lambda: jlp_alone(data), args.repeat)
+    t_ours, n_ours = median_seconds(lambda: ours(data, "ja-law-parser"), args.repeat)
+    t_lxml, n_lxml = median_seconds(lambda: ours(data, "lxml"), args.repeat)
+    print(f"# parsing {args.law.name} ({len(data) / 1e6:.2f} MB), median CPU seconds of {args.repeat}\n")
+    print("| parser | articles | seconds | articles/s | time vs ja-law-parser |")
+    print("|---|---:|---:|---:|---:|")
+    for name, t, n in (("ja-law-parser alone (parse + texts)", t_jlp, n_jlp),
+                       ("tansaku parse_law_bytes (jlp + lxml fallback)", t_ours, n_ours),
+                       ("tansaku parse_law_bytes, lxml path only", t_lxml, n_lxml)):
+        print(f"| {name} | {n} | {t:.3f} | {n / t:,.0f} | {t / t_jlp:.2f}× |")
+
+    from pipelines.egov.build import build_egov
+    from pipelines.llm import ScriptedLLM
+
+    laws = REAL if REAL.exists() else ROOT / "examples" / "laws"
+    print(f"\n# build_egov on {laws} (articles dataset + index + questions), wall seconds, one run each\n")
+    print("| generator | questions | articles | seconds | vs cloze |")
+    print("|---|---:|---:|---:|---:|")
+    base = None
+    for name, llm in (("cloze (no LLM)", None), ("instant scripted LLM + judge", ScriptedLLM(instant_llm))):
+        with tempfile.TemporaryDirectory() as tmp:
+            t = time.perf_counter()
+            m = build_egov(laws, Path(tmp) / "out", llm=llm, quiet=True)
+            seconds = time.perf_counter() - t
+            funnel = {s["name"]: s["dropped"] for s in m["stages"] if s["dropped"]}
+            print(f"<!-- {name} funnel: {json.dumps(funnel, ensure_ascii=False)} -->")
+        base = base or seconds
+        print(f"| {name} | {m['splits'].get('train', 0)} | {m['articles']['rows']} | {seconds:.2f} | "
+              f"{seconds / base:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
