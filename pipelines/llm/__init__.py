@@ -59,5 +59,25 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
 
         return TransformersClient(rest, cache=_open_cache(cache, True), **options)
     if kind == "scripted":
+        if ".py" in rest:  # scripted:FILE.py[:FUNCTION] — a Python responder (demo teachers, policies)
+            return _scripted_from_python(rest, cache=_open_cache(cache, False), **options)
         return ScriptedLLM(rest, cache=_open_cache(cache, False), **options)
     raise ValueError(f"unknown LLM backend {kind!r} in spec {spec!r} (http, vllm, transformers, scripted)")
+
+
+def _scripted_from_python(target: str, cache=None, **options) -> ScriptedLLM:
+    """``FILE.py[:FUNCTION]`` → a ScriptedLLM answering with ``FUNCTION(request)`` (default ``respond``)."""
+    import importlib.util
+    from pathlib import Path
+
+    path, _, function = target.partition(".py")
+    file, name = Path(path + ".py"), function.lstrip(":") or "respond"
+    if not file.is_file():
+        raise FileNotFoundError(f"scripted LLM file not found: {file}")
+    spec = importlib.util.spec_from_file_location(f"tansaku_script_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, name, None)):
+        raise ValueError(f"{file} defines no function {name}(request) for a scripted LLM")
+    return ScriptedLLM(getattr(module, name), cache=cache, model=f"scripted:{file.name}:{name}", **options)
+

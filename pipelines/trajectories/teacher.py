@@ -17,7 +17,6 @@ Python file defining ``respond(request)``), used by the laptop demo (``examples/
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 
 from pipelines.engine import batch_stage
@@ -28,23 +27,9 @@ TASK_OF_PIPELINE = {"multihop": "multihop_qa", "egov": "egov_mcq"}
 
 
 def load_client(spec_or_client, cache="default"):
-    """A ``pipelines.llm`` client from a client, a spec string, or ``scripted:FILE.py[:FUNCTION]``."""
+    """A ``pipelines.llm`` client from a client or a spec string (``scripted:FILE.py[:FUNCTION]`` included)."""
     if not isinstance(spec_or_client, str):
         return spec_or_client
-    kind, _, rest = spec_or_client.partition(":")
-    if kind == "scripted" and ".py" in rest:
-        from pipelines.llm import ScriptedLLM
-
-        path, _, function = rest.partition(".py")
-        file, name = Path(path + ".py"), function.lstrip(":") or "respond"
-        if not file.is_file():
-            raise FileNotFoundError(f"scripted LLM file not found: {file}")
-        spec = importlib.util.spec_from_file_location(f"tansaku_script_{file.stem}", file)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        if not callable(getattr(module, name, None)):
-            raise ValueError(f"{file} defines no function {name}(request) for a scripted LLM")
-        return ScriptedLLM(getattr(module, name), model=f"scripted:{file.name}:{name}")
     from pipelines.llm import from_spec
 
     return from_spec(spec_or_client, cache=cache)
