@@ -269,6 +269,21 @@ def search(
 # ---------------------------------------------------------------- synth push / info
 
 
+@synth_app.command("demo")
+@friendly
+def demo(
+    out: Annotated[Path, typer.Option("--out", help="Folder for every artifact (rerun to resume).")] = Path("runs/demo"),
+    llm: LLM = None,
+    small: Annotated[bool, typer.Option("--small", help="Reduced sizes (what CI runs).")] = False,
+    quiet: Quiet = False,
+):
+    """The whole system end to end on the embedded default: data → index → SFT set → SFT → GSPO → eval."""
+    from pipelines.demo import run_demo
+
+    run_demo(out, llm=llm, small=small, quiet=quiet)
+    typer.echo(f"demo finished; artifacts under {out}")
+
+
 @synth_app.command("push")
 @friendly
 def push(
