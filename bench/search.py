@@ -120,7 +120,7 @@ class Bm25sPeer:
 def make_queries(rows, n, seed=1):
     rng, out = random.Random(seed), {"match": [], "phrase": [], "bool": []}
     for r in rng.sample(rows, min(n, len(rows))):
-        t = r["text"].replace(" ", "")
+        t = "".join(r["text"].split())  # no whitespace: every sampled piece is a real phrase
         if len(t) < 30:
             continue
         i = rng.randrange(0, len(t) - 12)

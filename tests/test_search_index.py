@@ -113,7 +113,8 @@ def test_cli_exit_codes(tmp_path):
     assert res.exit_code == 0 and json.loads(res.stdout)["hits"][0]["doc_id"] == "f024"
     for bad in ['{"script": {"source": "x"}}', '{"regexp": {"text": "."}}', '{"wildcard": {"text": "*a"}}',
                 '{"fuzzy": {"text": "a"}}', '{"bool": {"must": [', '{"term": {"text": "a"}}', "  ",
-                '{"query": {"match_all": {}}, "size": 99999}', '{"match": {"text": "' + "a" * 999 + '"}}']:
+                '{"query": {"match_all": {}}, "size": 99999}', '{"match": {"text": "' + "a" * 999 + '"}}',
+                "[" * 100000, '{"bool": {"must": ' * 3000]:
         res = runner.invoke(synth_app, ["search", "--index", str(tmp_path / "ix"), bad])
         assert res.exit_code == 2, (bad, res.output)
         assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1

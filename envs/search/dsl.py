@@ -256,6 +256,9 @@ def _loads(text: str):
     except json.JSONDecodeError as e:
         raise QueryError(f"query: looks like JSON but does not parse ({e.msg} at line {e.lineno} "
                          f"column {e.colno}); send valid JSON or plain text") from None
+    except RecursionError:
+        raise QueryError("query: JSON nested too deeply; the bool nesting limit is "
+                         f"{Limits().max_depth}") from None
 
 
 def parse_request(query, size: int | None, fields: Fields, limits: Limits = Limits(),
