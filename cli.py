@@ -379,9 +379,12 @@ def train_merge(
     typer.echo(str(run_merge(method, models, str(out), weights=weights, scale=scale, exclude=exclude, base=base)))
 
 
-def main() -> None:  # pragma: no cover - python -m cli
-    synth_app(prog_name="synth")
+def main() -> None:  # pragma: no cover - `python -m cli synth …` / `python -m cli train …` (accelerate launch)
+    app, name = (train_app, "train") if len(sys.argv) > 1 and sys.argv[1] == "train" else (synth_app, "synth")
+    if len(sys.argv) > 1 and sys.argv[1] in ("synth", "train"):
+        del sys.argv[1]
+    app(prog_name=name)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()
