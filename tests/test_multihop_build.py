@@ -179,12 +179,13 @@ def test_quality_loop_and_agent_check_with_the_tiny_model(tiny_model_path, built
 
     _, rows = built
     llm = from_spec(f"transformers:{tiny_model_path}", cache=False)
-    records = [{**r, "answer_aliases": r["aliases"]} for r in rows[:2]]
+    records = [{**r, "answer_aliases": r["aliases"]} for r in rows[:1]]
     out = quality_loop(records, llm, max_rounds=1)
     named = {"judge_bad_json", "quality_ambiguous", "quality_single_answer", "quality_unnatural", "llm_error"}
     for o in out:
         assert (isinstance(o, Drop) and (o.reason in named or o.reason.startswith("fix_"))) or \
             (1 <= o["quality"]["scores"]["natural"] <= 5)
     build_index(corpus, tmp_path / "index")
-    checked = agent_check(records[:1], llm, SearchTools(open_index(str(tmp_path / "index"))), k=2, m=1)
+    checked = agent_check(records[:1], llm, SearchTools(open_index(str(tmp_path / "index"))), k=2, m=1,
+                          max_turns=2, max_tokens=48)
     assert checked[0] == Drop("unsolved") or checked[0]["pass_rate"] in (0.5, 1.0)

@@ -53,14 +53,16 @@ def _completion(trajectory):
     raise TypeError(f"cannot read a completion from {type(trajectory).__name__}")
 
 
-def agent_check(records: list[dict], policy, tools, k: int = 4, m: int = 1, seed: int = 0) -> list[dict | Drop]:
+def agent_check(records: list[dict], policy, tools, k: int = 4, m: int = 1, seed: int = 0,
+                max_turns: int | None = None, max_tokens: int = 1024) -> list[dict | Drop]:
     """Run ``k`` rollouts per record and keep those solved at least ``m`` times."""
     from envs.rollout import run_rollouts
     from envs.tasks import TASKS
 
     task = TASKS["multihop_qa"]
     rows = [eval_row(r) for r in records]
-    trajectories = run_rollouts(policy, task, rows, tools, k=k, seed=seed, score=False)
+    trajectories = run_rollouts(policy, task, rows, tools, k=k, seed=seed, score=False, max_turns=max_turns,
+                                max_tokens=max_tokens)
     if len(trajectories) != k * len(rows):
         raise RuntimeError(f"run_rollouts returned {len(trajectories)} trajectories for {len(rows)} rows × k={k}")
     reward = task.answer_reward()
