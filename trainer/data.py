@@ -8,7 +8,8 @@ a ``.jsonl`` / ``.json`` / ``.parquet`` file. Each row needs ``messages`` (chat 
 
 Normalization keeps Arrow from rewriting the conversations: tool-call ``arguments`` and ``tools`` become
 JSON strings (the chat template and TRL both accept strings; Arrow would otherwise merge every dict's
-keys into one struct and fill the gaps with nulls), and missing keys become absent rather than null.
+keys into one struct and fill the gaps with nulls). Message keys other than role, content,
+reasoning_content, tool_calls, name and tool_call_id are dropped.
 
 Mixing: each source gets ``round(mix_size × ratio / Σratio)`` rows, drawn from a seeded permutation of
 its rows and cycling through it again when it needs more rows than it has; the mix is then shuffled
@@ -122,12 +123,19 @@ def mix_sources(sources: list[DataSource], mix_size: int | None = None, seed: in
             raise RecipeError(f"data source {src.path} ({src.split}) has no rows")
         rows = [normalize_conversation(r, src.system_prompt, f"{src.path} row {i}") for i, r in enumerate(raw)]
         loaded.append((src, rows))
-    total = mix_size or sum(len(rows) for _, rows in loaded)
-    ratio_sum = sum(src.ratio for src, _ in loaded)
+    return mix_by_ratio([rows for _, rows in loaded], [src.ratio for src, _ in loaded], mix_size, seed)
+
+
+def mix_by_ratio(groups: list[list], ratios: list[float], total: int | None = None, seed: int = 42) -> list:
+    """``round(total × ratio / Σratio)`` rows per group (at least 1), then one seeded shuffle of the mix.
+
+    ``total`` defaults to the groups' combined size.
+    """
+    total = total or sum(len(g) for g in groups)
     rng = random.Random(seed)
-    mixed: list[dict] = []
-    for src, rows in loaded:
-        mixed.extend(_draw(rows, max(1, round(total * src.ratio / ratio_sum)), rng))
+    mixed: list = []
+    for rows, ratio in zip(groups, ratios):
+        mixed.extend(_draw(rows, max(1, round(total * ratio / sum(ratios))), rng))
     rng.shuffle(mixed)
     return mixed
 

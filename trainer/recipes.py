@@ -91,7 +91,19 @@ class WatchSpec:
     window: int = 10  # logged steps compared: mean of the last `window` vs the `window` before
     rise: float = 0.1  # a component "rises" when its mean grows by at least this much
     flat: float = 0.02  # correctness is "flat" when its mean moves less than this
-    correctness: str = "answer"  # substring naming the correctness reward column(s)
+    correctness: str | None = None  # None: the task's answer reward; else a substring of a component name
+
+
+@dataclass
+class ReadinessSpec:
+    """The pre-flight check of ``train rl`` (``envs.evaluate``): refuse when the model never succeeds."""
+
+    k: int = 4  # samples per question
+    rows: int = 16  # questions per task
+    split: str | None = None  # default: the task's own split
+    model: str | None = None  # LLM spec for the rollouts; default transformers:<recipe model>
+    max_tokens: int = 1024
+    min_pass_at_k: float = 0.02
 
 
 @dataclass
@@ -139,9 +151,9 @@ class RLRecipe(TrainCommon):
     loss_type: str | None = None
     num_generations: int = 8
     prompts_per_step: int = 1
-    max_prompt_length: int | None = None
-    max_completion_length: int = 1024
-    max_tool_calling_iterations: int | None = 8
+    mix_size: int | None = None  # prompts in the task mix; default: the tasks' total
+    max_completion_length: int = 1024  # the whole multi-turn completion, tool results included
+    max_tool_calling_iterations: int | None = None  # None: the largest max_turns of the tasks
     temperature: float = 1.0
     top_p: float = 1.0
     use_vllm: bool = False
@@ -150,6 +162,7 @@ class RLRecipe(TrainCommon):
     vllm_server_base_url: str | None = None
     log_completions: bool = True
     watch: WatchSpec = field(default_factory=WatchSpec)
+    readiness: ReadinessSpec = field(default_factory=ReadinessSpec)
     learning_rate: float = 5e-7
 
 
@@ -225,6 +238,8 @@ def _coerce(value: Any, tp, where: str) -> Any:
             return str(value)
         if tp is Any:
             return value
+    except RecipeError:
+        raise
     except (TypeError, ValueError):
         raise RecipeError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}") from None
     raise RecipeError(f"{where}: unsupported field type {tp}")
@@ -321,6 +336,11 @@ def validate(recipe) -> None:
     _check(bool(recipe.tasks), "tasks: list at least one task (name, data, index)")
     for i, task in enumerate(recipe.tasks):
         _check(task.ratio > 0, f"tasks.{i}.ratio: must be > 0 (got {task.ratio})")
+        _check(bool(task.index), f"tasks.{i}.index: the search index (folder or OpenSearch target) is required")
+    names = [t.name for t in recipe.tasks]
+    _check(len(set(names)) == len(names), f"tasks: each task name once (got {names}); merge their datasets")
+    _check(recipe.gradient_accumulation_steps == 1,
+           "gradient_accumulation_steps: derived from prompts_per_step × num_generations for RL; do not set it")
     _check(recipe.algorithm in ALGORITHMS, f"algorithm: one of {', '.join(ALGORITHMS)} (got {recipe.algorithm!r})")
     _check(recipe.loss_type is None or recipe.loss_type in LOSS_TYPES,
            f"loss_type: one of {', '.join(LOSS_TYPES)} (got {recipe.loss_type!r})")

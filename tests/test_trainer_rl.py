@@ -1,0 +1,153 @@
+"""`train rl`: task mixing and per-task rewards, the readiness gate (scripted model, fast), and on the tiny
+model 3 GSPO steps over the multi-hop search environment + resume from a checkpoint (slow).
+
+Run: pytest tests/test_trainer_rl.py            (fast part)
+     pytest tests/test_trainer_rl.py -m slow    (tiny-model GSPO)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "trainer" / "recipes" / "rl-tiny.yaml"
+ENV_FIXTURES = ROOT / "tests" / "fixtures" / "envs"
+COMPONENTS = ("answer_reward", "format_reward", "tool_call_reward", "zh_mix_penalty")
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory):
+    sys.path.insert(0, str(ENV_FIXTURES))
+    try:
+        from helpers import build_fixture_index
+    finally:
+        sys.path.remove(str(ENV_FIXTURES))
+    return build_fixture_index(tmp_path_factory.mktemp("corpus"))
+
+
+def two_task_recipe(tmp_path):
+    from trainer.recipes import load_recipe
+
+    return load_recipe(RECIPE, [
+        f"output_dir={tmp_path}",
+        f"tasks=[{{name: multihop_qa, data: '{ENV_FIXTURES / 'multihop.jsonl'}', index: idx, ratio: 1}},"
+        f" {{name: egov_mcq, data: '{ENV_FIXTURES / 'egov_mcq.jsonl'}', index: idx, ratio: 1,"
+        f" reward_weights: {{format_reward: 0.5}}}}]",
+        "mix_size=8",
+    ])
+
+
+def test_task_mix_routes_rows_and_scores_each_task_with_its_own_rewards(tmp_path):
+    from trainer.rl import build_dataset, build_rewards
+
+    recipe = two_task_recipe(tmp_path)
+    dataset = build_dataset(recipe)
+    assert len(dataset) == 8 and sorted(set(dataset["environment"])) == ["egov_mcq", "multihop_qa"]
+    assert dataset["environment"].count("egov_mcq") == 4
+    assert all(p[0]["role"] == "system" and p[1]["role"] == "user" for p in dataset["prompt"])
+
+    funcs, weights, groups = build_rewards(recipe)
+    names = [f.__name__ for f in funcs]
+    assert names[:4] == [f"multihop_qa/{c}" for c in COMPONENTS]
+    assert names[4] == "egov_mcq/mcq_reward" and weights[names.index("egov_mcq/format_reward")] == 0.5
+    assert groups["egov_mcq"][1] == "egov_mcq/mcq_reward"
+
+    rows = [dataset[i] for i in range(len(dataset))]
+    completions = [[{"role": "assistant", "reasoning_content": "確認した。",
+                     "content": "{{" + (r["answer"] if r["environment"] == "multihop_qa" else
+                                        str(r["answer_index"] + 1)) + "}}"}] for r in rows]
+    columns = {k: [r[k] for r in rows] for k in rows[0]}
+    answer = funcs[names.index("multihop_qa/answer_reward")](completions, **columns)
+    mcq = funcs[names.index("egov_mcq/mcq_reward")](completions, **columns)
+    for row, a, m in zip(rows, answer, mcq):
+        if row["environment"] == "multihop_qa":
+            assert a == 1.0 and m is None  # None: TRL leaves this reward out for that row
+        else:
+            assert a is None and m == 1.0
+
+
+def test_unknown_reward_override_is_refused(tmp_path):
+    from trainer.recipes import RecipeError, load_recipe
+    from trainer.rl import build_rewards
+
+    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", "tasks.0.reward_weights={answr_reward: 2}"])
+    with pytest.raises(RecipeError, match="unknown components \\['answr_reward'\\]"):
+        build_rewards(recipe)
+
+
+def test_missing_task_data_names_the_task(tmp_path):
+    from trainer.recipes import RecipeError, load_recipe
+    from trainer.rl import build_dataset
+
+    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.data={tmp_path / 'none.jsonl'}"])
+    with pytest.raises(RecipeError, match="task multihop_qa: cannot read"):
+        build_dataset(recipe)
+
+
+@pytest.mark.parametrize("policy, ready", [("never", False), ("always", False), ("every_other", True)])
+def test_readiness_gate_refuses_runs_without_learning_signal(tmp_path, index_dir, policy, ready):
+    """Never correct → pass@k = 0; always correct → every group has zero variance; mixed → ready."""
+    from envs.evaluate import NotReadyForRL
+    from pipelines.llm import ScriptedLLM
+    from trainer.recipes import load_recipe
+    from trainer.rl import check_readiness
+
+    rows = {json.loads(line)["question"]: json.loads(line)["answer"]
+            for line in (ENV_FIXTURES / "multihop.jsonl").read_text(encoding="utf-8").splitlines()}
+    calls: dict[str, int] = {}
+
+    def respond(request):
+        question = next(q for q in rows if q in request.messages[-1]["content"])
+        calls[question] = calls.get(question, 0) + 1
+        right = policy == "always" or (policy == "every_other" and calls[question] % 2 == 1)
+        return {"content": "{{" + (rows[question] if right else "わかりません") + "}}", "reasoning": "調べた。"}
+
+    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path / 'out'}", f"tasks.0.index={index_dir}",
+                                  "readiness.rows=4", "readiness.k=2"])
+    client = ScriptedLLM(respond)
+    if ready:
+        (report,) = check_readiness(recipe, "unused", client=client)
+        assert report["pass@2"] == 1.0 and report["zero_variance_group_share"] == 0.0
+    else:
+        with pytest.raises(NotReadyForRL, match="pass@2 = 0.000" if policy == "never" else "zero-variance"):
+            check_readiness(recipe, "unused", client=client)
+    assert (tmp_path / "out" / "readiness" / "multihop_qa" / "report.json").is_file()
+
+
+@pytest.mark.slow
+def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(tmp_path, index_dir,
+                                                                                tiny_model_path):
+    import polars as pl
+
+    from trainer.rl import run_rl
+
+    first = tmp_path / "first"
+    common = [f"tasks.0.index={index_dir}", "max_completion_length=48", "save_steps=2", "seed=3"]
+    result = run_rl(RECIPE, [f"output_dir={first}", "max_steps=3", *common], skip_readiness=True)
+    assert result["global_step"] == 3
+
+    state = json.loads((first / "trainer_state.json").read_text(encoding="utf-8"))
+    steps = [e for e in state["log_history"] if "loss" in e]
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    for entry in steps:
+        for component in COMPONENTS:
+            assert f"rewards/{component}/mean" in entry
+        assert "frac_reward_zero_std" in entry and "tools/call_frequency" in entry
+    parquet = pl.read_parquet(first / "completions" / "completions_00003.parquet")
+    assert len(parquet) == 4 and set(COMPONENTS) <= set(parquet.columns) and "advantage" in parquet.columns
+    assert "search" in str(parquet["prompt"][0]) and "open_doc" in str(parquet["prompt"][0])  # tools offered
+
+    # Resume in a fresh folder from checkpoint-2: it must continue at step 3 with step 3's prompts.
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(first / "checkpoint-2", resumed / "checkpoint-2")
+    again = run_rl(RECIPE, [f"output_dir={resumed}", "max_steps=3", "resume_from_checkpoint=latest", *common])
+    assert again["global_step"] == 3
+    assert sorted(p.name for p in (resumed / "completions").iterdir()) == ["completions_00003.parquet"]
+    replay = pl.read_parquet(resumed / "completions" / "completions_00003.parquet")
+    assert replay["prompt"].to_list() == parquet["prompt"].to_list()

@@ -1,0 +1,100 @@
+"""`train sft` on the tiny model: exact label masks on a multi-turn tool conversation, loss goes down,
+parameters move, and run_sft writes the model and recipe.
+
+Run: pytest tests/test_trainer_sft.py -m slow
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "trainer" / "recipes" / "sft-tiny.yaml"
+AGENTIC = ROOT / "tests" / "fixtures" / "sft" / "agentic.jsonl"
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory, tiny_model_path):
+    from trainer.recipes import load_recipe
+    from trainer.sft import build_sft_trainer
+
+    out = tmp_path_factory.mktemp("sft")
+    # The first two agentic conversations (one and two searches), repeated: 3 steps must lower their loss.
+    recipe = load_recipe(RECIPE, [
+        f"output_dir={out}", "max_steps=3", "per_device_train_batch_size=1", "mix_size=3", "save_steps=100",
+        f"data=[{{path: '{AGENTIC}', system_prompt: 'あなたは検索エージェントです。'}}]",
+        "data.0.max_rows=2", "seed=0", "learning_rate=2e-4",
+    ])
+    return build_sft_trainer(recipe)
+
+
+def expected_trained_mask(tokenizer, text: str, input_ids: list[int]) -> list[bool]:
+    """Independent of TRL and of the template's generation markers: a token is trained iff it lies inside
+    an assistant turn's body, from after ``<|im_start|>assistant\\n`` through its ``<|im_end|>``."""
+    spans = []
+    for start in re.finditer(r"<\|im_start\|>assistant\n", text):
+        end = text.index("<|im_end|>", start.end()) + len("<|im_end|>")
+        spans.append((start.end(), end))
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    assert encoded["input_ids"] == input_ids, "TRL tokenized the conversation differently from the template text"
+    return [any(a <= s and e <= b for a, b in spans) for s, e in encoded["offset_mapping"]]
+
+
+def test_labels_cover_exactly_reasoning_tool_calls_and_answers(trainer):
+    tokenizer = trainer.processing_class
+    row = next(r for r in trainer.train_dataset)
+    batch = trainer.data_collator([row])
+    input_ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
+    conversations = [json.loads(line) for line in AGENTIC.read_text(encoding="utf-8").splitlines()[:2]]
+    text = tokenizer.decode(input_ids)
+    conv = next(c for c in conversations if c["messages"][0]["content"] in text)
+    expected = expected_trained_mask(tokenizer, text, input_ids)
+    got = [label != -100 for label in labels]
+    mismatches = [(i, tokenizer.decode([t]), e, g) for i, (t, e, g) in enumerate(zip(input_ids, expected, got)) if e != g]
+    assert not mismatches, f"label mask differs at {mismatches[:10]}"
+    assert all(label in (-100, tok) for label, tok in zip(labels, input_ids))  # labels are the tokens themselves
+
+    trained = tokenizer.decode([t for t, g in zip(input_ids, got) if g])
+    untrained = tokenizer.decode([t for t, g in zip(input_ids, got) if not g])
+    for message in conv["messages"]:
+        if message["role"] == "assistant":
+            assert message["reasoning_content"] in trained
+            if message["content"]:
+                assert message["content"] in trained and message["content"] not in untrained
+            for call in message.get("tool_calls", []):
+                assert json.dumps(call["function"]["arguments"], ensure_ascii=False) in trained
+        else:  # user question and tool results: read, never learned
+            assert message["content"] in untrained and message["content"] not in trained
+    assert "あなたは検索エージェントです。" in untrained and "# Tools" in untrained
+    assert trained.count("<|im_end|>") == sum(m["role"] == "assistant" for m in conv["messages"])
+
+
+def test_three_steps_lower_the_loss_and_move_the_weights(trainer):
+    import torch
+
+    name, before = next((n, p.detach().clone()) for n, p in trainer.model.named_parameters() if "q_proj" in n)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 3
+    assert losses[-1] < losses[0], losses
+    after = dict(trainer.model.named_parameters())[name]
+    assert not torch.equal(before, after.detach())
+
+
+def test_run_sft_with_lora_saves_an_adapter_and_the_recipe(tmp_path, tiny_model_path):
+    from trainer.sft import run_sft
+
+    result = run_sft(RECIPE, [
+        f"output_dir={tmp_path}", "max_steps=1", "per_device_train_batch_size=1", "mix_size=2",
+        "lora.r=4", "data.0.max_rows=1", "data.1.max_rows=1", "max_length=768", "save_steps=100",
+    ])
+    assert result["global_step"] == 1 and result["training_loss"] > 0
+    assert (tmp_path / "adapter_config.json").is_file() and (tmp_path / "adapter_model.safetensors").is_file()
+    saved = json.loads((tmp_path / "tansaku_recipe.json").read_text(encoding="utf-8"))
+    assert saved["lora"]["r"] == 4 and saved["max_steps"] == 1

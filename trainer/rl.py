@@ -1,0 +1,232 @@
+"""`train rl`: GRPO / GSPO over the tansaku search environments with TRL's GRPOTrainer.
+
+    train rl --config trainer/recipes/rl-tiny.yaml --set max_steps=3 --skip-readiness
+    python -c "from trainer.rl import run_rl; run_rl('trainer/recipes/rl-tiny.yaml', ['max_steps=3'], skip_readiness=True)"
+
+Each recipe task names ``envs.tasks.TASKS[name]``, its prompt dataset (store folder or .jsonl) and its
+search index. The rollouts are multi-turn: TRL's tool loop calls ``envs.environments.SearchEnvironment``
+(``environment_factory``; a ``{task: factory}`` dict plus an ``environment`` column when several tasks are
+mixed), tool-result tokens get no loss, and every reward component of the task is its own TRL reward
+function (logged as ``rewards/<name>/mean``, one column each in ``completions/*.parquet``), weighted by the
+task's weights (overridable per task). With several tasks, components are named ``<task>/<component>``
+and return None on other tasks' rows, which TRL skips.
+
+Before step 1 the readiness check (``envs.evaluate.run_eval`` + ``check_rl_readiness``) samples the model
+on each task and refuses to start when pass@k ≈ 0 or every group has zero reward variance
+(``skip_readiness=True`` / ``--skip-readiness`` to bypass). Algorithm, NeMo-RL key and batch mapping:
+``trainer.recipes`` (module docstring).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from trainer.recipes import ALGORITHM_DEFAULTS, RecipeError, RLRecipe, RLTask, batch_plan, load_recipe, resolve_model
+from trainer.sft import make_trl_config, peft_config, resume_checkpoint, training_args, write_recipe_copy
+
+
+def task_rows(spec: RLTask, task) -> list[dict]:
+    """The task's prompt rows (``prompt`` column added by the task); columns checked against the task."""
+    from envs.evaluate import load_rows
+
+    try:
+        rows = load_rows(spec.data, spec.split, spec.max_rows)
+    except Exception as exc:  # missing folder/split: name the task in the message
+        raise RecipeError(f"task {spec.name}: cannot read {spec.data} ({spec.split}): {exc}") from None
+    if not rows:
+        raise RecipeError(f"task {spec.name}: {spec.data} ({spec.split}) has no rows")
+    missing = sorted({c for row in rows for c in task.columns if row.get(c) in (None, "")})
+    if missing:
+        raise RecipeError(f"task {spec.name}: {spec.data} lacks column(s) {missing} ({task.columns})")
+    return task.to_trl_rows(rows)
+
+
+def _subset_reward(fn, task_key: str, name: str):
+    """Wrap a task's reward so it scores only rows of ``task_key`` (None elsewhere: TRL skips those)."""
+
+    def reward(completions, environment=None, **columns):
+        if environment is None:
+            return fn(completions, **columns)
+        idx = [i for i, env in enumerate(environment) if env == task_key]
+        out: list = [None] * len(completions)
+        if not idx:
+            return out
+        n = len(completions)
+        sliced = {k: [v[i] for i in idx] if isinstance(v, list) and len(v) == n else v for k, v in columns.items()}
+        for i, value in zip(idx, fn([completions[i] for i in idx], **sliced)):
+            out[i] = value
+        return out
+
+    reward.__name__ = name
+    return reward
+
+
+def build_rewards(recipe: RLRecipe, judge=None) -> tuple[list, list[float], dict[str, tuple[list[str], str]]]:
+    """(reward functions, weights, watch groups ``{task: ([component names], correctness name)}``)."""
+    from envs.tasks import TASKS
+
+    multi = len(recipe.tasks) > 1
+    funcs, weights, groups = [], [], {}
+    for spec in recipe.tasks:
+        task = TASKS[spec.name]
+        unknown = set(spec.reward_weights) - set(task.reward_weights)
+        if unknown:
+            raise RecipeError(f"task {spec.name}: reward_weights for unknown components {sorted(unknown)}; "
+                              f"the task has {list(task.reward_weights)}")
+        task_weights = {**task.reward_weights, **spec.reward_weights}
+        names = []
+        for component, fn in zip(task.reward_weights, task.reward_functions(judge)):
+            name = f"{spec.name}/{component}" if multi else component
+            funcs.append(_subset_reward(fn, spec.name, name) if multi else _named(fn, name))
+            weights.append(float(task_weights[component]))
+            names.append(name)
+        correctness = task.answer_reward_name
+        groups[spec.name] = (names, f"{spec.name}/{correctness}" if multi else correctness)
+    return funcs, weights, groups
+
+
+def _named(fn, name: str):
+    def reward(completions, **columns):
+        return fn(completions, **columns)
+
+    reward.__name__ = name
+    return reward
+
+
+def build_dataset(recipe: RLRecipe):
+    """The mixed prompt dataset (``environment`` column when several tasks share the run)."""
+    from datasets import Dataset
+
+    from envs.tasks import TASKS
+    from trainer.data import mix_by_ratio
+
+    groups = []
+    for spec in recipe.tasks:
+        if spec.name not in TASKS:
+            raise RecipeError(f"tasks: unknown task {spec.name!r}; choose from {sorted(TASKS)}")
+        rows = task_rows(spec, TASKS[spec.name])
+        if len(recipe.tasks) > 1:
+            rows = [{**row, "environment": spec.name} for row in rows]
+        groups.append(rows)
+    mixed = mix_by_ratio(groups, [t.ratio for t in recipe.tasks], recipe.mix_size, recipe.seed)
+    # Dataset.from_list keeps only the first row's keys: give every row every task's columns (None when
+    # absent). Mappings (other than the prompt) become JSON text so Arrow does not merge their keys.
+    columns = list(dict.fromkeys(key for row in mixed for key in row))
+    rows = [{key: json.dumps(row[key], ensure_ascii=False) if key != "prompt" and isinstance(row.get(key), dict)
+             else row.get(key) for key in columns} for row in mixed]
+    return Dataset.from_list(rows)
+
+
+def build_environments(recipe: RLRecipe):
+    """``environment_factory`` for TRL: one factory, or ``{task name: factory}`` for a task mix."""
+    from envs.environments import make_environment_factory
+    from envs.tasks import TASKS
+
+    factories = {spec.name: make_environment_factory(TASKS[spec.name], spec.index) for spec in recipe.tasks}
+    return factories if len(factories) > 1 else next(iter(factories.values()))
+
+
+def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):
+    """The TRL ``GRPOConfig`` of a recipe: algorithm defaults, NeMo-RL batch plan, vLLM, logging."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl import GRPOConfig
+
+    from envs.tasks import TASKS
+
+    defaults = ALGORITHM_DEFAULTS[recipe.algorithm]
+    iterations = recipe.max_tool_calling_iterations
+    if iterations is None:
+        iterations = max(TASKS[t.name].max_turns for t in recipe.tasks if t.name in TASKS)
+    kwargs = training_args(recipe)
+    kwargs.update(batch_plan(recipe))
+    kwargs.pop("gradient_accumulation_steps")  # TRL derives it from steps_per_generation
+    kwargs.update(
+        gradient_accumulation_steps=kwargs["steps_per_generation"],
+        importance_sampling_level=defaults["importance_sampling_level"],
+        epsilon=recipe.epsilon if recipe.epsilon is not None else defaults["epsilon"],
+        epsilon_high=recipe.epsilon_high if recipe.epsilon_high is not None else defaults["epsilon_high"],
+        loss_type=recipe.loss_type or defaults["loss_type"],
+        beta=recipe.beta,
+        max_completion_length=recipe.max_completion_length,
+        max_tool_calling_iterations=iterations,
+        temperature=recipe.temperature,
+        top_p=recipe.top_p,
+        use_vllm=recipe.use_vllm,
+        vllm_mode=recipe.vllm_mode,
+        vllm_gpu_memory_utilization=recipe.vllm_gpu_memory_utilization,
+        log_completions=recipe.log_completions,
+        reward_weights=reward_weights,
+        shuffle_dataset=True,
+    )
+    if recipe.vllm_server_base_url:
+        kwargs["vllm_server_base_url"] = recipe.vllm_server_base_url
+    return make_trl_config(GRPOConfig, recipe, kwargs)
+
+
+def check_readiness(recipe: RLRecipe, model_path: str, judge=None, client=None) -> list[dict]:
+    """Run ``envs.evaluate`` per task and raise ``NotReadyForRL`` when one gives no learning signal.
+
+    The rollouts use ``client`` if given, else ``readiness.model`` (an LLM spec), else
+    ``transformers:<model_path>``; each report is written to ``<output_dir>/readiness/<task>/``.
+    """
+    from envs.evaluate import check_rl_readiness, run_eval
+
+    spec_r = recipe.readiness
+    model = client or spec_r.model or f"transformers:{model_path}"
+    reports = []
+    for task in recipe.tasks:
+        report = run_eval(task.name, task.data, model, task.index, split=spec_r.split or task.split,
+                          k=spec_r.k, limit=spec_r.rows, max_tokens=spec_r.max_tokens, seed=recipe.seed,
+                          out_dir=Path(recipe.output_dir) / "readiness" / task.name, judge=judge)
+        check_rl_readiness(report, min_pass_at_k=spec_r.min_pass_at_k)
+        reports.append(report)
+    return reports
+
+
+def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None):
+    """A GRPOTrainer over the recipe's tasks, environments and rewards, with the reward watch attached."""
+    from trl import GRPOTrainer
+
+    from trainer.monitor import RewardWatchCallback
+
+    reward_funcs, weights, groups = build_rewards(recipe, judge)
+    trainer = GRPOTrainer(
+        model=resolve_model(recipe.model),
+        reward_funcs=reward_funcs,
+        args=grpo_config(recipe, weights),
+        train_dataset=build_dataset(recipe),
+        peft_config=peft_config(recipe),
+        environment_factory=build_environments(recipe),
+        callbacks=[RewardWatchCallback(groups, recipe.watch, recipe.output_dir), *(callbacks or [])],
+    )
+    return trainer
+
+
+def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, skip_readiness: bool = False,
+           judge=None) -> dict:
+    """Run ``train rl``: recipe (+ ``--set`` overrides) → readiness check → GRPO/GSPO training → final save.
+
+    ``skip_readiness``: start without the pre-flight pass@k / zero-variance check. ``judge``: an LLM
+    client (or spec) for tasks scored by a rubric judge (``deepresearch``). Returns
+    ``{"output_dir", "global_step", "training_loss", "readiness", "warnings"}``; checkpoints,
+    ``trainer_state.json``, ``completions/completions_<step>.parquet`` and ``tansaku_recipe.json`` are in
+    the recipe's ``output_dir``.
+    """
+    recipe = load_recipe(config_path, overrides, kind="rl")
+    resume = resume_checkpoint(recipe)
+    if isinstance(judge, str):
+        from pipelines.llm import from_spec
+
+        judge = from_spec(judge)
+    readiness = [] if skip_readiness or resume else check_readiness(recipe, resolve_model(recipe.model), judge)
+    trainer = build_rl_trainer(recipe, judge=judge)
+    write_recipe_copy(recipe, recipe.output_dir)
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(recipe.output_dir)
+    trainer.save_state()
+    watch = next(cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "RewardWatchCallback")
+    return {"output_dir": recipe.output_dir, "global_step": trainer.state.global_step,
+            "training_loss": result.training_loss, "readiness": readiness, "warnings": watch.warnings}
+
