@@ -1,12 +1,16 @@
 """DSL semantics of the embedded backend: hit sets equal a brute-force Python evaluation of the same
 canonical query over the same analyzed passages, for both analyzers. Also the validator's contract.
 
+With the ``char`` analyzer ``match`` runs on bigrams (analysis.py); the oracle here derives bigrams and
+lone-character terms with plain ``str`` operations, independently of tantivy's n-gram tokenizer.
+
     pytest tests/test_search_dsl.py -q
 """
 
 from __future__ import annotations
 
 import importlib.util
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -33,6 +37,7 @@ def indexed(request, tmp_path_factory):
     passages = []
     for ch in iter_chunks(fixture.fixture_rows(), CHUNK_CHARS, ["category"]):
         passages.append({"id": ch["chunk_id"], "title": an.tokens(ch["title"]), "text": an.tokens(ch["text"]),
+                         "bigrams": {f: _bigrams(ch[f]) for f in ("title", "text")},
                          "kw": {"doc_id": [ch["doc_id"]], "source": [ch["source"]], "title.keyword": [ch["title"]],
                                 **ch["keywords"]}})
     return open_index(tmp / "ix"), an, passages
@@ -55,11 +60,36 @@ def _phrase_at(tokens: list[str], words: list[str], slop: int) -> bool:
     return any(extend(1, p, 0) for p in positions.get(words[0], []))
 
 
+def _bigrams(text: str) -> set[str]:
+    """Adjacent character pairs of the normalized text once whitespace is removed."""
+    s = "".join(unicodedata.normalize("NFKC", text).lower().split())
+    return {s[i:i + 2] for i in range(len(s) - 1)}
+
+
+def oracle_match_terms(text: str, an) -> list[tuple[str, bool]]:
+    """``match`` terms as documented in analysis.py: bigrams of each word; a one-character word itself."""
+    if an.name != "char":
+        return [(t, False) for t in dict.fromkeys(an.tokens(text))]
+    out = []
+    for w in unicodedata.normalize("NFKC", text).lower().split():
+        for term in ([(w, False)] if len(w) == 1 else [(w[i:i + 2], True) for i in range(len(w) - 1)]):
+            if term not in out:
+                out.append(term)
+    return out
+
+
+def test_match_terms_follow_the_documented_rule():
+    an = get_analyzer("char")
+    for text in ["東京都の人口", "白砂 博物館", "港", "港 港町 町", "ＡＢｃ d  東京東京", "の の の", "ｶﾞｲﾄﾞ本"]:
+        assert an.match_terms(text) == oracle_match_terms(text, an), text
+    assert an.match_terms("白砂 博物館") == [("白砂", True), ("博物", True), ("物館", True)]
+
+
 def brute(q: dict, doc: dict, an) -> bool:
     (kind, body), = q.items()
     if kind == "match":
         (f, s), = body.items()
-        return _match(doc[f], s["query"], s["operator"], s["minimum_should_match"], an)
+        return _match(doc, f, s["query"], s["operator"], s["minimum_should_match"], an)
     if kind == "match_phrase":
         (f, s), = body.items()
         return _phrase_at(doc[f], an.tokens(s["query"]), s["slop"])
@@ -67,7 +97,7 @@ def brute(q: dict, doc: dict, an) -> bool:
         fields = [f.partition("^")[0] for f in body["fields"]]
         if body["type"] == "phrase":
             return any(_phrase_at(doc[f], an.tokens(body["query"]), 0) for f in fields)
-        return any(_match(doc[f], body["query"], body["operator"], body["minimum_should_match"], an) for f in fields)
+        return any(_match(doc, f, body["query"], body["operator"], body["minimum_should_match"], an) for f in fields)
     if kind == "term":
         (f, s), = body.items()
         return s["value"] in doc["kw"].get(f, [])
@@ -87,12 +117,13 @@ def brute(q: dict, doc: dict, an) -> bool:
     return must and not must_not and n_should >= k
 
 
-def _match(tokens: list[str], text: str, operator: str, msm, an) -> bool:
-    words = list(dict.fromkeys(an.tokens(text)))
-    if not words:
+def _match(doc: dict, field: str, text: str, operator: str, msm, an) -> bool:
+    terms = oracle_match_terms(text, an)
+    if not terms:
         return False
-    present = sum(w in set(tokens) for w in words)
-    k = len(words) if operator == "and" else max(1, resolve_msm(msm, len(words))) if msm is not None else 1
+    chars = set(doc[field])
+    present = sum((t in doc["bigrams"][field]) if bigram else (t in chars) for t, bigram in terms)
+    k = len(terms) if operator == "and" else max(1, resolve_msm(msm, len(terms))) if msm is not None else 1
     return present >= k
 
 
@@ -103,9 +134,16 @@ QUERIES = [
     {"match": {"text": {"query": "港町漁港の研究船", "minimum_should_match": "75%"}}},
     {"match": {"title": {"query": "北浜県知事", "minimum_should_match": -1}}},
     {"match": {"text": {"query": "北浜", "minimum_should_match": 5}}},
+    {"match": {"text": {"query": "栗 羊羹", "operator": "and"}}},                     # lone char + bigram
+    {"match": {"text": {"query": "市 白砂博物館 漁港", "minimum_should_match": "60%"}}},
+    {"match": {"title": {"query": "市 紅葉谷 ダム", "minimum_should_match": 2}}},
+    {"match": {"text": "1952年"}},
     {"match_phrase": {"text": "港町地区"}},
     {"match_phrase": {"text": "北浜県知事"}},
     {"match_phrase": {"title": "白砂"}},
+    {"match_phrase": {"title": "坂("}},             # whitespace in the title is invisible to phrases …
+    {"match": {"title": {"query": "坂( 羊羹", "operator": "and"}}},  # … and to bigrams
+    {"match": {"title": "坂( 山手"}},
     {"match_phrase": {"text": {"query": "青葉鉄道路線", "slop": 2}}},
     {"match_phrase": {"text": {"query": "白砂工場", "slop": 1}}},
     {"multi_match": {"query": "紅葉谷", "fields": ["title^3", "text"], "type": "phrase"}},
@@ -143,6 +181,16 @@ def test_suite_is_not_trivial(indexed):
     backend, an, passages = indexed
     sizes = [len(backend.matching_chunks(q)) for q in QUERIES]
     assert sum(0 < n < len(passages) for n in sizes) >= len(QUERIES) - 4
+
+
+def test_char_phrases_ignore_whitespace_and_two_chars_use_the_bigram(indexed):
+    backend, an, passages = indexed
+    if an.name != "char":
+        pytest.skip("whitespace-spanning phrases are a char-analyzer property")
+    f003 = {p["id"] for p in passages if p["id"].startswith("f003#")}  # title 月見坂 (羊羹) on every passage
+    assert f003 and backend.matching_chunks({"match_phrase": {"title": "月見坂(羊羹"}}) == f003
+    two = repr(backend.translate(parse_request({"match_phrase": {"text": "白砂"}}, 1, backend.fields)[0]))
+    assert "TermQuery" in two and "PhraseQuery" not in two
 
 
 def test_ranking_respects_boost_and_collapse(indexed):

@@ -84,6 +84,19 @@ def test_rebuild_replaces_and_failed_build_keeps_old(tmp_path):
         open_index(tmp_path)
 
 
+def test_old_index_layout_asks_for_a_rebuild(tmp_path):
+    ds = fixture.write_dataset(tmp_path / "ds")
+    build_index(ds, tmp_path / "ix")
+    meta_path = tmp_path / "ix" / "tansaku_index.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    assert meta["format"] == 2
+    meta_path.write_text(json.dumps({**meta, "format": 1}), encoding="utf-8")
+    with pytest.raises(ValueError, match="index layout 1.*Rebuild it with `synth index build"):
+        open_index(tmp_path / "ix")
+    with pytest.raises(ValueError, match="Rebuild"):
+        search_cli(str(tmp_path / "ix"), "港")
+
+
 def test_cli_entry_points(tmp_path):
     ds = fixture.write_dataset(tmp_path / "ds")
     meta = build_index_cli(str(ds), str(tmp_path / "ix"))

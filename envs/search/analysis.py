@@ -2,9 +2,24 @@
 
 Two analyzers, chosen per index and recorded in its metadata:
 
-* ``char`` (default): one token per non-space character, lowercased, with real positions. It is
-  tantivy's ``Tokenizer.regex(r"\\S")`` (registered on the index as ``ja_char``) so phrases are exact
-  (tantivy's n-gram tokenizer would put every gram at position 0 and phrases would over-match).
+* ``char`` (default): the text is indexed twice.
+  - ``title``/``text``: one token per non-space character, lowercased, with real positions
+    (tantivy's ``Tokenizer.regex(r"\\S")``, registered as ``ja_char``). ``match_phrase`` runs here, so
+    phrases are exact (tantivy's n-gram tokenizer puts every gram at position 0; phrases over-match).
+  - ``title_bi``/``text_bi``: character bigrams of the text with whitespace removed, term frequencies
+    only, no positions (tantivy's ``Tokenizer.ngram(2, 2)`` + lowercase, registered as ``ja_bigram``).
+    ``match``/``multi_match`` score here: a bigram's posting list is far shorter than that of a
+    particle like の or は, so an OR over a query's bigrams is cheap, and bigrams rank better than single
+    characters. ``match_phrase`` with slop 0 also requires the phrase's bigrams, at score 0: same hits,
+    but tantivy walks the rarest bigram instead of the char posting lists (a two-character phrase is
+    just its bigram term, scored on the bigram field).
+  **Match terms** (``Analyzer.match_terms``): the query is NFKC-normalized and lowercased and split on
+  whitespace; a word of two or more characters contributes its overlapping bigrams (東京都 → 東京, 京都),
+  a one-character word contributes that character, looked up in the character field. Duplicates are
+  dropped. ``operator: and`` requires every match term, ``minimum_should_match`` counts match terms
+  (``"白砂 博物館"`` has the 3 terms 白砂, 博物, 物館; ``"75%"`` of them is 2). A document has a bigram term
+  when the two characters are adjacent char tokens of the field, i.e. next to each other once
+  whitespace is removed (the adjacency phrases use); query bigrams never span the query's whitespace.
 * ``sudachi``: SudachiPy mode C (keeps 株式会社, 損害賠償 whole), normalized form, punctuation
   dropped; fed to tantivy as pre-tokenized text, so queries must be analyzed here in Python too.
 
@@ -13,6 +28,8 @@ index in that list, for both analyzers. Both backends and the tests analyze thro
 
     >>> char_analyzer().tokens("東京 都Ab")
     ['東', '京', '都', 'a', 'b']
+    >>> char_analyzer().match_terms("東京都の 港 東京")
+    [('東京', True), ('京都', True), ('都の', True), ('港', False)]
 """
 
 from __future__ import annotations
@@ -20,9 +37,11 @@ from __future__ import annotations
 import threading
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 
 ANALYZERS = ("char", "sudachi")
 CHAR_TOKENIZER = "ja_char"  # name registered on every opened tantivy index
+BIGRAM_TOKENIZER = "ja_bigram"
 SUDACHI_TOKENIZER = "ja_sudachi"  # whitespace tokenizer; tokens arrive pre-tokenized
 
 # Sudachi POS classes that carry no searchable content (punctuation, spaces).
@@ -33,6 +52,13 @@ def _tantivy_char_analyzer():
     import tantivy
 
     return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"\S")).filter(tantivy.Filter.lowercase()).build()
+
+
+def _tantivy_bigram_analyzer():
+    import tantivy
+
+    # Indexing feeds it text with whitespace removed (embedded.py), so grams are adjacent char tokens.
+    return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.ngram(2, 2)).filter(tantivy.Filter.lowercase()).build()
 
 
 @dataclass
@@ -50,6 +76,11 @@ class Analyzer:
     @property
     def tokenizer_name(self) -> str:
         return CHAR_TOKENIZER if self.name == "char" else SUDACHI_TOKENIZER
+
+    @property
+    def has_bigrams(self) -> bool:
+        """Whether indexes of this analyzer carry the bigram fields that ``match`` scores on."""
+        return self.name == "char"
 
     def _sudachi(self):
         tok = getattr(self._local, "tok", None)
@@ -81,6 +112,23 @@ class Analyzer:
             return self._char.analyze(text)
         return [t for t, _, _ in self.spans(text)]
 
+    def match_terms(self, text: str) -> list[tuple[str, bool]]:
+        """The terms a ``match`` query looks up: ``(term, is_bigram)`` in query order, no duplicates.
+
+        ``char``: bigrams of each whitespace-separated word, a one-character word as itself (looked
+        up in the positional character field). ``sudachi``: its tokens (one field holds them all).
+        """
+        if not self.has_bigrams:
+            return [(t, False) for t in dict.fromkeys(self.tokens(text))]
+        out: dict[tuple[str, bool], None] = {}
+        for word in unicodedata.normalize("NFKC", text).split():
+            chars = self._char.analyze(word)  # tantivy's lowercase, the same as the indexed grams
+            if len(chars) == 1:
+                out[(chars[0], False)] = None
+            for a, b in zip(chars, chars[1:]):
+                out[(a + b, True)] = None
+        return list(out)
+
     def pre_tokenized(self, text: str):
         """A tantivy ``PreTokenizedString`` for the sudachi analyzer (char fields use the tokenizer)."""
         import tantivy
@@ -94,6 +142,7 @@ class Analyzer:
 
         if self.name == "char":
             index.register_tokenizer(CHAR_TOKENIZER, _tantivy_char_analyzer())
+            index.register_tokenizer(BIGRAM_TOKENIZER, _tantivy_bigram_analyzer())
         else:
             index.register_tokenizer(
                 SUDACHI_TOKENIZER, tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
@@ -112,6 +161,16 @@ def _sudachi_dictionary():
 
             _dictionary = Dictionary(dict="core")
     return _dictionary
+
+
+def bigrams(text: str) -> list[str]:
+    """The grams the ``char`` analyzer indexes in a bigram field (whitespace removed first)."""
+    return _bigram_analyzer().analyze("".join(unicodedata.normalize("NFKC", text).split()))
+
+
+@lru_cache(maxsize=1)
+def _bigram_analyzer():
+    return _tantivy_bigram_analyzer()
 
 
 def _slices(text: str, size: int):

@@ -6,9 +6,12 @@
 
 One index document per passage (see documents.py). Field names in the DSL map to tantivy fields:
 ``title``/``text`` analyzed, ``title.keyword``, ``doc_id``, ``source`` and the dataset's keyword
-columns (``kw_<name>``) exact. ``tansaku_index.json`` next to the tantivy files records the analyzer
-and the keyword fields, so ``open`` can register the right tokenizer (tantivy forgets custom
-tokenizers on every ``Index.open``) and validate queries against the right fields.
+columns (``kw_<name>``) exact. With the ``char`` analyzer ``title``/``text`` are indexed twice (see
+analysis.py): characters with positions for ``match_phrase``, and bigrams (``title_bi``/``text_bi``,
+no positions) for ``match``/``multi_match``. ``tansaku_index.json`` next to the tantivy files records
+the layout ``format``, the analyzer and the keyword fields, so ``open`` can refuse an index of an
+older layout, register the right tokenizers (tantivy forgets custom tokenizers on every
+``Index.open``) and validate queries against the right fields.
 
 One ``Searcher`` is shared by all threads (tantivy searchers are immutable snapshots and thread-safe).
 """
@@ -24,13 +27,13 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from .analysis import get_analyzer
+from .analysis import BIGRAM_TOKENIZER, get_analyzer
 from .base import Hit, SearchResult, make_snippet, run_with_timeout
 from .documents import iter_chunks
 from .dsl import Fields, Limits, QueryError, highlight_texts, parse_request, resolve_msm
 
 META_FILE = "tansaku_index.json"
-FORMAT = 1
+FORMAT = 2  # 2: bigram fields for match (char analyzer); 1 had characters only
 _FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,40}$")
 
 
@@ -52,6 +55,9 @@ def _schema(analyzer_name: str, keyword_fields: list[str]):
     sb.add_text_field("title", stored=True, tokenizer_name=tok)
     sb.add_text_field("title_keyword", stored=False, tokenizer_name="raw")
     sb.add_text_field("text", stored=True, tokenizer_name=tok)
+    if get_analyzer(analyzer_name).has_bigrams:  # match scores here; positions are not needed
+        for f in ("title_bi", "text_bi"):
+            sb.add_text_field(f, stored=False, tokenizer_name=BIGRAM_TOKENIZER, index_option="freq")
     for num in ("position", "offset", "n_chunks"):
         sb.add_unsigned_field(num, stored=True, indexed=False)
     sb.add_bytes_field("meta", stored=True, indexed=False)
@@ -94,6 +100,9 @@ def build_embedded(rows: Iterable[dict], index_dir: str | Path, keyword_fields: 
         if an.name == "char":
             doc.add_text("title", ch["title"])
             doc.add_text("text", ch["text"])
+            # Whitespace removed: bigrams are then exactly the adjacent pairs of the char tokens.
+            doc.add_text("title_bi", "".join(ch["title"].split()))
+            doc.add_text("text_bi", "".join(ch["text"].split()))
         else:
             doc.add_pre_tokenized_text("title", an.pre_tokenized(ch["title"]))
             doc.add_pre_tokenized_text("text", an.pre_tokenized(ch["text"]))
@@ -135,6 +144,9 @@ class EmbeddedBackend:
             raise FileNotFoundError(f"{index_dir} is not a tansaku search index (no {META_FILE}); "
                                     "build one with `synth index build`")
         self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if self.meta.get("format") != FORMAT:
+            raise ValueError(f"{index_dir} has index layout {self.meta.get('format')!r}; this version reads "
+                             f"layout {FORMAT}. Rebuild it with `synth index build --dataset DIR --index {index_dir}`")
         self.analyzer = get_analyzer(self.meta["analyzer"])
         self.index = tantivy.Index.open(str(self.index_dir))
         self.analyzer.register(self.index)  # tantivy forgets custom tokenizers on open
@@ -155,34 +167,50 @@ class EmbeddedBackend:
 
         return tantivy.Query.term_query(self.schema, field, token)
 
+    def _match_terms(self, field: str, text: str, boost: float = 1.0) -> list:
+        """One term query per match term (analysis.py): bigram field for bigrams, else the char field."""
+        return [self._boosted(self._term(f"{field}_bi" if bigram else field, t), boost)
+                for t, bigram in self.analyzer.match_terms(text)]
+
     def _match(self, field: str, text: str, operator: str, msm) -> object:
+        """OR / AND / minimum_should_match over the match terms."""
         import tantivy
 
         Q, Occur = tantivy.Query, tantivy.Occur
-        tokens = list(dict.fromkeys(self.analyzer.tokens(text)))  # duplicates would double-count msm
-        if not tokens:
+        terms = self._match_terms(field, text)
+        if not terms:
             return Q.empty_query()
         if operator == "and":
-            k = len(tokens)
+            k = len(terms)
         else:
-            k = max(1, resolve_msm(msm, len(tokens))) if msm is not None else 1
-        if k > len(tokens):
+            k = max(1, resolve_msm(msm, len(terms))) if msm is not None else 1
+        if k > len(terms):
             return Q.empty_query()
-        if len(tokens) == 1:
-            return self._term(field, tokens[0])
-        occur = Occur.Must if k == len(tokens) else Occur.Should
-        subs = [(occur, self._term(field, t)) for t in tokens]
-        return Q.boolean_query(subs, k if occur == Occur.Should and k > 1 else None)
+        if len(terms) == 1:
+            return terms[0]
+        occur = Occur.Must if k == len(terms) else Occur.Should
+        return Q.boolean_query([(occur, t) for t in terms], k if occur == Occur.Should and k > 1 else None)
 
     def _phrase(self, field: str, text: str, slop: int):
         import tantivy
 
+        Q, Occur = tantivy.Query, tantivy.Occur
         tokens = self.analyzer.tokens(text)
         if not tokens:
-            return tantivy.Query.empty_query()
+            return Q.empty_query()
         if len(tokens) == 1:
             return self._term(field, tokens[0])
-        return tantivy.Query.phrase_query(self.schema, field, tokens, slop)
+        if slop or not self.analyzer.has_bigrams:
+            return Q.phrase_query(self.schema, field, tokens, slop)
+        if len(tokens) == 2:  # the bigram field holds exactly the adjacent pairs: same hits, no positions
+            return self._term(f"{field}_bi", tokens[0] + tokens[1])
+        phrase = Q.phrase_query(self.schema, field, tokens, slop)
+        # An exact phrase contains each of its adjacent pairs, and the bigram field indexes exactly those
+        # pairs (whitespace ignored, as for char positions): requiring them (score 0) lets tantivy lead the
+        # intersection with the rarest bigram instead of walking the posting lists of の, は, る … .
+        pairs = dict.fromkeys(a + b for a, b in zip(tokens, tokens[1:]))
+        return Q.boolean_query([(Occur.Must, phrase)] + [
+            (Occur.Must, Q.const_score_query(self._term(f"{field}_bi", p), 0.0)) for p in pairs])
 
     def translate(self, q: dict):
         """Canonical DSL clause (from ``dsl.parse_request``) → tantivy Query."""
@@ -197,6 +225,14 @@ class EmbeddedBackend:
             (f, s), = body.items()
             return self._boosted(self._phrase(f, s["query"], s["slop"]), s["boost"])
         if kind == "multi_match":
+            if body["type"] == "most_fields" and body["operator"] == "or" and body["minimum_should_match"] is None:
+                # One flat OR of every field's terms scores the same as OR-of-ORs (BM25 sums) and, unlike
+                # nested booleans, lets tantivy prune with block-max WAND.
+                terms = [t for spec in body["fields"] for t in self._match_terms(
+                    spec.partition("^")[0], body["query"], float(spec.partition("^")[2] or 1))]
+                flat = (Q.empty_query() if not terms else terms[0] if len(terms) == 1
+                        else Q.boolean_query([(Occur.Should, t) for t in terms]))
+                return self._boosted(flat, body["boost"])
             subs = []
             for spec in body["fields"]:
                 name, _, b = spec.partition("^")
