@@ -96,8 +96,7 @@ def _evaluate(summary: Summary, label: str, model: str, out: Path, sizes: DemoSi
             report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
         else:
             report = run_eval(task, dataset, model, index, split="train", k=sizes.eval_k, limit=sizes.eval_rows,
-                              out_dir=report_dir, max_tokens=sizes.max_tokens, seed=0)
-            (report_dir / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+                              out_dir=report_dir, max_tokens=sizes.max_tokens, seed=0)  # writes report.json
         rewards = ", ".join(f"{k}={v:.2f}" for k, v in report["rewards"].items() if v is not None)
         summary.add(f"eval {label} {task}", report_dir,
                     f"pass@1={report['pass@1']:.2f} tool calls/episode={report['mean_tool_calls']:.2f} {rewards}",
