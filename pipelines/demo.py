@@ -68,7 +68,7 @@ class Summary:
             table.add_column(col)
         for row in self.rows:
             table.add_row(*row)
-        Console(stderr=True).print(table)
+        Console(stderr=True, width=200).print(table)
 
 
 def _funnel(manifest: dict) -> str:
@@ -83,6 +83,11 @@ def _write_recipe(path: Path, recipe: dict, command: str) -> Path:
 
 def _trained(output_dir: Path) -> bool:
     return (output_dir / "model.safetensors").exists() or (output_dir / "adapter_model.safetensors").exists()
+
+
+def _resume(output_dir: Path) -> list[str]:
+    """An interrupted training run continues from its newest checkpoint."""
+    return ["resume_from_checkpoint=latest"] if any(output_dir.glob("checkpoint-*")) else []
 
 
 def _evaluate(summary: Summary, label: str, model: str, out: Path, sizes: DemoSizes, tasks: dict) -> dict:
@@ -163,10 +168,10 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
         "data": [{"path": str(out / "trajectories"), "ratio": 1.0}],
         "max_length": 1024, "learning_rate": 1e-4, "lr_scheduler_type": "constant",
         "per_device_train_batch_size": 2, "max_steps": sizes.sft_steps, "use_cpu": True, "seed": 42,
-        "logging_steps": 1, "save_steps": max(sizes.sft_steps, 1), "report_to": [],
+        "logging_steps": 1, "save_steps": 4, "report_to": [],
     }, f"train sft --config {out / 'recipes' / 'sft.yaml'}")
     t = time.time()
-    sft = {"output_dir": str(sft_dir), "skipped": "already trained"} if _trained(sft_dir) else run_sft(sft_recipe)
+    sft = {"output_dir": str(sft_dir), "skipped": "already trained"} if _trained(sft_dir) else run_sft(sft_recipe, _resume(sft_dir))
     summary.add("train sft", sft_dir, f"steps={sizes.sft_steps} loss={sft.get('training_loss', '–')}", time.time() - t)
 
     rl_dir = out / "rl"
@@ -179,12 +184,12 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
         "algorithm": "gspo", "num_generations_per_prompt": 2, "num_prompts_per_step": 2,
         "policy_kl_penalty": 0.0, "max_completion_length": sizes.max_tokens, "max_tool_calling_iterations": 2,
         "learning_rate": 1e-6, "adam_eps": 1e-8, "max_steps": sizes.rl_steps, "use_cpu": True,
-        "save_steps": max(sizes.rl_steps, 1), "logging_steps": 1, "log_completions": True, "report_to": [],
+        "save_steps": 1, "logging_steps": 1, "log_completions": True, "report_to": [],
     }, f"train rl --config {out / 'recipes' / 'rl.yaml'} --skip-readiness")
     t = time.time()
     # The readiness check would (rightly) refuse: the 135M model never answers correctly before training.
     rl = {"output_dir": str(rl_dir), "skipped": "already trained"} if _trained(rl_dir) else \
-        run_rl(rl_recipe, [], skip_readiness=True)
+        run_rl(rl_recipe, _resume(rl_dir), skip_readiness=True)
     summary.add("train rl (GSPO)", rl_dir, f"steps={sizes.rl_steps} completions in rl/completions/",
                 time.time() - t)
 
