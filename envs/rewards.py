@@ -274,37 +274,49 @@ _JUDGE_SYSTEM = (
 )
 
 
-def judge_messages(instruction: str, rubric: list[str], report: str) -> list[dict]:
-    """The judge prompt. The report sits inside a tag named by its own hash, so it cannot close the tag."""
+def judge_messages(instruction: str, rubric: list[str], report: str, max_points: list[int] | None = None) -> list[dict]:
+    """The judge prompt. The report sits inside a tag named by its own hash, so it cannot close the tag.
+
+    ``max_points[i]`` is criterion i's top score (1 = met / not met; 2 or 3 = graded ``0-2`` / ``0-3``).
+    """
+    max_points = max_points or [1] * len(rubric)
     nonce = hashlib.sha256(report.encode("utf-8")).hexdigest()[:12]
     fenced = report.replace("<report-", "<report_").replace("</report-", "</report_")
-    criteria = "\n".join(f"{i + 1}. {c}" for i, c in enumerate(rubric))
+    criteria = "\n".join(f"{i + 1}. （0〜{m} 点）{c}" for i, (c, m) in enumerate(zip(rubric, max_points)))
     user = (
         f"## 指示\n{instruction}\n\n## レポート\n<report-{nonce}>\n{fenced}\n</report-{nonce}>\n\n"
         f"## 採点基準（{len(rubric)} 項目）\n{criteria}\n\n"
-        f'上の {len(rubric)} 項目それぞれについて 0 か 1 を付け、{{"scores": [...]}} だけを返してください。'
+        f'上の {len(rubric)} 項目それぞれに、括弧内の範囲の整数で点を付け、{{"scores": [...]}} だけを返してください。'
     )
     return [{"role": "system", "content": _JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
 
-def _rubric_items(rubric) -> tuple[list[str], list[float]]:
+# Top score of a criterion by its ``scale`` (pipelines/deepresearch/rubric.py); plain criteria are binary.
+SCALE_POINTS = {"binary": 1, "0-2": 2, "0-3": 3}
+
+
+def _rubric_items(rubric) -> tuple[list[str], list[float], list[int]]:
+    """Criteria texts, weights and top scores of a rubric (list or JSON string; plain strings are binary)."""
     items = _as_list(rubric)
-    texts, weights = [], []
+    texts, weights, points = [], [], []
     for item in items:
         if isinstance(item, dict):
             texts.append(str(item.get("criterion") or item.get("text") or ""))
             weights.append(float(item.get("weight", 1.0)))
+            points.append(SCALE_POINTS.get(str(item.get("scale", "binary")), 1))
         else:
             texts.append(str(item))
             weights.append(1.0)
-    return texts, weights
+            points.append(1)
+    return texts, weights, points
 
 
 def make_rubric_reward(judge, max_tokens: int = 256):
     """Rubric judge reward: ``judge`` is a ``pipelines.llm`` client; returns a TRL reward function.
 
-    Columns: ``rubric`` (list of criteria, or of ``{"criterion", "weight"}``, or their JSON string) and
-    ``instruction`` (or ``question``). Score = weighted share of criteria met ∈ [0, 1]. No final report → 0.0;
+    Columns: ``rubric`` (list of criteria, or of ``{"criterion", "weight", "scale"}``, or their JSON string) and
+    ``instruction`` (or ``question``). Each criterion scores 0..top (top 1 for ``binary``, 2 for ``0-2``, 3 for
+    ``0-3``); score = Σ weight × points / top ÷ Σ weight ∈ [0, 1]. No final report → 0.0;
     a report addressing the grader → 0.0; a judge error or unreadable verdict → None (TRL ignores it).
     """
     from pipelines.llm.base import ChatRequest, LLMBadJSON, parse_json
@@ -316,12 +328,12 @@ def make_rubric_reward(judge, max_tokens: int = 256):
         pending = []
         for i, (completion, items, prompt) in enumerate(zip(completions, rubric, prompts, strict=True)):
             report = episode_stats(completion).final_content
-            texts, weights = _rubric_items(items)
+            texts, weights, points = _rubric_items(items)
             if not report or not texts or sum(weights) <= 0 or looks_like_grader_injection(report):
                 continue
-            pending.append((i, weights, judge_messages(str(prompt), texts, report)))
-        results = judge.chat([ChatRequest(messages=m, max_tokens=max_tokens, temperature=0.0) for _, _, m in pending])
-        for (i, weights, _), result in zip(pending, results, strict=True):
+            pending.append((i, weights, points, judge_messages(str(prompt), texts, report, points)))
+        results = judge.chat([ChatRequest(messages=m, max_tokens=max_tokens, temperature=0.0) for *_, m in pending])
+        for (i, weights, points, _), result in zip(pending, results, strict=True):
             try:
                 if result.error:
                     raise LLMBadJSON(result.error)
@@ -329,10 +341,10 @@ def make_rubric_reward(judge, max_tokens: int = 256):
             except (LLMBadJSON, TypeError, ValueError):
                 scores[i] = None
                 continue
-            if len(verdict) != len(weights) or any(v not in (0.0, 1.0) for v in verdict):
-                scores[i] = None
+            if len(verdict) != len(weights) or any(v != int(v) or not 0 <= v <= top for v, top in zip(verdict, points)):
+                scores[i] = None  # out of range or fractional: an unreadable verdict, not a score
                 continue
-            scores[i] = sum(w * v for w, v in zip(weights, verdict)) / sum(weights)
+            scores[i] = sum(w * v / top for w, v, top in zip(weights, verdict, points)) / sum(weights)
         return scores
 
     return rubric_reward

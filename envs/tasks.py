@@ -72,6 +72,10 @@ class Task:
         if variant is None:
             variant = sum(map(ord, self.user_message(row))) % len(self.system_prompts)
         system = self.system_prompts[variant % len(self.system_prompts)]
+        dialogue = rewards._as_list(row.get("dialogue")) if self.answer_style == "report" else []
+        if dialogue:  # deepresearch rows with clarifying Q/A: instruction, clarifying question, user's answer
+            return [{"role": "system", "content": system}, *({"role": m["role"], "content": m["content"]}
+                                                             for m in dialogue)]
         return [{"role": "system", "content": system}, {"role": "user", "content": self.user_message(row)}]
 
     def to_trl_rows(self, rows: list[dict]) -> list[dict]:
@@ -177,7 +181,7 @@ def gold_failures(task: Task, rows: list[dict]) -> list[tuple[int, str]]:
             continue
         if task.name == "deepresearch":
             try:
-                texts, weights = rewards._rubric_items(row["rubric"])
+                texts, weights, _ = rewards._rubric_items(row["rubric"])
             except (TypeError, ValueError) as exc:
                 failures.append((i, f"unreadable rubric: {exc}"))
                 continue

@@ -136,8 +136,11 @@ def test_rubrics_valid_and_usable_by_reward(clean):
         assert abs(sum(c["weight"] for c in r["rubric"]) - 1) < 1e-3
         assert {c["kind"] for c in r["rubric"]} >= {"coverage", "fact"}
         assert all(set(c["source_doc_ids"]) <= set(r["supporting_doc_ids"]) for c in r["rubric"])
-    # A judge that says only the first criterion is met: the reward is that criterion's weight.
-    judge = ScriptedLLM(lambda req: json.dumps({"scores": [1] + [0] * (len(rows[0]["rubric"]) - 1)}))
+    # A judge that gives the first criterion its full marks and the rest 0: the reward is that criterion's weight.
+    from envs.rewards import SCALE_POINTS
+
+    top = SCALE_POINTS[rows[0]["rubric"][0]["scale"]]
+    judge = ScriptedLLM(lambda req: json.dumps({"scores": [top] + [0] * (len(rows[0]["rubric"]) - 1)}))
     report = [{"role": "assistant", "content": "潮見町と蒼井町の比較。" * 30}]
     score = make_rubric_reward(judge)([report], rubric=[rows[0]["rubric"]], instruction=[rows[0]["instruction"]])
     assert score == [pytest.approx(rows[0]["rubric"][0]["weight"], abs=1e-3)]

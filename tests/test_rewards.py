@@ -255,3 +255,36 @@ def test_rewards_accept_trl_extra_kwargs():
     extra = {"trainer_state": None, "log_metric": lambda *a: None, "environments": None, "prompts": [[]]}
     assert answer_reward([GOOD], answer=["あまちゃん"], **extra) == [1.0]
     assert tool_call_reward([GOOD], **extra) == [2 / 3]
+
+
+def test_rubric_reward_grades_on_each_criterions_scale():
+    from envs import rewards
+    from pipelines.llm import ScriptedLLM
+
+    rubric = [{"criterion": "月見湖と星降湖の面積を両方挙げる", "weight": 0.5, "scale": "0-2"},
+              {"criterion": "表形式で比較する", "weight": 0.5, "scale": "binary"}]
+    completion = [{"role": "assistant", "content": "| 湖 | 面積 |\n|---|---|\n| 月見湖 | 12km² |"}]
+    judge = ScriptedLLM(lambda req: '{"scores": [1, 1]}')
+    fn = rewards.make_rubric_reward(judge)
+    assert fn([completion], rubric=[rubric], instruction=["比較せよ"]) == [0.5 * 1 / 2 + 0.5]
+    assert "0〜2 点" in judge_prompt_of(rubric, completion)
+    over = rewards.make_rubric_reward(ScriptedLLM(lambda req: '{"scores": [3, 1]}'))
+    assert over([completion], rubric=[rubric], instruction=["比較せよ"]) == [None]  # 3 exceeds the 0-2 scale
+
+
+def judge_prompt_of(rubric, completion):
+    from envs import rewards
+
+    texts, _, points = rewards._rubric_items(rubric)
+    return rewards.judge_messages("比較せよ", texts, completion[0]["content"], points)[1]["content"]
+
+
+def test_deepresearch_prompt_carries_the_clarifying_dialogue():
+    from envs.tasks import TASKS
+
+    dialogue = [{"role": "user", "content": "湖を比較して"}, {"role": "assistant", "content": "どの観点で？"},
+                {"role": "user", "content": "面積で"}]
+    prompt = TASKS["deepresearch"].build_prompt({"instruction": "湖を比較して", "dialogue": dialogue})
+    assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user"] and prompt[-1]["content"] == "面積で"
+    plain = TASKS["deepresearch"].build_prompt({"instruction": "湖を比較して"})
+    assert [m["role"] for m in plain] == ["system", "user"]

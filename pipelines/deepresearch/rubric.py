@@ -7,8 +7,8 @@ A rubric is a list of criteria (the ``rubric`` column, read by ``envs.rewards.ma
 
 * ``kind``: ``coverage`` (an item that must be covered for named entities), ``fact`` (a fact that must match
   a named source; needs ``source_doc_ids``), ``format`` (the requested form, e.g. a table), ``other``.
-* ``scale``: ``binary`` (met / not met), ``0-2`` or ``0-3`` (graded). ``rubric_reward`` judges every
-  criterion as met / not met today, so graded criteria count full marks as met.
+* ``scale``: ``binary`` (met / not met), ``0-2`` or ``0-3`` (graded); ``rubric_reward`` asks the judge for
+  0..top points per criterion and scores points / top.
 * ``weight``: the LLM's positive weight (≤ 10), normalized here so a rubric's weights sum to 1.
 
 Rejected (drop reasons): ``rubric_schema`` (schema violation: bad weight, unknown scale or kind, missing
