@@ -1,14 +1,18 @@
 """Search benchmark: the embedded tantivy backend side by side with bm25s on the same documents and tokens.
 
-    python bench/search.py                 # jawiki (~4k docs) + generated 100k-doc corpus + ranking
+    python bench/search.py                 # jawiki (~4k docs) + generated 100k-doc corpus (char, sudachi) + ranking
     python bench/search.py --docs 20000    # smaller generated corpus
-    python bench/search.py --skip-ranking
+    python bench/search.py --skip-ranking --no-sudachi
 
-Prints, per corpus: index build docs/s and peak RSS (each build in its own process), p50/p99 latency of
-match / phrase / bool queries (bm25s has no phrase or bool, so those rows compare against its match),
-and tool calls/s with 64 concurrent callers; every row as a ratio to bm25s measured in the same run.
-Ranking: MRR@10 / recall@1 / recall@5 of the char and sudachi analyzers (and bm25s on char tokens) on
-the labeled fixture queries and, when ../shared/data is present, on JaQuAD dev questions → paragraphs.
+Prints, per corpus and analyzer: index build docs/s and peak RSS (each build in its own process),
+p50/p99 latency of match / phrase / bool queries (bm25s has no phrase or bool, so those rows compare
+against its match), tool calls/s with 64 concurrent callers and the CPU ms each call cost (this process's
+CPU time over the calls: comparable across runs on a shared machine, where calls/s is not); every row
+as a ratio to bm25s peers measured in the same run. Peers for the ``char`` analyzer: bm25s on the same
+bigram tokens tantivy's ``match`` scores (single-character query words are left out there; the
+benchmark queries have none) and bm25s on single characters (the peer of index layout 1).
+Ranking: MRR@10 / recall@1 / recall@5 of the char and sudachi analyzers and the bm25s peers on the
+labeled fixture queries and, when ../shared/data is present, on JaQuAD dev questions → paragraphs.
 """
 
 from __future__ import annotations
@@ -57,6 +61,18 @@ def rows_for(corpus: str, n: int):
     return wac_rows() if corpus == "jawiki" else generated_rows(n)
 
 
+def peer_tokenizers(mode: str):
+    """(document tokens, query tokens) for a bm25s peer: ``char``, ``bigram`` or ``sudachi``."""
+    from envs.search.analysis import bigrams, get_analyzer
+
+    if mode == "bigram":
+        an = get_analyzer("char")
+        return (lambda r: bigrams(r["title"]) + bigrams(r["text"]),
+                lambda q: [t for t, is_bigram in an.match_terms(q) if is_bigram])
+    an = get_analyzer(mode)
+    return lambda r: an.tokens(r["title"] + " " + r["text"]), lambda q: list(dict.fromkeys(an.tokens(q)))
+
+
 def child_build(engine: str, corpus: str, n: int, out: str, analyzer: str) -> dict:
     """Runs in its own process so peak RSS belongs to this build alone."""
     t0 = time.perf_counter()
@@ -68,11 +84,10 @@ def child_build(engine: str, corpus: str, n: int, out: str, analyzer: str) -> di
     else:
         import bm25s
 
-        from envs.search.analysis import get_analyzer
-
-        an, vocab, ids = get_analyzer(analyzer), {}, []
+        doc_tokens, _ = peer_tokenizers(analyzer)
+        vocab, ids = {}, []
         for r in rows_for(corpus, n):
-            ids.append([vocab.setdefault(t, len(vocab)) for t in an.tokens(r["title"] + " " + r["text"])])
+            ids.append([vocab.setdefault(t, len(vocab)) for t in doc_tokens(r)])
         bm25s.BM25().index(bm25s.tokenization.Tokenized(ids=ids, vocab=vocab), show_progress=False)
         docs = len(ids)
     secs = time.perf_counter() - t0
@@ -88,20 +103,21 @@ def run_child(engine, corpus, n, out, analyzer="char") -> dict:
 
 
 class Bm25sPeer:
-    """bm25s over the same passages and the same char tokens, with the same snippet formatting."""
+    """bm25s over the same passages and tokens (``peer_tokenizers``), with the same snippet formatting."""
 
-    def __init__(self, rows, analyzer):
+    def __init__(self, rows, mode):
         import bm25s
 
-        self.an, self.vocab, ids, self.docs = analyzer, {}, [], []
+        doc_tokens, self.query_tokens = peer_tokenizers(mode)
+        self.vocab, ids, self.docs = {}, [], []
         for r in rows:
-            ids.append([self.vocab.setdefault(t, len(self.vocab)) for t in analyzer.tokens(r["title"] + " " + r["text"])])
+            ids.append([self.vocab.setdefault(t, len(self.vocab)) for t in doc_tokens(r)])
             self.docs.append((r["id"], r["title"], r["text"]))
         self.model = bm25s.BM25()
         self.model.index(bm25s.tokenization.Tokenized(ids=ids, vocab=self.vocab), show_progress=False)
 
     def ids(self, text, k=10):
-        q = [self.vocab[t] for t in dict.fromkeys(self.an.tokens(text)) if t in self.vocab]
+        q = [self.vocab[t] for t in self.query_tokens(text) if t in self.vocab]
         if not q:
             return []
         docs, _ = self.model.retrieve([q], k=k, show_progress=False, n_threads=1)
@@ -142,7 +158,8 @@ def timed(fn, items):
     return statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
 
 
-def calls_per_s(fn, items, callers=64, seconds=4.0):
+def calls_per_s(fn, items, callers=64, seconds=4.0) -> tuple[float, float]:
+    """(calls/s, CPU ms of this process per call) with ``callers`` threads calling ``fn`` for ``seconds``."""
     stop = time.perf_counter() + seconds
     counts = [0] * callers
 
@@ -153,46 +170,53 @@ def calls_per_s(fn, items, callers=64, seconds=4.0):
             counts[w] += 1
             i += callers
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(callers) as pool:
         list(pool.map(worker, range(callers)))
-    return sum(counts) / (time.perf_counter() - t0)
+    calls = sum(counts)
+    return calls / (time.perf_counter() - t0), (time.process_time() - c0) * 1000 / max(1, calls)
 
 
-def bench_corpus(corpus: str, n: int, tmp: Path):
-    from envs.search.analysis import get_analyzer
+PEERS = {"char": ("bigram", "char"), "sudachi": ("sudachi",)}  # first = same tokens as tantivy's match
+
+
+def bench_corpus(corpus: str, n: int, tmp: Path, analyzer: str = "char"):
+    from envs.search.dsl import parse_request
     from envs.search.embedded import EmbeddedBackend
     from envs.tools import SearchTools, ToolsConfig
 
-    tb = run_child("tantivy", corpus, n, str(tmp / f"{corpus}_ix"))
-    bb = run_child("bm25s", corpus, n, "-")
+    ix = tmp / f"{corpus}_{analyzer}_ix"
+    tb = run_child("tantivy", corpus, n, str(ix), analyzer)
+    builds = [run_child("bm25s", corpus, n, "-", mode) for mode in PEERS[analyzer]]
     rows = list(rows_for(corpus, n))
-    backend = EmbeddedBackend(tmp / f"{corpus}_ix")
-    peer = Bm25sPeer(rows, get_analyzer("char"))
+    backend = EmbeddedBackend(ix)
+    peers = [Bm25sPeer(rows, mode) for mode in PEERS[analyzer]]
     qs = make_queries(rows, 500)
-    print(f"\n## {corpus}: {tb['docs']} documents")
-    print(f"{'metric':<34}{'tantivy':>12}{'bm25s':>12}{'ratio':>9}")
+    print(f"\n## {corpus}: {tb['docs']} documents, analyzer {analyzer}")
+    print(f"{'metric':<36}{'tantivy':>10}" + "".join(f"{'bm25s/' + m:>14}{'ratio':>8}" for m in PEERS[analyzer]))
 
-    def row(name, a, b, fmt="{:.3f}"):
-        print(f"{name:<34}{fmt.format(a):>12}{fmt.format(b):>12}{a / b:>8.2f}x")
+    def row(name, a, bs, fmt="{:.3f}"):
+        print(f"{name:<36}{fmt.format(a):>10}" + "".join(f"{fmt.format(b):>14}{a / b:>7.2f}x" for b in bs))
 
-    row("index build docs/s", tb["docs_per_s"], bb["docs_per_s"], "{:.0f}")
-    row("index build peak RSS MB", tb["peak_rss_mb"], bb["peak_rss_mb"], "{:.0f}")
-    bm_p50, bm_p99 = timed(lambda q: peer.ids(q), qs["match"])
-    raw = lambda q: backend.searcher.search(backend.translate(__import__("envs.search.dsl", fromlist=["x"])  # noqa: E731
-                                            .parse_request(q, 10, backend.fields)[0]), 10, count=False)
+    row("index build docs/s", tb["docs_per_s"], [b["docs_per_s"] for b in builds], "{:.0f}")
+    row("index build peak RSS MB", tb["peak_rss_mb"], [b["peak_rss_mb"] for b in builds], "{:.0f}")
+    bm = [timed(lambda q, p=p: p.ids(q), qs["match"]) for p in peers]
+    raw = lambda q: backend.searcher.search(backend.translate(parse_request(q, 10, backend.fields)[0]),  # noqa: E731
+                                            10, count=False)
     for kind in ("match", "phrase", "bool"):
         p50, p99 = timed(raw, qs[kind])
-        row(f"{kind} p50 ms (engine)", p50, bm_p50)
-        row(f"{kind} p99 ms (engine)", p99, bm_p99)
+        row(f"{kind} p50 ms (engine)", p50, [b[0] for b in bm])
+        row(f"{kind} p99 ms (engine)", p99, [b[1] for b in bm])
     for kind in ("match", "phrase", "bool"):
         p50, _ = timed(lambda q: backend.search(q, 10), qs[kind])
-        row(f"{kind} p50 ms (+validate, snippets)", p50, bm_p50)
+        row(f"{kind} p50 ms (+validate, snippets)", p50, [b[0] for b in bm])
     tools = SearchTools(backend, ToolsConfig(top_k=5))
     mixed = [x for trio in zip(qs["match"], map(json.dumps, qs["phrase"]), map(json.dumps, qs["bool"])) for x in trio]
-    row("tool calls/s, 64 callers (mixed)", calls_per_s(tools.search, mixed), calls_per_s(peer.tool, qs["match"]), "{:.0f}")
-    row("tool calls/s, 64 callers (match)", calls_per_s(tools.search, qs["match"]), calls_per_s(peer.tool, qs["match"]),
-        "{:.0f}")
+    peer_tool = [calls_per_s(p.tool, qs["match"]) for p in peers]
+    for name, items in (("mixed", mixed), ("match", qs["match"])):
+        rate, cpu = calls_per_s(tools.search, items)
+        row(f"tool calls/s, 64 callers ({name})", rate, [r for r, _ in peer_tool], "{:.0f}")
+        row(f"tool call CPU ms, 64 callers ({name})", cpu, [c for _, c in peer_tool])
 
 
 def ranking_sets():
@@ -216,7 +240,6 @@ def ranking_sets():
 
 
 def bench_ranking(tmp: Path):
-    from envs.search.analysis import get_analyzer
     from envs.search.embedded import EmbeddedBackend, build_embedded
 
     print("\n## ranking (plain-text query = multi_match most_fields over title+text)")
@@ -227,8 +250,9 @@ def bench_ranking(tmp: Path):
             build_embedded(rows, tmp / f"rank_{name}_{an}", ["category"], analyzer=an, chunk_chars=100_000)
             b = EmbeddedBackend(tmp / f"rank_{name}_{an}")
             runs[f"tantivy/{an}"] = lambda q, b=b: [h.doc_id for h in b.search(q[:200], 10).hits]
-        peer = Bm25sPeer(rows, get_analyzer("char"))
-        runs["bm25s/char"] = lambda q, peer=peer: [peer.docs[d][0] for d in peer.ids(q, 10)]
+        for mode in ("bigram", "char"):
+            peer = Bm25sPeer(rows, mode)
+            runs[f"bm25s/{mode}"] = lambda q, peer=peer: [peer.docs[d][0] for d in peer.ids(q, 10)]
         for engine, fn in runs.items():
             mrr = r1 = r5 = 0.0
             for q, rel in qs:
@@ -249,6 +273,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=100_000, help="size of the generated corpus")
     ap.add_argument("--skip-ranking", action="store_true")
+    ap.add_argument("--no-sudachi", action="store_true", help="skip the sudachi analyzer on the generated corpus")
     args = ap.parse_args()
     if not WAC.exists():
         sys.exit(f"{WAC} is absent: this benchmark needs ../shared/data")
@@ -258,6 +283,8 @@ def main():
             bench_ranking(tmp)
         bench_corpus("jawiki", 0, tmp)
         bench_corpus("generated", args.docs, tmp)
+        if not args.no_sudachi:
+            bench_corpus("generated", args.docs, tmp, "sudachi")
 
 
 if __name__ == "__main__":

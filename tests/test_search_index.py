@@ -97,6 +97,42 @@ def test_old_index_layout_asks_for_a_rebuild(tmp_path):
         search_cli(str(tmp_path / "ix"), "港")
 
 
+def test_timeout_applies_to_queries_that_could_run_long(tmp_path):
+    """A query whose posting-work bound is small runs inline; a bigger one is cut off at the timeout."""
+    import time
+
+    from envs.search import Limits
+    from envs.search.dsl import parse_request
+    from envs.search.embedded import INLINE_POSTINGS_PER_MS, EmbeddedBackend, _work_bound
+
+    build_index(fixture.write_dataset(tmp_path / "ds"), tmp_path / "ix")
+    backend = EmbeddedBackend(tmp_path / "ix", Limits(timeout_ms=20))
+
+    class SlowSearcher:  # stands in for a search that takes 300 ms
+        def __init__(self, inner):
+            self.inner, self.num_docs = inner, inner.num_docs
+
+        def search(self, *a, **k):
+            time.sleep(0.3)
+            return self.inner.search(*a, **k)
+
+        def doc(self, addr):
+            return self.inner.doc(addr)
+
+    backend.searcher = SlowSearcher(backend.searcher)
+    small = {"term": {"doc_id": "f001"}}
+    big = {"bool": {"should": [{"match_phrase": {"text": "港町大漁祭り" * 5}}] * 3}}
+    def bound(q):
+        return backend.searcher.num_docs * _work_bound(parse_request(q, 1, backend.fields)[0])
+
+    assert bound(small) <= INLINE_POSTINGS_PER_MS * 20 < bound(big)
+    assert [h.doc_id for h in backend.search(small).hits] == ["f001"]
+    t0 = time.perf_counter()
+    with pytest.raises(QueryError, match="longer than the 20 ms timeout"):
+        backend.search(big)
+    assert time.perf_counter() - t0 < 0.25
+
+
 def test_cli_entry_points(tmp_path):
     ds = fixture.write_dataset(tmp_path / "ds")
     meta = build_index_cli(str(ds), str(tmp_path / "ix"))

@@ -15,6 +15,9 @@ Supported (OpenSearch semantics):
   term {field: value | {value, boost}}, terms {field: [values], boost}               (keyword fields)
   bool {must, should, must_not, filter, minimum_should_match, boost} (nesting allowed), match_all
 A plain string means ``multi_match`` (most_fields) over title and text.
+Embedded backend, ``char`` analyzer: ``match`` terms are the character bigrams of each query word (a
+one-character word is itself), and ``operator`` / ``minimum_should_match`` count those terms; phrases
+stay exact over characters (whitespace ignored). See ``analysis.py``.
 
     >>> parse_request("東京", 3, Fields(keyword=("source",)))[1]
     3
