@@ -193,6 +193,23 @@ def test_char_phrases_ignore_whitespace_and_two_chars_use_the_bigram(indexed):
     assert "TermQuery" in two and "PhraseQuery" not in two
 
 
+def test_flat_most_fields_scores_like_nested_or(indexed):
+    """The embedded backend flattens an OR most_fields query into one OR (for block-max WAND); scores
+    must equal those of the per-field ORs summed, as OpenSearch defines most_fields."""
+    import tantivy
+
+    backend, _, _ = indexed
+    q = {"multi_match": {"query": "白砂市の港町 祭り", "fields": ["title^2", "text"], "type": "most_fields"}}
+    flat = backend.translate(parse_request(q, 1, backend.fields)[0])
+    nested = tantivy.Query.boolean_query([
+        (tantivy.Occur.Should, tantivy.Query.boost_query(backend._match("title", "白砂市の港町 祭り", "or", None), 2.0)),
+        (tantivy.Occur.Should, backend._match("text", "白砂市の港町 祭り", "or", None))])
+    got = {(a.segment_ord, a.doc): s for s, a in backend.searcher.search(flat, 100).hits}
+    want = {(a.segment_ord, a.doc): s for s, a in backend.searcher.search(nested, 100).hits}
+    assert len(want) > 5 and got.keys() == want.keys()
+    assert all(abs(got[d] - want[d]) < 1e-4 * max(1.0, want[d]) for d in want)
+
+
 def test_ranking_respects_boost_and_collapse(indexed):
     backend, _, _ = indexed
     hits = backend.search({"multi_match": {"query": "白砂焼", "fields": ["title^5", "text"]}}, size=5).hits

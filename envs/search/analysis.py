@@ -10,9 +10,10 @@ Two analyzers, chosen per index and recorded in its metadata:
     only, no positions (tantivy's ``Tokenizer.ngram(2, 2)`` + lowercase, registered as ``ja_bigram``).
     ``match``/``multi_match`` score here: a bigram's posting list is far shorter than that of a
     particle like の or は, so an OR over a query's bigrams is cheap, and bigrams rank better than single
-    characters. ``match_phrase`` with slop 0 also requires the phrase's bigrams, at score 0: same hits,
-    but tantivy walks the rarest bigram instead of the char posting lists (a two-character phrase is
-    just its bigram term, scored on the bigram field).
+    characters (JaQuAD dev MRR@10 0.79 → 0.89, bench/search.py). ``match_phrase`` with slop 0 also
+    requires the phrase's bigrams, at score 0: same hits, but tantivy walks the rarest bigram instead
+    of the char posting lists (a two-character phrase is just its bigram term, scored on the bigram
+    field).
   **Match terms** (``Analyzer.match_terms``): the query is NFKC-normalized and lowercased and split on
   whitespace; a word of two or more characters contributes its overlapping bigrams (東京都 → 東京, 京都),
   a one-character word contributes that character, looked up in the character field. Duplicates are
