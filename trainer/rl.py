@@ -191,8 +191,19 @@ def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None
 
     from trainer.monitor import RewardWatchCallback
 
+    class ResumableGRPOTrainer(GRPOTrainer):
+        """TRL's RepeatSampler draws each epoch's order from one generator, so a run resumed after the first
+        epoch would replay epoch 1's order. Reseeding with (seed + epoch) in ``set_epoch``, which the Trainer
+        calls before every epoch, makes the order a function of (seed, epoch): resume replays the same data."""
+
+        def _get_train_sampler(self, *args, **kwargs):
+            sampler = super()._get_train_sampler(*args, **kwargs)
+            seed = sampler.seed if getattr(sampler, "seed", None) is not None else self.args.seed
+            sampler.set_epoch = lambda epoch: sampler.generator.manual_seed(seed + epoch)
+            return sampler
+
     reward_funcs, weights, groups = build_rewards(recipe, judge)
-    trainer = GRPOTrainer(
+    trainer = ResumableGRPOTrainer(
         model=resolve_model(recipe.model),
         reward_funcs=reward_funcs,
         args=grpo_config(recipe, weights),
