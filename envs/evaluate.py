@@ -97,16 +97,10 @@ def check_rl_readiness(report: dict, min_pass_at_k: float = 0.02, max_zero_varia
 
 
 def load_rows(dataset: str | Path, split: str = "test", limit: int | None = None) -> list[dict]:
-    """Rows of a dataset folder written by ``pipelines.store`` (or a ``.jsonl`` file, handy for fixtures)."""
-    path = Path(dataset)
-    if path.suffix == ".jsonl":
-        if not path.is_file():
-            raise FileNotFoundError(f"dataset file not found: {path}")
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    else:
-        from pipelines.store import read_rows
+    """Rows of a dataset folder written by ``pipelines.store`` (or a ``.jsonl``/``.json``/``.parquet`` file)."""
+    from pipelines.store import read_records
 
-        rows = read_rows(path, split=split)
+    rows = read_records(dataset, split=split)
     return rows[:limit] if limit else rows
 
 

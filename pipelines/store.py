@@ -263,6 +263,40 @@ def read_rows(path: str | Path, split: str = "train") -> list[Record]:
     return list(iter_rows(path, split))
 
 
+def read_records(path: str | Path, split: str = "train") -> list[Record]:
+    """Rows from a dataset folder (its ``split``) or a ``.jsonl`` / ``.json`` (list) / ``.parquet`` file.
+
+    Raises FileNotFoundError for a missing path and StoreError (naming file and line) for anything unreadable.
+    """
+    p = Path(path)
+    if p.is_dir():
+        return read_rows(p, split)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} not found (expected a dataset folder or a .jsonl/.json/.parquet file)")
+    if p.suffix == ".jsonl":
+        rows = []
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise StoreError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
+        return rows
+    if p.suffix == ".json":
+        try:
+            rows = json.loads(p.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if not isinstance(rows, list):
+            raise StoreError(f"{p}: expected a JSON list of rows")
+        return rows
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p).to_pylist()
+    raise StoreError(f"{p}: unsupported file type {p.suffix!r} (use a dataset folder, .jsonl, .json or .parquet)")
+
+
 def validate_for_push(path: str | Path) -> dict:
     """Everything the Hub will need, checked locally: the card parses, the manifest is there, every split
     loads with ``datasets``. Returns the manifest."""

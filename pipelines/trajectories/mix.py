@@ -30,31 +30,13 @@ AGENTIC_SYSTEM_PROMPT = (
 def read_chat_rows(path: str | Path) -> list[dict]:
     """Rows with ``messages`` from a JSONL/JSON/parquet file or a dataset folder (split ``train``),
     normalized to the trajectory row columns (``kind="general"``, leading system message removed)."""
+    from pipelines.store import StoreError, read_records
+
     p = Path(path)
-    if p.is_dir():
-        from pipelines.store import iter_rows
-
-        raw = list(iter_rows(p, split="train"))
-    elif not p.is_file():
-        raise FileNotFoundError(f"general chat set {p} not found (a .jsonl/.json/.parquet file or a dataset folder)")
-    elif p.suffix == ".jsonl":
-        raw = []
-        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    raw.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{p}:{n}: not JSON ({exc.msg})") from None
-    elif p.suffix == ".json":
-        raw = json.loads(p.read_text(encoding="utf-8"))
-        if not isinstance(raw, list):
-            raise ValueError(f"{p}: expected a JSON list of rows")
-    elif p.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        raw = pq.read_table(p).to_pylist()
-    else:
-        raise ValueError(f"{p}: unsupported general chat set type {p.suffix!r} (.jsonl, .json, .parquet, folder)")
+    try:
+        raw = read_records(p, split="train")
+    except StoreError as exc:
+        raise ValueError(f"general chat set: {exc}") from None
     rows = []
     for i, row in enumerate(raw):
         messages = row.get("messages") if isinstance(row, dict) else None
