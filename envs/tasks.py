@@ -158,7 +158,7 @@ TASKS: dict[str, Task] = {
     ),
     "deepresearch": Task(
         name="deepresearch",
-        version="1",
+        version="2",  # 2: graded rubric scales (0-2, 0-3) scored as points / top
         system_prompts=_DEEPRESEARCH_SYSTEM,
         columns={"instruction": "str", "rubric": "list[str] or list[{criterion, weight}] (JSON string ok)"},
         optional_columns={"id": "str"},

@@ -31,35 +31,12 @@ ROLES = ("system", "user", "assistant", "tool")
 
 def read_source(path: str | Path, split: str = "train") -> list[dict]:
     """All rows of one source (store folder, .jsonl, .json list, .parquet)."""
-    p = Path(path)
-    if p.is_dir():
-        from pipelines.store import StoreError, iter_rows
+    from pipelines.store import StoreError, read_records
 
-        try:
-            return list(iter_rows(p, split))
-        except StoreError as exc:
-            raise RecipeError(str(exc)) from None
-    if not p.is_file():
-        raise RecipeError(f"data source {p} not found (expected a dataset folder or a .jsonl/.json/.parquet file)")
-    if p.suffix == ".jsonl":
-        rows = []
-        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise RecipeError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
-        return rows
-    if p.suffix == ".json":
-        rows = json.loads(p.read_text(encoding="utf-8"))
-        if not isinstance(rows, list):
-            raise RecipeError(f"{p}: expected a JSON list of rows")
-        return rows
-    if p.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(p).to_pylist()
-    raise RecipeError(f"data source {p}: unsupported file type {p.suffix!r} (use .jsonl, .json, .parquet or a folder)")
+    try:
+        return read_records(path, split)
+    except (StoreError, FileNotFoundError) as exc:
+        raise RecipeError(f"data source: {exc}") from None
 
 
 def _as_json_text(value: Any) -> str:
