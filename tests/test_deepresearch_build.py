@@ -57,13 +57,13 @@ def misbehaving(stage: str):
             data = json.loads(answer["content"])
             if seed == "潮見町":  # entities all named in one article (dr0001 潮見町) → single page
                 data["entities"] = ["潮見町", "月見湖", "白鷺駅"]
-            elif seed == "翠嶺本線":  # one hallucinated id among confirmed ones → removed, listed
+            elif seed == "翠嶺鉄道":  # one hallucinated id among confirmed ones → removed, listed
                 data["supporting_doc_ids"].append("dr9999")
-            elif seed == "月見湖水質保全条例":  # real ids it never saw in a tool result → unconfirmed
+            elif seed == "蒼井川":  # real ids it never saw in a tool result → unconfirmed
                 data["supporting_doc_ids"] = ["dr0019", "dr0020"]
             return {"content": json.dumps(data, ensure_ascii=False)}
         seed = _first(users[-1], "対象")
-        if stage == "instructions" and system.startswith("# deepresearch/quality") and seed == "銀鱗マス":
+        if stage == "instructions" and system.startswith("# deepresearch/quality") and seed == "白鷺駅":
             return json.dumps({"scores": {"specificity": 1, "multi_source": 2, "verifiability": 3, "clarity": 2,
                                           "safety": 5}})
         if stage == "rubric" and system.startswith("# deepresearch/rubric"):
@@ -75,7 +75,7 @@ def misbehaving(stage: str):
                      "source_doc_ids": []}
                     for c in ("出典を3件以上挙げている", "分かりやすく書かれている", "結論が明確である")]},
                     ensure_ascii=False)
-            if seed == "銀鱗マス":
+            if seed == "白鷺駅":
                 data = json.loads(answer)
                 data["criteria"][0]["weight"] = -1
                 return json.dumps(data, ensure_ascii=False)
@@ -146,21 +146,25 @@ def test_rubrics_valid_and_usable_by_reward(clean):
     assert score == [pytest.approx(rows[0]["rubric"][0]["weight"], abs=1e-3)]
 
 
-def test_single_page_unconfirmed_and_low_quality_dropped(corpus_and_index, tmp_path_factory):
+def _seeds(rows) -> set[str]:
+    return {r["keywords"][0] for r in rows}
+
+
+def test_single_page_unconfirmed_and_low_quality_dropped(clean, corpus_and_index, tmp_path_factory):
     dropped, rows = _faulty_run("instructions", corpus_and_index, tmp_path_factory)
     assert dropped["instructions"] == {"unconfirmed_sources": 1}
     assert dropped["single_page"] == {"single_page": 1}
     assert dropped["quality"] == {"low_quality": 1}
-    assert sorted(r["keywords"][0] for r in rows) == ["翠嶺本線", "蒼井町"]
-    row = next(r for r in rows if r["keywords"][0] == "翠嶺本線")
+    assert _seeds(rows) == _seeds(clean[1]) - {"潮見町", "蒼井川", "白鷺駅"}
+    row = next(r for r in rows if r["keywords"][0] == "翠嶺鉄道")
     assert row["unconfirmed_doc_ids"] == ["dr9999"] and "dr9999" not in row["supporting_doc_ids"]
     assert all(r["needs_clarification"] and r["clarify_status"] == "ok" for r in rows)  # share 1.0
 
 
-def test_bad_rubrics_dropped(corpus_and_index, tmp_path_factory):
+def test_bad_rubrics_dropped(clean, corpus_and_index, tmp_path_factory):
     dropped, rows = _faulty_run("rubric", corpus_and_index, tmp_path_factory)
     assert dropped["rubric"] == {"llm_bad_json": 1, "rubric_generic": 1, "rubric_schema": 1}
-    assert sorted(r["keywords"][0] for r in rows) == ["月見湖水質保全条例", "翠嶺本線"]
+    assert _seeds(rows) == _seeds(clean[1]) - {"潮見町", "蒼井町", "白鷺駅"}
     for r in rows:
         assert any(r["keywords"][0] in c["criterion"] for c in r["rubric"])
 

@@ -25,8 +25,12 @@ def test_noun_phrases_join_compounds_and_skip_numbers():
 
 def test_document_frequency_thresholds():
     pairs = [(f"d{i}", "common") for i in range(10)] + [("d1", "rare"), ("d1", "pair"), ("d2", "pair")]
-    df = dict(document_frequency(pairs, 10, KeywordConfig(min_df=2, max_df_ratio=0.5)).iter_rows())
+    config = KeywordConfig(min_df=2, max_df_ratio=0.5, max_df_floor=0)
+    df = {k: d for k, d, _ in document_frequency(pairs, 10, config).iter_rows()}
     assert df == {"pair": 2}
+    # The upper bound scales with the corpus, but never drops below the floor on small corpora.
+    assert KeywordConfig().thresholds(20)["max_df"] == 10
+    assert KeywordConfig().thresholds(3979)["max_df"] == 398
 
 
 def test_groups_span_articles_and_no_single_page_holds_all():

@@ -87,9 +87,12 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
         raise FileNotFoundError(f"index {index} does not exist; build it with `synth index build --dataset {corpus}`")
     backend = open_index(index)
     client = resolve_llm(llm)
+    n_docs = sum(corpus_manifest.get("splits", {}).values())
+    # The df bounds scale with the corpus: record the ones this corpus gets next to the config.
     config = {"clarify_share": clarify_share, "limit": limit, "keywords": keyword_config.to_dict(),
-              "quality_threshold": quality_threshold, "min_sources": 2, "max_turns": 6, "prompts": PROMPTS}
-    inputs = [describe_input(corpus, sum(corpus_manifest.get("splits", {}).values())),
+              "keyword_thresholds": keyword_config.thresholds(n_docs), "quality_threshold": quality_threshold,
+              "min_sources": 2, "max_turns": 6, "prompts": PROMPTS}
+    inputs = [describe_input(corpus, n_docs),
               {"path": str(index), "sha256": None, "records": None}]
     return build_dataset(
         out=out, name=name or "deepresearch", pipeline="deepresearch", pipeline_version=PIPELINE_VERSION,
