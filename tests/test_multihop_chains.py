@@ -191,3 +191,120 @@ def test_jemhopqa_compositional_chains_are_rebuilt_from_their_derivations():
     # in the data itself (所属事業者, 職業, 在籍チーム …) — rejected by design, each class named.
     assert report["recall"] >= 0.94
     assert all(c.startswith(("cardinality:", "chain:", "no_shared_bridge")) for c in report["misses"])
+
+
+# ---------------------------------------------------------------- join_chains against a plain-Python reference
+
+def reference_chains(triples: list[dict], caps: Caps, seed: int, require_linked_bridge: bool = True) -> list:
+    """The chain rules written out naively: every (hop 1, hop 2) pair with bridge = hop 1 object key = hop 2
+    subject key, the first rule it breaks, then the caps in turn over the alive pairs in the seeded order.
+    The order is the seeded polars hash of "<id 1>:<id 2>" (row numbers break ties) — the one primitive
+    borrowed from polars; everything else is independent of chains.py."""
+    import polars as pl
+
+    by_subject: dict[str, list[int]] = {}
+    for j, t in enumerate(triples):
+        by_subject.setdefault(t["subject_key"], []).append(j)
+    pairs = []
+    for i, t1 in enumerate(triples):
+        for j in by_subject.get(t1["object_key"], []):
+            t2 = triples[j]
+            s1, bridge, answer = t1["subject_key"], t1["object_key"], t2["object_key"]
+            if answer == s1 or bridge == s1 or answer == bridge:
+                reason = "cycle"
+            elif t1["relation"] == t2["relation"]:
+                reason = "same_relation"
+            elif t2["object"] in t1["subject"] or t2["object"] in t1["relation"] or t2["object"] in t2["relation"]:
+                reason = "answer_in_question"
+            elif require_linked_bridge and t1["object_id"] is None:
+                reason = "bridge_not_linked"
+            else:
+                reason = None
+            pairs.append([i, j, reason, f"{t1['triple_id']}:{t2['triple_id']}"])
+    hashes = pl.Series([p[3] for p in pairs], dtype=pl.String).hash(seed).to_list()
+    pairs = [p for _, p in sorted(zip(hashes, pairs), key=lambda hp: (hp[0], hp[1][0], hp[1][1]))]
+    for reason, key, cap in (("cap_subject", lambda i, j: triples[i]["subject_key"], caps.per_subject),
+                             ("cap_bridge", lambda i, j: triples[i]["object_key"], caps.per_bridge),
+                             ("cap_relation_pair", lambda i, j: (triples[i]["relation"], triples[j]["relation"]),
+                              caps.per_relation_pair)):
+        if cap is None:
+            continue
+        seen: Counter = Counter()
+        for p in pairs:
+            if p[2] is None:
+                seen[key(p[0], p[1])] += 1
+                if seen[key(p[0], p[1])] > cap:
+                    p[2] = reason
+    return pairs
+
+
+def tricky_triples(n: int, seed: int, repeated_ids: bool = False) -> list[dict]:
+    """Random triples over a tiny vocabulary built so that every rule fires often: names nested in each other
+    (北, 北町, 北町駅), relation names containing names (北町長), self-loops, back-and-forth edges, unlinked
+    objects, display names that differ from the join key, an empty object now and then."""
+    import random
+
+    rng = random.Random(seed)
+    names = ["北", "町", "北町", "北町駅", "川", "川町", "山", "山川", "駅", "東山", "長", "東"]
+    names += [f"{a}{b}" for a in "北南東西中" for b in "山川田野"]
+    names += [f"{a}{b}{c}" for a in "北南東西中" for b in "山川田野" for c in "町村駅市"]
+    relations = ["出身地", "所在地", "北町長", "川", "著者", "隣町", "山の名"]
+    rows = []
+    for i in range(n):
+        s = rng.choice(names)
+        o = s if rng.random() < 0.05 else ("" if rng.random() < 0.01 else rng.choice(names))
+        subject = f"『{s}』" if rng.random() < 0.2 else s       # display name, same key
+        rows.append({"triple_id": f"t{rng.randrange(n // 4) if repeated_ids else i}", "subject": subject,
+                     "relation": rng.choice(relations), "object": o, "subject_key": s, "object_key": o,
+                     "subject_id": f"id-{s}", "object_id": None if rng.random() < 0.15 else f"id-{o}",
+                     "subject_title": s, "object_title": o, "doc_id": f"d{i % 50}", "source": "test",
+                     "evidence": None, "object_aliases": []})
+    return rows
+
+
+CAP_SETTINGS = [Caps(None, None, None), Caps(), Caps(1, 3, 7), Caps(None, 2, None)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("caps", CAP_SETTINGS)
+def test_join_chains_matches_a_plain_python_reference(seed, caps):
+    from pipelines.multihop.chains import join_chains, triples_frame
+
+    triples = tricky_triples(2500, seed)
+    expected = reference_chains(triples, caps, seed)
+    pairs = join_chains(triples_frame(triples), caps, seed, columns=("chain_id",))
+    got = [list(r) for r in pairs.select("row_1", "row_2", pl_string("drop"), "chain_id").iter_rows()]
+    assert got == expected                          # same pairs, same order, same reason for each
+    reasons = Counter(p[2] for p in expected)
+    for rule in ("cycle", "same_relation", "answer_in_question", "bridge_not_linked"):
+        assert reasons[rule] >= 5, (rule, reasons)  # the data exercises every rule
+    # The stage built on it: the same kept chains (in the same order) and the same drop counts.
+    kept, drops = split(chain_stage(triples, caps=caps, seed=seed))
+    assert [c["chain_id"] for c in kept] == [p[3] for p in expected if p[2] is None]
+    assert drops == Counter(p[2] for p in expected if p[2] is not None)
+
+
+def pl_string(name: str):
+    import polars as pl
+
+    return pl.col(name).cast(pl.String)
+
+
+def test_join_chains_repeated_ids_unlinked_allowed_and_columns():
+    from pipelines.multihop.chains import join_chains, triples_frame
+
+    triples = tricky_triples(2000, 5, repeated_ids=True)    # repeated chain ids: row numbers break ties
+    frame = triples_frame(triples)
+    for caps in (Caps(), Caps(2, 2, 2)):
+        expected = reference_chains(triples, caps, 7, require_linked_bridge=False)
+        pairs = join_chains(frame, caps, 7, require_linked_bridge=False, columns=("chain_id", "object_2"))
+        got = [list(r) for r in pairs.select("row_1", "row_2", pl_string("drop"), "chain_id").iter_rows()]
+        assert got == expected
+        assert "bridge_not_linked" not in {p[2] for p in expected}
+        assert pairs["object_2"].to_list() == [triples[p[1]]["object"] for p in expected]
+    full = join_chains(frame, Caps(), 7)                    # columns=None: every column of both hops
+    assert {"chain_id", "subject_1", "object_aliases_2", "triple_id_2"} <= set(full.columns)
+    with pytest.raises(ValueError, match="no column 'subject_3'"):
+        join_chains(frame, Caps(), 7, columns=("subject_3",))
+    empty = join_chains(triples_frame([]), Caps(), 0)
+    assert empty.height == 0 and list(split(chain_stage([]))[1].elements()) == []

@@ -20,7 +20,7 @@ for the engine and emits chain records with JEMHopQA-style ``derivations`` (a JS
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pipelines.engine import Drop
@@ -28,6 +28,7 @@ from pipelines.engine import Drop
 TRIPLE_COLUMNS = ("triple_id", "subject", "relation", "object", "subject_key", "object_key", "subject_id",
                   "object_id", "subject_title", "object_title", "doc_id", "source", "evidence")
 RULES = ("cycle", "same_relation", "answer_in_question", "bridge_not_linked")
+CAP_RULES = ("cap_subject", "cap_bridge", "cap_relation_pair")
 
 
 @dataclass(frozen=True)
@@ -49,41 +50,120 @@ def triples_frame(triples: Iterable[dict]):
                                          "object_aliases": pl.List(pl.String)})
 
 
-def join_chains(triples, caps: Caps = Caps(), seed: int = 0, require_linked_bridge: bool = True):
-    """All 2-hop pairs of ``triples`` (a polars DataFrame with :data:`TRIPLE_COLUMNS`), with a ``drop``
-    column holding the first rule each pair breaks (null = kept). Columns of hop 1 end in ``_1``,
-    of hop 2 in ``_2``."""
+def join_chains(triples, caps: Caps = Caps(), seed: int = 0, require_linked_bridge: bool = True,
+                columns: Sequence[str] | None = None):
+    """All 2-hop pairs of ``triples`` (a polars DataFrame with :data:`TRIPLE_COLUMNS`) in the seeded order:
+    ``row_1`` / ``row_2`` (the hops' row numbers in ``triples``), ``drop`` (the first rule a pair breaks,
+    an Enum of :data:`RULES` + :data:`CAP_RULES`; null = kept) and the named ``columns``: an input column
+    of hop 1 or 2 with the suffix ``_1`` / ``_2`` (``subject_1``, ``object_2`` …) or ``chain_id``.
+    ``None`` names them all; ``()`` none — then gather them for the rows you keep with :func:`pair_columns`,
+    which is what keeps 1M triples (~2M pairs) in a few hundred MB."""
     import polars as pl
 
-    hop1 = triples.rename({c: f"{c}_1" for c in triples.columns})
-    hop2 = triples.rename({c: f"{c}_2" for c in triples.columns})
-    pairs = hop1.join(hop2, left_on="object_key_1", right_on="subject_key_2", how="inner")
-    # subject_key_2 is consumed by the join; the bridge key is object_key_1.
-    answer_key, s1_key, bridge_key = pl.col("object_key_2"), pl.col("subject_key_1"), pl.col("object_key_1")
-    answer = pl.col("object_2")
-    leak = (answer_key == s1_key) | pl.col("subject_1").str.contains(answer, literal=True) \
-        | pl.col("relation_1").str.contains(answer, literal=True) \
-        | pl.col("relation_2").str.contains(answer, literal=True)
-    unlinked = pl.col("object_id_1").is_null() if require_linked_bridge else pl.lit(False)
-    drop = (pl.when((answer_key == s1_key) | (bridge_key == s1_key) | (answer_key == bridge_key)).then(pl.lit("cycle"))
-            .when(pl.col("relation_1") == pl.col("relation_2")).then(pl.lit("same_relation"))
-            .when(leak).then(pl.lit("answer_in_question"))
-            .when(unlinked).then(pl.lit("bridge_not_linked"))
-            .otherwise(pl.lit(None, dtype=pl.String)))
-    pairs = pairs.with_columns(drop.alias("drop"),
-                               pl.concat_str(["triple_id_1", "triple_id_2"], separator=":").alias("chain_id"))
-    pairs = pairs.with_columns(pl.col("chain_id").hash(seed).alias("_order"))
+    # Join row numbers on the entity key alone; every other column is gathered by row number later.
+    # (The lazy join peaks at ~75 MB for 1M triples, the eager one at ~230 MB.)
+    keys = triples.lazy().select("subject_key", "object_key").with_row_index("row")
+    pairs = keys.select(pl.col("row").alias("row_1"), pl.col("object_key").alias("_bridge")).join(
+        keys.select(pl.col("row").alias("row_2"), pl.col("subject_key").alias("_bridge")),
+        on="_bridge", how="inner").select("row_1", "row_2").collect()
+    drop, order = _rules_and_order(triples, pairs, seed, require_linked_bridge)
+    # Repeated triple ids repeat chain ids (and their hashes); then row numbers break the ties. A one-key
+    # sort is about half the cost of the three-key one, so the tie break is only added when needed.
+    ids = triples.get_column("triple_id")
+    tie_break = ["row_1", "row_2"] if ids.null_count() or ids.n_unique() < len(ids) else []
+    pairs = pairs.with_columns(drop, order).sort("_order", *tie_break).drop("_order")
+    if any(cap is not None for cap in (caps.per_subject, caps.per_bridge, caps.per_relation_pair)):
+        pairs = pairs.with_columns(_apply_caps(triples, pairs, caps))
+    if columns is None:
+        columns = ["chain_id", *(f"{c}_{hop}" for hop in (1, 2) for c in triples.columns)]
+    return pairs.hstack(pair_columns(triples, pairs, columns))
+
+
+RULE_CHUNK = 1 << 17  # pairs whose strings are gathered at once (2 MB per string column; as fast as 2M)
+
+
+def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool):
+    """The ``drop`` reason of each pair under :data:`RULES` and its seeded ``_order`` (the hash of its
+    chain id), computed a chunk of pairs at a time so only one chunk's strings exist at once."""
+    import polars as pl
+
+    reason = pl.Enum([*RULES, *CAP_RULES])
+    subject_key, object_key = triples.get_column("subject_key"), triples.get_column("object_key")
+    # bridge = subject of hop 1 and answer = bridge are properties of one triple (a self-loop); only
+    # answer = subject compares the two hops.
+    self_loop = subject_key == object_key
+    unlinked = triples.get_column("object_id").is_null() & require_linked_bridge
+    subject, relation, answer = (triples.get_column(c) for c in ("subject", "relation", "object"))
+    triple_id = triples.get_column("triple_id")
+    a = pl.col("answer")
+    # answer_key == s1_key is a leak too, but the cycle rule before it already takes those pairs.
+    leak = (pl.col("s1").str.contains(a, literal=True) | pl.col("r1").str.contains(a, literal=True)
+            | pl.col("r2").str.contains(a, literal=True))
+    drop = (pl.when((pl.col("answer_key") == pl.col("s1_key")) | pl.col("loop_1") | pl.col("loop_2"))
+            .then(pl.lit("cycle", reason))
+            .when(pl.col("r1") == pl.col("r2")).then(pl.lit("same_relation", reason))
+            .when(leak).then(pl.lit("answer_in_question", reason))
+            .when(pl.col("unlinked")).then(pl.lit("bridge_not_linked", reason))
+            .otherwise(pl.lit(None, reason)))
+    # The same hash of the same "id1:id2" string as ever, so the seeded order (and the caps) do not move.
+    order = pl.concat_str("id_1", "id_2", separator=":").hash(seed)
+    chunks = []
+    for start in range(0, pairs.height, RULE_CHUNK):
+        hop1 = pairs.get_column("row_1").slice(start, RULE_CHUNK)
+        hop2 = pairs.get_column("row_2").slice(start, RULE_CHUNK)
+        chunk = pl.DataFrame({"s1_key": subject_key.gather(hop1), "answer_key": object_key.gather(hop2),
+                              "loop_1": self_loop.gather(hop1), "loop_2": self_loop.gather(hop2),
+                              "s1": subject.gather(hop1), "r1": relation.gather(hop1), "r2": relation.gather(hop2),
+                              "answer": answer.gather(hop2), "unlinked": unlinked.gather(hop1),
+                              "id_1": triple_id.gather(hop1), "id_2": triple_id.gather(hop2)})
+        chunks.append(chunk.select(drop.alias("drop"), order.alias("_order")))
+    if not chunks:
+        return pl.Series("drop", [], reason), pl.Series("_order", [], pl.UInt64)
+    both = pl.concat(chunks)
+    return both.get_column("drop"), both.get_column("_order")
+
+
+def _apply_caps(triples, pairs, caps: Caps):
+    """``pairs``' ``drop`` column with the caps applied in turn: per group, the first ``cap`` chains still
+    alive in the (seeded) order of ``pairs`` stay, the rest get the cap's reason. Chains another rule or an
+    earlier cap dropped are never counted."""
+    import polars as pl
+
+    drop = pairs.get_column("drop").clone()
+    alive = pairs.with_row_index("_at").filter(pl.col("drop").is_null())
     for reason, group, cap in (("cap_subject", ["subject_key_1"], caps.per_subject),
                                ("cap_bridge", ["object_key_1"], caps.per_bridge),
                                ("cap_relation_pair", ["relation_1", "relation_2"], caps.per_relation_pair)):
         if cap is None:
             continue
-        # Rank only the chains still alive, so a cap never counts chains another rule already dropped.
-        alive = pl.col("drop").is_null()
-        rank = pl.when(alive).then(pl.col("_order")).otherwise(None).rank("ordinal").over(group)
-        pairs = pairs.with_columns(pl.when(alive & (rank > cap)).then(pl.lit(reason)).otherwise(pl.col("drop"))
-                                   .alias("drop"))
-    return pairs.sort("_order").drop("_order")
+        keys = alive.select("_at").hstack(pair_columns(triples, alive, group))
+        # agg keeps each group's rows in frame order, so head(cap) is the first cap in the seeded order
+        # (cheaper than group_by().head() or a rank over ~500k groups).
+        firsts = keys.group_by(group).agg(pl.col("_at").head(cap)).get_column("_at").explode()
+        survives = pl.col("_at").is_in(firsts.implode())
+        drop = drop.scatter(alive.filter(~survives).get_column("_at"), reason)
+        alive = alive.filter(survives)  # a filter keeps the seeded order for the next cap
+    return drop
+
+
+def pair_columns(triples, pairs, names: Sequence[str]) -> list:
+    """Columns for ``pairs`` (with ``row_1`` / ``row_2``) by name: ``<input column>_1`` / ``_2``, gathered
+    from ``triples`` by row number (polars strings are views: a gather copies 16 bytes a value, no text),
+    or ``chain_id`` ("<triple id 1>:<triple id 2>")."""
+    import polars as pl
+
+    out = []
+    for name in names:
+        if name == "chain_id":
+            ids = [triples.get_column("triple_id").gather(pairs.get_column(f"row_{hop}")) for hop in (1, 2)]
+            out.append(pl.select(pl.concat_str(*ids, separator=":").alias("chain_id")).to_series())
+            continue
+        column, _, hop = name.rpartition("_")
+        if hop not in ("1", "2") or column not in triples.columns:
+            raise ValueError(f"join_chains: no column {name!r}; name an input column + '_1' or '_2', "
+                             f"or 'chain_id' (input columns: {', '.join(triples.columns)})")
+        out.append(triples.get_column(column).gather(pairs.get_column(f"row_{hop}")).alias(name))
+    return out
 
 
 def derivations_of(record: dict) -> list:
@@ -91,6 +171,12 @@ def derivations_of(record: dict) -> list:
     ``[s, r, [o…]]`` lists of the JEMHopQA format."""
     value = record["derivations"]
     return json.loads(value) if isinstance(value, str) else value
+
+
+CHAIN_RECORD_COLUMNS = ("chain_id", "subject_1", "relation_1", "object_1", "subject_title_1", "object_title_1",
+                        "subject_id_1", "object_id_1", "doc_id_1", "source_1", "evidence_1", "relation_2",
+                        "object_2", "subject_title_2", "subject_id_2", "object_aliases_2", "doc_id_2", "source_2",
+                        "evidence_2")
 
 
 def chain_record(row: dict) -> dict:
@@ -113,14 +199,20 @@ def chain_record(row: dict) -> dict:
 
 def chain_stage(triples: Iterable[dict], caps: Caps = Caps(), seed: int = 0, limit: int | None = None,
                 require_linked_bridge: bool = True) -> Iterator[dict | Drop]:
-    """The global stage: triples in, chain records (and one Drop per rejected pair) out."""
-    pairs = join_chains(triples_frame(triples), caps, seed, require_linked_bridge)
-    kept = 0
-    for row in pairs.iter_rows(named=True):
-        if row["drop"] is not None:
-            yield Drop(row["drop"])
-        elif limit is not None and kept >= limit:
-            yield Drop("over_limit")
-        else:
-            kept += 1
-            yield chain_record(row)
+    """The global stage: triples in, one Drop per rejected pair, then the chain records in the seeded order.
+    Only the kept pairs (up to ``limit``) get their columns gathered and turned into Python dicts."""
+    import polars as pl
+
+    frame = triples_frame(triples)
+    pairs = join_chains(frame, caps, seed, require_linked_bridge, columns=())
+    for reason, count in pairs.get_column("drop").drop_nulls().value_counts(sort=True).iter_rows():
+        drop = Drop(reason)
+        for _ in range(count):
+            yield drop
+    kept = pairs.filter(pl.col("drop").is_null())
+    if limit is not None and kept.height > limit:
+        drop = Drop("over_limit")
+        for _ in range(kept.height - limit):
+            yield drop
+        kept = kept.head(limit)
+    yield from map(chain_record, kept.hstack(pair_columns(frame, kept, CHAIN_RECORD_COLUMNS)).iter_rows(named=True))
