@@ -80,7 +80,7 @@ def main() -> None:
         shutil.rmtree(work)
     assert rows == len(kept), (rows, len(kept))
     per = (engine - bare) / (n * len(stages)) * 1e6
-    print(f"| records | stages | bare loop s | engine s (incl. checkpoints) | ratio | overhead µs/record/stage | target |")
+    print("| records | stages | bare loop s | engine s (incl. checkpoints) | ratio | overhead µs/record/stage | target |")
     print("|---:|---:|---:|---:|---:|---:|---|")
     print(f"| {n} | {len(stages)} | {bare:.3f} | {engine:.3f} | {engine / bare:.2f}× | {per:.2f} | ≤ 50 |")
 
