@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -50,23 +51,15 @@ def _fail(message: str) -> None:
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
-    from pipelines.corpus import CorpusInputError
+    """Bad input, as the toolkit reports it: missing files, invalid queries/recipes/specs, foreign folders.
+
+    Every such error in tansaku is a ValueError (QueryError, RecipeError, TriplesError, CorpusInputError …),
+    a StoreError or a FileNotFoundError. Set TANSAKU_DEBUG=1 to see the traceback instead.
+    """
+    from envs.evaluate import NotReadyForRL
     from pipelines.store import StoreError
 
-    errors: list[type[BaseException]] = [CorpusInputError, StoreError, FileNotFoundError]
-    try:
-        from envs.search import QueryError
-
-        errors.append(QueryError)
-    except ImportError:
-        pass
-    try:
-        from trainer.recipes import RecipeError
-
-        errors.append(RecipeError)
-    except ImportError:
-        pass
-    return tuple(errors)
+    return (ValueError, StoreError, FileNotFoundError, NotADirectoryError, NotReadyForRL)
 
 
 def friendly(fn):
@@ -77,7 +70,11 @@ def friendly(fn):
         try:
             return fn(*args, **kwargs)
         except _known_errors() as e:
-            _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+            if os.environ.get("TANSAKU_DEBUG") == "1":
+                raise
+            text = str(e).strip() or type(e).__name__
+            # The readiness refusal carries its numbers on several lines; everything else is one line.
+            _fail(text if type(e).__name__ == "NotReadyForRL" else text.splitlines()[0])
 
     return wrapper
 
