@@ -169,4 +169,13 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
         inputs=inputs, source=source, stages=[all_stages[n] for n in names], llm=llm, quiet=quiet,
         chunk_size=chunk_size,
         card={"description": "Two-hop Japanese questions built from (subject, relation, object) triples: hop 1's "
-                             "object is hop 2's subject; the bridge entity is never named in the question."})
+                             "object is hop 2's subject; the bridge entity is never named in the question.",
+              "pretty_name": f"tansaku multihop: {Path(out).name}", "task_categories": ["question-answering"],
+              "license": "cc-by-sa-4.0",
+              "limitations": [
+                  "Only hops whose answer is unique in the triple statistics (1:1, N:1) are kept; relations that "
+                  "are 1:N in the world but look unique in a small corpus can still give ambiguous questions.",
+                  "Template questions (no --llm) are stiff Japanese; the LLM generator and judge smooth them.",
+                  "`pass_rate` is the share of k agent tries that solved the item with the configured policy "
+                  "and search index; it is a difficulty signal for that policy only.",
+                  "Facts come from the corpus as it was indexed and may be out of date (`time_dependent`)."]})
