@@ -113,14 +113,17 @@ def _execute(functions: dict, call: ToolCall) -> str:
 
 def run_rollouts(client, task, rows: list[dict], tools, k: int = 1, max_turns: int | None = None,
                  max_tokens: int = 1024, temperature: float = 0.7, top_p: float = 1.0, seed: int = 0,
-                 judge=None, score: bool = True) -> list[Trajectory]:
+                 judge=None, score: bool = True, quiet: bool = False) -> list[Trajectory]:
     """Run ``k`` episodes per row; return trajectories ordered by (row, sample).
+
+    A progress bar counts finished episodes (shown on a terminal only; ``quiet`` turns it off).
 
     ``tools``: an environment factory/class (fresh instance per episode, ``reset(**row)`` called), or a
     shared object with tool methods (e.g. ``envs.tools.SearchTools``). ``score``: fill ``rewards`` with
     the task's reward functions (``judge`` needed for rubric tasks) and ``total_reward``.
     """
     from pipelines.llm import ChatRequest
+    from pipelines.progress import progress_bar
 
     max_turns = max_turns or task.max_turns
     episodes, environments, functions = [], [], []
@@ -137,39 +140,41 @@ def run_rollouts(client, task, rows: list[dict], tools, k: int = 1, max_turns: i
             functions.append(_tool_functions(environment))
     schemas = _tool_schemas(functions[0]) if functions else []
 
-    for turn in range(max_turns):
-        active = [i for i, e in enumerate(episodes) if e.stop_reason == "running"]
-        if not active:
-            break
-        # One seed per turn (not per episode): the transformers backend batches only requests sharing a seed.
-        requests = [ChatRequest(messages=_wire_messages(episodes[i].messages), max_tokens=max_tokens,
-                                temperature=temperature, top_p=top_p, seed=seed + turn, tools=schemas,
-                                sample_index=episodes[i].sample_index) for i in active]
-        for i, result in zip(active, client.chat(requests), strict=True):
-            episode = episodes[i]
-            if result.error:
-                episode.stop_reason, episode.error = "llm_error", result.error
-                continue
-            reasoning, content, calls, errors = _parse_result(result)
-            message = {"role": "assistant", "content": content}
-            if reasoning:
-                message["reasoning_content"] = reasoning
-            if calls:
-                message["tool_calls"] = [{"id": f"call_{turn}_{j}", **c.as_message_call()} for j, c in enumerate(calls)]
-            episode.completion.append(message)
-            episode.turns += 1
-            episode.tool_calls += len(calls)
-            episode.parse_failures += len(errors)
-            for j, call in enumerate(calls):
-                output = _execute(functions[i], call)
-                episode.completion.append({"role": "tool", "name": call.name, "tool_call_id": f"call_{turn}_{j}",
-                                           "content": output})
-            for j, error in enumerate(errors):
-                episode.completion.append({"role": "tool", "name": "parse_error",
-                                           "tool_call_id": f"call_{turn}_error_{j}",
-                                           "content": error.as_tool_message()})
-            if not calls and not errors:
-                episode.stop_reason = "max_tokens" if result.finish_reason == "length" else "answer"
+    with progress_bar(f"{task.name} rollouts", total=len(episodes), quiet=quiet) as advance:
+        for turn in range(max_turns):
+            active = [i for i, e in enumerate(episodes) if e.stop_reason == "running"]
+            if not active:
+                break
+            # One seed per turn (not per episode): the transformers backend batches only requests sharing a seed.
+            requests = [ChatRequest(messages=_wire_messages(episodes[i].messages), max_tokens=max_tokens,
+                                    temperature=temperature, top_p=top_p, seed=seed + turn, tools=schemas,
+                                    sample_index=episodes[i].sample_index) for i in active]
+            for i, result in zip(active, client.chat(requests), strict=True):
+                episode = episodes[i]
+                if result.error:
+                    episode.stop_reason, episode.error = "llm_error", result.error
+                    continue
+                reasoning, content, calls, errors = _parse_result(result)
+                message = {"role": "assistant", "content": content}
+                if reasoning:
+                    message["reasoning_content"] = reasoning
+                if calls:
+                    message["tool_calls"] = [{"id": f"call_{turn}_{j}", **c.as_message_call()} for j, c in enumerate(calls)]
+                episode.completion.append(message)
+                episode.turns += 1
+                episode.tool_calls += len(calls)
+                episode.parse_failures += len(errors)
+                for j, call in enumerate(calls):
+                    output = _execute(functions[i], call)
+                    episode.completion.append({"role": "tool", "name": call.name, "tool_call_id": f"call_{turn}_{j}",
+                                               "content": output})
+                for j, error in enumerate(errors):
+                    episode.completion.append({"role": "tool", "name": "parse_error",
+                                               "tool_call_id": f"call_{turn}_error_{j}",
+                                               "content": error.as_tool_message()})
+                if not calls and not errors:
+                    episode.stop_reason = "max_tokens" if result.finish_reason == "length" else "answer"
+            advance(sum(1 for i in active if episodes[i].stop_reason != "running"))
     for episode in episodes:
         if episode.stop_reason == "running":
             episode.stop_reason = "max_turns"
