@@ -30,16 +30,15 @@ class JEMHopQAError(ValueError):
 
 
 def load_items(path: str | Path) -> list[dict]:
+    from pipelines.store import StoreError, read_records
+
     path = Path(path)
-    if not path.is_file():
-        raise JEMHopQAError(f"{path}: no such file")
+    if path.suffix != ".json":
+        raise JEMHopQAError(f"{path}: expected a JEMHopQA .json file")
     try:
-        items = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise JEMHopQAError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(items, list):
-        raise JEMHopQAError(f"{path}: expected a JSON list of questions, got {type(items).__name__}")
-    return items
+        return read_records(path)
+    except (StoreError, FileNotFoundError) as e:
+        raise JEMHopQAError(f"JEMHopQA: {e}") from e
 
 
 def to_eval_row(item: dict) -> dict | Drop:

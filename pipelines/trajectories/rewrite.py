@@ -25,7 +25,7 @@ import yaml
 
 from pipelines.engine import batch_stage, rng_for
 from pipelines.trajectories.records import fail, live_batch
-from pipelines.trajectories.verify import identity_violation, tool_calls_of
+from pipelines.trajectories.verify import identity_violation, tool_calls_of, tool_results_after
 
 HERE = Path(__file__).resolve().parent
 CATALOG_PATH = HERE / "scenarios.yaml"
@@ -138,10 +138,8 @@ def steps_payload(messages: list[dict]) -> list[dict]:
         if message.get("role") != "assistant":
             continue
         results = []
-        for later in messages[i + 1:]:
-            if later.get("role") != "tool":
-                break
-            text = str(later.get("content") or "")
+        for result in tool_results_after(messages, i):
+            text = str(result.get("content") or "")
             results.append(text if len(text) <= RESULT_CHARS else text[:RESULT_CHARS] + "…(省略)")
         calls = [{"name": n, "arguments": _loads_or_text(a)} for n, a in tool_calls_of(message)]
         step = {"step": len(steps) + 1, "reasoning": message.get("reasoning_content") or "", "tool_calls": calls}

@@ -62,6 +62,16 @@ def identity_violation(original: list[dict], rewritten: list[dict]) -> tuple[str
     return None
 
 
+def tool_results_after(messages: list[dict], i: int) -> list[dict]:
+    """The ``tool`` messages that directly follow message ``i`` (the results of its calls)."""
+    results = []
+    for later in messages[i + 1:]:
+        if later.get("role") != "tool":
+            break
+        results.append(later)
+    return results
+
+
 def call_pairs(messages: list[dict]) -> Iterator[tuple[str, str, dict | None]]:
     """``(name, arguments text, tool message or None)`` for every tool call, paired with its result.
 
@@ -70,11 +80,7 @@ def call_pairs(messages: list[dict]) -> Iterator[tuple[str, str, dict | None]]:
     for i, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        results = []
-        for later in messages[i + 1:]:
-            if later.get("role") != "tool":
-                break
-            results.append(later)
+        results = tool_results_after(messages, i)
         calls = message.get("tool_calls") or []
         by_id = {r.get("tool_call_id"): r for r in results if r.get("tool_call_id")}
         for k, call in enumerate(calls):
