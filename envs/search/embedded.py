@@ -89,8 +89,10 @@ def _schema(analyzer_name: str, keyword_fields: list[str]):
 
 def build_embedded(rows: Iterable[dict], index_dir: str | Path, keyword_fields: Iterable[str] = (),
                    analyzer: str = "char", chunk_chars: int = 800, heap_mb: int = 256, threads: int = 1,
-                   source_name: str = "") -> dict:
+                   source_name: str = "", quiet: bool = False) -> dict:
     """Stream ``rows`` (document records) into a new index at ``index_dir``; return its metadata.
+
+    A progress bar counts passages (on a terminal only; ``quiet`` turns it off).
 
     Builds into ``index_dir.partial`` and swaps it in at the end, so an interrupted build never
     leaves a half index where a good one was. Memory is bounded by ``heap_mb`` (tantivy flushes a
@@ -99,6 +101,8 @@ def build_embedded(rows: Iterable[dict], index_dir: str | Path, keyword_fields: 
     0.29 ms, phrase 0.46 → 0.32 ms measured at 100k with one segment).
     """
     import tantivy
+
+    from pipelines.progress import progress_bar
 
     keyword_fields = [f for f in keyword_fields if f not in ("doc_id", "source")]
     for f in keyword_fields:
@@ -114,33 +118,35 @@ def build_embedded(rows: Iterable[dict], index_dir: str | Path, keyword_fields: 
     an.register(index)
     writer = index.writer(heap_size=heap_mb * 1_000_000, num_threads=threads)
     t0, n_docs, n_chunks, last_doc = time.perf_counter(), 0, 0, None
-    for ch in iter_chunks(rows, chunk_chars, keyword_fields):
-        doc = tantivy.Document()
-        for f in ("chunk_id", "doc_id", "source"):
-            doc.add_text(f, ch[f])
-        if ch["url"]:
-            doc.add_text("url", str(ch["url"]))
-        doc.add_text("title_keyword", ch["title"])
-        if an.name == "char":
-            doc.add_text("title", ch["title"])
-            doc.add_text("text", ch["text"])
-            # Whitespace removed: bigrams are then exactly the adjacent pairs of the char tokens.
-            doc.add_text("title_bi", "".join(ch["title"].split()))
-            doc.add_text("text_bi", "".join(ch["text"].split()))
-        else:
-            doc.add_pre_tokenized_text("title", an.pre_tokenized(ch["title"]))
-            doc.add_pre_tokenized_text("text", an.pre_tokenized(ch["text"]))
-        for f in ("position", "offset", "n_chunks"):
-            doc.add_unsigned(f, ch[f])
-        if ch["meta"]:
-            doc.add_bytes("meta", str(ch["meta"]).encode("utf-8"))
-        for f, values in ch["keywords"].items():
-            for v in values:
-                doc.add_text(f"kw_{f}", v)
-        writer.add_document(doc)
-        n_chunks += 1
-        if ch["doc_id"] != last_doc:
-            n_docs, last_doc = n_docs + 1, ch["doc_id"]
+    with progress_bar(f"index {index_dir.name}", quiet=quiet) as advance:
+        for ch in iter_chunks(rows, chunk_chars, keyword_fields):
+            doc = tantivy.Document()
+            for f in ("chunk_id", "doc_id", "source"):
+                doc.add_text(f, ch[f])
+            if ch["url"]:
+                doc.add_text("url", str(ch["url"]))
+            doc.add_text("title_keyword", ch["title"])
+            if an.name == "char":
+                doc.add_text("title", ch["title"])
+                doc.add_text("text", ch["text"])
+                # Whitespace removed: bigrams are then exactly the adjacent pairs of the char tokens.
+                doc.add_text("title_bi", "".join(ch["title"].split()))
+                doc.add_text("text_bi", "".join(ch["text"].split()))
+            else:
+                doc.add_pre_tokenized_text("title", an.pre_tokenized(ch["title"]))
+                doc.add_pre_tokenized_text("text", an.pre_tokenized(ch["text"]))
+            for f in ("position", "offset", "n_chunks"):
+                doc.add_unsigned(f, ch[f])
+            if ch["meta"]:
+                doc.add_bytes("meta", str(ch["meta"]).encode("utf-8"))
+            for f, values in ch["keywords"].items():
+                for v in values:
+                    doc.add_text(f"kw_{f}", v)
+            writer.add_document(doc)
+            n_chunks += 1
+            if ch["doc_id"] != last_doc:
+                n_docs, last_doc = n_docs + 1, ch["doc_id"]
+            advance(1)
     writer.commit()
     writer.wait_merging_threads()
     meta = {"format": FORMAT, "backend": "embedded", "analyzer": analyzer, "keyword_fields": keyword_fields,
