@@ -78,7 +78,8 @@ def _open_text(path: Path):
     return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
 
 
-def read_jsonl(path: Path) -> Iterator[dict]:
+def _json_objects(path: Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` per non-empty line; a bad line becomes an ``_error`` record instead."""
     with _open_text(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -86,44 +87,46 @@ def read_jsonl(path: Path) -> Iterator[dict]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                yield {"_error": "bad_json_line", "_where": f"{path}:{lineno}: {e.msg}"}
+                yield lineno, {"_error": "bad_json_line", "_where": f"{path}:{lineno}: {e.msg}"}
                 continue
             if not isinstance(obj, dict):
-                yield {"_error": "not_an_object", "_where": f"{path}:{lineno}"}
-                continue
-            meta = {k: v for k, v in obj.items() if k not in _KNOWN_KEYS}
-            yield {"id": obj.get("id"), "title": obj.get("title"), "text": obj.get("text"),
-                   "url": obj.get("url"), "source": "jsonl", "meta": meta}
+                obj = {"_error": "not_an_object", "_where": f"{path}:{lineno}"}
+            yield lineno, obj
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    for _, obj in _json_objects(path):
+        if "_error" in obj:
+            yield obj
+            continue
+        meta = {k: v for k, v in obj.items() if k not in _KNOWN_KEYS}
+        yield {"id": obj.get("id"), "title": obj.get("title"), "text": obj.get("text"),
+               "url": obj.get("url"), "source": "jsonl", "meta": meta}
 
 
 def read_cirrus(path: Path) -> Iterator[dict]:
     """CirrusSearch content dump: an ``{"index": {"_id": …}}`` line, then the page, and so on."""
     page_id = None
-    with _open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield {"_error": "bad_json_line", "_where": f"{path}:{lineno}: {e.msg}"}
-                page_id = None
-                continue
-            if "index" in obj and isinstance(obj["index"], dict):
-                page_id = obj["index"].get("_id")
-                continue
-            pid = str(obj.get("page_id") or page_id or "")
+    for lineno, obj in _json_objects(path):
+        if "_error" in obj:
+            yield obj
             page_id = None
-            if obj.get("namespace", 0) != 0:
-                yield {"_error": "not_an_article", "_where": f"{path}:{lineno}"}
-                continue
-            title = obj.get("title") or ""
-            meta = {k: obj[k] for k in ("opening_text", "heading", "category", "outgoing_link", "source_text",
-                                        "redirect", "wikibase_item", "timestamp") if k in obj}
-            if isinstance(meta.get("redirect"), list):  # [{"namespace": 0, "title": …}] → titles
-                meta["redirect"] = [r.get("title") if isinstance(r, dict) else r for r in meta["redirect"]]
-            yield {"id": pid or None, "title": title, "text": obj.get("text"), "url": wiki_url(title),
-                   "source": "cirrus", "meta": meta}
+            continue
+        if "index" in obj and isinstance(obj["index"], dict):
+            page_id = obj["index"].get("_id")
+            continue
+        pid = str(obj.get("page_id") or page_id or "")
+        page_id = None
+        if obj.get("namespace", 0) != 0:
+            yield {"_error": "not_an_article", "_where": f"{path}:{lineno}"}
+            continue
+        title = obj.get("title") or ""
+        meta = {k: obj[k] for k in ("opening_text", "heading", "category", "outgoing_link", "source_text",
+                                    "redirect", "wikibase_item", "timestamp") if k in obj}
+        if isinstance(meta.get("redirect"), list):  # [{"namespace": 0, "title": …}] → titles
+            meta["redirect"] = [r.get("title") if isinstance(r, dict) else r for r in meta["redirect"]]
+        yield {"id": pid or None, "title": title, "text": obj.get("text"), "url": wiki_url(title),
+               "source": "cirrus", "meta": meta}
 
 
 _SID = re.compile(r"^# S-ID:(\S+)(.*)$")
