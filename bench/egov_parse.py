@@ -54,7 +54,7 @@ def jlp_alone(data: bytes) -> int:
 
 
 def ours(data: bytes, prefer: str) -> int:
-    from pipelines.egov.parse import parse_law_bytes
+    from tansaku.pipelines.egov.parse import parse_law_bytes
 
     records = [r for r in parse_law_bytes(data, "bench.xml", prefer=prefer) if isinstance(r, dict)]
     return sum(1 for r in records if json.loads(r["meta"])["kind"] == "article")
@@ -93,8 +93,8 @@ def main() -> None:
                        ("tansaku parse_law_bytes, lxml path only", t_lxml, n_lxml)):
         print(f"| {name} | {n} | {t:.3f} | {n / t:,.0f} | {t / t_jlp:.2f}× |")
 
-    from pipelines.egov.build import build_egov
-    from pipelines.llm import ScriptedLLM
+    from tansaku.core.llm import ScriptedLLM
+    from tansaku.pipelines.egov.build import build_egov
 
     laws = REAL if REAL.exists() else ROOT / "examples" / "laws"
     print(f"\n# build_egov on {laws} (articles dataset + index + questions), wall seconds, one run each\n")

@@ -4,7 +4,7 @@
 
 Peer: the same stage functions called in a bare ``for`` loop (no counting, no drops, no checkpoints).
 The engine column includes counting, drop bookkeeping, per-stage timing and writing the JSONL
-checkpoints; the LLM stage calls an instant scripted LLM (``pipelines.llm.ScriptedLLM``) in batches of 64,
+checkpoints; the LLM stage calls an instant scripted LLM (``tansaku.core.llm.ScriptedLLM``) in batches of 64,
 so what is left is the engine's own cost. Target: ≤ 50 µs per record per stage.
 """
 
@@ -15,8 +15,8 @@ import shutil
 import tempfile
 import time
 
-from pipelines.engine import Drop, batch_stage, global_stage, map_stage, run_pipeline
-from pipelines.llm import ChatRequest, ScriptedLLM
+from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage, run_pipeline
+from tansaku.core.llm import ChatRequest, ScriptedLLM
 
 
 def main() -> None:

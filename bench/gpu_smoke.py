@@ -67,9 +67,9 @@ def main() -> None:
     out = Path(args.out)
     gpu = ["use_cpu=false", "bf16=true", "report_to=[]", "save_steps=100000"]
 
-    from trainer.recipes import load_recipe
-    from trainer.rl import build_rl_trainer
-    from trainer.sft import build_sft_trainer
+    from tansaku.trainer.recipes import load_recipe
+    from tansaku.trainer.rl import build_rl_trainer
+    from tansaku.trainer.sft import build_sft_trainer
 
     timer = step_timer()
     sft = build_sft_trainer(load_recipe(ROOT / "trainer/recipes/sft-tiny.yaml", [

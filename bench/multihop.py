@@ -5,7 +5,7 @@ Run: ``python bench/multihop.py [--triples 1000000] [--items 300]``
 
 1. Chain join: N synthetic linked triples (random subject/relation/object over a vocabulary sized so the
    join fans out about 2×), joined object-of-hop-1 = subject-of-hop-2 with the four drop rules by
-   :func:`pipelines.multihop.chains.join_chains`, versus a dict-of-lists join in pure Python applying the
+   :func:`tansaku.pipelines.multihop.chains.join_chains`, versus a dict-of-lists join in pure Python applying the
    same rules (first broken rule counted, no caps). Every method runs in a fresh subprocess that loads the
    same parquet file; it reports wall seconds of the join alone and the **peak RSS growth** during it:
    the kernel's RSS high-water mark is reset (``/proc/self/clear_refs``) after loading the input and read
@@ -108,7 +108,7 @@ def join_worker(method: str, n: int, frame_path: str, kept_path: str) -> None:
     else:
         import polars as pl
 
-        from pipelines.multihop.chains import Caps, join_chains
+        from tansaku.pipelines.multihop.chains import Caps, join_chains
 
         frame = pl.read_parquet(frame_path)
     gc.collect()
@@ -166,8 +166,8 @@ def bench_join(n: int) -> list[tuple]:
 
 
 def bench_end_to_end(items: int) -> list[tuple]:
-    from pipelines.llm import ScriptedLLM
-    from pipelines.multihop.build import build_multihop
+    from tansaku.core.llm import ScriptedLLM
+    from tansaku.pipelines.multihop.build import build_multihop
 
     def instant(req):
         text = req.messages[-1]["content"]

@@ -63,7 +63,7 @@ def rows_for(corpus: str, n: int):
 
 def peer_tokenizers(mode: str):
     """(document tokens, query tokens) for a bm25s peer: ``char``, ``bigram`` or ``sudachi``."""
-    from envs.search.analysis import bigrams, get_analyzer
+    from tansaku.core.analysis import bigrams, get_analyzer
 
     if mode == "bigram":
         an = get_analyzer("char")
@@ -77,7 +77,7 @@ def child_build(engine: str, corpus: str, n: int, out: str, analyzer: str) -> di
     """Runs in its own process so peak RSS belongs to this build alone."""
     t0 = time.perf_counter()
     if engine == "tantivy":
-        from envs.search.embedded import build_embedded
+        from tansaku.envs.search.embedded import build_embedded
 
         meta = build_embedded(rows_for(corpus, n), out, ["category"], analyzer=analyzer)
         docs = meta["documents"]
@@ -124,7 +124,7 @@ class Bm25sPeer:
         return [int(d) for d in docs[0]]
 
     def tool(self, text, k=5):
-        from envs.search.base import make_snippet
+        from tansaku.envs.search.base import make_snippet
 
         out = []
         for i, d in enumerate(self.ids(text, k), 1):
@@ -181,9 +181,9 @@ PEERS = {"char": ("bigram", "char"), "sudachi": ("sudachi",)}  # first = same to
 
 
 def bench_corpus(corpus: str, n: int, tmp: Path, analyzer: str = "char"):
-    from envs.search.dsl import parse_request
-    from envs.search.embedded import EmbeddedBackend
-    from envs.tools import SearchTools, ToolsConfig
+    from tansaku.envs.search.dsl import parse_request
+    from tansaku.envs.search.embedded import EmbeddedBackend
+    from tansaku.envs.tools import SearchTools, ToolsConfig
 
     ix = tmp / f"{corpus}_{analyzer}_ix"
     tb = run_child("tantivy", corpus, n, str(ix), analyzer)
@@ -240,7 +240,7 @@ def ranking_sets():
 
 
 def bench_ranking(tmp: Path):
-    from envs.search.embedded import EmbeddedBackend, build_embedded
+    from tansaku.envs.search.embedded import EmbeddedBackend, build_embedded
 
     print("\n## ranking (plain-text query = multi_match most_fields over title+text)")
     print(f"{'set':<12}{'engine':<18}{'MRR@10':>8}{'R@1':>8}{'R@5':>8}{'queries':>9}")

@@ -2,8 +2,8 @@
 
     python bench/train_overhead.py [--sft-steps 3] [--rl-steps 2] [--rounds 2]
 
-SFT: tokens/s of ``trainer.sft.build_sft_trainer`` (recipe → SFTConfig, mixed data) vs an ``SFTTrainer`` built
-by hand from the same config object and dataset. RL: s/step of ``trainer.rl.build_rl_trainer`` (wrapped reward
+SFT: tokens/s of ``tansaku.trainer.sft.build_sft_trainer`` (recipe → SFTConfig, mixed data) vs an ``SFTTrainer`` built
+by hand from the same config object and dataset. RL: s/step of ``tansaku.trainer.rl.build_rl_trainer`` (wrapped reward
 functions, reward watch callback) vs a ``GRPOTrainer`` given the task's raw reward functions, the same
 GRPOConfig, dataset and environment factory. Rounds alternate ours/plain so machine load drifts evenly.
 Ratios are ours/plain throughput (target ≥ 0.95). Uses the tiny model on CPU and the fictional fixtures.
@@ -26,9 +26,9 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 def sft_pair(out: Path, steps: int):
     from trl import SFTTrainer
 
-    from trainer.data import mix_sources, to_dataset
-    from trainer.recipes import load_recipe, resolve_model
-    from trainer.sft import build_sft_trainer, peft_config, sft_config
+    from tansaku.trainer.data import mix_sources, to_dataset
+    from tansaku.trainer.recipes import load_recipe, resolve_model
+    from tansaku.trainer.sft import build_sft_trainer, peft_config, sft_config
 
     recipe = load_recipe(ROOT / "trainer/recipes/sft-tiny.yaml", [
         f"output_dir={out}", f"max_steps={steps}", "save_steps=1000", "per_device_train_batch_size=1", "mix_size=8"])
@@ -46,10 +46,10 @@ def sft_pair(out: Path, steps: int):
 def rl_pair(out: Path, steps: int, index: Path):
     from trl import GRPOTrainer
 
-    from envs.environments import make_environment_factory
-    from envs.tasks import TASKS
-    from trainer.recipes import load_recipe, resolve_model
-    from trainer.rl import build_dataset, build_rewards, build_rl_trainer, grpo_config
+    from tansaku.envs.environments import make_environment_factory
+    from tansaku.envs.tasks import TASKS
+    from tansaku.trainer.recipes import load_recipe, resolve_model
+    from tansaku.trainer.rl import build_dataset, build_rewards, build_rl_trainer, grpo_config
 
     recipe = load_recipe(ROOT / "trainer/recipes/rl-tiny.yaml", [
         f"output_dir={out}", f"max_steps={steps}", "save_steps=1000", f"tasks.0.index={index}",

@@ -1,7 +1,7 @@
 """Data cards: render a Hugging Face dataset card (README.md with a YAML header) from a manifest.
 
 The template is ``data_cards/dataset_card.md.jinja``; per-pipeline text (description, task categories,
-license, limitations) comes in the ``card`` dict a pipeline passes to ``pipelines.store.build_dataset``:
+license, limitations) comes in the ``card`` dict a pipeline passes to ``tansaku.core.store.build_dataset``:
 
     {"description": "...", "license": "cc-by-sa-4.0", "task_categories": ["question-answering"],
      "limitations": ["..."], "pretty_name": "..."}
@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import yaml
+from jinja2 import Environment, StrictUndefined
 
 TEMPLATE = Path(__file__).with_name("dataset_card.md.jinja")
 
@@ -36,7 +37,6 @@ def _cell(value, limit: int = 120) -> str:
 
 def render_card(manifest: dict, samples: list[dict], card: dict) -> str:
     """The card text for a dataset folder; parses with ``huggingface_hub.DatasetCard``."""
-    from jinja2 import Environment, StrictUndefined
 
     total = sum(manifest.get("splits", {}).values())
     header = {

@@ -4,13 +4,13 @@ TRL creates one instance per rollout with a zero-argument factory, calls ``reset
 column (its return value, if any, is appended to the last prompt message), and exposes every public method
 of the class — except ``reset`` and ``get_reward`` — as a tool, its JSON schema read from type hints and the
 Google-style docstring. A tool that raises becomes ``{'error': …}`` for the model; ours never raise: errors
-come back as text starting with ``Error:`` (see ``envs.tools``).
+come back as text starting with ``Error:`` (see ``tansaku.envs.tools``).
 
 No ``get_reward`` here on purpose: TRL would add it as an extra reward with weight 1, outside the task's
 weights; scoring stays in the task's reward functions, which read the completion messages.
 
-    from envs.environments import make_environment_factory
-    from envs.tasks import TASKS
+    from tansaku.envs.environments import make_environment_factory
+    from tansaku.envs.tasks import TASKS
     task = TASKS["multihop_qa"]
     trainer = GRPOTrainer(model, reward_funcs=task.reward_functions(), train_dataset=ds,
                           args=GRPOConfig(reward_weights=task.weights(), ...),
@@ -19,16 +19,17 @@ weights; scoring stays in the task's reward functions, which read the completion
 
 from __future__ import annotations
 
+import inspect
 import zlib
 from collections.abc import Callable
+
+from tansaku.envs.tools import SearchTools, ToolsConfig
 
 
 class SearchEnvironment:
     """One rollout's search tools over a shared backend, with a per-episode call budget."""
 
     def __init__(self, backend, tools_config: dict | None = None, max_tool_calls: int = 16):
-        from envs.tools import SearchTools, ToolsConfig
-
         self._tools = SearchTools(backend, ToolsConfig(**(tools_config or {})))
         self._max_tool_calls = max_tool_calls
         self._calls = 0
@@ -83,7 +84,6 @@ class SearchEnvironment:
 
 def tool_methods(environment) -> dict[str, Callable]:
     """The tools TRL would expose for this instance: public functions of its class but reset/get_reward."""
-    import inspect
 
     return {
         name: getattr(environment, name)
@@ -95,10 +95,10 @@ def tool_methods(environment) -> dict[str, Callable]:
 def make_environment_factory(task, index) -> Callable[[], SearchEnvironment]:
     """Zero-argument factory for ``environment_factory``: opens the index once, shares it across instances.
 
-    ``index``: an index folder / OpenSearch target for ``envs.search.open_index``, or an opened backend.
+    ``index``: an index folder / OpenSearch target for ``tansaku.envs.search.open_index``, or an opened backend.
     """
     if isinstance(index, str) or hasattr(index, "__fspath__"):
-        from envs.search import open_index
+        from tansaku.envs.search import open_index
 
         backend = open_index(str(index))
     else:

@@ -1,12 +1,12 @@
 """Evaluate a model with the search environment over a dataset split, and the RL readiness check.
 
-``run_eval`` runs ``k`` episodes per question through ``envs.rollout``, writes ``trajectories.jsonl`` and
+``run_eval`` runs ``k`` episodes per question through ``tansaku.envs.rollout``, writes ``trajectories.jsonl`` and
 ``report.json``, and returns the report: pass@1, pass@k, mean tool calls, parse-failure rate, each reward
 component's mean, stop reasons, and the share of zero-variance groups. ``check_rl_readiness(report)`` raises
 ``NotReadyForRL`` with the numbers when RL would learn nothing (pass@k ≈ 0, or every group has zero
 reward variance so every GRPO advantage is 0).
 
-    from envs.evaluate import run_eval, check_rl_readiness
+    from tansaku.envs.evaluate import run_eval, check_rl_readiness
     report = run_eval("multihop_qa", "out/multihop", "http:Qwen/Qwen3-8B@http://gpu1:8000", "out/index",
                       split="test", k=4, out_dir="runs/eval1")
     check_rl_readiness(report)
@@ -19,9 +19,17 @@ import math
 from collections import Counter
 from pathlib import Path
 
+from tansaku.core.errors import TansakuError
+from tansaku.core.store import read_records
+from tansaku.envs.environments import make_environment_factory
+from tansaku.envs.rollout import run_rollouts
+from tansaku.envs.tasks import TASKS
 
-class NotReadyForRL(RuntimeError):
+
+class NotReadyForRL(TansakuError, RuntimeError):
     """RL on this data/model would have no learning signal; the message carries the numbers."""
+
+    multiline = True
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -97,8 +105,7 @@ def check_rl_readiness(report: dict, min_pass_at_k: float = 0.02, max_zero_varia
 
 
 def load_rows(dataset: str | Path, split: str = "test", limit: int | None = None) -> list[dict]:
-    """Rows of a dataset folder written by ``pipelines.store`` (or a ``.jsonl``/``.json``/``.parquet`` file)."""
-    from pipelines.store import read_records
+    """Rows of a dataset folder written by ``tansaku.core.store`` (or a ``.jsonl``/``.json``/``.parquet`` file)."""
 
     rows = read_records(dataset, split=split)
     return rows[:limit] if limit else rows
@@ -111,11 +118,11 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     """Evaluate ``model`` on ``task`` over ``dataset``'s ``split``; return (and write) the report.
 
     Args:
-        task: a key of ``envs.tasks.TASKS`` (``multihop_qa``, ``egov_mcq``, ``deepresearch``).
-        dataset: dataset folder (``pipelines.store`` layout) or a ``.jsonl`` file of rows.
-        model: an LLM spec for ``pipelines.llm.from_spec`` (``http:…``, ``vllm:…``, ``transformers:…``,
+        task: a key of ``tansaku.envs.tasks.TASKS`` (``multihop_qa``, ``egov_mcq``, ``deepresearch``).
+        dataset: dataset folder (``tansaku.core.store`` layout) or a ``.jsonl`` file of rows.
+        model: an LLM spec for ``tansaku.core.llm.from_spec`` (``http:…``, ``vllm:…``, ``transformers:…``,
             ``scripted:…``) or a client object.
-        index: search index folder / OpenSearch target for ``envs.search.open_index``, or an opened backend.
+        index: search index folder / OpenSearch target for ``tansaku.envs.search.open_index``, or an opened backend.
         split: dataset split to read. ``limit``: first N rows only.
         k: samples per question (pass@k; also the group size of the zero-variance check).
         out_dir: where ``trajectories.jsonl`` and ``report.json`` go (None: write nothing).
@@ -123,9 +130,6 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
         judge: LLM spec or client for rubric tasks (``deepresearch``).
         pass_threshold: correctness reward value that counts as a pass (default 1.0; 0.5 for rubric).
     """
-    from envs.environments import make_environment_factory
-    from envs.rollout import run_rollouts
-    from envs.tasks import TASKS
 
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
@@ -137,7 +141,7 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     if missing:
         raise ValueError(f"{dataset} lacks column(s) {missing} that task {task} needs ({spec.columns})")
     if isinstance(model, str) or isinstance(judge, str):
-        from pipelines.llm import from_spec
+        from tansaku.core.llm import from_spec
 
         model = from_spec(model) if isinstance(model, str) else model
         judge = from_spec(judge) if isinstance(judge, str) else judge

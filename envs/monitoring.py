@@ -1,12 +1,12 @@
 """Helpers to notice reward hacking early: reward decomposition per step, zero-variance groups, tool-call
 counts, sample dumps, and a warning when some component rises while correctness stays flat.
 
-They read what TRL logs (``trainer.state.log_history`` entries with ``rewards/<name>/mean``,
-``tools/call_frequency``, ``frac_reward_zero_std``) or ``envs.rollout.Trajectory`` lists.
+They read what TRL logs (``tansaku.trainer.state.log_history`` entries with ``rewards/<name>/mean``,
+``tools/call_frequency``, ``frac_reward_zero_std``) or ``tansaku.envs.rollout.Trajectory`` lists.
 
-    from envs.monitoring import reward_decomposition, hacking_warnings, make_monitor_callback
-    trainer.add_callback(make_monitor_callback("answer_reward"))   # prints warnings while training
-    print(hacking_warnings(reward_decomposition(trainer.state.log_history), "answer_reward"))
+    from tansaku.envs.monitoring import reward_decomposition, hacking_warnings, make_monitor_callback
+    tansaku.trainer.add_callback(make_monitor_callback("answer_reward"))   # prints warnings while training
+    print(hacking_warnings(reward_decomposition(tansaku.trainer.state.log_history), "answer_reward"))
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from envs.zh_detect import chinese_spans
+from tansaku.envs.zh_detect import chinese_spans
 
 _EXTRA_SERIES = ("reward", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
                  "completions/mean_length")

@@ -3,7 +3,7 @@
 Each normalizer is a plain ``str -> str`` function; ``normalize_answer`` chains them in the order the
 multihop reward uses. Compose your own with ``compose(nfkc, strip_quotes, ...)``.
 
-Run the examples: ``pytest --doctest-modules envs/normalize.py``.
+Run the examples: ``pytest tests/test_doctests.py -k normalize``.
 
 >>> normalize_answer("『あまちゃん』。")
 'あまちゃん'

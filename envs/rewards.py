@@ -21,8 +21,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from envs.normalize import answers_match, normalize_answer
-from envs.parsing import (
+from tansaku.core.llm.base import ChatRequest, LLMBadJSON, parse_json
+from tansaku.core.parsing import (
     ParseError,
     coerce_tool_call,
     final_answers,
@@ -31,7 +31,8 @@ from envs.parsing import (
     split_think,
     strip_end_markers,
 )
-from envs.zh_detect import contains_chinese
+from tansaku.envs.normalize import answers_match, normalize_answer
+from tansaku.envs.zh_detect import contains_chinese
 
 DEFAULT_TOOL_CALL_CAP = 3
 
@@ -312,14 +313,13 @@ def _rubric_items(rubric) -> tuple[list[str], list[float], list[int]]:
 
 
 def make_rubric_reward(judge, max_tokens: int = 256):
-    """Rubric judge reward: ``judge`` is a ``pipelines.llm`` client; returns a TRL reward function.
+    """Rubric judge reward: ``judge`` is a ``tansaku.core.llm`` client; returns a TRL reward function.
 
     Columns: ``rubric`` (list of criteria, or of ``{"criterion", "weight", "scale"}``, or their JSON string) and
     ``instruction`` (or ``question``). Each criterion scores 0..top (top 1 for ``binary``, 2 for ``0-2``, 3 for
     ``0-3``); score = Σ weight × points / top ÷ Σ weight ∈ [0, 1]. No final report → 0.0;
     a report addressing the grader → 0.0; a judge error or unreadable verdict → None (TRL ignores it).
     """
-    from pipelines.llm.base import ChatRequest, LLMBadJSON, parse_json
 
     def rubric_reward(completions, rubric, instruction=None, question=None, **_columns) -> list[float | None]:
         prompts = instruction if instruction is not None else question

@@ -2,15 +2,15 @@
 
 generate → parse → execute tools → append the tool messages → generate again, until the model answers
 without a tool call, hits ``max_turns``, or a generation is cut by ``max_tokens``. All active episodes of a
-turn go to the client in one ``client.chat`` call, so every ``pipelines.llm`` backend batches/parallelizes
+turn go to the client in one ``client.chat`` call, so every ``tansaku.core.llm`` backend batches/parallelizes
 them. Trajectories are HF chat messages: assistant turns carry ``reasoning_content`` (every step's, not
 just the last) and ``tool_calls`` with dict arguments, tool results are ``{"role": "tool", …}`` — the same
-shape TRL hands to reward functions, so ``envs.rewards`` scores both alike.
+shape TRL hands to reward functions, so ``tansaku.envs.rewards`` scores both alike.
 
 A malformed tool call gets a tool message starting with ``エラー:`` that the model sees next turn, and is
-kept as raw ``<tool_call>`` text in the assistant content, where ``envs.rewards.format_reward`` counts it.
+kept as raw ``<tool_call>`` text in the assistant content, where ``tansaku.envs.rewards.format_reward`` counts it.
 
-    from envs.rollout import run_rollouts
+    from tansaku.envs.rollout import run_rollouts
     trajectories = run_rollouts(client, TASKS["multihop_qa"], rows, make_environment_factory(task, idx), k=4)
 """
 
@@ -19,8 +19,18 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from envs.parsing import ParseError, ToolCall, coerce_tool_call, parse_tool_calls, split_think, strip_end_markers
-from envs.rewards import episode_stats
+from tansaku.core.llm import ChatRequest
+from tansaku.core.parsing import (
+    ParseError,
+    ToolCall,
+    coerce_tool_call,
+    parse_tool_calls,
+    split_think,
+    strip_end_markers,
+)
+from tansaku.core.progress import progress_bar
+from tansaku.envs.environments import tool_methods
+from tansaku.envs.rewards import episode_stats
 
 
 @dataclass
@@ -58,9 +68,8 @@ def _environment_for_episode(tools):
 
 
 def _tool_functions(environment) -> dict:
-    if hasattr(environment, "functions") and callable(environment.functions):  # envs.tools.SearchTools
+    if hasattr(environment, "functions") and callable(environment.functions):  # tansaku.envs.tools.SearchTools
         return {f.__name__: f for f in environment.functions()}
-    from envs.environments import tool_methods
 
     return tool_methods(environment)
 
@@ -119,11 +128,9 @@ def run_rollouts(client, task, rows: list[dict], tools, k: int = 1, max_turns: i
     A progress bar counts finished episodes (shown on a terminal only; ``quiet`` turns it off).
 
     ``tools``: an environment factory/class (fresh instance per episode, ``reset(**row)`` called), or a
-    shared object with tool methods (e.g. ``envs.tools.SearchTools``). ``score``: fill ``rewards`` with
+    shared object with tool methods (e.g. ``tansaku.envs.tools.SearchTools``). ``score``: fill ``rewards`` with
     the task's reward functions (``judge`` needed for rubric tasks) and ``total_reward``.
     """
-    from pipelines.llm import ChatRequest
-    from pipelines.progress import progress_bar
 
     max_turns = max_turns or task.max_turns
     episodes, environments, functions = [], [], []

@@ -4,7 +4,7 @@
 its scoring changes, so results of two versions are never compared. ``check_gold(task, rows)`` is run by
 every synthesis pipeline: the gold answer must score 1.0 under the task's own answer reward.
 
-    from envs.tasks import TASKS, check_gold
+    from tansaku.envs.tasks import TASKS, check_gold
     task = TASKS["multihop_qa"]
     task.build_prompt({"question": "雪村製菓の創業者の出身地は？"})   # [system, user] messages
     task.reward_functions()                                         # TRL reward_funcs; weights: task.weights()
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from envs import rewards
+from tansaku.envs import rewards
 
 _ANSWER_RULE = "最終回答は最後のメッセージに {{答え}} の形で一つだけ書いてください（例: {{東京都}}）。"
 
@@ -51,7 +51,7 @@ class Task:
     answer_reward_name: str | None = "answer_reward"
     reward_weights: dict[str, float] = field(default_factory=dict)  # reward name → weight
     tool_names: tuple[str, ...] = ("search", "open_doc")
-    tools_config: dict = field(default_factory=dict)  # envs.tools.ToolsConfig fields
+    tools_config: dict = field(default_factory=dict)  # tansaku.envs.tools.ToolsConfig fields
     tool_call_cap: int = rewards.DEFAULT_TOOL_CALL_CAP
     require_reasoning: bool = True
     max_turns: int = 8

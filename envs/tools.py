@@ -1,7 +1,7 @@
 """Model-facing search tools: ``search(query, size)`` and ``open_doc(doc_id, offset)`` returning text.
 
-    from envs.search import open_index
-    from envs.tools import SearchTools, ToolsConfig
+    from tansaku.envs.search import open_index
+    from tansaku.envs.tools import SearchTools, ToolsConfig
     tools = SearchTools(open_index("out/index"), ToolsConfig(top_k=5, chars_per_hit=200), seed=episode_seed)
     GRPOTrainer(..., tools=tools.functions())        # plain functions with type hints + Google docstrings
     tools.search('{"bool": {"must": [{"match": {"text": "鎌倉"}}]}}')
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass
+
+from tansaku.envs.search import QueryError
 
 TRUNCATION = ("cut", "drop")
 
@@ -93,7 +95,7 @@ def _as_int(value, name: str, default: int) -> int:
 
 
 class SearchTools:
-    """The two tools over one backend (``envs.search.open_index``); safe to share between threads."""
+    """The two tools over one backend (``tansaku.envs.search.open_index``); safe to share between threads."""
 
     def __init__(self, backend, config: ToolsConfig = ToolsConfig(), seed: int | None = None):
         self.backend, self.config = backend, config
@@ -116,7 +118,6 @@ class SearchTools:
         Returns:
             Ranked hits with doc_id, title and a snippet, or a line starting with "Error:".
         """
-        from envs.search import QueryError
 
         try:
             k = None if size is None or size == "" else _as_int(size, "size", self.config.top_k)

@@ -1,4 +1,4 @@
-"""Detect Chinese mixed into Japanese model reasoning (for ``envs.rewards.zh_mix_penalty``).
+"""Detect Chinese mixed into Japanese model reasoning (for ``tansaku.envs.rewards.zh_mix_penalty``).
 
 Japanese sentences are broken up by kana (particles, okurigana); Chinese clauses are long runs of Han
 characters with no kana at all. The detector looks only at kana-free runs and scores each one with three
@@ -12,7 +12,7 @@ signals, all derived from the character sets themselves rather than a hand list 
 文語体 law text (「公正証書ナルトキハ其日付ヲ以テ確定日付トス」) is kanji broken up by katakana, so its runs are short
 and carry no Chinese signals: it is not flagged.
 
-Run the examples: ``pytest --doctest-modules envs/zh_detect.py``.
+Run the examples: ``pytest tests/test_doctests.py -k zh_detect``.
 
 >>> contains_chinese("まず民法第九十条を検索します。")
 False

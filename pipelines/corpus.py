@@ -28,14 +28,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from pipelines.engine import Drop, global_stage, map_stage
+from tansaku.core.engine import Drop, global_stage, map_stage
+from tansaku.core.errors import InputError
+from tansaku.core.store import build_dataset, describe_input
 
 PIPELINE_VERSION = "1"
 FORMATS = ("jsonl", "cirrus", "wac", "jaquad")
 _KNOWN_KEYS = {"id", "title", "text", "url"}
 
 
-class CorpusInputError(ValueError):
+class CorpusInputError(InputError):
     """The input path or format cannot be read as a document collection."""
 
 
@@ -279,7 +281,6 @@ def corpus_stages(min_chars: int = 1) -> list:
 def build_corpus(input: str | Path, out: str | Path, fmt: str = "auto", min_chars: int = 1,
                  name: str | None = None, quiet: bool = False) -> dict:
     """Build the document dataset; returns the manifest. Rerunning with the same ``out`` resumes."""
-    from pipelines.store import build_dataset, describe_input
 
     input = Path(input)
     fmt = detect_format(input) if fmt == "auto" else fmt

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli import synth_app
-from pipelines.corpus import CorpusInputError, build_corpus, detect_format, read_documents
-from pipelines.store import read_manifest, read_rows
+from tansaku.cli import synth_app
+from tansaku.core.store import read_manifest, read_rows
+from tansaku.pipelines.corpus import CorpusInputError, build_corpus, detect_format, read_documents
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 runner = CliRunner()

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.deepresearch.demo_llm import demo_llm, respond
-from pipelines.store import read_manifest, read_rows
+from tansaku.core.store import read_manifest, read_rows
+from tansaku.pipelines.deepresearch.demo_llm import demo_llm, respond
 
 WIKI = Path(__file__).parent / "fixtures" / "deepresearch" / "wiki.jsonl"
 
 
 @pytest.fixture(scope="module")
 def corpus_and_index(tmp_path_factory):
-    from envs.search import build_index
-    from pipelines.corpus import build_corpus
+    from tansaku.envs.search import build_index
+    from tansaku.pipelines.corpus import build_corpus
 
     root = tmp_path_factory.mktemp("deepresearch")
     build_corpus(WIKI, root / "corpus", quiet=True)
@@ -30,7 +30,7 @@ def corpus_and_index(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def clean(corpus_and_index, tmp_path_factory):
-    from pipelines.deepresearch.build import build_deepresearch
+    from tansaku.pipelines.deepresearch.build import build_deepresearch
 
     corpus, index = corpus_and_index
     out = tmp_path_factory.mktemp("clean") / "out"
@@ -85,7 +85,7 @@ def misbehaving(stage: str):
 
 
 def _faulty_run(stage, corpus_and_index, tmp_path_factory):
-    from pipelines.deepresearch.build import build_deepresearch
+    from tansaku.pipelines.deepresearch.build import build_deepresearch
 
     corpus, index = corpus_and_index
     out = tmp_path_factory.mktemp(stage) / "out"
@@ -102,7 +102,7 @@ def test_clean_run_writes_dataset(clean):
 
 
 def test_search_confirmation_recorded(clean, corpus_and_index):
-    from envs.search import open_index
+    from tansaku.envs.search import open_index
 
     backend = open_index(corpus_and_index[1])
     _, rows = clean
@@ -126,9 +126,9 @@ def test_clarifying_share_respected(clean):
 
 
 def test_rubrics_valid_and_usable_by_reward(clean):
-    from envs.rewards import make_rubric_reward
-    from envs.tasks import check_gold
-    from pipelines.llm import ScriptedLLM
+    from tansaku.core.llm import ScriptedLLM
+    from tansaku.envs.rewards import make_rubric_reward
+    from tansaku.envs.tasks import check_gold
 
     _, rows = clean
     check_gold("deepresearch", rows)
@@ -137,7 +137,7 @@ def test_rubrics_valid_and_usable_by_reward(clean):
         assert {c["kind"] for c in r["rubric"]} >= {"coverage", "fact"}
         assert all(set(c["source_doc_ids"]) <= set(r["supporting_doc_ids"]) for c in r["rubric"])
     # A judge that gives the first criterion its full marks and the rest 0: the reward is that criterion's weight.
-    from envs.rewards import SCALE_POINTS
+    from tansaku.envs.rewards import SCALE_POINTS
 
     top = SCALE_POINTS[rows[0]["rubric"][0]["scale"]]
     judge = ScriptedLLM(lambda req: json.dumps({"scores": [top] + [0] * (len(rows[0]["rubric"]) - 1)}))
@@ -170,7 +170,7 @@ def test_bad_rubrics_dropped(clean, corpus_and_index, tmp_path_factory):
 
 
 def test_rerun_same_out_returns_same_dataset(clean, corpus_and_index, tmp_path):
-    from pipelines.deepresearch.build import build_deepresearch
+    from tansaku.pipelines.deepresearch.build import build_deepresearch
 
     manifest, _ = clean
     out = tmp_path / "again"
@@ -181,8 +181,8 @@ def test_rerun_same_out_returns_same_dataset(clean, corpus_and_index, tmp_path):
 
 
 def test_bad_arguments(corpus_and_index, tmp_path):
-    from pipelines.deepresearch.build import build_deepresearch
-    from pipelines.store import StoreError
+    from tansaku.core.store import StoreError
+    from tansaku.pipelines.deepresearch.build import build_deepresearch
 
     corpus, index = corpus_and_index
     with pytest.raises(ValueError, match="clarify-share"):

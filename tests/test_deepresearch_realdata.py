@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.deepresearch.keywords import KeywordConfig, keyword_groups
+from tansaku.pipelines.deepresearch.keywords import KeywordConfig, keyword_groups
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 WAC = DATA / "jawiki" / "WikipediaAnnotatedCorpus"
@@ -37,8 +37,8 @@ _ASCII_WORD = re.compile(r"^[\x21-\x7e]+$")
 
 
 def _corpus(name, src, root):
-    from pipelines.corpus import build_corpus
-    from pipelines.store import iter_rows
+    from tansaku.core.store import iter_rows
+    from tansaku.pipelines.corpus import build_corpus
 
     build_corpus(src, root / name, quiet=True)
     return root / name, list(iter_rows(root / name))
@@ -78,7 +78,7 @@ def test_real_groups_are_specific_and_span_articles(corpora, name):
 def test_real_groups_not_answerable_from_one_page(corpora):
     """No article's own keyword set holds a whole group (keywords are token-aligned, so a plain substring
     test would also count 「日本」 inside 「日本語」)."""
-    from pipelines.deepresearch.keywords import document_keywords, specific_title
+    from tansaku.pipelines.deepresearch.keywords import document_keywords, specific_title
 
     config = KeywordConfig()
     _, docs = corpora["jaquad"]
@@ -89,9 +89,9 @@ def test_real_groups_not_answerable_from_one_page(corpora):
 
 
 def test_build_deepresearch_on_real_sample(corpora, tmp_path):
-    from envs.search import build_index
-    from pipelines.deepresearch.build import build_deepresearch
-    from pipelines.store import read_rows
+    from tansaku.core.store import read_rows
+    from tansaku.envs.search import build_index
+    from tansaku.pipelines.deepresearch.build import build_deepresearch
 
     corpus, docs = corpora["jaquad"]
     build_index(corpus, tmp_path / "index")

@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.deepresearch.clarify import rule_problem, select_for_clarification
-from pipelines.deepresearch.keywords import KeywordConfig, document_frequency, keyword_groups, noun_phrases
-from pipelines.deepresearch.rubric import RubricError, validate_rubric
+from tansaku.pipelines.deepresearch.clarify import rule_problem, select_for_clarification
+from tansaku.pipelines.deepresearch.keywords import (
+    KeywordConfig,
+    document_frequency,
+    keyword_groups,
+    noun_phrases,
+)
+from tansaku.pipelines.deepresearch.rubric import RubricError, validate_rubric
 
 WIKI = Path(__file__).parent / "fixtures" / "deepresearch" / "wiki.jsonl"
 DOCS = [json.loads(line) for line in WIKI.read_text(encoding="utf-8").splitlines()]

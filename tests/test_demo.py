@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cli import synth_app
+from tansaku.cli import synth_app
 
 
 @pytest.mark.slow

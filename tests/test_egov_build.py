@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from envs.tasks import check_gold
-from pipelines.egov.build import build_egov
-from pipelines.egov.leak import audit
-from pipelines.llm import ScriptedLLM
-from pipelines.store import read_manifest, read_rows
+from tansaku.core.llm import ScriptedLLM
+from tansaku.core.store import read_manifest, read_rows
+from tansaku.envs.tasks import check_gold
+from tansaku.pipelines.egov.build import build_egov
+from tansaku.pipelines.egov.leak import audit
 
 FIX = Path(__file__).parent / "fixtures" / "egov"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "laws"
@@ -73,7 +73,7 @@ def test_rebuild_is_idempotent_and_loads_with_datasets(fixture_build):
 def test_cli_wires_build_egov(tmp_path):
     from typer.testing import CliRunner
 
-    from cli import synth_app
+    from tansaku.cli import synth_app
 
     result = CliRunner().invoke(synth_app, ["build", "egov", "--laws", str(EXAMPLES), "--out", str(tmp_path / "o"),
                                             "--limit", "5", "--quiet"])

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.egov import cloze, generate
-from pipelines.egov.parse import iter_articles
-from pipelines.engine import Drop
-from pipelines.llm import ScriptedLLM
+from tansaku.core.engine import Drop
+from tansaku.core.llm import ScriptedLLM
+from tansaku.pipelines.egov import cloze, generate
+from tansaku.pipelines.egov.parse import iter_articles
 
 FIX = Path(__file__).parent / "fixtures" / "egov"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.egov.leak import audit, find_leaks, find_leaks_in_text, law_name_forms, row_leaks
+from tansaku.pipelines.egov.leak import audit, find_leaks, find_leaks_in_text, law_name_forms, row_leaks
 
 LEAKY = {
     "第三条に定める期間": "provision_number",

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from pipelines.egov.extract import extract_article
-from pipelines.egov.parse import Skip, iter_articles, parse_law_bytes
-from pipelines.egov.xml_safety import UnsafeXMLError, check_xml_bytes, parse_xml_bytes
+from tansaku.pipelines.egov.extract import extract_article
+from tansaku.pipelines.egov.parse import Skip, iter_articles, parse_law_bytes
+from tansaku.pipelines.egov.xml_safety import UnsafeXMLError, check_xml_bytes, parse_xml_bytes
 
 FIX = Path(__file__).parent / "fixtures" / "egov"
 LIBRARY = FIX / "506AC0000000901_20250401_000000000000000.xml"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.engine import Drop, batch_stage, global_stage, map_stage, rng_for, run_pipeline
-from pipelines.store import StoreError, build_dataset, read_manifest, read_rows, validate_for_push
+from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage, rng_for, run_pipeline
+from tansaku.core.store import StoreError, build_dataset, read_manifest, read_rows, validate_for_push
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,8 +125,8 @@ def test_store_refuses_a_folder_from_another_run(tmp_path):
 SLOW_BUILD = """
 import sys, time
 sys.path.insert(0, {root!r})
-from pipelines.engine import map_stage, global_stage, Drop
-from pipelines.store import build_dataset
+from tansaku.core.engine import map_stage, global_stage, Drop
+from tansaku.core.store import build_dataset
 
 log = open({log!r}, "a")
 def slow(r):

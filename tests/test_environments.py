@@ -3,10 +3,10 @@
 import inspect
 
 import pytest
-
-from envs.environments import SearchEnvironment, make_environment_factory, tool_methods
-from envs.tasks import TASKS
 from fixtures.envs.helpers import build_fixture_index, task_rows
+
+from tansaku.envs.environments import SearchEnvironment, make_environment_factory, tool_methods
+from tansaku.envs.tasks import TASKS
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_reset_tools_and_errors_as_text(index_dir):
 
 
 def test_call_budget_is_per_episode(index_dir):
-    from envs.search import open_index
+    from tansaku.envs.search import open_index
 
     environment = SearchEnvironment(open_index(str(index_dir)), max_tool_calls=2)
     environment.reset(question="q")
@@ -70,7 +70,7 @@ def test_one_grpo_step_with_environment_factory(task_name, index_dir, tiny_model
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from pipelines.llm import ScriptedLLM
+    from tansaku.core.llm import ScriptedLLM
 
     task = TASKS[task_name]
     fixture = {"multihop_qa": "multihop", "egov_mcq": "egov_mcq", "deepresearch": "deepresearch"}[task_name]

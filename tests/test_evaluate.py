@@ -3,9 +3,11 @@
 import json
 
 import pytest
+from fixtures.envs.helpers import HERE, build_fixture_index, task_rows, tool_results
 
-from envs.evaluate import NotReadyForRL, check_rl_readiness, pass_at_k, run_eval
-from envs.monitoring import (
+from tansaku.core.llm import ScriptedLLM
+from tansaku.envs.evaluate import NotReadyForRL, check_rl_readiness, pass_at_k, run_eval
+from tansaku.envs.monitoring import (
     dump_samples,
     hacking_warnings,
     make_monitor_callback,
@@ -13,9 +15,7 @@ from envs.monitoring import (
     tool_call_distribution,
     zero_variance_share,
 )
-from envs.tasks import TASKS, check_gold, gold_failures
-from fixtures.envs.helpers import HERE, build_fixture_index, task_rows, tool_results
-from pipelines.llm import ScriptedLLM
+from tansaku.envs.tasks import TASKS, check_gold, gold_failures
 
 
 @pytest.fixture(scope="module")
@@ -141,8 +141,8 @@ def test_monitor_callback_prints_each_warning_once():
 
 
 def test_sample_dump_and_distributions(index_dir, tmp_path):
-    from envs.environments import make_environment_factory
-    from envs.rollout import run_rollouts
+    from tansaku.envs.environments import make_environment_factory
+    from tansaku.envs.rollout import run_rollouts
 
     task = TASKS["multihop_qa"]
 

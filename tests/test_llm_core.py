@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from pipelines.llm import (
+from tansaku.core.llm import (
     ChatRequest,
     ChatResult,
     LLMBadJSON,

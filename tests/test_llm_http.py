@@ -8,19 +8,18 @@ Run: pytest tests/test_llm_http.py            (fast part)
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import time
-
-import json
 import urllib.error
 import urllib.request
 
 import pytest
 
-from pipelines.llm import ChatRequest, ResponseCache, from_spec, parse_json
-from pipelines.llm.canned_server import ServerThread, free_port
+from tansaku.core.llm import ChatRequest, ResponseCache, from_spec, parse_json
+from tansaku.core.llm.canned_server import ServerThread, free_port
 
 
 def http_json(url: str, method: str = "GET", timeout: float = 5) -> dict:

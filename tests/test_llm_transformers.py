@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.llm import ChatRequest, ResponseCache, from_spec
+from tansaku.core.llm import ChatRequest, ResponseCache, from_spec
 
 pytestmark = pytest.mark.slow
 

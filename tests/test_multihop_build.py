@@ -10,21 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from envs.tasks import TASKS, check_gold
-from pipelines.engine import Drop
-from pipelines.llm import ScriptedLLM
-from pipelines.multihop.build import build_multihop
-from pipelines.multihop.chains import Caps
-from pipelines.multihop.quality import quality_loop
-from pipelines.multihop.triples import llm_extract
-from pipelines.store import read_manifest, read_rows
+from tansaku.core.engine import Drop
+from tansaku.core.llm import ScriptedLLM
+from tansaku.core.store import read_manifest, read_rows
+from tansaku.envs.tasks import TASKS, check_gold
+from tansaku.pipelines.multihop.build import build_multihop
+from tansaku.pipelines.multihop.chains import Caps
+from tansaku.pipelines.multihop.quality import quality_loop
+from tansaku.pipelines.multihop.triples import llm_extract
 
 MINIWIKI = Path(__file__).parent / "fixtures" / "miniwiki" / "miniwiki.jsonl"
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus import build_corpus
 
     out = tmp_path_factory.mktemp("mw") / "corpus"
     build_corpus(MINIWIKI, out, fmt="jsonl", quiet=True)
@@ -128,9 +128,9 @@ def test_quality_loop_judges_fixes_and_rejudges():
 
 
 def test_agent_check_keeps_items_solved_m_of_k(corpus, built, tmp_path):
-    from envs.search import build_index, open_index
-    from envs.tools import SearchTools
-    from pipelines.multihop.solvability import agent_check
+    from tansaku.envs.search import build_index, open_index
+    from tansaku.envs.tools import SearchTools
+    from tansaku.pipelines.multihop.solvability import agent_check
 
     _, rows = built
     rows = rows[:3]
@@ -153,7 +153,7 @@ def test_agent_check_keeps_items_solved_m_of_k(corpus, built, tmp_path):
 
 
 def test_jemhopqa_import(tmp_path):
-    from pipelines.multihop.jemhopqa import import_jemhopqa
+    from tansaku.pipelines.multihop.jemhopqa import import_jemhopqa
 
     items = [{"qid": "q1", "type": "compositional", "question": "『硝子の灯台』の著者の出生地は？", "answer": "朝霧市",
               "derivations": [["硝子の灯台", "著者", ["水城遥"]], ["水城遥", "出生地", ["朝霧市"]]],
@@ -172,10 +172,10 @@ def test_jemhopqa_import(tmp_path):
 def test_quality_loop_and_agent_check_with_the_tiny_model(tiny_model_path, built, corpus, tmp_path):
     """Mechanics only: a 135M model's verdicts are noise, but every record must come back kept with
     scores or dropped with one of the named reasons, and rollouts must run and be scored."""
-    from envs.search import build_index, open_index
-    from envs.tools import SearchTools
-    from pipelines.llm import from_spec
-    from pipelines.multihop.solvability import agent_check
+    from tansaku.core.llm import from_spec
+    from tansaku.envs.search import build_index, open_index
+    from tansaku.envs.tools import SearchTools
+    from tansaku.pipelines.multihop.solvability import agent_check
 
     _, rows = built
     llm = from_spec(f"transformers:{tiny_model_path}", cache=False)

@@ -9,12 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.engine import Drop
-from pipelines.multihop.cardinality import filter_unique_hops, relation_stats
-from pipelines.multihop.chains import Caps, chain_stage, derivations_of
-from pipelines.multihop.entities import ArticleIndex, entity_key
-from pipelines.multihop.triples import (TriplesError, index_from_triples, infobox_triples, link_triple,
-                                        make_triple, read_triples_file)
+from tansaku.core.engine import Drop
+from tansaku.pipelines.multihop.cardinality import filter_unique_hops, relation_stats
+from tansaku.pipelines.multihop.chains import Caps, chain_stage, derivations_of
+from tansaku.pipelines.multihop.entities import ArticleIndex, entity_key
+from tansaku.pipelines.multihop.triples import (
+    TriplesError,
+    index_from_triples,
+    infobox_triples,
+    link_triple,
+    make_triple,
+    read_triples_file,
+)
 
 MINIWIKI = Path(__file__).parent / "fixtures" / "miniwiki" / "miniwiki.jsonl"
 JEMHOPQA_TRAIN = (Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jemhopqa" / "corpus_ver1.2"
@@ -177,7 +183,7 @@ def test_triples_files(tmp_path):
 def test_jemhopqa_compositional_chains_are_rebuilt_from_their_derivations():
     if not JEMHOPQA_TRAIN.exists():
         pytest.skip("../shared/data/jemhopqa is absent")
-    from pipelines.multihop.jemhopqa import chain_recall
+    from tansaku.pipelines.multihop.jemhopqa import chain_recall
 
     join_only = chain_recall(JEMHOPQA_TRAIN, filter_cardinality=False)
     report = chain_recall(JEMHOPQA_TRAIN)
@@ -268,7 +274,7 @@ CAP_SETTINGS = [Caps(None, None, None), Caps(), Caps(1, 3, 7), Caps(None, 2, Non
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("caps", CAP_SETTINGS)
 def test_join_chains_matches_a_plain_python_reference(seed, caps):
-    from pipelines.multihop.chains import join_chains, triples_frame
+    from tansaku.pipelines.multihop.chains import join_chains, triples_frame
 
     triples = tricky_triples(2500, seed)
     expected = reference_chains(triples, caps, seed)
@@ -291,7 +297,7 @@ def pl_string(name: str):
 
 
 def test_join_chains_repeated_ids_unlinked_allowed_and_columns():
-    from pipelines.multihop.chains import join_chains, triples_frame
+    from tansaku.pipelines.multihop.chains import join_chains, triples_frame
 
     triples = tricky_triples(2000, 5, repeated_ids=True)    # repeated chain ids: row numbers break ties
     frame = triples_frame(triples)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from envs.normalize import answers_match, compose, nfkc, normalize_answer, strip_quotes
+from tansaku.envs.normalize import answers_match, compose, nfkc, normalize_answer, strip_quotes
 
 
 @pytest.mark.parametrize(

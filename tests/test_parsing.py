@@ -2,7 +2,7 @@
 
 import pytest
 
-from envs.parsing import ParseError, final_answers, is_tool_error, parse_assistant_text, split_think
+from tansaku.core.parsing import ParseError, final_answers, is_tool_error, parse_assistant_text, split_think
 
 
 def test_qwen3_turn_with_reasoning_and_two_calls():

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from envs.rewards import (
+from tansaku.envs.rewards import (
     answer_reward,
     episode_stats,
     format_reward,
@@ -197,7 +197,7 @@ class FakeJudge:
         self.prompts = []
 
     def chat(self, requests):
-        from pipelines.llm.base import ChatResult
+        from tansaku.core.llm.base import ChatResult
 
         self.prompts += [r.messages for r in requests]
         return [ChatResult(content=self.verdict(r.messages[-1]["content"])) for r in requests]
@@ -258,8 +258,8 @@ def test_rewards_accept_trl_extra_kwargs():
 
 
 def test_rubric_reward_grades_on_each_criterions_scale():
-    from envs import rewards
-    from pipelines.llm import ScriptedLLM
+    from tansaku.core.llm import ScriptedLLM
+    from tansaku.envs import rewards
 
     rubric = [{"criterion": "月見湖と星降湖の面積を両方挙げる", "weight": 0.5, "scale": "0-2"},
               {"criterion": "表形式で比較する", "weight": 0.5, "scale": "binary"}]
@@ -273,14 +273,14 @@ def test_rubric_reward_grades_on_each_criterions_scale():
 
 
 def judge_prompt_of(rubric, completion):
-    from envs import rewards
+    from tansaku.envs import rewards
 
     texts, _, points = rewards._rubric_items(rubric)
     return rewards.judge_messages("比較せよ", texts, completion[0]["content"], points)[1]["content"]
 
 
 def test_deepresearch_prompt_carries_the_clarifying_dialogue():
-    from envs.tasks import TASKS
+    from tansaku.envs.tasks import TASKS
 
     dialogue = [{"role": "user", "content": "湖を比較して"}, {"role": "assistant", "content": "どの観点で？"},
                 {"role": "user", "content": "面積で"}]

@@ -3,12 +3,12 @@
 import json
 
 import pytest
-
-from envs.environments import make_environment_factory
-from envs.rollout import run_rollouts
-from envs.tasks import TASKS
 from fixtures.envs.helpers import build_fixture_index, last_user, task_rows, tool_results
-from pipelines.llm import ChatResult, ScriptedLLM
+
+from tansaku.core.llm import ChatResult, ScriptedLLM
+from tansaku.envs.environments import make_environment_factory
+from tansaku.envs.rollout import run_rollouts
+from tansaku.envs.tasks import TASKS
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,7 @@ def test_egov_and_deepresearch_tasks_run_through_the_runner(index_dir):
 
 @pytest.mark.slow
 def test_tiny_model_tool_loop_mechanics(index_dir, tiny_model_path):
-    from pipelines.llm import from_spec
+    from tansaku.core.llm import from_spec
 
     task = TASKS["multihop_qa"]
     client = from_spec(f"transformers:{tiny_model_path}", cache=False)

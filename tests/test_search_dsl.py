@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from envs.search import build_index, open_index
-from envs.search.analysis import get_analyzer
-from envs.search.documents import iter_chunks
-from envs.search.dsl import Fields, Limits, QueryError, parse_request, resolve_msm
+from tansaku.core.analysis import get_analyzer
+from tansaku.envs.search import build_index, open_index
+from tansaku.envs.search.documents import iter_chunks
+from tansaku.envs.search.dsl import Fields, Limits, QueryError, parse_request, resolve_msm
 
 FIX = Path(__file__).parent / "fixtures" / "search"
 _spec = importlib.util.spec_from_file_location("search_fixture", FIX / "dataset.py")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.search import QueryError, build_index, build_index_cli, open_index, search_cli
-from envs.search.documents import DatasetError, chunk_document
+from tansaku.envs.search import QueryError, build_index, build_index_cli, open_index, search_cli
+from tansaku.envs.search.documents import DatasetError, chunk_document
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).parent / "fixtures" / "search"
@@ -61,7 +61,7 @@ def test_law_dataset_keyword_filters(tmp_path):
 def test_reopen_in_fresh_process_keeps_phrases_exact(tmp_path):
     ds = fixture.write_dataset(tmp_path / "ds")
     build_index(ds, tmp_path / "ix")
-    code = ("from envs.search import open_index; b = open_index(%r); "
+    code = ("from tansaku.envs.search import open_index; b = open_index(%r); "
             "print(sorted(h.doc_id for h in b.search({'match_phrase': {'text': '港町大漁祭り'}}, 10).hits))")
     out = subprocess.run([sys.executable, "-c", code % str(tmp_path / "ix")], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
@@ -101,9 +101,9 @@ def test_timeout_applies_to_queries_that_could_run_long(tmp_path):
     """A query whose posting-work bound is small runs inline; a bigger one is cut off at the timeout."""
     import time
 
-    from envs.search import Limits
-    from envs.search.dsl import parse_request
-    from envs.search.embedded import INLINE_POSTINGS_PER_MS, EmbeddedBackend, _work_bound
+    from tansaku.envs.search import Limits
+    from tansaku.envs.search.dsl import parse_request
+    from tansaku.envs.search.embedded import INLINE_POSTINGS_PER_MS, EmbeddedBackend, _work_bound
 
     build_index(fixture.write_dataset(tmp_path / "ds"), tmp_path / "ix")
     backend = EmbeddedBackend(tmp_path / "ix", Limits(timeout_ms=20))
@@ -152,7 +152,7 @@ def test_cli_entry_points(tmp_path):
 def test_cli_exit_codes(tmp_path):
     from typer.testing import CliRunner
 
-    from cli import synth_app
+    from tansaku.cli import synth_app
 
     ds = fixture.write_dataset(tmp_path / "ds")
     runner = CliRunner()

@@ -15,9 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from envs.search import QueryError
-from envs.search.dsl import Fields, parse_request
-from envs.search.opensearch_backend import OpenSearchBackend, build_opensearch, bulk_actions, index_body, search_body
+from tansaku.envs.search import QueryError
+from tansaku.envs.search.dsl import Fields, parse_request
+from tansaku.envs.search.opensearch_backend import (
+    OpenSearchBackend,
+    build_opensearch,
+    bulk_actions,
+    index_body,
+    search_body,
+)
 
 FIX = Path(__file__).parent / "fixtures" / "search"
 _spec = importlib.util.spec_from_file_location("search_fixture", FIX / "dataset.py")
@@ -105,8 +111,8 @@ live = pytest.mark.skipif(not os.environ.get("OPENSEARCH_URL"), reason="OPENSEAR
 @pytest.mark.opensearch
 @live
 def test_live_cluster_contract():
-    from envs.search.opensearch_backend import client_from_env
-    from envs.tools import SearchTools
+    from tansaku.envs.search.opensearch_backend import client_from_env
+    from tansaku.envs.tools import SearchTools
 
     client = client_from_env()
     name = f"tansaku-test-{uuid.uuid4().hex[:8]}"

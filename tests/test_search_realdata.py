@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.search.embedded import EmbeddedBackend, build_embedded
-from envs.tools import SearchTools
+from tansaku.envs.search.embedded import EmbeddedBackend, build_embedded
+from tansaku.envs.tools import SearchTools
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 WAC = DATA / "jawiki" / "WikipediaAnnotatedCorpus" / "wac_docs.derived.jsonl"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines import tiny_model
+from tansaku.core import tiny_model
 
 pytestmark = pytest.mark.slow
 

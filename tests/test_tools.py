@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.search import build_index, open_index
-from envs.tools import OPEN_SUMMARIES, SEARCH_SUMMARIES, SearchTools, ToolsConfig
+from tansaku.envs.search import build_index, open_index
+from tansaku.envs.tools import OPEN_SUMMARIES, SEARCH_SUMMARIES, SearchTools, ToolsConfig
 
 FIX = Path(__file__).parent / "fixtures" / "search"
 _spec = importlib.util.spec_from_file_location("search_fixture", FIX / "dataset.py")

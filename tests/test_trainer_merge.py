@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from trainer.merge import MergeError, chat_vector, run_merge, soup, weight_files  # noqa: E402
+from tansaku.trainer.merge import MergeError, chat_vector, run_merge, soup, weight_files  # noqa: E402
 
 
 def make_checkpoint(path, tensors, dtype=torch.float32):

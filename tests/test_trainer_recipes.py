@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.data import mix_sources, normalize_conversation
-from trainer.recipes import DataSource, RecipeError, batch_plan, load_recipe
+from tansaku.trainer.data import mix_sources, normalize_conversation
+from tansaku.trainer.recipes import DataSource, RecipeError, batch_plan, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "trainer" / "recipes"
@@ -128,7 +128,7 @@ def test_batch_plan_refuses_a_batch_that_does_not_divide(tmp_path):
 
 def test_grpo_config_maps_algorithm_batch_and_nemo_keys(tmp_path):
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from trainer.rl import grpo_config
+    from tansaku.trainer.rl import grpo_config
 
     # bf16 off: TrainingArguments refuses bf16 on a machine without a GPU; the rest maps as on a GPU.
     gspo = load_recipe(RECIPES / "rl-qwen3-8b.yaml", ["output_dir=" + str(tmp_path / "o"), "bf16=false"])
@@ -155,7 +155,7 @@ def test_grpo_config_maps_algorithm_batch_and_nemo_keys(tmp_path):
 
 
 def test_sft_config_trains_assistant_turns_only(tmp_path):
-    from trainer.sft import sft_config
+    from tansaku.trainer.sft import sft_config
 
     config = sft_config(load_recipe(RECIPES / "sft-tiny.yaml", [f"output_dir={tmp_path}", "max_length=512"]))
     assert config.assistant_only_loss and not config.completion_only_loss

@@ -31,7 +31,7 @@ def index_dir(tmp_path_factory):
 
 
 def two_task_recipe(tmp_path):
-    from trainer.recipes import load_recipe
+    from tansaku.trainer.recipes import load_recipe
 
     return load_recipe(RECIPE, [
         f"output_dir={tmp_path}",
@@ -43,7 +43,7 @@ def two_task_recipe(tmp_path):
 
 
 def test_task_mix_routes_rows_and_scores_each_task_with_its_own_rewards(tmp_path):
-    from trainer.rl import build_dataset, build_rewards
+    from tansaku.trainer.rl import build_dataset, build_rewards
 
     recipe = two_task_recipe(tmp_path)
     dataset = build_dataset(recipe)
@@ -72,8 +72,8 @@ def test_task_mix_routes_rows_and_scores_each_task_with_its_own_rewards(tmp_path
 
 
 def test_unknown_reward_override_is_refused(tmp_path):
-    from trainer.recipes import RecipeError, load_recipe
-    from trainer.rl import build_rewards
+    from tansaku.trainer.recipes import RecipeError, load_recipe
+    from tansaku.trainer.rl import build_rewards
 
     recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", "tasks.0.reward_weights={answr_reward: 2}"])
     with pytest.raises(RecipeError, match="unknown components \\['answr_reward'\\]"):
@@ -81,8 +81,8 @@ def test_unknown_reward_override_is_refused(tmp_path):
 
 
 def test_missing_task_data_names_the_task(tmp_path):
-    from trainer.recipes import RecipeError, load_recipe
-    from trainer.rl import build_dataset
+    from tansaku.trainer.recipes import RecipeError, load_recipe
+    from tansaku.trainer.rl import build_dataset
 
     recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.data={tmp_path / 'none.jsonl'}"])
     with pytest.raises(RecipeError, match="task multihop_qa: cannot read"):
@@ -92,10 +92,10 @@ def test_missing_task_data_names_the_task(tmp_path):
 @pytest.mark.parametrize("policy, ready", [("never", False), ("always", False), ("every_other", True)])
 def test_readiness_gate_refuses_runs_without_learning_signal(tmp_path, index_dir, policy, ready):
     """Never correct → pass@k = 0; always correct → every group has zero variance; mixed → ready."""
-    from envs.evaluate import NotReadyForRL
-    from pipelines.llm import ScriptedLLM
-    from trainer.recipes import load_recipe
-    from trainer.rl import check_readiness
+    from tansaku.core.llm import ScriptedLLM
+    from tansaku.envs.evaluate import NotReadyForRL
+    from tansaku.trainer.recipes import load_recipe
+    from tansaku.trainer.rl import check_readiness
 
     rows = {json.loads(line)["question"]: json.loads(line)["answer"]
             for line in (ENV_FIXTURES / "multihop.jsonl").read_text(encoding="utf-8").splitlines()}
@@ -124,7 +124,7 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
                                                                                 tiny_model_path):
     import polars as pl
 
-    from trainer.rl import run_rl
+    from tansaku.trainer.rl import run_rl
 
     first = tmp_path / "first"
     common = [f"tasks.0.index={index_dir}", "max_completion_length=48", "save_steps=2", "seed=3"]
@@ -157,8 +157,8 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
 def test_prompt_order_is_a_function_of_seed_and_epoch(tmp_path, index_dir, tiny_model_path):
     """What resume relies on: a fresh trainer told 'epoch 1' yields the same batches as a trainer that ran
     through epoch 0 first (TRL's own sampler would repeat epoch 0's order after a restart)."""
-    from trainer.recipes import load_recipe
-    from trainer.rl import build_rl_trainer
+    from tansaku.trainer.recipes import load_recipe
+    from tansaku.trainer.rl import build_rl_trainer
 
     recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.index={index_dir}", "seed=3"])
 

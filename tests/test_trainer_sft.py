@@ -21,8 +21,8 @@ AGENTIC = ROOT / "tests" / "fixtures" / "sft" / "agentic.jsonl"
 
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory, tiny_model_path):
-    from trainer.recipes import load_recipe
-    from trainer.sft import build_sft_trainer
+    from tansaku.trainer.recipes import load_recipe
+    from tansaku.trainer.sft import build_sft_trainer
 
     out = tmp_path_factory.mktemp("sft")
     # The first two agentic conversations (one and two searches), repeated: 3 steps must lower their loss.
@@ -88,7 +88,7 @@ def test_three_steps_lower_the_loss_and_move_the_weights(trainer):
 
 
 def test_run_sft_with_lora_saves_an_adapter_and_the_recipe(tmp_path, tiny_model_path):
-    from trainer.sft import run_sft
+    from tansaku.trainer.sft import run_sft
 
     result = run_sft(RECIPE, [
         f"output_dir={tmp_path}", "max_steps=1", "per_device_train_batch_size=1", "mix_size=2",

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.llm import ScriptedLLM
-from pipelines.store import read_manifest, read_rows
-from pipelines.trajectories.build import build_trajectories
+from tansaku.core.llm import ScriptedLLM
+from tansaku.core.store import read_manifest, read_rows
+from tansaku.pipelines.trajectories.build import build_trajectories
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "teacher_script.py"
@@ -32,10 +32,10 @@ def script():
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    from envs.search import build_index
-    from pipelines.corpus import build_corpus
-    from pipelines.multihop.build import build_multihop
-    from pipelines.multihop.chains import Caps
+    from tansaku.envs.search import build_index
+    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.multihop.build import build_multihop
+    from tansaku.pipelines.multihop.chains import Caps
 
     base = tmp_path_factory.mktemp("traj")
     build_corpus(ROOT / "examples" / "miniwiki.jsonl", base / "corpus", fmt="jsonl", quiet=True)
@@ -73,10 +73,10 @@ def test_funnel_splits_and_card(built, inputs):
 
 
 def test_rows_keep_real_tool_loops_and_japanese_reasoning(built, inputs):
-    from envs.search import open_index
-    from envs.tasks import TASKS
-    from envs.tools import SearchTools, ToolsConfig
-    from pipelines.trajectories.verify import replay_violation
+    from tansaku.envs.search import open_index
+    from tansaku.envs.tasks import TASKS
+    from tansaku.envs.tools import SearchTools, ToolsConfig
+    from tansaku.pipelines.trajectories.verify import replay_violation
 
     _, train, _ = built
     tools = SearchTools(open_index(inputs / "index"), ToolsConfig(**TASKS["multihop_qa"].tools_config))
@@ -125,7 +125,7 @@ def _tokenizer():
     """The tiny model's tokenizer + chat template, without loading weights when the model is not cached."""
     from transformers import AutoTokenizer
 
-    from pipelines import tiny_model
+    from tansaku.core import tiny_model
 
     model_dir = tiny_model.default_cache_dir() / "models" / tiny_model.TINY_MODEL_NAME
     if tiny_model.is_prepared(model_dir):

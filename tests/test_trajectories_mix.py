@@ -12,9 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.trajectories.mix import AGENTIC_SYSTEM_PROMPT, mix_rows, mix_stage, read_chat_rows
-from pipelines.trajectories.rewrite import (
-    CatalogError, applicable_scenarios, draw_scenario, load_catalog, trajectory_features,
+from tansaku.pipelines.trajectories.mix import AGENTIC_SYSTEM_PROMPT, mix_rows, mix_stage, read_chat_rows
+from tansaku.pipelines.trajectories.rewrite import (
+    CatalogError,
+    applicable_scenarios,
+    draw_scenario,
+    load_catalog,
+    trajectory_features,
 )
 
 GENERAL = Path(__file__).parent / "fixtures" / "sft" / "general.jsonl"

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.trajectories.rewrite import apply_rewrite
-from pipelines.trajectories.verify import identity_violation, replay_violation
-
+from tansaku.pipelines.trajectories.rewrite import apply_rewrite
+from tansaku.pipelines.trajectories.verify import identity_violation, replay_violation
 
 
 def _fixture_dataset_module():
@@ -27,8 +26,8 @@ def _fixture_dataset_module():
 
 @pytest.fixture(scope="module")
 def tools(tmp_path_factory):
-    from envs.search import build_index, open_index
-    from envs.tools import SearchTools, ToolsConfig
+    from tansaku.envs.search import build_index, open_index
+    from tansaku.envs.tools import SearchTools, ToolsConfig
 
     base = tmp_path_factory.mktemp("verify")
     build_index(_fixture_dataset_module().write_dataset(base / "docs"), base / "index")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.zh_detect import chinese_spans, contains_chinese
+from tansaku.envs.zh_detect import chinese_spans, contains_chinese
 
 LABELED = Path(__file__).parent / "fixtures" / "zh_mix_labeled.jsonl"
 

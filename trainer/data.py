@@ -2,7 +2,7 @@
 
     rows = mix_sources(recipe.data, mix_size=None, seed=42)   # list of {"messages", "tools"} rows
 
-A source is a tansaku dataset folder (``DIR/data/<split>-*.parquet``, read with ``pipelines.store``), or
+A source is a tansaku dataset folder (``DIR/data/<split>-*.parquet``, read with ``tansaku.core.store``), or
 a ``.jsonl`` / ``.json`` / ``.parquet`` file. Each row needs ``messages`` (chat messages, assistant
 ``tool_calls`` and ``reasoning_content`` allowed, ``tool`` role for results) and may carry ``tools``.
 
@@ -23,7 +23,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from trainer.recipes import DataSource, RecipeError
+from tansaku.core.store import StoreError, read_records
+from tansaku.trainer.recipes import DataSource, RecipeError
 
 MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "name", "tool_call_id")
 ROLES = ("system", "user", "assistant", "tool")
@@ -31,7 +32,6 @@ ROLES = ("system", "user", "assistant", "tool")
 
 def read_source(path: str | Path, split: str = "train") -> list[dict]:
     """All rows of one source (store folder, .jsonl, .json list, .parquet)."""
-    from pipelines.store import StoreError, read_records
 
     try:
         return read_records(path, split)

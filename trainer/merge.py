@@ -3,7 +3,7 @@
     train merge soup OUT ckpt_a ckpt_b [--weights 0.7,0.3]
     train merge chat-vector OUT TARGET INSTRUCT BASE [--scale 1.0] [--exclude embed_tokens,lm_head]
     train merge lora OUT ADAPTER [--base BASE]
-    python -c "from trainer.merge import run_merge; run_merge('soup', ['a', 'b'], 'out')"
+    python -c "from tansaku.trainer.merge import run_merge; run_merge('soup', ['a', 'b'], 'out')"
 
 - soup: θ = Σ wᵢ θᵢ / Σ wᵢ (uniform when no weights), e.g. one RL checkpoint per task.
 - chat_vector: θ = θ_target + scale · (θ_instruct − θ_base): gives a continually pre-trained base
@@ -25,12 +25,14 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from tansaku.core.errors import InputError
+
 WEIGHT_INDEX = "model.safetensors.index.json"
 METHODS = ("soup", "chat_vector", "lora")
 DEFAULT_SHARD_BYTES = 4 * 1024**3
 
 
-class MergeError(ValueError):
+class MergeError(InputError):
     """Inputs that cannot be merged (missing files, different tensor names or shapes)."""
 
 

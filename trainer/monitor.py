@@ -3,7 +3,7 @@ answer correctness stays flat (the usual sign of reward hacking), per task.
 
 The series come from what TRL already logs each step (``rewards/<name>/mean``, ``frac_reward_zero_std``
 = zero-variance group share, ``tools/call_frequency`` = tool calls per episode); the comparison itself
-is ``envs.monitoring.hacking_warnings``. Each warning is printed once, appended to
+is ``tansaku.envs.monitoring.hacking_warnings``. Each warning is printed once, appended to
 ``<output_dir>/reward_watch.log`` and kept in ``callback.warnings``.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from envs.monitoring import hacking_warnings, reward_decomposition
-from trainer.recipes import WatchSpec
+from tansaku.envs.monitoring import hacking_warnings, reward_decomposition
+from tansaku.trainer.recipes import WatchSpec
 
 SHARED_SERIES = ("tools/call_frequency", "frac_reward_zero_std")
 

@@ -25,11 +25,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from tansaku.core.errors import InputError
 
 NEMO_RL_KEYS = {
     "policy_kl_penalty": "beta",
@@ -48,7 +53,7 @@ ALGORITHM_DEFAULTS = {
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 
 
-class RecipeError(ValueError):
+class RecipeError(InputError):
     """A recipe file or override is malformed; the message names the key and what was expected."""
 
 
@@ -73,7 +78,7 @@ class DataSource:
 
 @dataclass
 class RLTask:
-    """One task of an RL run: ``envs.tasks.TASKS[name]`` over a prompt dataset, searching one index."""
+    """One task of an RL run: ``tansaku.envs.tasks.TASKS[name]`` over a prompt dataset, searching one index."""
 
     name: str
     data: str
@@ -96,7 +101,7 @@ class WatchSpec:
 
 @dataclass
 class ReadinessSpec:
-    """The pre-flight check of ``train rl`` (``envs.evaluate``): refuse when the model never succeeds."""
+    """The pre-flight check of ``train rl`` (``tansaku.envs.evaluate``): refuse when the model never succeeds."""
 
     k: int = 4  # samples per question
     rows: int = 16  # questions per task
@@ -108,7 +113,7 @@ class ReadinessSpec:
 
 @dataclass
 class TrainCommon:
-    model: str = ""  # "tiny" = pipelines.tiny_model.tiny_model_dir(); else a folder or hub id
+    model: str = ""  # "tiny" = tansaku.core.tiny_model.tiny_model_dir(); else a folder or hub id
     output_dir: str = ""
     learning_rate: float = 1e-5
     adam_epsilon: float = 1e-8
@@ -267,7 +272,6 @@ def apply_override(data: dict, assignment: str, aliases: dict[str, str] | None =
 
     The value is parsed as YAML (lists, mappings, numbers); ``_coerce`` then fixes its type.
     """
-    import yaml
 
     key, sep, raw = assignment.partition("=")
     key = key.strip()
@@ -356,8 +360,6 @@ def validate(recipe) -> None:
 
 
 def world_size() -> int:
-    import os
-
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
@@ -389,7 +391,6 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, kind: str 
 
     ``kind`` is ``sft`` or ``rl``; without it the file's ``kind:`` key decides.
     """
-    import yaml
 
     path = Path(path)
     if not path.is_file():
@@ -418,7 +419,7 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, kind: str 
 def resolve_model(name: str) -> str:
     """``tiny`` → the tiny model folder (materialized once); anything else is returned as given."""
     if name == "tiny":
-        from pipelines.tiny_model import tiny_model_dir
+        from tansaku.core.tiny_model import tiny_model_dir
 
         return str(tiny_model_dir())
     return name

@@ -1,20 +1,20 @@
 """`train rl`: GRPO / GSPO over the tansaku search environments with TRL's GRPOTrainer.
 
     train rl --config trainer/recipes/rl-tiny.yaml --set max_steps=3 --skip-readiness
-    python -c "from trainer.rl import run_rl; run_rl('trainer/recipes/rl-tiny.yaml', ['max_steps=3'], skip_readiness=True)"
+    python -c "from tansaku.trainer.rl import run_rl; run_rl('trainer/recipes/rl-tiny.yaml', ['max_steps=3'], skip_readiness=True)"
 
-Each recipe task names ``envs.tasks.TASKS[name]``, its prompt dataset (store folder or .jsonl) and its
-search index. The rollouts are multi-turn: TRL's tool loop calls ``envs.environments.SearchEnvironment``
+Each recipe task names ``tansaku.envs.tasks.TASKS[name]``, its prompt dataset (store folder or .jsonl) and its
+search index. The rollouts are multi-turn: TRL's tool loop calls ``tansaku.envs.environments.SearchEnvironment``
 (``environment_factory``; a ``{task: factory}`` dict plus an ``environment`` column when several tasks are
 mixed), tool-result tokens get no loss, and every reward component of the task is its own TRL reward
 function (logged as ``rewards/<name>/mean``, one column each in ``completions/*.parquet``), weighted by the
 task's weights (overridable per task). With several tasks, components are named ``<task>/<component>``
 and return None on other tasks' rows, which TRL skips.
 
-Before step 1 the readiness check (``envs.evaluate.run_eval`` + ``check_rl_readiness``) samples the model
+Before step 1 the readiness check (``tansaku.envs.evaluate.run_eval`` + ``check_rl_readiness``) samples the model
 on each task and refuses to start when pass@k ≈ 0 or every group has zero reward variance
 (``skip_readiness=True`` / ``--skip-readiness`` to bypass). Algorithm, NeMo-RL key and batch mapping:
-``trainer.recipes`` (module docstring).
+``tansaku.trainer.recipes`` (module docstring).
 """
 
 from __future__ import annotations
@@ -23,13 +23,31 @@ import json
 import os
 from pathlib import Path
 
-from trainer.recipes import ALGORITHM_DEFAULTS, RecipeError, RLRecipe, RLTask, batch_plan, load_recipe, resolve_model
-from trainer.sft import make_trl_config, peft_config, resume_checkpoint, training_args, write_recipe_copy
+from tansaku.envs.environments import make_environment_factory
+from tansaku.envs.evaluate import check_rl_readiness, load_rows, run_eval
+from tansaku.envs.tasks import TASKS
+from tansaku.trainer.data import mix_by_ratio
+from tansaku.trainer.monitor import RewardWatchCallback
+from tansaku.trainer.recipes import (
+    ALGORITHM_DEFAULTS,
+    RecipeError,
+    RLRecipe,
+    RLTask,
+    batch_plan,
+    load_recipe,
+    resolve_model,
+)
+from tansaku.trainer.sft import (
+    make_trl_config,
+    peft_config,
+    resume_checkpoint,
+    training_args,
+    write_recipe_copy,
+)
 
 
 def task_rows(spec: RLTask, task) -> list[dict]:
     """The task's prompt rows (``prompt`` column added by the task); columns checked against the task."""
-    from envs.evaluate import load_rows
 
     try:
         rows = load_rows(spec.data, spec.split, spec.max_rows)
@@ -65,7 +83,6 @@ def _subset_reward(fn, task_key: str, name: str):
 
 def build_rewards(recipe: RLRecipe, judge=None) -> tuple[list, list[float], dict[str, tuple[list[str], str]]]:
     """(reward functions, weights, watch groups ``{task: ([component names], correctness name)}``)."""
-    from envs.tasks import TASKS
 
     multi = len(recipe.tasks) > 1
     funcs, weights, groups = [], [], {}
@@ -99,8 +116,6 @@ def build_dataset(recipe: RLRecipe):
     """The mixed prompt dataset (``environment`` column when several tasks share the run)."""
     from datasets import Dataset
 
-    from envs.tasks import TASKS
-    from trainer.data import mix_by_ratio
 
     groups = []
     for spec in recipe.tasks:
@@ -121,8 +136,6 @@ def build_dataset(recipe: RLRecipe):
 
 def build_environments(recipe: RLRecipe):
     """``environment_factory`` for TRL: one factory, or ``{task name: factory}`` for a task mix."""
-    from envs.environments import make_environment_factory
-    from envs.tasks import TASKS
 
     factories = {spec.name: make_environment_factory(TASKS[spec.name], spec.index) for spec in recipe.tasks}
     return factories if len(factories) > 1 else next(iter(factories.values()))
@@ -133,7 +146,6 @@ def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOConfig
 
-    from envs.tasks import TASKS
 
     defaults = ALGORITHM_DEFAULTS[recipe.algorithm]
     iterations = recipe.max_tool_calling_iterations
@@ -166,12 +178,11 @@ def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):
 
 
 def check_readiness(recipe: RLRecipe, model_path: str, judge=None, client=None) -> list[dict]:
-    """Run ``envs.evaluate`` per task and raise ``NotReadyForRL`` when one gives no learning signal.
+    """Run ``tansaku.envs.evaluate`` per task and raise ``NotReadyForRL`` when one gives no learning signal.
 
     The rollouts use ``client`` if given, else ``readiness.model`` (an LLM spec), else
     ``transformers:<model_path>``; each report is written to ``<output_dir>/readiness/<task>/``.
     """
-    from envs.evaluate import check_rl_readiness, run_eval
 
     spec_r = recipe.readiness
     model = client or spec_r.model or f"transformers:{model_path}"
@@ -189,7 +200,6 @@ def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None
     """A GRPOTrainer over the recipe's tasks, environments and rewards, with the reward watch attached."""
     from trl import GRPOTrainer
 
-    from trainer.monitor import RewardWatchCallback
 
     class ResumableGRPOTrainer(GRPOTrainer):
         """TRL's RepeatSampler draws each epoch's order from one generator, so a run resumed after the first
@@ -228,7 +238,7 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
     recipe = load_recipe(config_path, overrides, kind="rl")
     resume = resume_checkpoint(recipe)
     if isinstance(judge, str):
-        from pipelines.llm import from_spec
+        from tansaku.core.llm import from_spec
 
         judge = from_spec(judge)
     readiness = [] if skip_readiness or resume else check_readiness(recipe, resolve_model(recipe.model), judge)

@@ -1,12 +1,12 @@
 """`train sft`: supervised fine-tuning on tool-calling chat data with TRL's SFTTrainer.
 
     train sft --config trainer/recipes/sft-tiny.yaml --set max_steps=5
-    python -c "from trainer.sft import run_sft; run_sft('trainer/recipes/sft-tiny.yaml', ['max_steps=5'])"
+    python -c "from tansaku.trainer.sft import run_sft; run_sft('trainer/recipes/sft-tiny.yaml', ['max_steps=5'])"
 
 The loss covers what the model must learn to write and nothing it reads: ``assistant_only_loss=True``
 with a chat template that wraps each assistant turn (reasoning, tool calls, answer, end token) in
 ``{% generation %}`` markers, so system, user and tool-result tokens get label -100. The recipe's data
-sources are mixed by ratio (``trainer.data``); LoRA on all linear layers or a full fine-tune.
+sources are mixed by ratio (``tansaku.trainer.data``); LoRA on all linear layers or a full fine-tune.
 
 The helpers here (``training_args``, ``make_trl_config``, ``peft_config``, ``resume_checkpoint``) map the
 recipe fields shared with ``train rl`` onto TRL config keys.
@@ -20,7 +20,8 @@ import json
 import os
 from pathlib import Path
 
-from trainer.recipes import RecipeError, SFTRecipe, TrainCommon, load_recipe, resolve_model
+from tansaku.trainer.data import mix_sources, to_dataset
+from tansaku.trainer.recipes import RecipeError, SFTRecipe, TrainCommon, load_recipe, resolve_model
 
 # Recipe fields copied verbatim onto transformers' TrainingArguments (same names, same meaning).
 SHARED_KEYS = (
@@ -107,7 +108,6 @@ def build_sft_trainer(recipe: SFTRecipe, callbacks: list | None = None):
     """An SFTTrainer ready to ``train()``: mixed dataset, model, LoRA if asked."""
     from trl import SFTTrainer
 
-    from trainer.data import mix_sources, to_dataset
 
     config = sft_config(recipe)
     dataset = to_dataset(mix_sources(recipe.data, recipe.mix_size, recipe.seed))

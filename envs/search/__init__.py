@@ -1,6 +1,6 @@
 """Search over document datasets: an embedded tantivy index (default) or OpenSearch, one validated DSL.
 
-    from envs.search import build_index, open_index, QueryError
+    from tansaku.envs.search import build_index, open_index, QueryError
     build_index("out/corpus", "out/index")                   # synth index build --dataset … --index …
     backend = open_index("out/index")                        # or "https://host:9200/INDEX", "opensearch:INDEX"
     backend.search('{"bool": {"must": [{"match_phrase": {"text": "鎌倉幕府"}}]}}', size=5)

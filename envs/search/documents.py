@@ -18,11 +18,14 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from tansaku.core.errors import InputError
+from tansaku.core.store import StoreError, iter_rows
+
 BASE_FIELDS = ("id", "title", "text", "url", "source", "meta")
 SENTENCE_ENDS = "。！？!?\n"
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError):
     """The folder is not a readable document dataset."""
 
 
@@ -40,8 +43,7 @@ def keyword_fields_of(dataset_dir: str | Path) -> list[str]:
 
 
 def iter_documents(dataset_dir: str | Path, split: str = "train") -> Iterator[dict]:
-    """Stream the rows of a document dataset (through ``pipelines.store``)."""
-    from pipelines.store import StoreError, iter_rows
+    """Stream the rows of a document dataset (through ``tansaku.core.store``)."""
 
     try:
         for row in iter_rows(dataset_dir, split=split):

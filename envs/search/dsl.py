@@ -24,7 +24,7 @@ stay exact over characters (whitespace ignored). See ``analysis.py``.
     >>> parse_request({"regexp": {"text": ".*"}}, 5, Fields())
     Traceback (most recent call last):
     ...
-    envs.search.dsl.QueryError: query.regexp: 'regexp' is not allowed (regular expressions are too expensive); use match or match_phrase
+    tansaku.envs.search.dsl.QueryError: query.regexp: 'regexp' is not allowed (regular expressions are too expensive); use match or match_phrase
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+
+from tansaku.core.errors import InputError
 
 LEAF_CLAUSES = ("match", "match_phrase", "multi_match", "term", "terms", "match_all")
 CLAUSES = LEAF_CLAUSES + ("bool",)
@@ -51,7 +53,7 @@ FORBIDDEN = {
 TEXT_FIELDS = ("title", "text")
 
 
-class QueryError(ValueError):
+class QueryError(InputError):
     """A query outside the supported subset or over a limit; the message is meant for the model."""
 
 

@@ -27,7 +27,11 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from .analysis import BIGRAM_TOKENIZER, get_analyzer
+import tantivy
+
+from tansaku.core.analysis import BIGRAM_TOKENIZER, get_analyzer
+from tansaku.core.progress import progress_bar
+
 from .base import Hit, SearchResult, make_snippet, run_with_timeout
 from .documents import iter_chunks
 from .dsl import Fields, Limits, QueryError, highlight_texts, parse_request, resolve_msm
@@ -67,8 +71,6 @@ def _tantivy_field(name: str) -> str:
 
 
 def _schema(analyzer_name: str, keyword_fields: list[str]):
-    import tantivy
-
     tok = get_analyzer(analyzer_name).tokenizer_name
     sb = tantivy.SchemaBuilder()
     for raw in ("chunk_id", "doc_id", "source", "url"):
@@ -100,9 +102,7 @@ def build_embedded(rows: Iterable[dict], index_dir: str | Path, keyword_fields: 
     ~220 MB): with 64 MB they made 4 segments, and every query paid per-segment work (match CPU 0.43 →
     0.29 ms, phrase 0.46 → 0.32 ms measured at 100k with one segment).
     """
-    import tantivy
 
-    from pipelines.progress import progress_bar
 
     keyword_fields = [f for f in keyword_fields if f not in ("doc_id", "source")]
     for f in keyword_fields:
@@ -166,8 +166,6 @@ class EmbeddedBackend:
     """Read-only searcher over an index built by ``build_embedded``."""
 
     def __init__(self, index_dir: str | Path, limits: Limits = Limits()):
-        import tantivy
-
         self.index_dir = Path(index_dir)
         meta_path = self.index_dir / META_FILE
         if not meta_path.exists():
@@ -188,13 +186,9 @@ class EmbeddedBackend:
 
     # ---- query translation -------------------------------------------------------------------
     def _boosted(self, q, boost: float):
-        import tantivy
-
         return q if boost == 1.0 else tantivy.Query.boost_query(q, boost)
 
     def _term(self, field: str, token: str):
-        import tantivy
-
         return tantivy.Query.term_query(self.schema, field, token)
 
     def _match_terms(self, field: str, text: str, boost: float = 1.0) -> list:
@@ -204,7 +198,6 @@ class EmbeddedBackend:
 
     def _match(self, field: str, text: str, operator: str, msm) -> object:
         """OR / AND / minimum_should_match over the match terms."""
-        import tantivy
 
         Q, Occur = tantivy.Query, tantivy.Occur
         terms = self._match_terms(field, text)
@@ -222,8 +215,6 @@ class EmbeddedBackend:
         return Q.boolean_query([(occur, t) for t in terms], k if occur == Occur.Should and k > 1 else None)
 
     def _phrase(self, field: str, text: str, slop: int):
-        import tantivy
-
         Q, Occur = tantivy.Query, tantivy.Occur
         tokens = self.analyzer.tokens(text)
         if not tokens:
@@ -244,7 +235,6 @@ class EmbeddedBackend:
 
     def translate(self, q: dict):
         """Canonical DSL clause (from ``dsl.parse_request``) → tantivy Query."""
-        import tantivy
 
         Q, Occur = tantivy.Query, tantivy.Occur
         (kind, body), = q.items()
@@ -339,8 +329,6 @@ class EmbeddedBackend:
         return {self.searcher.doc(a).get_first("chunk_id") for _, a in hits}
 
     def _get(self, doc_id: str) -> dict | None:
-        import tantivy
-
         q = tantivy.Query.term_query(self.schema, "doc_id", str(doc_id))
         hits = self.searcher.search(q, 100_000, count=False).hits
         if not hits:

@@ -5,9 +5,9 @@ writes an instruction and confirms its supporting articles (``instructions``) �
 quality judge (``quality``) → clarifying Q/A for a share of rows (``clarify``) → rubric (``rubric``).
 
 Shared here: the versioned prompt files and one helper that asks an LLM for JSON and turns every
-failure into a named :class:`~pipelines.engine.Drop`.
+failure into a named :class:`~tansaku.core.engine.Drop`.
 
-    from pipelines.deepresearch.build import build_deepresearch
+    from tansaku.pipelines.deepresearch.build import build_deepresearch
     build_deepresearch("out/corpus", "out/index", "out/deepresearch", "scripted:deepresearch")
 """
 
@@ -16,7 +16,8 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from pipelines.engine import Drop
+from tansaku.core.engine import Drop
+from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
 
 PROMPTS_DIR = Path(__file__).with_name("prompts")
 # Bump a file's version (new file name) whenever its wording changes; the names go to the manifest.
@@ -40,7 +41,6 @@ def ask_json(llm, kind: str, user_messages: list[str], max_tokens: int = 1024,
              json_schema: dict | None = None) -> list[dict | Drop]:
     """One batched call: ``kind``'s system prompt + each user message → parsed JSON object or a Drop
     (``llm_error`` when the backend failed, ``llm_bad_json`` when the text holds no usable object)."""
-    from pipelines.llm import ChatRequest, LLMBadJSON, parse_json
 
     if not user_messages:
         return []

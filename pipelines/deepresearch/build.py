@@ -3,7 +3,7 @@
     build_deepresearch("out/corpus", "out/index", "out/deepresearch", "scripted:deepresearch")
     # CLI: synth build deepresearch --corpus DIR --index DIR --out DIR --llm SPEC [--clarify-share F] [--limit N]
 
-``llm``: a ``pipelines.llm`` client or spec; ``scripted:deepresearch`` is the built-in demo script
+``llm``: a ``tansaku.core.llm`` client or spec; ``scripted:deepresearch`` is the built-in demo script
 (``demo_llm.py``), so the pipeline runs on the embedded index without an endpoint. Stages:
 
 1. ``keywords`` (global): keyword groups from the corpus documents (``keywords.py``); ``limit`` caps them.
@@ -23,13 +23,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipelines.deepresearch import PROMPTS
-from pipelines.deepresearch.clarify import make_clarify_stage_fn, select_for_clarification
-from pipelines.deepresearch.instructions import make_instruction_stage_fn, make_single_page_stage_fn
-from pipelines.deepresearch.keywords import KeywordConfig, keyword_groups
-from pipelines.deepresearch.quality import make_quality_stage_fn
-from pipelines.deepresearch.rubric import make_rubric_stage_fn
-from pipelines.engine import batch_stage, global_stage, map_stage
+from tansaku.core.engine import batch_stage, global_stage, map_stage
+from tansaku.core.llm import from_spec
+from tansaku.core.store import build_dataset, describe_input, iter_rows, read_manifest
+from tansaku.envs.search import open_index
+from tansaku.pipelines.deepresearch import PROMPTS
+from tansaku.pipelines.deepresearch.clarify import make_clarify_stage_fn, select_for_clarification
+from tansaku.pipelines.deepresearch.instructions import make_instruction_stage_fn, make_single_page_stage_fn
+from tansaku.pipelines.deepresearch.keywords import KeywordConfig, keyword_groups
+from tansaku.pipelines.deepresearch.quality import make_quality_stage_fn
+from tansaku.pipelines.deepresearch.rubric import make_rubric_stage_fn
 
 PIPELINE_VERSION = "1"
 DEMO_SPEC = "scripted:deepresearch"
@@ -40,10 +43,9 @@ def resolve_llm(llm):
     if not isinstance(llm, str):
         return llm
     if llm == DEMO_SPEC:
-        from pipelines.deepresearch.demo_llm import demo_llm
+        from tansaku.pipelines.deepresearch.demo_llm import demo_llm
 
         return demo_llm()
-    from pipelines.llm import from_spec
 
     return from_spec(llm)
 
@@ -75,8 +77,6 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
                        keyword_config: KeywordConfig = KeywordConfig(), quality_threshold: float = 3.5,
                        name: str | None = None) -> dict:
     """Build the deepresearch dataset in ``out``; returns its manifest (a rerun with the same ``out`` resumes)."""
-    from envs.search import open_index
-    from pipelines.store import build_dataset, describe_input, iter_rows, read_manifest
 
     if not 0 <= clarify_share <= 1:
         raise ValueError(f"--clarify-share must be within [0, 1], got {clarify_share}")
@@ -106,7 +106,7 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
                              "the supporting doc ids its writer confirmed through search, an optional "
                              "clarifying question and user answer (`dialogue`), and a per-instruction rubric "
                              "(`rubric`: criteria with id, weight summing to 1, scale, kind coverage/fact/"
-                             "format/other, entities, source_doc_ids) for `envs.rewards.make_rubric_reward`.",
+                             "format/other, entities, source_doc_ids) for `tansaku.envs.rewards.make_rubric_reward`.",
               "limitations": ["Instructions, judgements and rubrics are LLM-written; the manifest's `llm` names "
                               "the model (the demo script `scripted:deepresearch` writes templates).",
                               "Single-page and quality filters are LLM judges and can be wrong both ways.",

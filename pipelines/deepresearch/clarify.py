@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from pipelines.deepresearch import ask_json
-from pipelines.engine import Drop, rng_for
+from tansaku.core.engine import Drop, rng_for
+from tansaku.pipelines.deepresearch import ask_json
 
 _KANA = re.compile(r"[\u3040-\u30ff]")
 _LEAK = re.compile(r"doc_id|<tool_call>|\[\d+\]\s*doc|【キーワード】|【根拠")

@@ -3,18 +3,20 @@
 It reads which prompt it got from the system message's first line (``# deepresearch/<kind> v1``) and
 the data blocks of the user message (【キーワード】, 【対象】, 【記事】 …), so the whole pipeline runs
 over any small corpus without an endpoint: ``--llm scripted:deepresearch``. The writer really searches
-(tool calls through ``envs.tools.SearchTools``) and cites only doc ids it saw; the single-page judge
+(tool calls through ``tansaku.envs.tools.SearchTools``) and cites only doc ids it saw; the single-page judge
 answers "yes" exactly when one article names every entity. It is a demo of the plumbing, not a model:
 its instructions are templates.
 
-    from pipelines.deepresearch.demo_llm import demo_llm
-    llm = demo_llm()              # a pipelines.llm.ScriptedLLM
+    from tansaku.pipelines.deepresearch.demo_llm import demo_llm
+    llm = demo_llm()              # a tansaku.core.llm.ScriptedLLM
 """
 
 from __future__ import annotations
 
 import json
 import re
+
+from tansaku.core.llm import ScriptedLLM
 
 _KIND = re.compile(r"^# deepresearch/(\w+) v\d+")
 _HIT = re.compile(r"doc_id: (\S+) \| title: ([^\n|]+)(?:\n([^\n]*))?")
@@ -130,6 +132,5 @@ def respond(request) -> str | dict:
 
 def demo_llm(responder=respond):
     """A ``ScriptedLLM`` answering with ``responder`` (default :func:`respond`; tests wrap it)."""
-    from pipelines.llm import ScriptedLLM
 
     return ScriptedLLM(responder, model="scripted:deepresearch")

@@ -1,7 +1,7 @@
 """Stage 2 of ``synth build deepresearch``: an agent writes a report instruction from a keyword group,
 confirming its supporting articles with the search tool; then a judge drops single-page instructions.
 
-The writer runs through ``envs.rollout.run_rollouts`` with ``envs.tools.SearchTools`` over the index, so it
+The writer runs through ``tansaku.envs.rollout.run_rollouts`` with ``tansaku.envs.tools.SearchTools`` over the index, so it
 searches and reads like the trained model will. Its final message is JSON
 ``{"instruction", "supporting_doc_ids", "entities", "report_format"}``. A supporting doc id is
 **confirmed** when the agent saw it in a tool result (search hit or opened page) *and* the index returns
@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import re
 
-from pipelines.deepresearch import ask_json, excerpt, load_prompt
-from pipelines.engine import Drop
+from tansaku.core.engine import Drop
+from tansaku.core.llm import LLMBadJSON, parse_json
+from tansaku.envs.rollout import run_rollouts
+from tansaku.envs.tasks import Task
+from tansaku.envs.tools import SearchTools, ToolsConfig
+from tansaku.pipelines.deepresearch import ask_json, excerpt, load_prompt
 
 _SEEN_DOC = re.compile(r"doc_id: (\S+)")
 REPORT_FORMATS = ("table", "list", "timeline", "prose")
@@ -28,7 +32,6 @@ REPORT_FORMATS = ("table", "list", "timeline", "prose")
 
 def writer_task(max_turns: int):
     """A generation-only task for the rollout runner: the instruction prompt as system, no rewards."""
-    from envs.tasks import Task
 
     return Task(name="deepresearch_instruction_writer", version="1", system_prompts=(load_prompt("instruction"),),
                 columns={"question": "str"}, answer_reward_name=None, reward_weights={}, max_turns=max_turns)
@@ -59,7 +62,6 @@ def search_queries(messages: list[dict]) -> list[str]:
 
 def finish_instruction(group: dict, trajectory, backend, min_sources: int) -> dict | Drop:
     """Turn one writer trajectory into an instruction record, or the reason it is unusable."""
-    from pipelines.llm import LLMBadJSON, parse_json
 
     if trajectory.stop_reason == "llm_error":
         return Drop("llm_error")
@@ -89,8 +91,6 @@ def finish_instruction(group: dict, trajectory, backend, min_sources: int) -> di
 
 def make_instruction_stage_fn(llm, backend, max_turns: int = 6, min_sources: int = 2, seed: int = 0):
     """``batch_stage`` function: one writer episode per keyword group, all turns batched together."""
-    from envs.rollout import run_rollouts
-    from envs.tools import SearchTools, ToolsConfig
 
     task = writer_task(max_turns)
     tools = SearchTools(backend, ToolsConfig(top_k=5, description_variant=0))

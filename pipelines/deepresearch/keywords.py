@@ -27,7 +27,7 @@ A group record: ``{"group_id", "keywords", "doc_ids", "titles", "keyword_df"}`` 
 holding at least two of the keywords, most keywords first). ``bench/deepresearch_keywords.py`` measures it
 on the real Wikipedia sets.
 
-    python -c "from pipelines.deepresearch.keywords import *; print(keyword_groups(docs))"
+    python -c "from tansaku.pipelines.deepresearch.keywords import *; print(keyword_groups(docs))"
 """
 
 from __future__ import annotations
@@ -38,6 +38,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from functools import cache
+
+import polars as pl
+from sudachipy import SplitMode
+
+from tansaku.core.analysis import _slices, _sudachi_dictionary
 
 _KANA_ONLY = re.compile(r"^[\u3040-\u309f\u30fcー]+$")
 _BAD_CHARS = re.compile(r"[\s、。，．「」『』（）()\[\]【】:：;；!！?？/／\-―…〜~]")
@@ -83,16 +88,10 @@ class KeywordConfig:
 
 @cache
 def _tokenizer():
-    from sudachipy import SplitMode
-
-    from envs.search.analysis import _sudachi_dictionary  # one dictionary (~200 MB) per process
-
     return _sudachi_dictionary().create(SplitMode.C)
 
 
 def _tokens(text: str) -> list[tuple[str, tuple]]:
-    from envs.search.analysis import _slices
-
     out: list[tuple[str, tuple]] = []
     # Sudachi refuses inputs over ~49k bytes: tokenize sentence-aligned slices.
     for _, piece in _slices(text, 12_000):
@@ -231,7 +230,6 @@ def document_keywords(doc: dict, titles: frozenset[str], config: KeywordConfig) 
 
 def document_frequency(pairs: list[tuple[str, str]], n_docs: int, config: KeywordConfig):
     """polars frame ``keyword, df, idf`` of the keywords inside the df thresholds, most specific first."""
-    import polars as pl
 
     bounds = config.thresholds(n_docs)
     frame = pl.DataFrame(pairs, schema=["doc_id", "keyword"], orient="row").unique()
@@ -247,7 +245,6 @@ def _nested(a: str, b: str) -> bool:
 
 def keyword_groups(docs: Iterable[dict], config: KeywordConfig = KeywordConfig()) -> list[dict]:
     """Group records (see the module docstring), deterministic for the same documents and config."""
-    import polars as pl
 
     docs = [d for d in docs if d.get("id")]
     titles = frozenset(t for t in {d.get("title") or "" for d in docs} if t and specific_title(t, config))

@@ -8,8 +8,8 @@ An instruction is kept when the mean score reaches ``threshold`` **and** no crit
 
 from __future__ import annotations
 
-from pipelines.deepresearch import ask_json
-from pipelines.engine import Drop
+from tansaku.core.engine import Drop
+from tansaku.pipelines.deepresearch import ask_json
 
 CRITERIA = ("specificity", "multi_source", "verifiability", "clarity", "safety")
 

@@ -1,6 +1,6 @@
 """Stage 5 of ``synth build deepresearch``: one rubric per instruction, validated against a JSON schema.
 
-A rubric is a list of criteria (the ``rubric`` column, read by ``envs.rewards.make_rubric_reward``)::
+A rubric is a list of criteria (the ``rubric`` column, read by ``tansaku.envs.rewards.make_rubric_reward``)::
 
     {"id": "c1", "criterion": "月見湖水質保全条例の制定年（1976年）を正しく書いている", "weight": 0.25,
      "scale": "binary", "kind": "fact", "entities": ["月見湖水質保全条例"], "source_doc_ids": ["dr0007"]}
@@ -25,8 +25,11 @@ import json
 import math
 import re
 
-from pipelines.deepresearch import ask_json, excerpt
-from pipelines.engine import Drop
+from jsonschema import Draft202012Validator
+
+from tansaku.core.engine import Drop
+from tansaku.core.errors import InputError
+from tansaku.pipelines.deepresearch import ask_json, excerpt
 
 SCALES = ("binary", "0-2", "0-3")
 KINDS = ("coverage", "fact", "format", "other")
@@ -58,7 +61,7 @@ _GENERIC = re.compile(
     r"正確|網羅|丁寧|論理的|簡潔|誤字|日本語|構成|見出し|まとめ|要約|結論|客観的|信頼")
 
 
-class RubricError(ValueError):
+class RubricError(InputError):
     """A rubric the pipeline must not keep; ``reason`` is the drop reason."""
 
     def __init__(self, reason: str, message: str):
@@ -67,8 +70,6 @@ class RubricError(ValueError):
 
 
 def _validator():
-    from jsonschema import Draft202012Validator
-
     return Draft202012Validator(RUBRIC_SCHEMA)
 
 

@@ -1,7 +1,7 @@
 """``synth build egov``: e-Gov law XML → article dataset (``DIR/articles``) → four-choice questions (``DIR``).
 
     synth build egov --laws ../shared/data/egov --out out/egov [--llm SPEC] [--limit N]
-    python -m pipelines.egov.build LAWS OUT            # the same without the CLI
+    python -m tansaku.pipelines.egov.build LAWS OUT            # the same without the CLI
 
 Two store datasets: ``DIR/articles`` (the e-Gov article dataset of docs/contracts.md; a document
 dataset the search layer indexes; its funnel counts skipped files/elements by reason) and ``DIR``
@@ -10,7 +10,7 @@ itself (the questions). An embedded search index over the articles is built at `
 
 Question stages: generate (cloze without an LLM, the LLM generator with one) → leak_filter →
 judge (LLM only: rubric score ≥ threshold) → dedup → retrieval → balance (answer positions) →
-gold_check (``envs.tasks`` egov_mcq reward must give the gold 1.0) → leak_audit (independent checker
+gold_check (``tansaku.envs.tasks`` egov_mcq reward must give the gold 1.0) → leak_audit (independent checker
 over the final rows; it must drop 0).
 """
 
@@ -23,10 +23,11 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
-from pipelines.egov import cloze, generate, leak
-from pipelines.egov.parse import Skip, list_law_sources, parse_law_bytes, read_law_source
-from pipelines.engine import Drop, Stage, batch_stage, global_stage, map_stage
-from pipelines.store import build_dataset, describe_input, iter_rows
+from tansaku.core.engine import Drop, Stage, batch_stage, global_stage, map_stage
+from tansaku.core.store import build_dataset, describe_input, iter_rows
+from tansaku.envs.tasks import TASKS, gold_failures
+from tansaku.pipelines.egov import cloze, generate, leak
+from tansaku.pipelines.egov.parse import Skip, list_law_sources, parse_law_bytes, read_law_source
 
 log = logging.getLogger(__name__)
 ARTICLES_VERSION = "1"
@@ -131,8 +132,6 @@ def _leak_filter(row: dict) -> dict | Drop:
 
 
 def _gold_check(row: dict) -> dict | Drop:
-    from envs.tasks import TASKS, gold_failures
-
     return Drop("gold_fails_reward") if gold_failures(TASKS["egov_mcq"], [row]) else row
 
 
@@ -157,13 +156,13 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     art_manifest = build_articles(laws, articles_dir, seed=seed, quiet=quiet)
     client = None
     if llm is not None:
-        from pipelines.llm import from_spec
+        from tansaku.core.llm import from_spec
 
         client = from_spec(llm) if isinstance(llm, str) else llm
 
     backend, index_path = None, None
     if retrieval or index is not None:
-        from envs.search import build_index, open_index
+        from tansaku.envs.search import build_index, open_index
 
         index_path = str(index) if index is not None else str(out / "index")
         if index is None and not (out / "index").exists():

@@ -8,7 +8,7 @@ Targets, in order of preference, at most one per sentence:
 Period and count distractors come from sibling articles of the same law with the same unit (nearest
 articles first), then from nearby numbers (×2, ÷2, ±1 …) when the law has too few.
 
-    from pipelines.egov.cloze import law_pools, cloze_questions
+    from tansaku.pipelines.egov.cloze import law_pools, cloze_questions
     pools = law_pools(article_records)
     rows = cloze_questions(article, pools[article["law_id"]], seed=0, per_article=2)
 """
@@ -19,14 +19,14 @@ import json
 import re
 from collections import defaultdict
 
-from pipelines.engine import rng_for
+from tansaku.core.engine import rng_for
 
 _K = "〇一二三四五六七八九十百千万"
 PERIOD = re.compile(rf"(?<![{_K}年月])(?<!令和)(?<!平成)(?<!昭和)(?<!大正)(?<!明治)([{_K}]+)(年|箇月|か月|月|週間|日|時間)(?![{_K}])(?!曜)")
 COUNT = re.compile(rf"(?<![{_K}第])([{_K}]+)(万円|円|人|冊|回|歳|名|個|倍|件)")
 DEFINED = re.compile(r"「([^「」]{2,15})」とは")
 DEFINED_LATER = re.compile(r"以下「([^「」]{2,15})」という")
-# The generator's own guard; the independent check over the final rows is pipelines.egov.leak.
+# The generator's own guard; the independent check over the final rows is tansaku.pipelines.egov.leak.
 _REFERENCE = re.compile(rf"第[{_K}0-9０-９]+[条項号編章節款目]|条の[{_K}0-9０-９]+|[{_K}]+[条項](?!件)")
 BLANK = "【　　】"
 MIN_SENTENCE, MAX_SENTENCE = 15, 220

@@ -20,7 +20,10 @@ from __future__ import annotations
 import re
 from copy import deepcopy
 
+from ja_law_parser.model import Article, Paragraph
 from lxml import etree
+
+from tansaku.core.errors import InputError
 
 _WS = re.compile(r"[ \t\r\n]+")
 CELL_SEP = "\u3000"
@@ -31,7 +34,7 @@ def norm(text: str | None) -> str:
     return _WS.sub(" ", text).strip() if text else ""
 
 
-class ExtractError(ValueError):
+class ExtractError(InputError):
     """Neither ja-law-parser nor the lxml walk could read the element."""
 
 
@@ -99,8 +102,6 @@ def _jlp_paragraph(p) -> dict:
 
 
 def _extract_jlp(el: etree._Element) -> dict:
-    from ja_law_parser.model import Article, Paragraph
-
     if el.tag == "Article":
         art = Article.from_xml_tree(el)
         return {"title": norm(art.article_title.text),

@@ -20,7 +20,8 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from pipelines.engine import Drop, rng_for
+from tansaku.core.engine import Drop, rng_for
+from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
 
 PROMPTS = Path(__file__).with_name("prompts")
 GENERATE_PROMPT = "mcq_generate_v1"
@@ -63,7 +64,6 @@ def _article_prompt_values(article: dict) -> dict:
 
 def llm_generate(client, articles: list[dict], seed: int = 0, max_tokens: int = 1024) -> list[dict | Drop]:
     """One question per article from the LLM; a Drop with a named reason for each failure."""
-    from pipelines.llm import ChatRequest, LLMBadJSON, parse_json
 
     template, version = load_prompt(GENERATE_PROMPT)
     requests = [ChatRequest(messages=[{"role": "user", "content": fill(template, **_article_prompt_values(a))}],
@@ -114,7 +114,6 @@ def validate_mcq(data: dict) -> dict | Drop:
 def llm_judge(client, rows: list[dict], articles_by_id: dict[str, dict], threshold: float = 0.75,
               max_tokens: int = 256) -> list[dict | Drop]:
     """Score each row against the written rubric (mean of the four 0/1 criteria); drop below ``threshold``."""
-    from pipelines.llm import ChatRequest, LLMBadJSON, parse_json
 
     template, version = load_prompt(JUDGE_PROMPT)
     requests = []

@@ -6,11 +6,11 @@ A row leaks when its question or any choice names the source law (title, title w
 ``Article 3``, or an e-Gov law / revision id. It shares no code with the generators on purpose: it is
 run over the final rows, and the count it reports must be 0.
 
-    from pipelines.egov.leak import find_leaks
+    from tansaku.pipelines.egov.leak import find_leaks
     find_leaks({"question": "民法第三条の二によれば…", "choices": [...]}, law_titles=["民法"])
     # -> [("law_title", "民法"), ("provision_number", "第三条"), ("branch_number", "条の二")]
 
-    python -m pipelines.egov.leak OUT_DIR     # audit a built dataset; exits 1 when anything leaks
+    python -m tansaku.pipelines.egov.leak OUT_DIR     # audit a built dataset; exits 1 when anything leaks
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def audit(rows: Iterable[dict]) -> Counter:
 
 
 if __name__ == "__main__":
-    from pipelines.store import iter_rows
+    from tansaku.core.store import iter_rows
 
     result = audit(iter_rows(sys.argv[1]))
     print(json.dumps({"leaking_rows_by_kind": dict(result)}, ensure_ascii=False))

@@ -6,7 +6,7 @@ older bulk wrappers (``DataRoot`` / ``ApplData`` / ``LawFullText``, metadata as 
 or child elements; ``Delete="true"`` marks deleted provisions). Anything that cannot be read is reported
 as a :class:`Skip` with a named reason; one bad file or element never stops the others.
 
-    python -m pipelines.egov.parse ../shared/data/egov            # prints counts per law and skips
+    python -m tansaku.pipelines.egov.parse ../shared/data/egov            # prints counts per law and skips
 
     for item in iter_articles(["laws/", "more.zip"]):
         if isinstance(item, Skip): print(item.reason, item.message)
@@ -20,14 +20,16 @@ import re
 import sys
 import unicodedata
 import zipfile
+from collections import Counter
 from collections.abc import Iterable, Iterator
+from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 
 from lxml import etree
 
-from pipelines.egov.extract import ExtractError, extract_article, flatten_lines, ruby_readings
-from pipelines.egov.xml_safety import MAX_XML_BYTES, UnsafeXMLError, parse_xml_bytes
+from tansaku.pipelines.egov.extract import ExtractError, extract_article, flatten_lines, ruby_readings
+from tansaku.pipelines.egov.xml_safety import MAX_XML_BYTES, UnsafeXMLError, parse_xml_bytes
 
 ERA_OFFSETS = {"Meiji": 1867, "Taisho": 1911, "Showa": 1925, "Heisei": 1988, "Reiwa": 2018}
 LAW_ID = re.compile(r"^\d{3}[A-Z0-9]{9,14}$")
@@ -176,8 +178,6 @@ def law_metadata(root: etree._Element, law: etree._Element, source: str) -> dict
 
 
 def deepcopy_without_rt(el: etree._Element) -> etree._Element:
-    from copy import deepcopy
-
     el = deepcopy(el)
     etree.strip_elements(el, "Rt", with_tail=False)
     return el
@@ -281,8 +281,6 @@ def iter_articles(paths: Iterable[str | Path], prefer: str = "ja-law-parser") ->
 
 
 def main(argv: list[str]) -> None:
-    from collections import Counter
-
     laws: Counter = Counter()
     for item in iter_articles(argv or ["."]):
         if isinstance(item, Skip):

@@ -6,7 +6,7 @@ sees the bytes; that rejects XXE (external entities reading local files or URLs)
 parser itself is also configured defensively (``resolve_entities=False``, ``no_network=True``,
 ``load_dtd=False``, ``huge_tree=False``) as a second layer.
 
-    from pipelines.egov.xml_safety import parse_xml_bytes, UnsafeXMLError
+    from tansaku.pipelines.egov.xml_safety import parse_xml_bytes, UnsafeXMLError
     root = parse_xml_bytes(Path("law.xml").read_bytes(), source="law.xml")
 """
 
@@ -16,6 +16,8 @@ import re
 
 from lxml import etree
 
+from tansaku.core.errors import InputError
+
 # The biggest law XML on e-Gov (租税特別措置法 with all tables) is ~15 MB; 64 MB leaves room without
 # letting a hostile file eat memory.
 MAX_XML_BYTES = 64 * 1024 * 1024
@@ -24,7 +26,7 @@ _DECLARATION = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _ROOT_START = re.compile(rb"<[A-Za-z_]")
 
 
-class UnsafeXMLError(ValueError):
+class UnsafeXMLError(InputError):
     """The bytes are refused before or while parsing: DTD/entity declarations, too large, or not XML."""
 
     def __init__(self, reason: str, message: str):
@@ -43,7 +45,7 @@ def check_xml_bytes(data: bytes, source: str = "<bytes>", max_bytes: int = MAX_X
     >>> check_xml_bytes(b'<!DOCTYPE x [<!ENTITY a "b">]><x>&a;</x>', "t.xml")
     Traceback (most recent call last):
     ...
-    pipelines.egov.xml_safety.UnsafeXMLError: t.xml: refused: the XML declares a DOCTYPE (DTDs and entity \
+    tansaku.pipelines.egov.xml_safety.UnsafeXMLError: t.xml: refused: the XML declares a DOCTYPE (DTDs and entity \
 declarations are not allowed in law XML; this blocks XXE and billion-laughs attacks)
     """
     if len(data) > max_bytes:

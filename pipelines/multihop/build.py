@@ -1,6 +1,6 @@
 """``synth build multihop``: Wikipedia triples → 2-hop questions → quality loop → solvability filter.
 
-    from pipelines.multihop.build import build_multihop
+    from tansaku.pipelines.multihop.build import build_multihop
     build_multihop(corpus="out/corpus", out="out/multihop")                      # templates, no LLM
     build_multihop(triples="train.json", out="out/chains", until="chains")      # inspect the chain stage
     build_multihop(corpus="out/corpus", out="out/mh", llm="http:Qwen/Qwen3-8B@http://gpu:8000",
@@ -21,9 +21,13 @@ import hashlib
 import json
 from pathlib import Path
 
-from pipelines.engine import Drop, batch_stage, global_stage, map_stage
-from pipelines.multihop import cardinality, chains, quality, questions, solvability
-from pipelines.multihop import triples as sources
+from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
+from tansaku.core.llm import from_spec
+from tansaku.core.store import build_dataset, describe_input, iter_rows
+from tansaku.envs.tasks import TASKS, gold_failures
+from tansaku.envs.tools import SearchTools, ToolsConfig
+from tansaku.pipelines.multihop import cardinality, chains, quality, questions, solvability
+from tansaku.pipelines.multihop import triples as sources
 
 PIPELINE_VERSION = "1"
 STAGES = ("triples", "link", "cardinality", "chains", "questions", "quality", "prefilter", "solve", "finalize")
@@ -34,7 +38,6 @@ PROMPT_VERSIONS = sorted(p.name for p in (Path(__file__).with_name("prompts")).g
 def _client(spec):
     if spec is None or not isinstance(spec, str):
         return spec
-    from pipelines.llm import from_spec
 
     return from_spec(spec)
 
@@ -45,7 +48,6 @@ def _describe(client) -> dict | None:
 
 def corpus_index(corpus: str | Path) -> sources.ArticleIndex:
     """Titles, redirects and outgoing links of a document dataset, for entity linking."""
-    from pipelines.store import iter_rows
 
     index = sources.ArticleIndex()
     for row in iter_rows(corpus, columns=["id", "title", "meta"]):
@@ -81,8 +83,6 @@ def final_row(record: dict) -> dict:
 
 
 def gold_check(rows: list[dict]) -> list[dict | Drop]:
-    from envs.tasks import TASKS, gold_failures
-
     finals = [final_row(r) for r in rows]
     bad = {i for i, _ in gold_failures(TASKS["multihop_qa"], finals)}
     return [Drop("gold_not_scoring") if i in bad else row for i, row in enumerate(finals)]
@@ -94,7 +94,6 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
                    chunk_size: int = 1000, triples=None) -> dict:
     """Run the multihop pipeline into the dataset folder ``out`` and return its manifest.
     ``triples`` (alias ``triples_path``): a JSONL or JEMHopQA file to start from instead of the corpus."""
-    from pipelines.store import build_dataset, describe_input, iter_rows
 
     triples_path = triples if triples is not None else triples_path
     if until is not None and until not in STAGES:
@@ -124,7 +123,7 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
 
     def backend():
         if "b" not in backend_holder:
-            from envs.search import build_index, open_index
+            from tansaku.envs.search import build_index, open_index
 
             target = index
             if target is None:  # the embedded default: index the corpus once, inside the work folder
@@ -134,8 +133,6 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
         return backend_holder["b"]
 
     def solve(batch):
-        from envs.tools import SearchTools, ToolsConfig
-
         return solvability.agent_check(batch, policy, SearchTools(backend(), ToolsConfig(), seed=seed), k=k, m=m,
                                        seed=seed)
 

@@ -12,7 +12,7 @@ object: 出身地), 1:N (one subject, many objects: 出演者) or N:N. A hop is 
 大阪府大阪市) are one value at two granularities: one hop is kept, the others become ``object_aliases``. Relations seen on fewer than ``min_support``
 subjects have weak statistics; with an LLM they are confirmed (``llm_not_single_valued`` otherwise).
 
-Run alone: ``python -m pipelines.multihop.cardinality TRIPLES.jsonl`` prints the table.
+Run alone: ``python -m tansaku.pipelines.multihop.cardinality TRIPLES.jsonl`` prints the table.
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Iterator
 
-from pipelines.engine import Drop
+import polars as pl
+
+from tansaku.core.engine import Drop
+from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
+from tansaku.pipelines.multihop.triples import index_from_triples, link_triple, read_triples_file
 
 DEFAULT_THRESHOLD = 0.9
 CARDINALITY_SCHEMA = {"type": "object", "properties": {"single_valued": {"type": "boolean"}},
@@ -50,7 +54,6 @@ def value_classes(triples: list[dict]) -> dict[tuple[str, str, str], str]:
 
 def relation_stats(triples: list[dict], threshold: float = DEFAULT_THRESHOLD) -> dict[str, dict]:
     """Per relation: counts, the two to-one shares and the class (``1:1``, ``N:1``, ``1:N``, ``N:N``)."""
-    import polars as pl
 
     if not triples:
         return {}
@@ -74,7 +77,6 @@ def relation_stats(triples: list[dict], threshold: float = DEFAULT_THRESHOLD) ->
 
 def confirm_with_llm(relations: list[str], llm, seed: int = 0) -> dict[str, bool | None]:
     """Ask the LLM whether each relation has one value per subject; None where it gave no usable answer."""
-    from pipelines.llm import ChatRequest, LLMBadJSON, parse_json
 
     requests = [ChatRequest(messages=[{"role": "user", "content": (
         f"関係「{r}」について、ある主語に対して値（目的語）は常に一つに決まりますか。"
@@ -137,8 +139,6 @@ def filter_unique_hops(triples: Iterable[dict], threshold: float = DEFAULT_THRES
 
 
 def main(argv: list[str]) -> None:
-    from pipelines.multihop.triples import index_from_triples, link_triple, read_triples_file
-
     triples = list(read_triples_file(argv[0]))
     index = index_from_triples(triples)
     stats = relation_stats([link_triple(t, index) for t in triples])

@@ -26,7 +26,9 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from pipelines.engine import Drop
+import polars as pl
+
+from tansaku.core.engine import Drop
 
 TRIPLE_COLUMNS = ("triple_id", "subject", "relation", "object", "subject_key", "object_key", "subject_id",
                   "object_id", "subject_title", "object_title", "doc_id", "source", "evidence")
@@ -44,8 +46,6 @@ class Caps:
 
 
 def triples_frame(triples: Iterable[dict]):
-    import polars as pl
-
     rows = list(triples)
     columns = {c: [t.get(c) for t in rows] for c in TRIPLE_COLUMNS}
     columns["object_aliases"] = [t.get("object_aliases") or [] for t in rows]
@@ -61,7 +61,6 @@ def join_chains(triples, caps: Caps = Caps(), seed: int = 0, require_linked_brid
     of hop 1 or 2 with the suffix ``_1`` / ``_2`` (``subject_1``, ``object_2`` …) or ``chain_id``.
     ``None`` names them all; ``()`` none — then gather them for the rows you keep with :func:`pair_columns`,
     which is what keeps 1M triples (~2M pairs) in a few hundred MB."""
-    import polars as pl
 
     # Join row numbers on the entity key alone; every other column is gathered by row number later.
     # (The lazy join peaks at ~75 MB for 1M triples, the eager one at ~230 MB.)
@@ -88,7 +87,6 @@ RULE_CHUNK = 1 << 17  # pairs whose strings are gathered at once (2 MB per strin
 def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool):
     """The ``drop`` reason of each pair under :data:`RULES` and its seeded ``_order`` (the hash of its
     chain id), computed a chunk of pairs at a time so only one chunk's strings exist at once."""
-    import polars as pl
 
     reason = pl.Enum([*RULES, *CAP_RULES])
     subject_key, object_key = triples.get_column("subject_key"), triples.get_column("object_key")
@@ -143,7 +141,6 @@ def _apply_caps(triples, pairs, caps: Caps):
     """``pairs``' ``drop`` column with the caps applied in turn: per group, the first ``cap`` chains still
     alive in the (seeded) order of ``pairs`` stay, the rest get the cap's reason. Chains another rule or an
     earlier cap dropped are never counted."""
-    import polars as pl
 
     drop = pairs.get_column("drop").clone()
     alive = pairs.with_row_index("_at").filter(pl.col("drop").is_null())
@@ -166,7 +163,6 @@ def pair_columns(triples, pairs, names: Sequence[str]) -> list:
     """Columns for ``pairs`` (with ``row_1`` / ``row_2``) by name: ``<input column>_1`` / ``_2``, gathered
     from ``triples`` by row number (polars strings are views: a gather copies 16 bytes a value, no text),
     or ``chain_id`` ("<triple id 1>:<triple id 2>")."""
-    import polars as pl
 
     out = []
     for name in names:
@@ -217,7 +213,6 @@ def chain_stage(triples: Iterable[dict], caps: Caps = Caps(), seed: int = 0, lim
                 require_linked_bridge: bool = True) -> Iterator[dict | Drop]:
     """The global stage: triples in, one Drop per rejected pair, then the chain records in the seeded order.
     Only the kept pairs (up to ``limit``) get their columns gathered and turned into Python dicts."""
-    import polars as pl
 
     frame = triples_frame(triples)
     pairs = join_chains(frame, caps, seed, require_linked_bridge, columns=())

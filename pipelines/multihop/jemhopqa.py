@@ -7,7 +7,7 @@
   and the chain join, then check that each compositional question's (hop 1, hop 2) comes out as a
   chain; every miss is named by the stage and rule that lost it.
 
-Run: ``python -m pipelines.multihop.jemhopqa ../shared/data/jemhopqa/corpus_ver1.2/train_ver1.2.json``
+Run: ``python -m tansaku.pipelines.multihop.jemhopqa ../shared/data/jemhopqa/corpus_ver1.2/train_ver1.2.json``
 prints the recall report.
 """
 
@@ -18,20 +18,23 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from pipelines.engine import Drop, map_stage
-from pipelines.multihop.entities import display_name, entity_key, exact_key
+from tansaku.core.engine import Drop, map_stage
+from tansaku.core.errors import InputError
+from tansaku.core.store import StoreError, build_dataset, describe_input, read_records
+from tansaku.pipelines.multihop.cardinality import judge_hops, relation_stats
+from tansaku.pipelines.multihop.chains import Caps, join_chains, triples_frame
+from tansaku.pipelines.multihop.entities import display_name, entity_key, exact_key
+from tansaku.pipelines.multihop.triples import index_from_triples, link_triple, read_triples_file
 
 IMPORT_VERSION = "1"
 FIELDS = ("qid", "type", "question", "answer", "derivations", "page_ids", "time_dependent")
 
 
-class JEMHopQAError(ValueError):
+class JEMHopQAError(InputError):
     """The file is not a JEMHopQA JSON list."""
 
 
 def load_items(path: str | Path) -> list[dict]:
-    from pipelines.store import StoreError, read_records
-
     path = Path(path)
     if path.suffix != ".json":
         raise JEMHopQAError(f"{path}: expected a JEMHopQA .json file")
@@ -65,7 +68,6 @@ def to_eval_row(item: dict) -> dict | Drop:
 
 def import_jemhopqa(path: str | Path, out: str | Path, quiet: bool = False) -> dict:
     """Write the JEMHopQA file ``path`` as a ``multihop_qa`` evaluation dataset into ``out``."""
-    from pipelines.store import build_dataset, describe_input
 
     items = load_items(path)
     return build_dataset(
@@ -100,9 +102,6 @@ def chain_recall(path: str | Path, caps=None, seed: int = 0, filter_cardinality:
     """Recall of compositional JEMHopQA chains rebuilt from the file's own derivations, with every miss
     classified by where it was lost (``cardinality:<reason>``, ``chain:<rule>``, ``no_shared_bridge``).
     ``filter_cardinality=False`` measures the linking and join alone (every hop kept)."""
-    from pipelines.multihop.cardinality import judge_hops, relation_stats
-    from pipelines.multihop.chains import Caps, join_chains, triples_frame
-    from pipelines.multihop.triples import index_from_triples, link_triple, read_triples_file
 
     caps = caps if caps is not None else Caps(None, None, None)
     raw = list(read_triples_file(path))

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipelines.multihop.chains import derivations_of
-from pipelines.engine import Drop, rng_for
-from pipelines.multihop.questions import QUESTION_SCHEMA, question_problem
+from tansaku.core.engine import Drop, rng_for
+from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
+from tansaku.pipelines.multihop.chains import derivations_of
+from tansaku.pipelines.multihop.questions import QUESTION_SCHEMA, question_problem
 
 PROMPTS = Path(__file__).with_name("prompts")
 JUDGE_PROMPT, FIX_PROMPT = "judge.v1.md", "fix.v1.md"
@@ -38,8 +39,6 @@ def _fill(template: str, record: dict, **extra: str) -> str:
 
 
 def _request(prompt_file: str, record: dict, schema: dict, seed: int, round_no: int, **extra: str):
-    from pipelines.llm import ChatRequest
-
     content = _fill((PROMPTS / prompt_file).read_text(encoding="utf-8"), record, **extra)
     return ChatRequest(messages=[{"role": "user", "content": content}], max_tokens=256, temperature=0.0,
                        seed=rng_for(seed, prompt_file, record["chain_id"], round_no).randrange(2**31),
@@ -48,7 +47,6 @@ def _request(prompt_file: str, record: dict, schema: dict, seed: int, round_no: 
 
 def parse_verdict(content: str) -> dict | None:
     """The judge's answer as a dict with typed fields, or None when it is unusable."""
-    from pipelines.llm import LLMBadJSON, parse_json
 
     try:
         data = parse_json(content)
@@ -81,7 +79,6 @@ def failed_criterion(verdict: dict, min_natural: int) -> str | None:
 def quality_loop(records: list[dict], llm, max_rounds: int = 2, min_natural: int = 3, seed: int = 0
                  ) -> list[dict | Drop]:
     """Judge every record; fix and re-judge the failing ones up to ``max_rounds`` times (batched per round)."""
-    from pipelines.llm import LLMBadJSON, parse_json
 
     out: list[dict | Drop | None] = [None] * len(records)
     current = {i: dict(r) for i, r in enumerate(records)}

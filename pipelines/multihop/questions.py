@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipelines.multihop.chains import derivations_of
-from pipelines.engine import Drop, rng_for
-from pipelines.multihop.entities import display_name, entity_key
+from tansaku.core.engine import Drop, rng_for
+from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
+from tansaku.pipelines.multihop.chains import derivations_of
+from tansaku.pipelines.multihop.entities import display_name, entity_key
 
 PROMPTS = Path(__file__).with_name("prompts")
 QUESTION_PROMPT = "question.v1.md"
@@ -87,8 +88,6 @@ def generate_template(chain: dict, seed: int = 0) -> dict | Drop:
 
 
 def question_request(chain: dict, seed: int = 0):
-    from pipelines.llm import ChatRequest
-
     prompt = (PROMPTS / QUESTION_PROMPT).read_text(encoding="utf-8")
     (s1, r1, _), (_, r2, _) = derivations_of(chain)
     user = (prompt.replace("{subject}", s1).replace("{relation1}", r1).replace("{bridge}", chain["bridge"])
@@ -98,8 +97,6 @@ def question_request(chain: dict, seed: int = 0):
 
 
 def question_from_answer(chain: dict, content: str) -> dict | Drop:
-    from pipelines.llm import LLMBadJSON, parse_json
-
     try:
         question = parse_json(content).get("question")
     except (LLMBadJSON, AttributeError):

@@ -3,7 +3,7 @@
 * :func:`prefilter` — both hop articles must be retrievable: hop 1's page among the top ``size`` hits for
   the question itself, hop 2's page among the top hits for the bridge name (what an agent searches
   after reading hop 1). Drops: ``hop1_not_retrievable``, ``hop2_not_retrievable``, ``no_page_ids``.
-* :func:`agent_check` — the rollout runner (``envs.rollout.run_rollouts``) answers each question ``k``
+* :func:`agent_check` — the rollout runner (``tansaku.envs.rollout.run_rollouts``) answers each question ``k``
   times with the policy model and the search tools; each answer is scored by the ``multihop_qa``
   answer reward; items solved at least ``m`` of ``k`` times are kept, with ``pass_rate`` = solved / k
   stored as their difficulty (``unsolved`` drop otherwise).
@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
-from pipelines.engine import Drop
+from tansaku.core.engine import Drop
+from tansaku.envs.rollout import run_rollouts
+from tansaku.envs.search import QueryError
+from tansaku.envs.tasks import TASKS
 
 
 def _retrieved(backend, query: str, doc_id: str, size: int) -> bool:
-    from envs.search import QueryError
-
     try:
         hits = backend.search(query, size=size).hits
     except QueryError:
@@ -56,8 +57,6 @@ def _completion(trajectory):
 def agent_check(records: list[dict], policy, tools, k: int = 4, m: int = 1, seed: int = 0,
                 max_turns: int | None = None, max_tokens: int = 1024) -> list[dict | Drop]:
     """Run ``k`` rollouts per record and keep those solved at least ``m`` times."""
-    from envs.rollout import run_rollouts
-    from envs.tasks import TASKS
 
     task = TASKS["multihop_qa"]
     rows = [eval_row(r) for r in records]

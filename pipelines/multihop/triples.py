@@ -25,8 +25,12 @@ import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipelines.engine import Drop
-from pipelines.multihop.entities import ArticleIndex, display_name, entity_key, exact_key
+import mwparserfromhell
+
+from tansaku.core.engine import Drop
+from tansaku.core.errors import InputError
+from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
+from tansaku.pipelines.multihop.entities import ArticleIndex, display_name, entity_key, exact_key
 
 PROMPTS = Path(__file__).with_name("prompts")
 EXTRACT_PROMPT = "extract_triples.v1.md"
@@ -40,7 +44,7 @@ _SEPARATORS_ONLY = re.compile(r"^[\s、,，/／・]*$")
 MAX_OBJECT_CHARS = 60
 
 
-class TriplesError(ValueError):
+class TriplesError(InputError):
     """A triples file is missing or malformed; the message names the file and line."""
 
 
@@ -82,7 +86,6 @@ def _render_template(template) -> str:
 
 def _value_objects(value) -> list[tuple[str, str | None]]:
     """(object surface, wikilink target or None) for each item of an infobox value."""
-    import mwparserfromhell
 
     for template in value.filter_templates(recursive=False):
         try:
@@ -111,7 +114,6 @@ def _value_objects(value) -> list[tuple[str, str | None]]:
 
 def infobox_triples(doc: dict) -> list[dict]:
     """Triples from the infobox templates (``Infobox …``, ``基礎情報 …``) of ``meta.source_text``."""
-    import mwparserfromhell
 
     wikitext = doc_meta(doc).get("source_text")
     if not wikitext:
@@ -162,8 +164,6 @@ TRIPLES_SCHEMA = {
 
 
 def extract_request(doc: dict, max_chars: int = 3000, seed: int = 0):
-    from pipelines.llm import ChatRequest
-
     prompt = (PROMPTS / EXTRACT_PROMPT).read_text(encoding="utf-8")
     user = prompt.replace("{title}", doc["title"]).replace("{text}", doc["text"][:max_chars])
     return ChatRequest(messages=[{"role": "user", "content": user}], max_tokens=1024, temperature=0.0,
@@ -172,7 +172,6 @@ def extract_request(doc: dict, max_chars: int = 3000, seed: int = 0):
 
 def triples_from_llm_answer(doc: dict, content: str, max_chars: int = 3000) -> list[dict | Drop]:
     """Parse one extraction answer into triples; Drops name what was wrong with each rejected one."""
-    from pipelines.llm import LLMBadJSON, parse_json
 
     try:
         answer = parse_json(content)

@@ -1,7 +1,7 @@
 """``synth build trajectories``: teacher rollouts → correct only → Japanese reasoning → scenario rewrite →
 verify → HF chat rows → mixed SFT set, as stages on the pipeline engine, into one versioned dataset.
 
-    from pipelines.trajectories.build import build_trajectories
+    from tansaku.pipelines.trajectories.build import build_trajectories
     manifest = build_trajectories("out/multihop", "out/sft", teacher="http:Qwen/Qwen3-32B@http://gpu:8000",
                                   index="out/index", translator=None, general="data/chat.jsonl", ratio=0.5, n=4)
 
@@ -20,12 +20,15 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from pipelines.trajectories.format import format_stage
-from pipelines.trajectories.mix import AGENTIC_SYSTEM_PROMPT, mix_stage, read_chat_rows
-from pipelines.trajectories.rewrite import CATALOG_PATH, PROMPTS, load_catalog, rewrite_stage
-from pipelines.trajectories.teacher import guess_task, load_client, make_tools, teacher_stage
-from pipelines.trajectories.verify import verify_stage
-from pipelines.trajectories.filter import correct_only_stage
+from tansaku.core.store import build_dataset, describe_input, iter_rows, read_manifest, write_manifest
+from tansaku.data_cards import render_card
+from tansaku.envs.tasks import TASKS
+from tansaku.pipelines.trajectories.filter import correct_only_stage
+from tansaku.pipelines.trajectories.format import format_stage
+from tansaku.pipelines.trajectories.mix import AGENTIC_SYSTEM_PROMPT, mix_stage, read_chat_rows
+from tansaku.pipelines.trajectories.rewrite import CATALOG_PATH, PROMPTS, load_catalog, rewrite_stage
+from tansaku.pipelines.trajectories.teacher import guess_task, load_client, make_tools, teacher_stage
+from tansaku.pipelines.trajectories.verify import verify_stage
 
 PIPELINE_VERSION = "1"
 TRAJECTORY_STAGES = ("teacher", "correct_only", "translate", "refine", "scenario", "verify")
@@ -33,7 +36,6 @@ TRAJECTORY_STAGES = ("teacher", "correct_only", "translate", "refine", "scenario
 
 def question_source(dataset: str | Path, limit: int | None = None):
     """Question records ``{"question_id", "row"}`` in dataset order (stable ids: the row's ``id`` or ``q<i>``)."""
-    from pipelines.store import iter_rows
 
     def rows():
         for i, row in enumerate(iter_rows(dataset, split="train")):
@@ -55,8 +57,6 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
                        system_prompt: str = AGENTIC_SYSTEM_PROMPT, catalog: str | Path | None = None,
                        name: str | None = None) -> dict:
     """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring)."""
-    from envs.tasks import TASKS
-    from pipelines.store import build_dataset, describe_input, iter_rows, read_manifest
 
     if n < 1:
         raise ValueError(f"n (tries per question) must be >= 1, got {n}")
@@ -152,9 +152,6 @@ def summary(train: list[dict], failures: list[dict], config: dict, ratio: float,
 
 
 def _write_card(out, manifest: dict, train: list[dict]) -> None:
-    from data_cards import render_card
-    from pipelines.store import write_manifest
-
     t = manifest["trajectories"]
     scen = "\n".join(f"| {k} | {v} |" for k, v in t["scenario_distribution"].items()) or "| – | 0 |"
     fails = "\n".join(f"| {k} | {v} |" for k, v in t["failure_reasons"].items()) or "| – | 0 |"

@@ -10,8 +10,8 @@ the loop). Teacher episodes that ended without an answer were already tagged by 
 
 from __future__ import annotations
 
-from pipelines.engine import map_stage
-from pipelines.trajectories.records import fail, live_map
+from tansaku.core.engine import map_stage
+from tansaku.pipelines.trajectories.records import fail, live_map
 
 
 def answer_score(task, record: dict) -> float:

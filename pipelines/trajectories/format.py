@@ -3,7 +3,7 @@
 
 Arrow would merge every dict's keys into one struct (tool-call arguments of ``search`` and ``open_doc``,
 the two tool schemas) and fill gaps with nulls, so tool-call ``arguments`` and ``tools`` are stored as
-JSON text — the chat template and ``trainer.data`` take both as strings. The teacher's system prompt is
+JSON text — the chat template and ``tansaku.trainer.data`` take both as strings. The teacher's system prompt is
 dropped here; the mix stage puts the agentic system prompt in its place.
 
 Row columns (``train`` and ``failures`` splits share them): ``id, kind (agentic|general), messages,
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 
-from pipelines.engine import map_stage
-from pipelines.trajectories.verify import arguments_text
+from tansaku.core.engine import map_stage
+from tansaku.pipelines.trajectories.verify import arguments_text
 
 MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "name", "tool_call_id")
 ROW_KEYS = ("id", "kind", "messages", "tools", "task", "question_id", "try_index", "scenario", "answer",

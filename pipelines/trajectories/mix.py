@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipelines.engine import global_stage, rng_for
-from pipelines.trajectories.format import general_row
+from tansaku.core.engine import global_stage, rng_for
+from tansaku.core.store import StoreError, read_records
+from tansaku.pipelines.trajectories.format import general_row
 
 AGENTIC_SYSTEM_PROMPT = (
     "あなたは日本語で考える検索エージェントです。質問に答えるために search で文書を検索し、必要なら open_doc で"
@@ -30,7 +31,6 @@ AGENTIC_SYSTEM_PROMPT = (
 def read_chat_rows(path: str | Path) -> list[dict]:
     """Rows with ``messages`` from a JSONL/JSON/parquet file or a dataset folder (split ``train``),
     normalized to the trajectory row columns (``kind="general"``, leading system message removed)."""
-    from pipelines.store import StoreError, read_records
 
     p = Path(path)
     try:

@@ -4,7 +4,7 @@ Failures are stored next to the SFT rows (split ``failures``) with the stage and
 them, so they can be inspected and never become positive examples. Every stage therefore passes
 already-failed records through untouched; ``live_map``/``live_batch`` wrap stage functions to do that.
 
-    from pipelines.trajectories.records import fail, live_map
+    from tansaku.pipelines.trajectories.records import fail, live_map
     map_stage("verify", live_map(lambda r: r if ok(r) else fail(r, "verify", "tool_result_altered")))
 """
 

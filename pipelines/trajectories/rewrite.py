@@ -23,9 +23,17 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.engine import batch_stage, rng_for
-from pipelines.trajectories.records import fail, live_batch
-from pipelines.trajectories.verify import identity_violation, tool_calls_of, tool_results_after
+from tansaku.core.engine import batch_stage, rng_for
+from tansaku.core.errors import InputError
+from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
+from tansaku.core.parsing import is_tool_error
+from tansaku.pipelines.trajectories.records import fail, live_batch
+from tansaku.pipelines.trajectories.verify import (
+    call_pairs,
+    identity_violation,
+    tool_calls_of,
+    tool_results_after,
+)
 
 HERE = Path(__file__).resolve().parent
 CATALOG_PATH = HERE / "scenarios.yaml"
@@ -40,13 +48,11 @@ REWRITE_SCHEMA = {
 }
 
 
-class CatalogError(ValueError):
+class CatalogError(InputError):
     """scenarios.yaml is malformed."""
 
 
 def _empty_or_error(text: str) -> bool:
-    from envs.parsing import is_tool_error
-
     return text.startswith("No results") or is_tool_error(text)
 
 
@@ -62,7 +68,6 @@ def _is_bool_query(arguments: str) -> bool:
 
 def trajectory_features(messages: list[dict]) -> dict:
     """What the trajectory actually did, for matching scenario ``requires``."""
-    from pipelines.trajectories.verify import call_pairs
 
     pairs = list(call_pairs(messages))
     searches = [(a, r) for n, a, r in pairs if n == "search"]
@@ -160,7 +165,6 @@ def _loads_or_text(arguments: str):
 
 def rewrite_request(kind: str, record: dict, scenario: dict | None = None):
     """The ChatRequest asking the LLM to rewrite ``record["messages"]``' reasoning (greedy, cached)."""
-    from pipelines.llm import ChatRequest
 
     text, version = load_prompt(kind)
     payload = {"task": kind, "prompt_version": version, "question": record.get("question", ""),
@@ -174,7 +178,6 @@ def rewrite_request(kind: str, record: dict, scenario: dict | None = None):
 
 def apply_rewrite(messages: list[dict], text: str) -> list[dict] | tuple[str, str]:
     """``messages`` with each assistant step's reasoning replaced by the LLM's, or ``(reason, detail)``."""
-    from pipelines.llm import LLMBadJSON, parse_json
 
     try:
         data = parse_json(text, REWRITE_SCHEMA)

@@ -1,4 +1,4 @@
-"""Teacher rollouts: n tries per question with a configured teacher, through ``envs.rollout``.
+"""Teacher rollouts: n tries per question with a configured teacher, through ``tansaku.envs.rollout``.
 
 Each question row (a multihop or egov dataset row) becomes ``n`` trajectory records::
 
@@ -10,7 +10,7 @@ Each question row (a multihop or egov dataset row) becomes ``n`` trajectory reco
 Tool-call arguments are stored as JSON text (one spelling, fixed here), so every later comparison of
 tool calls is a plain string comparison.
 
-A teacher is any ``pipelines.llm`` client or spec. ``load_client`` also takes ``scripted:FILE.py`` (a
+A teacher is any ``tansaku.core.llm`` client or spec. ``load_client`` also takes ``scripted:FILE.py`` (a
 Python file defining ``respond(request)``), used by the laptop demo (``examples/teacher_script.py``).
 """
 
@@ -19,18 +19,21 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from pipelines.engine import batch_stage
-from pipelines.trajectories.records import fail
-from pipelines.trajectories.verify import arguments_text
+from tansaku.core.engine import batch_stage
+from tansaku.core.llm import from_spec
+from tansaku.envs.rollout import run_rollouts
+from tansaku.envs.search import open_index
+from tansaku.envs.tools import SearchTools, ToolsConfig
+from tansaku.pipelines.trajectories.records import fail
+from tansaku.pipelines.trajectories.verify import arguments_text
 
 TASK_OF_PIPELINE = {"multihop": "multihop_qa", "egov": "egov_mcq"}
 
 
 def load_client(spec_or_client, cache="default"):
-    """A ``pipelines.llm`` client from a client or a spec string (``scripted:FILE.py[:FUNCTION]`` included)."""
+    """A ``tansaku.core.llm`` client from a client or a spec string (``scripted:FILE.py[:FUNCTION]`` included)."""
     if not isinstance(spec_or_client, str):
         return spec_or_client
-    from pipelines.llm import from_spec
 
     return from_spec(spec_or_client, cache=cache)
 
@@ -50,8 +53,6 @@ def guess_task(dataset_manifest: dict, first_row: dict | None) -> str:
 
 def make_tools(task, index, seed: int = 0):
     """The task's search tools over ``index`` (a folder/URL or an opened backend)."""
-    from envs.search import open_index
-    from envs.tools import SearchTools, ToolsConfig
 
     backend = open_index(index) if isinstance(index, (str, Path)) else index
     return SearchTools(backend, ToolsConfig(**task.tools_config), seed=seed)
@@ -97,7 +98,6 @@ def trajectory_records(question: dict, trajectories, task_name: str, tools_schem
 def teacher_stage(client, task, tools, *, n: int = 4, temperature: float = 0.7, max_tokens: int = 1024,
                   seed: int = 0, batch_size: int = 8):
     """A batch stage: question records ``{"question_id", "row"}`` → ``n`` trajectory records each."""
-    from envs.rollout import run_rollouts
 
     schemas = tools.schemas()
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from tansaku.core.engine import map_stage
+from tansaku.pipelines.trajectories.records import fail, live_map
+
 
 def arguments_text(arguments) -> str:
     """The one spelling of tool-call arguments stored in trajectories: JSON text, key order kept."""
@@ -91,7 +94,7 @@ def call_pairs(messages: list[dict]) -> Iterator[tuple[str, str, dict | None]]:
 
 
 def replay_violation(messages: list[dict], tools) -> tuple[str, str] | None:
-    """Run every tool call again on ``tools`` (an ``envs.tools.SearchTools``) and compare with the stored
+    """Run every tool call again on ``tools`` (an ``tansaku.envs.tools.SearchTools``) and compare with the stored
     result. ``None`` when all match, else ``(reason, call)`` with reason ``replay_mismatch``,
     ``replay_missing_result`` or ``replay_unexecutable``.
     """
@@ -119,8 +122,6 @@ def replay_violation(messages: list[dict], tools) -> tuple[str, str] | None:
 
 def verify_stage(tools):
     """Map stage ``verify``: byte-identity with the teacher's messages, then replay on ``tools``."""
-    from pipelines.engine import map_stage
-    from pipelines.trajectories.records import fail, live_map
 
     def check(record: dict) -> dict:
         problem = identity_violation(record["teacher_messages"], record["messages"])

@@ -23,12 +23,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipelines.engine import PipelineResult, Record, Stage, run_pipeline
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import tansaku
+from tansaku.core.engine import PipelineResult, Record, Stage, run_pipeline
+from tansaku.core.errors import TansakuError
+from tansaku.core.progress import progress_bar
+from tansaku.data_cards import render_card
 
 ROWS_PER_SHARD = 100_000
 MANIFEST = "manifest.json"
@@ -36,7 +43,7 @@ _PACKAGES = ("tansaku", "datasets", "polars", "pyarrow", "transformers", "trl", 
              "sudachipy", "ja-law-parser", "json-repair", "openai", "huggingface_hub")
 
 
-class StoreError(RuntimeError):
+class StoreError(TansakuError, RuntimeError):
     """A dataset folder is missing, incomplete, or belongs to a different run."""
 
 
@@ -68,16 +75,23 @@ def describe_input(path: str | Path, records: int | None = None) -> dict:
 
 
 def code_version() -> dict:
-    """The git commit of the tansaku checkout this runs from, and whether it had uncommitted changes."""
-    root = Path(__file__).resolve().parents[1]
+    """tansaku's version from package metadata; the git commit only when the code runs from a checkout.
+
+    An installed wheel has no repository around it (git would describe whatever project the user runs in),
+    so ``commit`` / ``dirty`` are None unless the package root is itself a git checkout.
+    """
+    root = Path(__file__).resolve().parents[1]  # the package root: in a checkout, the repository root
+    info = {"package": "tansaku", "version": tansaku.__version__, "commit": None, "dirty": None}
+    if not (root / ".git").exists():
+        return info
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                                 timeout=5).stdout.strip()
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                     capture_output=True, text=True, timeout=5).stdout.strip())
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": commit or None, "dirty": dirty if commit else None}
+        return info
+    return {**info, "commit": commit or None, "dirty": dirty if commit else None}
 
 
 def package_versions() -> dict:
@@ -104,8 +118,6 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
     ``rows_by_split`` maps split names to zero-argument callables that stream the rows: they are read
     twice (schema + hash, then writing) so memory stays bounded by one shard.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     data_dir = Path(out_dir) / "data"
     tmp_dir = Path(out_dir) / "data.partial"
@@ -190,7 +202,6 @@ def build_dataset(
                          "to start over or rerun with the original options to resume it")
     fp_file.write_text(fingerprint)
 
-    from pipelines.progress import progress_bar
 
     started = time.time()
     with progress_bar(f"{pipeline}", quiet=quiet) as advance:
@@ -224,7 +235,6 @@ def build_dataset(
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "parents": parents or [],
     }
-    from data_cards import render_card
 
     samples = [r for _, r in zip(range(3), iter_rows(out, split=splits[0]))]
     (out / "README.md").write_text(render_card(manifest, samples, card or {}), encoding="utf-8")
@@ -252,7 +262,6 @@ def shard_files(path: str | Path, split: str = "train") -> list[Path]:
 
 def iter_rows(path: str | Path, split: str = "train", columns: list[str] | None = None) -> Iterator[Record]:
     """Stream the rows of one split, a record batch at a time."""
-    import pyarrow.parquet as pq
 
     for f in shard_files(path, split):
         for batch in pq.ParquetFile(f).iter_batches(batch_size=4096, columns=columns):

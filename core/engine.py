@@ -3,7 +3,7 @@ counted for free; work is checkpointed so a killed run resumes where it stopped.
 
 A pipeline is a plain list of stages::
 
-    from pipelines.engine import Drop, map_stage, global_stage, run_pipeline
+    from tansaku.core.engine import Drop, map_stage, global_stage, run_pipeline
 
     def strip(r):
         text = r["text"].strip()

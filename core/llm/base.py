@@ -13,8 +13,12 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import json_repair
 
-class LLMBadJSON(ValueError):
+from tansaku.core.errors import InputError
+
+
+class LLMBadJSON(InputError):
     """The model's text holds no usable JSON object (or misses required keys). Stages drop with ``llm_bad_json``."""
 
     reason = "llm_bad_json"
@@ -182,7 +186,6 @@ def parse_json(text: str, schema: dict | None = None) -> dict:
     Raises ``LLMBadJSON`` (with an excerpt of the text) when there is no object, or when ``schema``
     lists ``required`` keys that are missing.
     """
-    import json_repair
 
     if not isinstance(text, str):
         raise LLMBadJSON(f"expected model text, got {type(text).__name__}")

@@ -5,7 +5,7 @@ nothing is downloaded from a model hub. ``tiny_model_dir()`` dequantizes it once
 saves safetensors + tokenizer into ``$TANSAKU_CACHE/models/smollm2-135m-instruct`` (default cache
 ``~/.cache/tansaku``) and returns that folder; later calls return at once.
 
-Run: ``python -m pipelines.tiny_model [--dir DIR]`` (the CLI wires ``synth model prepare-tiny`` here).
+Run: ``python -m tansaku.core.tiny_model [--dir DIR]`` (the CLI wires ``synth model prepare-tiny`` here).
 
 The template (``pipelines/chat_template.jinja``) is ours; TRL does not recognise it by identity, so we
 also store a ``response_template`` (transformers' response-parsing spec) in the tokenizer config. TRL's

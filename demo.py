@@ -24,12 +24,25 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import yaml
+from rich.console import Console
+from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
+from tansaku.core.tiny_model import tiny_model_dir
+from tansaku.envs.evaluate import run_eval
+from tansaku.envs.search import build_index
+from tansaku.pipelines.corpus import build_corpus
+from tansaku.pipelines.egov.build import build_egov
+from tansaku.pipelines.multihop.build import build_multihop
+from tansaku.pipelines.trajectories.build import build_trajectories
+from tansaku.trainer.rl import run_rl
+from tansaku.trainer.sft import run_sft
+
+# The example data ships inside the package (tansaku.examples); pip installs packages unzipped, so it is a folder.
+EXAMPLES = Path(str(resources.files("tansaku.examples")))
 SCRIPTED_AGENT = f"scripted:{EXAMPLES / 'teacher_script.py'}"
 SCRIPTED_REWRITER = f"scripted:{EXAMPLES / 'teacher_script.py'}:rewrite"
 
@@ -60,9 +73,6 @@ class Summary:
         self.rows.append((step, str(artifact), numbers, f"{seconds:.1f}"))
 
     def print(self) -> None:
-        from rich.console import Console
-        from rich.table import Table
-
         table = Table(title="tansaku demo")
         for col in ("step", "artifact", "numbers", "seconds"):
             table.add_column(col)
@@ -91,8 +101,6 @@ def _resume(output_dir: Path) -> list[str]:
 
 
 def _evaluate(summary: Summary, label: str, model: str, out: Path, sizes: DemoSizes, tasks: dict) -> dict:
-    from envs.evaluate import run_eval
-
     reports = {}
     for task, (dataset, index) in tasks.items():
         report_dir = out / "eval" / label / task
@@ -113,14 +121,6 @@ def _evaluate(summary: Summary, label: str, model: str, out: Path, sizes: DemoSi
 def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool = False,
              quiet: bool = False) -> dict:
     """Run every step (see the module docstring) and return ``{"summary": rows, "eval": {...}}``."""
-    from envs.search import build_index
-    from pipelines.corpus import build_corpus
-    from pipelines.egov.build import build_egov
-    from pipelines.multihop.build import build_multihop
-    from pipelines.tiny_model import tiny_model_dir
-    from pipelines.trajectories.build import build_trajectories
-    from trainer.rl import run_rl
-    from trainer.sft import run_sft
 
     out = Path(out)
     sizes = DemoSizes.small() if small else DemoSizes()

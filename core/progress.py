@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 
 def is_quiet(quiet: bool = False) -> bool:
     return quiet or os.environ.get("TANSAKU_QUIET") == "1" or not sys.stderr.isatty()
@@ -26,7 +28,6 @@ def progress_bar(description: str, total: int | None = None, quiet: bool = False
     if is_quiet(quiet):
         yield lambda n=1: None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     with Progress(*columns, transient=False) as progress:

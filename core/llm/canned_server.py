@@ -9,7 +9,7 @@ user message steers it, which makes failure injection deterministic per request:
   ``{"server": …, "echo": …}`` when ``response_format`` asks for JSON.
 
 ``GET /stats`` returns the request count, the highest number of requests in flight at once and the
-number of failures served. Run: ``python -m pipelines.llm.canned_server --port 8001 --name a``.
+number of failures served. Run: ``python -m tansaku.core.llm.canned_server --port 8001 --name a``.
 """
 
 

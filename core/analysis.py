@@ -40,6 +40,8 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
+import tantivy
+
 ANALYZERS = ("char", "sudachi")
 CHAR_TOKENIZER = "ja_char"  # name registered on every opened tantivy index
 BIGRAM_TOKENIZER = "ja_bigram"
@@ -50,14 +52,10 @@ _SKIP_POS = {"補助記号", "空白"}
 
 
 def _tantivy_char_analyzer():
-    import tantivy
-
     return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"\S")).filter(tantivy.Filter.lowercase()).build()
 
 
 def _tantivy_bigram_analyzer():
-    import tantivy
-
     # Indexing feeds it text with whitespace removed (embedded.py), so grams are adjacent char tokens.
     return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.ngram(2, 2)).filter(tantivy.Filter.lowercase()).build()
 
@@ -132,14 +130,12 @@ class Analyzer:
 
     def pre_tokenized(self, text: str):
         """A tantivy ``PreTokenizedString`` for the sudachi analyzer (char fields use the tokenizer)."""
-        import tantivy
 
         toks = [tantivy.Token(t, i, s, e) for i, (t, s, e) in enumerate(self.spans(text))]
         return tantivy.PreTokenizedString(text, toks)
 
     def register(self, index) -> None:
         """Register this analyzer's tokenizer on a tantivy Index (needed after every ``Index.open``)."""
-        import tantivy
 
         if self.name == "char":
             index.register_tokenizer(CHAR_TOKENIZER, _tantivy_char_analyzer())

@@ -3,7 +3,7 @@
 Nothing here raises on model output: a malformed tool call becomes a ``ParseError`` that the rollout runner
 turns into a tool message the model sees (and counts as a format failure).
 
-Run the examples: ``pytest --doctest-modules envs/parsing.py``.
+Run the examples: ``pytest tests/test_doctests.py -k parsing``.
 
 >>> turn = parse_assistant_text('<think>検索する</think>\\n<tool_call>\\n{"name": "search", '
 ...                             '"arguments": {"query": "あまちゃん"}}\\n</tool_call>')
@@ -25,7 +25,7 @@ _FINAL_ANSWER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _END_MARKERS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")
 
 # Tool results that mean "this call failed". The first two are what TRL's tool loop writes when a tool
-# raises (str({"error": ...})); the rest are what envs.tools / the rollout runner write.
+# raises (str({"error": ...})); the rest are what tansaku.envs.tools / the rollout runner write.
 TOOL_ERROR_PREFIXES = ("{'error'", '{"error"', "エラー", "Error", "ERROR", "[error]")
 
 

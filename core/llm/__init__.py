@@ -1,6 +1,6 @@
 """One interface for batched chat completions over several backends, with a persistent response cache.
 
-    from pipelines.llm import from_spec, ChatRequest, parse_json
+    from tansaku.core.llm import from_spec, ChatRequest, parse_json
     client = from_spec("http:Qwen/Qwen3-8B@http://gpu1:8000,http://gpu2:8000")
     results = client.chat([ChatRequest(messages=[{"role": "user", "content": "..."}], json_schema=schema)])
     data = parse_json(results[0].content, schema)   # raises LLMBadJSON → drop with reason llm_bad_json
@@ -11,6 +11,7 @@ Specs: ``http:MODEL@URL[,URL…]``, ``vllm:MODEL``, ``transformers:PATH`` (``tra
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -67,8 +68,6 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
 
 def _scripted_from_python(target: str, cache=None, **options) -> ScriptedLLM:
     """``FILE.py[:FUNCTION]`` → a ScriptedLLM answering with ``FUNCTION(request)`` (default ``respond``)."""
-    import importlib.util
-    from pathlib import Path
 
     path, _, function = target.partition(".py")
     file, name = Path(path + ".py"), function.lstrip(":") or "respond"

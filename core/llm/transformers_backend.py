@@ -1,6 +1,6 @@
 """Local transformers backend (CPU): batched ``generate`` with left padding.
 
-Spec: ``transformers:PATH`` or ``transformers:tiny`` (the tiny test model from ``pipelines.tiny_model``).
+Spec: ``transformers:PATH`` or ``transformers:tiny`` (the tiny test model from ``tansaku.core.tiny_model``).
 Requests are grouped by sampling settings and generated ``batch_size`` at a time. Output text is split
 into reasoning (``<think>``), tool calls (``<tool_call>{json}</tool_call>``) and content.
 
@@ -21,7 +21,7 @@ class TransformersClient(LLMClient):
 
     def __init__(self, path: str, cache=None, batch_size: int = 8, dtype: str = "float32", device: str = "cpu"):
         if path == "tiny":
-            from pipelines.tiny_model import TINY_MODEL_NAME, tiny_model_dir
+            from tansaku.core.tiny_model import TINY_MODEL_NAME, tiny_model_dir
 
             self.path, model_name = tiny_model_dir(), TINY_MODEL_NAME
         else:
