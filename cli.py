@@ -7,9 +7,8 @@
     synth search --index runs/demo/index '{"bool": {"must": [{"match": {"text": "作者"}}]}}' --json
     train sft --config trainer/recipes/sft-tiny.yaml --set max_steps=5
 
-Every command only parses options and calls one function of the toolkit, so everything here is also
-usable from Python. Known failures (missing files, bad queries, a dataset folder from another run) end
-with one line on stderr and exit status 2, never a traceback.
+Each command parses options and calls one toolkit function. Bad input (missing file, bad query, dataset
+from another run: a ``TansakuError``) ends in one line on stderr, exit 2; a bug keeps its traceback, exit 1.
 """
 
 from __future__ import annotations
@@ -67,20 +66,21 @@ Out = Annotated[Path, typer.Option("--out", help="Dataset folder to write (rerun
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (also off when not on a terminal).")]
 Limit = Annotated[int | None, typer.Option("--limit", help="Stop after N items (smoke runs).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for every random draw in the build.")]
+KeepRejected = Annotated[bool | None, typer.Option(
+    "--keep-rejected/--no-keep-rejected",
+    help="Also write every dropped record (stage, reason, record) as the 'rejected' split (default: per pipeline).")]
 LLM = Annotated[str | None, typer.Option(
     "--llm", help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
 
 
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+def _rejected(keep_rejected: bool | None) -> dict:
+    """The pipeline's own default unless the option was given."""
+    return {} if keep_rejected is None else {"keep_rejected": keep_rejected}
 
 
 def friendly(fn):
-    """Bad input (a ``TansakuError``) → one line on stderr, exit 2. Anything else is a bug: traceback, exit 1.
-
-    ``TANSAKU_DEBUG=1`` shows the traceback of a ``TansakuError`` too.
-    """
+    """Bad input (a ``TansakuError``) → one line on stderr, exit 2 (``TANSAKU_DEBUG=1``: with its traceback).
+    Anything else is a bug: it propagates with its traceback, exit 1."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -90,7 +90,8 @@ def friendly(fn):
             if os.environ.get("TANSAKU_DEBUG") == "1":
                 raise
             text = str(e).strip() or type(e).__name__
-            _fail(text if e.multiline else text.splitlines()[0])
+            typer.echo(f"error: {text if e.multiline else text.splitlines()[0]}", err=True)
+            raise typer.Exit(2) from None
 
     return wrapper
 
@@ -129,12 +130,13 @@ def build_corpus(
     out: Out,
     format: Annotated[str, typer.Option("--format", help="auto | jsonl | cirrus | wac | jaquad")] = "auto",
     min_chars: Annotated[int, typer.Option("--min-chars", help="Drop documents shorter than this.")] = 1,
+    keep_rejected: KeepRejected = None,
     quiet: Quiet = False,
 ):
     """Normalize a document collection into a document dataset (id, title, text, url, source, meta)."""
     from tansaku.pipelines.corpus import build_corpus as run
 
-    manifest = run(input, out, fmt=format, min_chars=min_chars, quiet=quiet)
+    manifest = run(input, out, fmt=format, min_chars=min_chars, quiet=quiet, **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -147,12 +149,13 @@ def build_egov(
     index: Annotated[Path | None, typer.Option("--index", help="Search index for the retrieval-rank signal.")] = None,
     limit: Limit = None,
     seed: Seed = 0,
+    keep_rejected: KeepRejected = None,
     quiet: Quiet = False,
 ):
     """e-Gov law XML → article records + 4-choice questions (no law names, no article numbers)."""
     from tansaku.pipelines.egov.build import build_egov as run
 
-    manifest = run(laws, out, llm=llm, index=index, limit=limit, seed=seed, quiet=quiet)
+    manifest = run(laws, out, llm=llm, index=index, limit=limit, seed=seed, quiet=quiet, **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -170,13 +173,14 @@ def build_multihop(
     until: Annotated[str | None, typer.Option("--until", help="Stop after this stage and write the records.")] = None,
     limit: Limit = None,
     seed: Seed = 0,
+    keep_rejected: KeepRejected = None,
     quiet: Quiet = False,
 ):
     """Wikipedia triples → 2-hop chains → questions → quality loop → solvability filter."""
     from tansaku.pipelines.multihop.build import build_multihop as run
 
     manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k, m=m,
-                   until=until, limit=limit, seed=seed, quiet=quiet)
+                   until=until, limit=limit, seed=seed, quiet=quiet, **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -213,12 +217,14 @@ def build_deepresearch(
     clarify_share: Annotated[float, typer.Option("--clarify-share", help="Share of instructions with clarifying Q/A.")] = 0.5,
     limit: Limit = None,
     seed: Seed = 0,
+    keep_rejected: KeepRejected = None,
     quiet: Quiet = False,
 ):
     """Multi-article report instructions, confirmed by search, with a rubric each and clarifying Q/A."""
     from tansaku.pipelines.deepresearch.build import build_deepresearch as run
 
-    manifest = run(corpus, index, out, llm, clarify_share=clarify_share, limit=limit, seed=seed, quiet=quiet)
+    manifest = run(corpus, index, out, llm, clarify_share=clarify_share, limit=limit, seed=seed, quiet=quiet,
+                   **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -251,10 +257,7 @@ def index_build(
     """Index a document dataset (passages, Japanese analysis, keyword fields from the manifest)."""
     from tansaku.envs.search import build_index_cli
 
-    try:
-        meta = build_index_cli(str(dataset), index, backend, analyzer)
-    except (ValueError, RuntimeError) as e:
-        _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+    meta = build_index_cli(str(dataset), index, backend, analyzer)
     typer.echo(json.dumps(meta, ensure_ascii=False))
 
 
@@ -269,10 +272,7 @@ def search(
     """Query a search index; a bad query prints one line and exits 2."""
     from tansaku.envs.search import dumps, format_hits, search_cli
 
-    try:
-        result = search_cli(index, query, size)
-    except (ValueError, RuntimeError) as e:
-        _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+    result = search_cli(index, query, size)
     typer.echo(dumps(result) if as_json else format_hits(result))
 
 

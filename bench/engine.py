@@ -15,8 +15,9 @@ import shutil
 import tempfile
 import time
 
-from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage, run_pipeline
+from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
 from tansaku.core.llm import ChatRequest, ScriptedLLM
+from tansaku.core.runner import run_pipeline
 
 
 def main() -> None:

@@ -181,9 +181,10 @@ PEERS = {"char": ("bigram", "char"), "sudachi": ("sudachi",)}  # first = same to
 
 
 def bench_corpus(corpus: str, n: int, tmp: Path, analyzer: str = "char"):
+    from tansaku.envs.environments import SearchEnvironment
     from tansaku.envs.search.dsl import parse_request
     from tansaku.envs.search.embedded import EmbeddedBackend
-    from tansaku.envs.tools import SearchTools, ToolsConfig
+    from tansaku.envs.tools import ToolsConfig
 
     ix = tmp / f"{corpus}_{analyzer}_ix"
     tb = run_child("tantivy", corpus, n, str(ix), analyzer)
@@ -210,7 +211,7 @@ def bench_corpus(corpus: str, n: int, tmp: Path, analyzer: str = "char"):
     for kind in ("match", "phrase", "bool"):
         p50, _ = timed(lambda q: backend.search(q, 10), qs[kind])
         row(f"{kind} p50 ms (+validate, snippets)", p50, [b[0] for b in bm])
-    tools = SearchTools(backend, ToolsConfig(top_k=5))
+    tools = SearchEnvironment(backend, ToolsConfig(top_k=5), max_tool_calls=10**12)  # no budget in a benchmark
     mixed = [x for trio in zip(qs["match"], map(json.dumps, qs["phrase"]), map(json.dumps, qs["bool"])) for x in trio]
     peer_tool = [calls_per_s(p.tool, qs["match"]) for p in peers]
     for name, items in (("mixed", mixed), ("match", qs["match"])):

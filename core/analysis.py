@@ -42,6 +42,8 @@ from functools import lru_cache
 
 import tantivy
 
+from tansaku.core.errors import InputError
+
 ANALYZERS = ("char", "sudachi")
 CHAR_TOKENIZER = "ja_char"  # name registered on every opened tantivy index
 BIGRAM_TOKENIZER = "ja_bigram"
@@ -68,7 +70,7 @@ class Analyzer:
 
     def __post_init__(self) -> None:
         if self.name not in ANALYZERS:
-            raise ValueError(f"unknown analyzer {self.name!r}; choose one of {', '.join(ANALYZERS)}")
+            raise InputError(f"unknown analyzer {self.name!r}; choose one of {', '.join(ANALYZERS)}")
         self._local = threading.local()  # sudachipy tokenizers are not shared across threads
         self._char = _tantivy_char_analyzer() if self.name == "char" else None
 

@@ -1,7 +1,14 @@
-"""Parse model output: ``<think>…</think>``, Qwen3/Hermes ``<tool_call>{json}</tool_call>``, ``{{answer}}``.
+"""The one parser of what a model writes: ``<think>…</think>``, Qwen3/Hermes ``<tool_call>{json}</tool_call>``,
+``{{answer}}``, JSON answers, and the two message forms (``to_hf`` / ``to_wire``).
 
-Nothing here raises on model output: a malformed tool call becomes a ``ParseError`` that the rollout runner
-turns into a tool message the model sees (and counts as a format failure).
+LLM backends (``tansaku.core.llm``) return the raw generated text; everything that reads it parses it here.
+The policy's tool calls are parsed strictly, as TRL's GRPO loop does (transformers' ``parse_response``):
+a call with broken JSON is a ``ParseError``, never repaired, so ``train eval``, ``format_reward`` and
+teacher trajectories see the same calls GSPO trains on. Only ``parse_json`` (teacher/judge answers) repairs
+JSON, and only because ``repair=True`` is its explicit default.
+
+Nothing here raises on model output, except ``parse_json`` (``LLMBadJSON``, which stages drop with
+``llm_bad_json``): a malformed tool call becomes a ``ParseError`` that the rollout runner counts.
 
 Run the examples: ``pytest tests/test_doctests.py -k parsing``.
 
@@ -9,6 +16,8 @@ Run the examples: ``pytest tests/test_doctests.py -k parsing``.
 ...                             '"arguments": {"query": "あまちゃん"}}\\n</tool_call>')
 >>> turn.reasoning, turn.content, turn.tool_calls[0].name, turn.tool_calls[0].arguments
 ('検索する', '', 'search', {'query': 'あまちゃん'})
+>>> parse_assistant_text('<tool_call>{name: "search", "arguments": {"query": "東京",}}</tool_call>').errors[0].kind
+'bad_json'
 """
 
 from __future__ import annotations
@@ -16,6 +25,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
+
+import json_repair
+
+from tansaku.core.errors import InputError
 
 _THINK_OPEN = "<think>"
 _THINK_CLOSE = "</think>"
@@ -25,7 +39,9 @@ _FINAL_ANSWER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _END_MARKERS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")
 
 # Tool results that mean "this call failed". The first two are what TRL's tool loop writes when a tool
-# raises (str({"error": ...})); the rest are what tansaku.envs.tools / the rollout runner write.
+# raises (str({"error": ...})) — tansaku's tools raise, and the rollout runner writes the same text
+# (tansaku.envs.environments.call_tool); "エラー" was the runner's old parse-error message; the rest are
+# other tools' conventions, kept so older trajectories still read as failed.
 TOOL_ERROR_PREFIXES = ("{'error'", '{"error"', "エラー", "Error", "ERROR", "[error]")
 
 
@@ -48,10 +64,6 @@ class ParseError:
     kind: str  # bad_json | not_object | missing_name | bad_arguments | unclosed
     message: str
     raw: str
-
-    def as_tool_message(self) -> str:
-        """Text shown to the model in the tool message that answers the broken call."""
-        return f"エラー: ツール呼び出しを解釈できません ({self.kind}): {self.message}"
 
 
 @dataclass
@@ -105,40 +117,51 @@ def split_think(text: str) -> tuple[str | None, str]:
     return None, text.strip()
 
 
-def coerce_tool_call(obj: object, raw: str = "") -> ToolCall | ParseError:
-    """Validate a decoded tool call: ``{"name": str, "arguments": dict | JSON-string of dict}``.
+def coerce_tool_call(obj: object, raw: str = "", *, in_text: bool = False) -> ToolCall | ParseError:
+    """Validate one decoded tool call.
 
-    Also accepts the OpenAI/TRL nesting ``{"type": "function", "function": {...}}``.
+    A call in a message (``in_text=False``: a server's parsed ``tool_calls``, stored trajectories, TRL's
+    messages): ``{"name": str, "arguments": dict | JSON text of a dict}``, possibly nested as
+    ``{"type": "function", "function": {...}}``; JSON text is decoded strictly.
+
+    The JSON the model wrote inside ``<tool_call>`` (``in_text=True``) is read as transformers'
+    ``parse_response`` reads it in TRL: flat ``{"name": ..., "arguments": {...}}`` only (no nesting, no
+    ``parameters``), the name as written, missing or null ``arguments`` → ``{}``. Arguments that are not an
+    object are a ``bad_arguments`` error here, where TRL runs the call and the tool fails; either way the
+    call fails.
 
     >>> coerce_tool_call({"name": "search", "arguments": '{"query": "x"}'})
     ToolCall(name='search', arguments={'query': 'x'})
+    >>> coerce_tool_call({"name": "search", "arguments": '{"query": "x"}'}, in_text=True).kind
+    'bad_arguments'
     >>> coerce_tool_call({"arguments": {}}).kind
     'missing_name'
     """
-    if isinstance(obj, dict) and isinstance(obj.get("function"), dict):
+    if not in_text and isinstance(obj, dict) and isinstance(obj.get("function"), dict):
         obj = obj["function"]
     if not isinstance(obj, dict):
         return ParseError("not_object", "tool call must be a JSON object", raw)
     name = obj.get("name")
     if not isinstance(name, str) or not name.strip():
         return ParseError("missing_name", 'tool call needs a string "name"', raw)
-    arguments = obj.get("arguments", obj.get("parameters", {}))
+    arguments = obj.get("arguments") if in_text else obj.get("arguments", obj.get("parameters"))
     if arguments is None:
         arguments = {}
-    if isinstance(arguments, str):
+    if isinstance(arguments, str) and not in_text:
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
             return ParseError("bad_arguments", f"arguments string is not JSON: {exc.msg}", raw)
     if not isinstance(arguments, dict):
         return ParseError("bad_arguments", '"arguments" must be a JSON object', raw)
-    return ToolCall(name.strip(), arguments)
+    return ToolCall(name if in_text else name.strip(), arguments)
 
 
 def parse_tool_calls(text: str) -> tuple[str, list[ToolCall], list[ParseError]]:
     """Extract every ``<tool_call>`` block; returns ``(text without the blocks, calls, errors)``.
 
-    JSON is parsed strictly (no repair): a call the model got wrong must be seen as wrong.
+    JSON is parsed strictly (``json.loads``, no repair), as transformers' ``parse_response`` does in TRL: a
+    call the model got wrong must be seen as wrong.
 
     >>> _, calls, errors = parse_tool_calls('<tool_call>{"name": "search", "arguments": {"q": 1}}'
     ...                                     '</tool_call><tool_call>{name: search}</tool_call>')
@@ -159,7 +182,7 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall], list[ParseError]]:
         except json.JSONDecodeError as exc:
             errors.append(ParseError("bad_json", f"{exc.msg} at char {exc.pos}", raw))
             continue
-        parsed = coerce_tool_call(obj, raw)
+        parsed = coerce_tool_call(obj, raw, in_text=True)
         (calls if isinstance(parsed, ToolCall) else errors).append(parsed)
     rest = _TOOL_CALL_BLOCK.sub("", text)
     # A stray closing tag without an opener is a broken call too.
@@ -194,3 +217,122 @@ def is_tool_error(tool_result: str) -> bool:
     (True, False)
     """
     return str(tool_result).lstrip().startswith(TOOL_ERROR_PREFIXES)
+
+
+# ---------------------------------------------------------------------------------------------- messages
+def _call_id(call: object) -> dict:
+    return {"id": call["id"]} if isinstance(call, dict) and call.get("id") else {}
+
+
+def to_hf(messages: list[dict]) -> list[dict]:
+    """Messages in the HF/TRL form: each tool call ``{"type": "function", "function": {"name", "arguments": dict}}``.
+
+    What chat templates render and TRL hands to reward functions (and what trajectories hold). Arguments
+    given as JSON text are decoded strictly, by ``coerce_tool_call``; a call's ``id`` is kept when it has one;
+    messages without tool calls pass through. Raises ``ValueError`` for a call that is not valid (no name,
+    arguments that are not a JSON object): stored data with a broken call is a bug to fix, not a call to guess.
+
+    >>> wire = [{"role": "assistant", "content": "", "tool_calls": [{"id": "c0", "type": "function",
+    ...          "function": {"name": "search", "arguments": '{"query": "東京"}'}}]}]
+    >>> to_hf(wire)[0]["tool_calls"]
+    [{'id': 'c0', 'type': 'function', 'function': {'name': 'search', 'arguments': {'query': '東京'}}}]
+    >>> to_wire(to_hf(wire)) == wire
+    True
+    """
+    out = []
+    for i, message in enumerate(messages):
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                parsed = coerce_tool_call(call)
+                if isinstance(parsed, ParseError):
+                    raise ValueError(f"message {i}: {parsed.message} ({parsed.kind}): {call!r:.120}")
+                calls.append({**_call_id(call), **parsed.as_message_call()})
+            message = {**message, "tool_calls": calls}
+        out.append(message)
+    return out
+
+
+def to_wire(messages: list[dict]) -> list[dict]:
+    """Messages in the OpenAI wire form: each tool call ``{"type": "function", "function": {"name", "arguments":
+    "<JSON text>"}}``.
+
+    What OpenAI-compatible servers take, and how tool calls are stored (Arrow would merge the argument keys
+    of every call into one struct). A dict is dumped with ``ensure_ascii=False`` in its own key order;
+    arguments that already are text are kept byte for byte (stored trajectories are compared byte-wise).
+    A call's ``id`` is kept when it has one; messages without tool calls pass through. Raises ``ValueError``
+    for a call without a function name.
+
+    >>> to_wire([{"role": "assistant", "tool_calls": [{"name": "search", "arguments": {"query": "東京"}}]}])
+    [{'role': 'assistant', 'tool_calls': [{'type': 'function', 'function': {'name': 'search', 'arguments': '{"query": "東京"}'}}]}]
+    """
+    out = []
+    for i, message in enumerate(messages):
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                fn = call.get("function", call) if isinstance(call, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"].strip():
+                    raise ValueError(f"message {i} has a tool call without a function name: {call!r:.120}")
+                arguments = fn.get("arguments")
+                arguments = {} if arguments is None else arguments
+                text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+                calls.append({**_call_id(call), "type": "function", "function": {"name": fn["name"], "arguments": text}})
+            message = {**message, "tool_calls": calls}
+        out.append(message)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- JSON answers
+class LLMBadJSON(InputError):
+    """The model's text holds no usable JSON object (or misses required keys). Stages drop with ``llm_bad_json``."""
+
+    reason = "llm_bad_json"
+
+
+def parse_json(text: str, schema: dict | None = None, repair: bool = True) -> dict:
+    """The JSON object a teacher or judge answered with (``ask_json``-style calls), after any ``<think>`` block.
+
+    The first object in the answer wins; chatter before or after it is ignored. ``repair`` (on by default,
+    for teacher/judge answers): an object that is not valid JSON is fixed by json-repair (fences, trailing
+    commas, a cut-off end). ``repair=False`` takes valid JSON only. The policy's tool calls never come
+    through here: ``parse_tool_calls`` reads them strictly.
+
+    Raises ``LLMBadJSON`` (with an excerpt of the text) when there is no object, or when ``schema`` lists
+    ``required`` keys that are missing.
+
+    >>> parse_json('<think>{考える}</think>答え: {"city": "東京",}')
+    {'city': '東京'}
+    >>> parse_json('{"city": "東京",}', repair=False)
+    Traceback (most recent call last):
+    ...
+    tansaku.core.parsing.LLMBadJSON: invalid JSON (...): '{"city": "東京",}'
+    """
+    if not isinstance(text, str):
+        raise LLMBadJSON(f"expected model text, got {type(text).__name__}")
+    # Raw backend text carries the reasoning (a template may even have opened <think> in the prompt).
+    _, body = split_think(text)
+    start = body.find("{")
+    if start < 0:
+        raise LLMBadJSON(f"no JSON object in model output: {_excerpt(text)!r}")
+    try:  # valid JSON first: fast, and the first object wins when chatter or a second object follows
+        value: Any = json.JSONDecoder().raw_decode(body, start)[0]
+    except json.JSONDecodeError as exc:
+        if not repair:
+            raise LLMBadJSON(f"invalid JSON ({exc.msg} at char {exc.pos}): {_excerpt(text)!r}") from None
+        try:
+            value = json_repair.repair_json(body[start:], return_objects=True)
+        except Exception as exc:  # json-repair gives up on some inputs by raising
+            raise LLMBadJSON(f"unrepairable JSON ({exc}): {_excerpt(text)!r}") from exc
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        value = value[0]  # several objects in a row: the first is the answer, the rest is chatter
+    if not isinstance(value, dict):
+        raise LLMBadJSON(f"model output is not a JSON object: {_excerpt(text)!r}")
+    missing = [k for k in (schema or {}).get("required", []) if k not in value]
+    if missing:
+        raise LLMBadJSON(f"JSON misses required keys {missing}: {_excerpt(text)!r}")
+    return value
+
+
+def _excerpt(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + f"…(+{len(text) - limit} chars)"

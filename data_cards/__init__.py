@@ -5,6 +5,9 @@ license, limitations) comes in the ``card`` dict a pipeline passes to ``tansaku.
 
     {"description": "...", "license": "cc-by-sa-4.0", "task_categories": ["question-answering"],
      "limitations": ["..."], "pretty_name": "..."}
+
+The YAML ``configs`` put the data splits in the ``default`` config and a ``rejected`` split (dropped records,
+see ``tansaku.core.engine``) in a config of its own, so ``datasets.load_dataset(DIR)`` never mixes the two.
 """
 
 from __future__ import annotations
@@ -38,7 +41,14 @@ def _cell(value, limit: int = 120) -> str:
 def render_card(manifest: dict, samples: list[dict], card: dict) -> str:
     """The card text for a dataset folder; parses with ``huggingface_hub.DatasetCard``."""
 
-    total = sum(manifest.get("splits", {}).values())
+    splits = manifest.get("splits", {})
+    data_splits = [s for s in splits if s != "rejected"]
+    total = sum(splits[s] for s in data_splits)
+    configs = [{"config_name": "default", "data_files": [{"split": s, "path": f"data/{s}-*.parquet"}
+                                                         for s in data_splits]}]
+    if "rejected" in splits:
+        configs.append({"config_name": "rejected",
+                        "data_files": [{"split": "rejected", "path": "data/rejected-*.parquet"}]})
     header = {
         "pretty_name": card.get("pretty_name", manifest["name"]),
         "license": card.get("license", "other"),
@@ -46,10 +56,7 @@ def render_card(manifest: dict, samples: list[dict], card: dict) -> str:
         "task_categories": card.get("task_categories", ["text-generation"]),
         "size_categories": [size_category(total)],
         "tags": ["tansaku", manifest["pipeline"], *card.get("tags", [])],
-        "configs": [{
-            "config_name": "default",
-            "data_files": [{"split": s, "path": f"data/{s}-*.parquet"} for s in manifest.get("splits", {})],
-        }],
+        "configs": configs,
     }
     columns = list(samples[0]) if samples else []
     env = Environment(undefined=StrictUndefined, keep_trailing_newline=True)
@@ -61,6 +68,7 @@ def render_card(manifest: dict, samples: list[dict], card: dict) -> str:
         total=total,
         columns=columns,
         samples=samples,
-        recipe=yaml.safe_dump({"config": manifest["config"], "seed": manifest["seed"]},
+        recipe=yaml.safe_dump({"config": manifest["config"], "seed": manifest["seed"],
+                               "stage_params": {s["name"]: s["params"] for s in manifest["stages"] if s.get("params")}},
                               allow_unicode=True, sort_keys=False).strip(),
     )

@@ -1,90 +1,152 @@
-"""TRL-native search environment for ``GRPOTrainer(environment_factory=…)`` (TRL 1.16, transformers ≥ 5.2).
+"""The search tools, as TRL's environment class: ``GRPOTrainer(environment_factory=…)`` and every other episode.
 
-TRL creates one instance per rollout with a zero-argument factory, calls ``reset(**row)`` with every dataset
-column (its return value, if any, is appended to the last prompt message), and exposes every public method
-of the class — except ``reset`` and ``get_reward`` — as a tool, its JSON schema read from type hints and the
-Google-style docstring. A tool that raises becomes ``{'error': …}`` for the model; ours never raise: errors
-come back as text starting with ``Error:`` (see ``tansaku.envs.tools``).
+``SearchEnvironment`` is the only tool implementation. RL (TRL 1.16), eval (``tansaku.envs.evaluate``),
+teacher rollouts (``pipelines/trajectories``) and solvability checks (``pipelines/multihop``) all get one
+instance per episode from an ``EnvironmentFactory`` and call ``reset(**row)``; ``tansaku.envs.rollout``
+mimics TRL there, ``call_tool`` included (a raised ``ToolError`` becomes ``{'error': …}``, as in TRL).
 
-No ``get_reward`` here on purpose: TRL would add it as an extra reward with weight 1, outside the task's
-weights; scoring stays in the task's reward functions, which read the completion messages.
+Per-episode tool descriptions: ``reset`` draws a description variant (``tansaku.envs.tools.draw_variant``,
+stable per row and seed; ``variant=`` or ``ToolsConfig.description_variant`` fixes it) and binds
+``search``/``open_doc`` as *instance* functions carrying that variant's docstrings. An omitted ``size``
+means the task's ``top_k`` (stated in the description: schemas carry no defaults; ``None`` rather than
+``top_k`` in the signature so a ``"size"`` inside a JSON query body still counts). ``tool_methods`` /
+``tool_schemas`` read what the model is shown; ``tool_variant`` records which variant it was.
+
+How TRL 1.16 (``trl/trainer/grpo_trainer.py``) uses this class, and why RL passes one factory per variant:
+* ``__init__`` (l. 685-704) calls each factory once (a probe instance), lists the tool names on the *class*
+  (``inspect.getmembers(type(instance), isfunction)``, minus ``reset``/``get_reward``/``_…``) and keeps
+  ``getattr(instance, name)`` — our instance functions — as ``_env_tools[env name]``.
+* ``_tokenize_prompts`` (l. 1707-1713) renders every prompt with ``_env_tools[its env name]``: the probe's
+  schemas, read once. A variant drawn later in ``reset`` never reaches a TRL prompt.
+* Per batch (l. 2364-2383) it builds the callables from each pooled instance, then calls ``reset(**row)``
+  (l. 2385-2389, ``environment`` column left out); a tool that raises counts in ``tools/failure_frequency``
+  (l. 1980-1990, 2312-2320) and its content is ``str({"error": str(e)})`` (l. 1989, 2018).
+So with a single factory every prompt shows one fixed variant. ``tansaku.trainer.rl`` passes
+``variant_factories`` instead — ``{"<task>@tools-v<n>": factory}`` — with an ``environment`` column drawn
+per row by ``episode_variant`` (the same draw ``reset`` makes), so each row's prompt carries its variant.
+
+No ``get_reward`` on purpose: TRL would add it as an extra reward with weight 1, outside the task's weights.
 
     from tansaku.envs.environments import make_environment_factory
-    from tansaku.envs.tasks import TASKS
-    task = TASKS["multihop_qa"]
-    trainer = GRPOTrainer(model, reward_funcs=task.reward_functions(), train_dataset=ds,
-                          args=GRPOConfig(reward_weights=task.weights(), ...),
-                          environment_factory=make_environment_factory(task, "out/index"))
+    factory = make_environment_factory(TASKS["multihop_qa"], "out/index")
+    env = factory(); env.reset(**row); env.search("白砂市"); env.tool_variant; tool_schemas(env)
 """
 
 from __future__ import annotations
 
 import inspect
-import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-from tansaku.envs.tools import SearchTools, ToolsConfig
+from tansaku.envs.tools import (
+    N_VARIANTS,
+    ToolError,
+    ToolsConfig,
+    draw_variant,
+    page_text,
+    search_text,
+    tool_docstrings,
+)
+
+
+def episode_key(row: dict) -> str:
+    """What identifies a row for the variant draw: its id, else its question or instruction."""
+    return str(row.get("id") or row.get("question") or row.get("instruction") or "")
 
 
 class SearchEnvironment:
-    """One rollout's search tools over a shared backend, with a per-episode call budget."""
+    """One episode's ``search``/``open_doc`` over a shared backend: config, description variant, call budget."""
 
-    def __init__(self, backend, tools_config: dict | None = None, max_tool_calls: int = 16):
-        self._tools = SearchTools(backend, ToolsConfig(**(tools_config or {})))
-        self._max_tool_calls = max_tool_calls
-        self._calls = 0
-        self._row: dict = {}
+    def __init__(self, backend, tools_config: dict | ToolsConfig | None = None, max_tool_calls: int = 16,
+                 variant: int | None = None, seed: int = 0):
+        config = tools_config if isinstance(tools_config, ToolsConfig) else ToolsConfig(**(tools_config or {}))
+        fixed = variant if variant is not None else config.description_variant
+        if fixed is not None and not 0 <= fixed < N_VARIANTS:
+            raise ValueError(f"variant must be in 0..{N_VARIANTS - 1}, got {fixed}")
+        self._backend, self._config, self._max_tool_calls = backend, config, max_tool_calls
+        self._fixed_variant, self._seed = fixed, seed
+        self._calls, self._variant = 0, None
+        # Before any reset (TRL's probe instance): the fixed variant, else the draw for an empty row.
+        self._bind(fixed if fixed is not None else draw_variant("", seed))
+
+    def _bind(self, variant: int) -> None:
+        """Shadow the class's tools with instance functions carrying ``variant``'s descriptions."""
+        if variant == self._variant:
+            return
+        self._variant = variant
+        docs = tool_docstrings(variant, self._config)
+        cls = type(self)
+
+        def search(query: str, size: int | None = None) -> str:
+            return cls.search(self, query, size)
+
+        def open_doc(doc_id: str, offset: int = 0) -> str:
+            return cls.open_doc(self, doc_id, offset)
+
+        for function in (search, open_doc):
+            function.__doc__ = docs[function.__name__]
+            function.__qualname__ = function.__name__  # TypeErrors the model reads say "search()", not a path
+            setattr(self, function.__name__, function)  # getattr(instance, name), as TRL does, finds these
 
     def reset(self, **row) -> str | None:
-        """Start an episode for one dataset row; nothing is added to the prompt."""
-        self._row = row
+        """Start an episode for one dataset row: fresh call budget, this episode's description variant."""
         self._calls = 0
-        # The seed only picks the wording of tool errors/descriptions inside SearchTools: keep it per question.
-        key = str(row.get("id") or row.get("question") or row.get("instruction") or "")
-        self._tools.reset(seed=zlib.crc32(key.encode("utf-8")))
+        self._bind(self._fixed_variant if self._fixed_variant is not None
+                   else draw_variant(episode_key(row), self._seed))
         return None
 
-    def _budget_left(self) -> bool:
+    def _spend(self) -> None:
         self._calls += 1
-        return self._calls <= self._max_tool_calls
+        if self._calls > self._max_tool_calls:
+            raise ToolError(f"tool call budget of {self._max_tool_calls} calls is used up; answer now.")
 
-    def search(self, query: str, size: int = 5) -> str:
-        """Search the document collection and return ranked hits with doc_id, title and snippet.
+    # The class methods give TRL the tool names; each instance replaces them in _bind (see there).
+    def search(self, query: str, size: int | None = None) -> str:
+        """Search the document collection (the episode's variant replaces this description).
 
         Args:
-            query: Plain-text keywords, or a JSON OpenSearch query (match, match_phrase, bool, ...).
-            size: How many hits to return.
+            query: Plain-text keywords or a JSON OpenSearch query.
+            size: How many hits to return (default: the task's top_k).
 
         Returns:
-            The hits as text, or a line starting with "Error:".
+            Ranked hits with doc_id, title and snippet.
         """
-        if not self._budget_left():
-            return f"Error: tool call budget of {self._max_tool_calls} calls is used up; answer now."
-        return self._tools.search(query, size)
+        self._spend()
+        return search_text(self._backend, self._config, query, size)
 
     def open_doc(self, doc_id: str, offset: int = 0) -> str:
-        """Read a document by its doc_id, one page at a time.
+        """Read a document by doc_id, one page at a time (the episode's variant replaces this description).
 
         Args:
             doc_id: The doc_id from a search hit.
             offset: Character offset to start reading from (0 = beginning).
 
         Returns:
-            A page of the document and the offset to continue from, or a line starting with "Error:".
+            A page of the document and the offset to continue from.
         """
-        if not self._budget_left():
-            return f"Error: tool call budget of {self._max_tool_calls} calls is used up; answer now."
-        return self._tools.open_doc(doc_id, offset)
+        self._spend()
+        return page_text(self._backend, self._config, doc_id, offset)
+
+    # Properties, not methods: TRL would list a public method as a tool.
+    @property
+    def tool_variant(self) -> int:
+        """The description variant this episode's model sees."""
+        return self._variant
+
+    @property
+    def tools_config(self) -> ToolsConfig:
+        return self._config
 
     @property
     def tool_calls_made(self) -> int:
-        """Calls made in this episode (a property, so TRL does not list it as a tool)."""
+        """Calls made in this episode."""
         return self._calls
 
 
 def tool_methods(environment) -> dict[str, Callable]:
-    """The tools TRL would expose for this instance: public functions of its class but reset/get_reward."""
-
+    """The tools TRL exposes for this instance: names of the class's public functions but reset/get_reward,
+    values looked up on the instance (so ``SearchEnvironment``'s per-episode functions)."""
     return {
         name: getattr(environment, name)
         for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)
@@ -92,21 +154,76 @@ def tool_methods(environment) -> dict[str, Callable]:
     }
 
 
-def make_environment_factory(task, index) -> Callable[[], SearchEnvironment]:
-    """Zero-argument factory for ``environment_factory``: opens the index once, shares it across instances.
+def tool_schemas(environment) -> list[dict]:
+    """The JSON tool schemas the model is shown for this instance (what transformers' chat template gets)."""
+    from transformers.utils import get_json_schema
 
-    ``index``: an index folder / OpenSearch target for ``tansaku.envs.search.open_index``, or an opened backend.
+    return [get_json_schema(f) for f in tool_methods(environment).values()]
+
+
+def call_tool(functions: dict[str, Callable], name: str, arguments) -> tuple[str, bool]:
+    """Run one tool call exactly as TRL 1.16's tool loop does: ``(content the model reads, failed)``.
+
+    Any exception (``ToolError``, wrong argument names, unknown tool) is a failure whose content is
+    ``str({"error": message})``, the text TRL writes and ``tansaku.core.parsing.is_tool_error`` recognizes.
     """
-    if isinstance(index, str) or hasattr(index, "__fspath__"):
+    try:
+        function = functions.get(name)
+        if function is None:
+            raise ValueError(f"Tool {name} not found.")
+        result = function(**arguments)
+    except Exception as e:
+        return str({"error": str(e)}), True
+    return (result if isinstance(result, list) else str(result)), False
+
+
+def open_backend(index):
+    """An opened search backend from an index folder / OpenSearch target, or ``index`` itself if already open."""
+    if isinstance(index, (str, Path)):
         from tansaku.envs.search import open_index
 
-        backend = open_index(str(index))
-    else:
-        backend = index
-    tools_config = dict(task.tools_config)
-    max_tool_calls = task.max_tool_calls
+        return open_index(str(index))
+    return index
 
-    def environment_factory() -> SearchEnvironment:
-        return SearchEnvironment(backend, tools_config, max_tool_calls)
 
-    return environment_factory
+@dataclass
+class EnvironmentFactory:
+    """Zero-argument callable for TRL's ``environment_factory`` and ``run_rollouts``: one fresh environment
+    per call, all sharing one backend. ``variant``: fix the description variant (else drawn at ``reset``)."""
+
+    backend: object
+    config: ToolsConfig
+    max_tool_calls: int = 16
+    variant: int | None = None
+    seed: int = 0
+
+    def __call__(self) -> SearchEnvironment:
+        return SearchEnvironment(self.backend, self.config, self.max_tool_calls, self.variant, self.seed)
+
+
+def make_environment_factory(task, index, variant: int | None = None, seed: int = 0) -> EnvironmentFactory:
+    """The task's environments (its ``tools_config`` and ``max_tool_calls``) over ``index``.
+
+    ``index``: an index folder / OpenSearch target for ``tansaku.envs.search.open_index``, or an opened backend.
+    ``seed`` changes which variant each row draws.
+    """
+    return EnvironmentFactory(open_backend(index), ToolsConfig(**task.tools_config), task.max_tool_calls,
+                              variant, seed)
+
+
+def task_variants(task) -> list[int]:
+    """The description variants a task's episodes can show: all, or the one its ``tools_config`` fixes."""
+    fixed = task.tools_config.get("description_variant")
+    return [fixed] if fixed is not None else list(range(N_VARIANTS))
+
+
+def episode_variant(task, row: dict, seed: int = 0) -> int:
+    """The variant ``reset(**row)`` draws for ``row`` in the task's environments (fixed one if configured)."""
+    fixed = task.tools_config.get("description_variant")
+    return fixed if fixed is not None else draw_variant(episode_key(row), seed)
+
+
+def variant_factories(task, index) -> dict[int, EnvironmentFactory]:
+    """``{variant: factory with that variant fixed}`` over one backend, for TRL (see module docstring)."""
+    backend = open_backend(index)
+    return {v: make_environment_factory(task, backend, variant=v) for v in task_variants(task)}

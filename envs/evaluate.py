@@ -19,7 +19,8 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from tansaku.core.errors import TansakuError
+from tansaku.core.errors import InputError, TansakuError
+from tansaku.core.llm import as_client
 from tansaku.core.store import read_records
 from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.rollout import run_rollouts
@@ -128,25 +129,21 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
         out_dir: where ``trajectories.jsonl`` and ``report.json`` go (None: write nothing).
         max_turns, max_tokens, temperature, seed: rollout settings (max_turns defaults to the task's).
         judge: LLM spec or client for rubric tasks (``deepresearch``).
-        pass_threshold: correctness reward value that counts as a pass (default 1.0; 0.5 for rubric).
+        pass_threshold: correctness reward value that counts as a pass (default: the task's ``pass_threshold``).
     """
 
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
+        raise InputError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
     spec = TASKS[task]
     rows = load_rows(dataset, split, limit)
     if not rows:
-        raise ValueError(f"no rows in {dataset} (split {split!r})")
+        raise InputError(f"no rows in {dataset} (split {split!r})")
     missing = sorted({c for row in rows for c in spec.columns if c not in row})
     if missing:
-        raise ValueError(f"{dataset} lacks column(s) {missing} that task {task} needs ({spec.columns})")
-    if isinstance(model, str) or isinstance(judge, str):
-        from tansaku.core.llm import from_spec
-
-        model = from_spec(model) if isinstance(model, str) else model
-        judge = from_spec(judge) if isinstance(judge, str) else judge
+        raise InputError(f"{dataset} lacks column(s) {missing} that task {task} needs ({spec.columns})")
+    model, judge = as_client(model), as_client(judge)
     if pass_threshold is None:
-        pass_threshold = 0.5 if spec.answer_style == "report" else 1.0
+        pass_threshold = spec.pass_threshold  # the task owns it: 1.0 for exact answers, 0.5 for rubrics
     trajectories = run_rollouts(model, spec, rows, make_environment_factory(spec, index), k=k, max_turns=max_turns,
                                 max_tokens=max_tokens, temperature=temperature, seed=seed, judge=judge)
     report = summarize(spec, trajectories, k, pass_threshold)

@@ -21,12 +21,14 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from tansaku.core.llm.base import ChatRequest, LLMBadJSON, parse_json
+from tansaku.core.llm import ChatRequest
 from tansaku.core.parsing import (
+    LLMBadJSON,
     ParseError,
     coerce_tool_call,
     final_answers,
     is_tool_error,
+    parse_json,
     parse_tool_calls,
     split_think,
     strip_end_markers,

@@ -1,14 +1,24 @@
 """Standalone multi-turn rollout runner (solvability checks, teacher rollouts, evaluation).
 
 generate → parse → execute tools → append the tool messages → generate again, until the model answers
-without a tool call, hits ``max_turns``, or a generation is cut by ``max_tokens``. All active episodes of a
+without a tool call, writes a malformed one, hits ``max_turns``, or a generation is cut by ``max_tokens``. All active episodes of a
 turn go to the client in one ``client.chat`` call, so every ``tansaku.core.llm`` backend batches/parallelizes
 them. Trajectories are HF chat messages: assistant turns carry ``reasoning_content`` (every step's, not
 just the last) and ``tool_calls`` with dict arguments, tool results are ``{"role": "tool", …}`` — the same
 shape TRL hands to reward functions, so ``tansaku.envs.rewards`` scores both alike.
 
-A malformed tool call gets a tool message starting with ``エラー:`` that the model sees next turn, and is
-kept as raw ``<tool_call>`` text in the assistant content, where ``tansaku.envs.rewards.format_reward`` counts it.
+Tools come from an environment factory (``tansaku.envs.environments.make_environment_factory``), one fresh
+``SearchEnvironment`` per episode, ``reset(**row)`` as in TRL: each episode's request carries the schemas of
+its own description variant (drawn at reset; ``Trajectory.tool_variant`` records it, ``Trajectory.tools``
+keeps the schemas). A tool call runs through ``environments.call_tool``, exactly TRL's tool loop: a tool
+that raises gives ``{'error': '<message>'}`` as the tool content and counts in ``tool_errors``.
+
+Model output is read by ``tansaku.core.parsing`` exactly as TRL's GRPO loop reads it (transformers'
+``parse_response``): strictly, never repaired. A turn with a malformed tool call is plain text there — TRL
+runs none of its calls and the episode ends — so here too: it ends the episode (``stop_reason``
+``parse_error``), is counted in ``parse_failures`` and keeps its raw ``<tool_call>`` blocks in the assistant
+content, where ``tansaku.envs.rewards.format_reward`` counts them. Eval therefore measures the loop GSPO trains.
+Requests carry the messages in the wire form (``to_wire``: arguments as JSON text).
 
     from tansaku.envs.rollout import run_rollouts
     trajectories = run_rollouts(client, TASKS["multihop_qa"], rows, make_environment_factory(task, idx), k=4)
@@ -27,9 +37,10 @@ from tansaku.core.parsing import (
     parse_tool_calls,
     split_think,
     strip_end_markers,
+    to_wire,
 )
 from tansaku.core.progress import progress_bar
-from tansaku.envs.environments import tool_methods
+from tansaku.envs.environments import call_tool, tool_methods, tool_schemas
 from tansaku.envs.rewards import episode_stats
 
 
@@ -39,7 +50,7 @@ class Trajectory:
     sample_index: int
     prompt: list[dict]
     completion: list[dict] = field(default_factory=list)
-    stop_reason: str = "running"  # answer | max_turns | max_tokens | llm_error
+    stop_reason: str = "running"  # answer | max_turns | max_tokens | parse_error | llm_error
     error: str | None = None
     turns: int = 0
     tool_calls: int = 0
@@ -47,6 +58,8 @@ class Trajectory:
     parse_failures: int = 0
     rewards: dict[str, float | None] = field(default_factory=dict)
     total_reward: float | None = None
+    tool_variant: int | None = None  # tool description variant the model was shown (drawn at reset)
+    tools: list[dict] = field(default_factory=list, repr=False)  # those tool schemas (not in to_record)
 
     @property
     def messages(self) -> list[dict]:
@@ -55,97 +68,79 @@ class Trajectory:
     def to_record(self) -> dict:
         """JSON-able record (one line of trajectories.jsonl)."""
         record = asdict(self)
+        record.pop("tools")  # the variant number says which schemas; keeps trajectories.jsonl small
         record["messages"] = record.pop("prompt") + record.pop("completion")
         record["n_prompt_messages"] = len(self.prompt)
         return record
 
 
-def _environment_for_episode(tools):
-    """A fresh environment per episode from a factory/class, or the shared tools object itself."""
-    if isinstance(tools, type) or (callable(tools) and not hasattr(tools, "search")):
-        return tools()
-    return tools
-
-
-def _tool_functions(environment) -> dict:
-    if hasattr(environment, "functions") and callable(environment.functions):  # tansaku.envs.tools.SearchTools
-        return {f.__name__: f for f in environment.functions()}
-
-    return tool_methods(environment)
-
-
-def _tool_schemas(functions: dict) -> list[dict]:
-    from transformers.utils import get_json_schema
-
-    return [get_json_schema(f) for f in functions.values()]
-
-
-def _wire_messages(messages: list[dict]) -> list[dict]:
-    """OpenAI wire form for the client: tool-call arguments as JSON strings, with ids."""
-    wired = []
-    for message in messages:
-        if message.get("tool_calls"):
-            calls = [{"id": c.get("id"), "type": "function",
-                      "function": {"name": c["function"]["name"],
-                                   "arguments": json.dumps(c["function"]["arguments"], ensure_ascii=False)}}
-                     for c in message["tool_calls"]]
-            message = {**message, "tool_calls": calls}
-        wired.append(message)
-    return wired
+def _environment_for_episode(environment_factory):
+    """A fresh environment per episode, as TRL's ``environment_factory`` gives (budgets and variants are per
+    episode, so one shared instance would be wrong)."""
+    if not callable(environment_factory) or hasattr(environment_factory, "reset"):
+        raise TypeError("run_rollouts needs a zero-argument environment factory, e.g. "
+                        "tansaku.envs.environments.make_environment_factory(task, index); got "
+                        f"{type(environment_factory).__name__}")
+    return environment_factory()
 
 
 def _parse_result(result) -> tuple[str | None, str, list[ToolCall], list[ParseError]]:
-    """(reasoning, content with malformed calls kept as raw text, good calls, parse errors)."""
+    """``(reasoning, content, calls to run, parse errors)`` of one generation, read by ``tansaku.core.parsing``.
+
+    The raw text is parsed strictly; calls a server already parsed (``server_tool_calls``, wire form) are
+    validated by the same ``coerce_tool_call``. A turn with any malformed call is plain text, as in TRL's
+    loop (``parse_response`` fails, TRL keeps the decoded text and runs nothing): no call is returned and
+    the content keeps every ``<tool_call>`` block, where ``format_reward`` finds the errors.
+    """
     reasoning, rest = split_think(strip_end_markers(result.content or ""))
-    reasoning = result.reasoning or reasoning
+    reasoning = result.server_reasoning or reasoning
     content, calls, errors = parse_tool_calls(rest)
-    for raw_call in result.tool_calls or []:
+    server_blocks = []
+    for raw_call in result.server_tool_calls or []:
         parsed = coerce_tool_call(raw_call, raw=json.dumps(raw_call, ensure_ascii=False, default=str))
-        (calls if isinstance(parsed, ToolCall) else errors).append(parsed)
-    for error in errors:
-        closing = "" if error.kind == "unclosed" else "</tool_call>"
-        content += f"\n<tool_call>{error.raw}{closing}"
-    return reasoning, content.strip(), calls, errors
+        if isinstance(parsed, ToolCall):
+            calls.append(parsed)
+            server_blocks.append(json.dumps({"name": parsed.name, "arguments": parsed.arguments}, ensure_ascii=False))
+        else:
+            errors.append(parsed)
+            server_blocks.append(parsed.raw)
+    if errors:
+        return reasoning, "\n".join([rest, *(f"<tool_call>{b}</tool_call>" for b in server_blocks)]).strip(), [], errors
+    return reasoning, content, calls, errors
 
 
 def _execute(functions: dict, call: ToolCall) -> str:
-    function = functions.get(call.name)
-    if function is None:
-        return f"エラー: ツール {call.name!r} はありません。使えるツール: {', '.join(functions)}"
-    try:
-        return str(function(**call.arguments))
-    except TypeError as exc:  # wrong/missing argument names
-        return f"エラー: {call.name} の引数が正しくありません: {exc}"
-    except Exception as exc:  # a tool must never end the episode
-        return f"エラー: {call.name} が失敗しました ({type(exc).__name__}: {exc})"
+    """The tool message content, as TRL writes it (``{'error': …}`` when the tool raised; never raises)."""
+    content, _failed = call_tool(functions, call.name, call.arguments)
+    return content
 
 
-def run_rollouts(client, task, rows: list[dict], tools, k: int = 1, max_turns: int | None = None,
+def run_rollouts(client, task, rows: list[dict], environment_factory, k: int = 1, max_turns: int | None = None,
                  max_tokens: int = 1024, temperature: float = 0.7, top_p: float = 1.0, seed: int = 0,
                  judge=None, score: bool = True, quiet: bool = False) -> list[Trajectory]:
     """Run ``k`` episodes per row; return trajectories ordered by (row, sample).
 
     A progress bar counts finished episodes (shown on a terminal only; ``quiet`` turns it off).
 
-    ``tools``: an environment factory/class (fresh instance per episode, ``reset(**row)`` called), or a
-    shared object with tool methods (e.g. ``tansaku.envs.tools.SearchTools``). ``score``: fill ``rewards`` with
-    the task's reward functions (``judge`` needed for rubric tasks) and ``total_reward``.
+    ``environment_factory``: zero-argument callable returning a fresh environment per episode
+    (``make_environment_factory(task, index)``); ``reset(**row)`` draws its description variant, and the
+    episode's requests carry that variant's tool schemas. ``score``: fill ``rewards`` with the task's
+    reward functions (``judge`` needed for rubric tasks) and ``total_reward``.
     """
 
     max_turns = max_turns or task.max_turns
-    episodes, environments, functions = [], [], []
+    episodes, functions = [], []
     for row_index, row in enumerate(rows):
         for sample_index in range(k):
-            environment = _environment_for_episode(tools)
-            # A shared tools object (not built per episode) is not reset: it has no per-episode state.
-            observation = environment.reset(**row) if environment is not tools else None
+            environment = _environment_for_episode(environment_factory)
+            observation = environment.reset(**row)  # draws this episode's description variant
             prompt = task.build_prompt(row)
             if observation:  # TRL appends reset()'s text to the last prompt message; do the same
                 prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + observation}
-            episodes.append(Trajectory(row_index, sample_index, prompt))
-            environments.append(environment)
-            functions.append(_tool_functions(environment))
-    schemas = _tool_schemas(functions[0]) if functions else []
+            # Read after reset: the tools (and their descriptions) this episode's model is shown.
+            functions.append(tool_methods(environment))
+            episodes.append(Trajectory(row_index, sample_index, prompt, tools=tool_schemas(environment),
+                                       tool_variant=getattr(environment, "tool_variant", None)))
 
     with progress_bar(f"{task.name} rollouts", total=len(episodes), quiet=quiet) as advance:
         for turn in range(max_turns):
@@ -153,8 +148,8 @@ def run_rollouts(client, task, rows: list[dict], tools, k: int = 1, max_turns: i
             if not active:
                 break
             # One seed per turn (not per episode): the transformers backend batches only requests sharing a seed.
-            requests = [ChatRequest(messages=_wire_messages(episodes[i].messages), max_tokens=max_tokens,
-                                    temperature=temperature, top_p=top_p, seed=seed + turn, tools=schemas,
+            requests = [ChatRequest(messages=to_wire(episodes[i].messages), max_tokens=max_tokens,
+                                    temperature=temperature, top_p=top_p, seed=seed + turn, tools=episodes[i].tools,
                                     sample_index=episodes[i].sample_index) for i in active]
             for i, result in zip(active, client.chat(requests), strict=True):
                 episode = episodes[i]
@@ -175,12 +170,9 @@ def run_rollouts(client, task, rows: list[dict], tools, k: int = 1, max_turns: i
                     output = _execute(functions[i], call)
                     episode.completion.append({"role": "tool", "name": call.name, "tool_call_id": f"call_{turn}_{j}",
                                                "content": output})
-                for j, error in enumerate(errors):
-                    episode.completion.append({"role": "tool", "name": "parse_error",
-                                               "tool_call_id": f"call_{turn}_error_{j}",
-                                               "content": error.as_tool_message()})
-                if not calls and not errors:
-                    episode.stop_reason = "max_tokens" if result.finish_reason == "length" else "answer"
+                if errors or not calls:  # an answer, a cut generation or a malformed call: TRL's loop ends too
+                    episode.stop_reason = ("max_tokens" if result.finish_reason == "length"
+                                           else "parse_error" if errors else "answer")
             advance(sum(1 for i in active if episodes[i].stop_reason != "running"))
     for episode in episodes:
         if episode.stop_reason == "running":

@@ -1,14 +1,22 @@
-"""Task definitions: dataset schema, prompts, tool config, reward functions and weights, and a version.
+"""Task definitions: one class per task (``MultihopQA``, ``EgovMCQ``, ``DeepResearch``) owning its dataset schema,
+prompt, gold completion and gold check, tool config, reward functions and weights, and a version.
 
-``TASKS[name]`` holds ``multihop_qa``, ``egov_mcq`` and ``deepresearch``. Bump a task's ``version`` whenever
-its scoring changes, so results of two versions are never compared. ``check_gold(task, rows)`` is run by
-every synthesis pipeline: the gold answer must score 1.0 under the task's own answer reward.
+``TASKS[name]`` holds one instance of each. Bump a task's ``version`` whenever its scoring changes, so results of
+two versions are never compared. ``check_gold(task, rows)`` is run by every synthesis pipeline: the gold answer
+must score 1.0 under the task's own answer reward. Code outside this module never branches on a task's name:
+what differs between tasks is a field (``pass_threshold``, ``source_pipelines`` …) or a method a subclass
+overrides (``user_message``, ``build_prompt``, ``gold_completion``, ``gold_problem``, ``reward_function``).
 
     from tansaku.envs.tasks import TASKS, check_gold
     task = TASKS["multihop_qa"]
     task.build_prompt({"question": "雪村製菓の創業者の出身地は？"})   # [system, user] messages
     task.reward_functions()                                         # TRL reward_funcs; weights: task.weights()
     check_gold(task, rows)                                          # ValueError listing the bad rows
+
+>>> sorted(TASKS), type(TASKS["egov_mcq"]).__name__
+(['deepresearch', 'egov_mcq', 'multihop_qa'], 'EgovMCQ')
+>>> TASKS["egov_mcq"].gold_completion({"answer_index": 1})[0]["content"]
+'{{2}}'
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from tansaku.core.errors import InputError
 from tansaku.envs import rewards
 
 _ANSWER_RULE = "最終回答は最後のメッセージに {{答え}} の形で一つだけ書いてください（例: {{東京都}}）。"
@@ -40,14 +49,19 @@ _DEEPRESEARCH_SYSTEM = (
 
 @dataclass(frozen=True)
 class Task:
-    """Everything that defines one RL/eval task. Plain data; ``reward_functions`` builds the callables."""
+    """Everything that defines one RL/eval task. The fields are plain data (``describe()`` puts them in
+    manifests and eval reports); subclasses give them their values and override the hooks below.
 
-    name: str
-    version: str
-    system_prompts: tuple[str, ...]
-    columns: dict[str, str]  # required dataset columns → type description
+    ``pass_threshold``: the answer-reward value that counts as a pass in ``run_eval`` (1.0 for exact answers).
+    ``source_pipelines``: ``synth build`` pipelines whose datasets hold this task's rows (``task_for_dataset``).
+    """
+
+    name: str = ""
+    version: str = "1"
+    system_prompts: tuple[str, ...] = ()
+    columns: dict[str, str] = field(default_factory=dict)  # required dataset columns → type description
     optional_columns: dict[str, str] = field(default_factory=dict)
-    answer_style: str = "braces"  # braces: {{…}}; report: the final message is the report
+    answer_style: str = "braces"  # the format reward's style — braces: {{…}}; report: the final message is the report
     answer_reward_name: str | None = "answer_reward"
     reward_weights: dict[str, float] = field(default_factory=dict)  # reward name → weight
     tool_names: tuple[str, ...] = ("search", "open_doc")
@@ -56,27 +70,22 @@ class Task:
     require_reasoning: bool = True
     max_turns: int = 8
     max_tool_calls: int = 16
+    pass_threshold: float = 1.0
+    source_pipelines: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ prompts
     def user_message(self, row: dict) -> str:
-        if self.name == "egov_mcq":
-            choices = rewards._as_list(row["choices"])
-            lines = [str(row["question"]), ""] + [f"{i + 1}. {c}" for i, c in enumerate(choices)]
-            return "\n".join(lines)
-        if self.answer_style == "report":
-            return str(row.get("instruction") or row.get("question"))
         return str(row["question"])
 
     def build_prompt(self, row: dict, variant: int | None = None) -> list[dict]:
         """[system, user] messages; ``variant`` picks a system prompt (default: stable per question)."""
+        return [{"role": "system", "content": self.system_prompt(row, variant)},
+                {"role": "user", "content": self.user_message(row)}]
+
+    def system_prompt(self, row: dict, variant: int | None = None) -> str:
         if variant is None:
             variant = sum(map(ord, self.user_message(row))) % len(self.system_prompts)
-        system = self.system_prompts[variant % len(self.system_prompts)]
-        dialogue = rewards._as_list(row.get("dialogue")) if self.answer_style == "report" else []
-        if dialogue:  # deepresearch rows with clarifying Q/A: instruction, clarifying question, user's answer
-            return [{"role": "system", "content": system}, *({"role": m["role"], "content": m["content"]}
-                                                             for m in dialogue)]
-        return [{"role": "system", "content": system}, {"role": "user", "content": self.user_message(row)}]
+        return self.system_prompts[variant % len(self.system_prompts)]
 
     def to_trl_rows(self, rows: list[dict]) -> list[dict]:
         """Rows with a conversational ``prompt`` column added, as ``GRPOTrainer`` expects.
@@ -92,23 +101,22 @@ class Task:
             out.append(row)
         return out
 
+    def fits(self, row: dict) -> bool:
+        """True when ``row`` has every column this task needs."""
+        return all(c in row for c in self.columns)
+
     # ------------------------------------------------------------------ rewards
+    def reward_function(self, name: str, judge=None):
+        """The reward callable of component ``name`` (a function of ``tansaku.envs.rewards`` by default)."""
+        if name == "tool_call_reward":
+            return rewards.make_tool_call_reward(self.tool_call_cap)
+        if name == "format_reward":
+            return rewards.make_format_reward(self.answer_style, self.require_reasoning)
+        return getattr(rewards, name)
+
     def reward_functions(self, judge=None) -> list:
         """The TRL ``reward_funcs`` in the order of ``reward_weights``. ``judge``: client for rubric tasks."""
-        functions = []
-        for name in self.reward_weights:
-            if name == "tool_call_reward":
-                fn = rewards.make_tool_call_reward(self.tool_call_cap)
-            elif name == "format_reward":
-                fn = rewards.make_format_reward(self.answer_style, self.require_reasoning)
-            elif name == "rubric_reward":
-                if judge is None:
-                    raise ValueError(f"task {self.name!r} scores reports with a judge: pass judge=<LLM client>")
-                fn = rewards.make_rubric_reward(judge)
-            else:
-                fn = getattr(rewards, name)
-            functions.append(fn)
-        return functions
+        return [self.reward_function(name, judge) for name in self.reward_weights]
 
     def weights(self) -> list[float]:
         return list(self.reward_weights.values())
@@ -117,7 +125,7 @@ class Task:
         """The correctness reward (the one ``check_gold``, pass@k and the readiness check use)."""
         if self.answer_reward_name is None:
             return None
-        return self.reward_functions(judge)[list(self.reward_weights).index(self.answer_reward_name)]
+        return self.reward_function(self.answer_reward_name, judge)
 
     def weighted_total(self, scores: dict[str, float | None]) -> float:
         """Weighted sum over components; a None component (judge failure) counts 0."""
@@ -130,93 +138,166 @@ class Task:
     # ------------------------------------------------------------------ gold
     def gold_completion(self, row: dict) -> list[dict]:
         """A minimal completion that states the gold answer in the task's final-answer format."""
-        if self.name == "egov_mcq":
-            content = "{{" + str(int(row["answer_index"]) + 1) + "}}"
-        else:
-            content = "{{" + str(row["answer"]) + "}}"
-        return [{"role": "assistant", "content": content, "reasoning_content": "正解を書く。"}]
+        return [{"role": "assistant", "content": "{{" + self.gold_answer(row) + "}}", "reasoning_content": "正解を書く。"}]
+
+    def gold_answer(self, row: dict) -> str:
+        return str(row["answer"])
+
+    def gold_problem(self, row: dict) -> str | None:
+        """Why ``row``'s gold would not score 1.0 under the answer reward (None: it does)."""
+        raise NotImplementedError
+
+    def gold_failures(self, rows: list[dict]) -> list[tuple[int, str]]:
+        """``(row index, reason)`` for every row whose gold answer would not score 1.0 (or is malformed)."""
+        failures = []
+        for i, row in enumerate(rows):
+            missing = [c for c in self.columns if row.get(c) in (None, "", [])]
+            problem = f"missing column(s) {missing}" if missing else self.gold_problem(row)
+            if problem:
+                failures.append((i, problem))
+        return failures
 
 
-TASKS: dict[str, Task] = {
-    "multihop_qa": Task(
-        name="multihop_qa",
-        version="1",
-        system_prompts=_MULTIHOP_SYSTEM,
-        columns={"question": "str", "answer": "str"},
-        optional_columns={"aliases": "list[str]", "id": "str"},
-        reward_weights={"answer_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2,
-                        "zh_mix_penalty": 0.3},
-    ),
-    "egov_mcq": Task(
-        name="egov_mcq",
-        version="1",
-        system_prompts=_EGOV_SYSTEM,
-        columns={"question": "str", "choices": "list[str] (4)", "answer_index": "int (0-based)"},
-        optional_columns={"law_title": "str", "article_title": "str", "id": "str"},
-        answer_reward_name="mcq_reward",
-        reward_weights={"mcq_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.5},
-    ),
-    "deepresearch": Task(
-        name="deepresearch",
-        version="2",  # 2: graded rubric scales (0-2, 0-3) scored as points / top
-        system_prompts=_DEEPRESEARCH_SYSTEM,
-        columns={"instruction": "str", "rubric": "list[str] or list[{criterion, weight}] (JSON string ok)"},
-        optional_columns={"id": "str"},
-        answer_style="report",
-        answer_reward_name="rubric_reward",
-        reward_weights={"rubric_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.3},
-        max_turns=12,
-        max_tool_calls=24,
-    ),
-}
+@dataclass(frozen=True)
+class MultihopQA(Task):
+    """Two-hop questions answered as ``{{答え}}``; scored by ``answer_reward`` (answer or an alias)."""
+
+    name: str = "multihop_qa"
+    version: str = "1"
+    system_prompts: tuple[str, ...] = _MULTIHOP_SYSTEM
+    columns: dict[str, str] = field(default_factory=lambda: {"question": "str", "answer": "str"})
+    optional_columns: dict[str, str] = field(default_factory=lambda: {"aliases": "list[str]", "id": "str"})
+    reward_weights: dict[str, float] = field(default_factory=lambda: {
+        "answer_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.3})
+    source_pipelines: tuple[str, ...] = ("multihop", "jemhopqa")
+
+    def gold_problem(self, row: dict) -> str | None:
+        aliases = rewards._as_list(row.get("aliases"))
+        bad_aliases = [a for a in aliases
+                       if rewards.answer_reward([[{"role": "assistant", "content": "{{" + str(a) + "}}"}]],
+                                                answer=[row["answer"]], aliases=[aliases])[0] != 1.0]
+        if bad_aliases:
+            return f"aliases that cannot score: {bad_aliases}"
+        score = rewards.answer_reward([self.gold_completion(row)], answer=[row["answer"]])[0]
+        return None if score == 1.0 else f"gold answer scores {score} under {self.answer_reward_name}"
+
+
+@dataclass(frozen=True)
+class EgovMCQ(Task):
+    """Four-choice law questions: the user message lists the numbered choices, the answer is ``{{番号}}``."""
+
+    name: str = "egov_mcq"
+    version: str = "1"
+    system_prompts: tuple[str, ...] = _EGOV_SYSTEM
+    columns: dict[str, str] = field(default_factory=lambda: {
+        "question": "str", "choices": "list[str] (4)", "answer_index": "int (0-based)"})
+    optional_columns: dict[str, str] = field(default_factory=lambda: {
+        "law_title": "str", "article_title": "str", "id": "str"})
+    answer_reward_name: str | None = "mcq_reward"
+    reward_weights: dict[str, float] = field(default_factory=lambda: {
+        "mcq_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.5})
+    source_pipelines: tuple[str, ...] = ("egov_mcq", "egov")
+
+    def user_message(self, row: dict) -> str:
+        choices = rewards._as_list(row["choices"])
+        return "\n".join([str(row["question"]), ""] + [f"{i + 1}. {c}" for i, c in enumerate(choices)])
+
+    def gold_answer(self, row: dict) -> str:
+        return str(int(row["answer_index"]) + 1)  # choices are numbered from 1 in the prompt
+
+    def gold_problem(self, row: dict) -> str | None:
+        choices = rewards._as_list(row["choices"])
+        if not 0 <= int(row["answer_index"]) < len(choices):
+            return f"answer_index {row['answer_index']} outside {len(choices)} choices"
+        score = rewards.mcq_reward([self.gold_completion(row)], answer_index=[row["answer_index"]],
+                                   choices=[choices])[0]
+        return None if score == 1.0 else f"gold answer scores {score} under {self.answer_reward_name}"
+
+
+@dataclass(frozen=True)
+class DeepResearch(Task):
+    """Report instructions scored by an LLM judge against a per-row rubric (``rubric_reward``).
+
+    There is no gold report: the gold check validates the rubric instead, and a rubric score of 0.5
+    counts as a pass in ``run_eval``.
+    """
+
+    name: str = "deepresearch"
+    version: str = "2"  # 2: graded rubric scales (0-2, 0-3) scored as points / top
+    system_prompts: tuple[str, ...] = _DEEPRESEARCH_SYSTEM
+    columns: dict[str, str] = field(default_factory=lambda: {
+        "instruction": "str", "rubric": "list[str] or list[{criterion, weight}] (JSON string ok)"})
+    optional_columns: dict[str, str] = field(default_factory=lambda: {"id": "str"})
+    answer_style: str = "report"
+    answer_reward_name: str | None = "rubric_reward"
+    reward_weights: dict[str, float] = field(default_factory=lambda: {
+        "rubric_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.3})
+    max_turns: int = 12
+    max_tool_calls: int = 24
+    pass_threshold: float = 0.5
+    source_pipelines: tuple[str, ...] = ("deepresearch",)
+
+    def user_message(self, row: dict) -> str:
+        return str(row.get("instruction") or row.get("question"))
+
+    def build_prompt(self, row: dict, variant: int | None = None) -> list[dict]:
+        """With clarifying Q/A (``dialogue``): instruction, clarifying question, the user's answer."""
+        dialogue = rewards._as_list(row.get("dialogue"))
+        if not dialogue:
+            return super().build_prompt(row, variant)
+        return [{"role": "system", "content": self.system_prompt(row, variant)},
+                *({"role": m["role"], "content": m["content"]} for m in dialogue)]
+
+    def reward_function(self, name: str, judge=None):
+        if name == "rubric_reward":
+            if judge is None:
+                raise InputError(f"task {self.name!r} scores reports with a judge: pass judge=<LLM client>")
+            return rewards.make_rubric_reward(judge)
+        return super().reward_function(name, judge)
+
+    def gold_completion(self, row: dict) -> list[dict]:
+        raise ValueError(f"task {self.name!r} has no gold completion: its rows carry a rubric, not an answer")
+
+    def gold_problem(self, row: dict) -> str | None:
+        try:
+            texts, weights, _ = rewards._rubric_items(row["rubric"])
+        except (TypeError, ValueError) as exc:
+            return f"unreadable rubric: {exc}"
+        if not texts or not all(t.strip() for t in texts) or sum(weights) <= 0:
+            return "rubric needs at least one non-empty criterion with positive weight"
+        return None
+
+
+TASKS: dict[str, Task] = {task.name: task for task in (MultihopQA(), EgovMCQ(), DeepResearch())}
 
 
 def gold_failures(task: Task, rows: list[dict]) -> list[tuple[int, str]]:
     """``(row index, reason)`` for every row whose gold answer would not score 1.0 (or is malformed)."""
-    failures = []
-    for i, row in enumerate(rows):
-        missing = [c for c in task.columns if row.get(c) in (None, "", [])]
-        if missing:
-            failures.append((i, f"missing column(s) {missing}"))
-            continue
-        if task.name == "deepresearch":
-            try:
-                texts, weights, _ = rewards._rubric_items(row["rubric"])
-            except (TypeError, ValueError) as exc:
-                failures.append((i, f"unreadable rubric: {exc}"))
-                continue
-            if not texts or not all(t.strip() for t in texts) or sum(weights) <= 0:
-                failures.append((i, "rubric needs at least one non-empty criterion with positive weight"))
-            continue
-        if task.name == "egov_mcq":
-            choices = rewards._as_list(row["choices"])
-            if not 0 <= int(row["answer_index"]) < len(choices):
-                failures.append((i, f"answer_index {row['answer_index']} outside {len(choices)} choices"))
-                continue
-            score = rewards.mcq_reward([task.gold_completion(row)], answer_index=[row["answer_index"]],
-                                       choices=[choices])[0]
-        else:
-            aliases = rewards._as_list(row.get("aliases"))
-            score = rewards.answer_reward([task.gold_completion(row)], answer=[row["answer"]])[0]
-            bad_aliases = [a for a in aliases
-                           if rewards.answer_reward([[{"role": "assistant", "content": "{{" + str(a) + "}}"}]],
-                                                    answer=[row["answer"]], aliases=[aliases])[0] != 1.0]
-            if bad_aliases:
-                failures.append((i, f"aliases that cannot score: {bad_aliases}"))
-                continue
-        if score != 1.0:
-            failures.append((i, f"gold answer scores {score} under {task.answer_reward_name}"))
-    return failures
+    return task.gold_failures(rows)
 
 
 def check_gold(task: Task | str, rows: list[dict]) -> None:
-    """Raise ``ValueError`` (count + first examples) unless every row's gold answer scores 1.0."""
+    """Raise ``InputError`` (count + first examples) unless every row's gold answer scores 1.0."""
     task = TASKS[task] if isinstance(task, str) else task
     failures = gold_failures(task, rows)
     if failures:
         examples = "; ".join(f"row {i}: {reason}" for i, reason in failures[:5])
-        raise ValueError(f"{len(failures)} of {len(rows)} rows fail the gold check of {task.name} "
+        raise InputError(f"{len(failures)} of {len(rows)} rows fail the gold check of {task.name} "
                          f"v{task.version}: {examples}")
+
+
+def task_for_dataset(pipeline: str | None, row: dict | None) -> Task | None:
+    """The task a question dataset is for: the one its pipeline builds rows for, else the most specific task
+    whose columns the row has (egov rows also have ``question``/``answer``); None when nothing fits.
+
+    >>> task_for_dataset("egov_mcq", None).name, task_for_dataset(None, {"question": "q", "answer": "a"}).name
+    ('egov_mcq', 'multihop_qa')
+    """
+    for task in TASKS.values():
+        if pipeline and pipeline in task.source_pipelines:
+            return task
+    fitting = [task for task in TASKS.values() if row and task.fits(row)]
+    return max(fitting, key=lambda t: len(t.columns), default=None)
 
 
 def task_json(task: Task) -> str:

@@ -135,7 +135,7 @@ def _step_reasoning(step: dict, previous: dict | None, kind: str, scenario: str 
     if previous is not None:
         results = previous.get("tool_results") or []
         titles = [t for r in results for _, t, _ in HIT.findall(r)]
-        if any(r.startswith(("No results", "Error", "エラー")) for r in results):
+        if any(r.startswith(("No results", "{'error'", "エラー")) for r in results):  # empty, or a failed call
             parts.append("前の検索では結果が得られなかった。")
         elif titles:
             parts.append(f"前の結果では「{titles[0].strip()}」などが見つかった。")

@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 from tansaku.core.engine import Drop, global_stage, map_stage
 from tansaku.core.errors import InputError
+from tansaku.core.jsonl import BadLine, iter_jsonl
 from tansaku.core.store import build_dataset, describe_input
 
 PIPELINE_VERSION = "1"
@@ -82,18 +83,8 @@ def _open_text(path: Path):
 
 def _json_objects(path: Path) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` per non-empty line; a bad line becomes an ``_error`` record instead."""
-    with _open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield lineno, {"_error": "bad_json_line", "_where": f"{path}:{lineno}: {e.msg}"}
-                continue
-            if not isinstance(obj, dict):
-                obj = {"_error": "not_an_object", "_where": f"{path}:{lineno}"}
-            yield lineno, obj
+    for lineno, obj in iter_jsonl(path, on_bad="yield"):
+        yield lineno, ({"_error": obj.reason, "_where": obj.where} if isinstance(obj, BadLine) else obj)
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
@@ -261,9 +252,9 @@ def dedup_documents(records: Iterator[dict]) -> Iterator[dict | Drop]:
         id_key = hashlib.blake2b(r["id"].encode(), digest_size=16).digest()
         text_key = hashlib.blake2b(r["text"].encode(), digest_size=16).digest()
         if id_key in seen_ids:
-            yield Drop("duplicate_id")
+            yield Drop("duplicate_id", record=r)
         elif text_key in seen_texts:
-            yield Drop("duplicate_text")
+            yield Drop("duplicate_text", record=r)
         else:
             seen_ids.add(id_key)
             seen_texts.add(text_key)
@@ -274,13 +265,17 @@ def corpus_stages(min_chars: int = 1) -> list:
     def long_enough(r: dict) -> dict | Drop:
         return r if len(r["text"]) >= min_chars else Drop("too_short")
 
-    return [map_stage("normalize", normalize_document), map_stage("min_length", long_enough),
-            global_stage("dedup", dedup_documents)]
+    return [map_stage("normalize", normalize_document),
+            map_stage("min_length", long_enough, params={"min_chars": min_chars}),
+            global_stage("dedup", dedup_documents, params={"keys": ["id", "text"]})]
 
 
 def build_corpus(input: str | Path, out: str | Path, fmt: str = "auto", min_chars: int = 1,
-                 name: str | None = None, quiet: bool = False) -> dict:
-    """Build the document dataset; returns the manifest. Rerunning with the same ``out`` resumes."""
+                 name: str | None = None, quiet: bool = False, keep_rejected: bool = False) -> dict:
+    """Build the document dataset; returns the manifest. Rerunning with the same ``out`` resumes.
+
+    ``keep_rejected`` is off by default: the drops are whole documents (duplicates of a dump can be many);
+    turn it on to inspect what ``min_length``/``dedup`` removed (the ``rejected`` split)."""
 
     input = Path(input)
     fmt = detect_format(input) if fmt == "auto" else fmt
@@ -291,6 +286,7 @@ def build_corpus(input: str | Path, out: str | Path, fmt: str = "auto", min_char
         out=out, name=name or f"corpus-{input.stem}", pipeline="corpus", pipeline_version=PIPELINE_VERSION,
         config=config, seed=0, inputs=[describe_input(input)],
         source=lambda: read_documents(input, fmt), stages=corpus_stages(min_chars), quiet=quiet,
+        keep_rejected=keep_rejected,
         card={"pretty_name": f"tansaku corpus: {input.name}", "license": licenses.get(fmt, "other"),
               "task_categories": ["text-retrieval"],
               "description": f"Normalized documents from `{input.name}` ({fmt}) for tansaku's search index "

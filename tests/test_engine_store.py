@@ -1,4 +1,5 @@
-"""Engine + store: counting, drops, checkpoints, resume after a real kill -9, version stability, cards."""
+"""Engine + store: counting, drops, checkpoints, resume after a real kill -9, version stability, cards, stage
+params in the manifest, the rejected split. (Refusals of a changed recipe: tests/test_fingerprint.py.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage, rng_for, run_pipeline
+from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage, rng_for
+from tansaku.core.runner import run_pipeline
 from tansaku.core.store import StoreError, build_dataset, read_manifest, read_rows, validate_for_push
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,12 +84,13 @@ def test_rng_for_is_keyed_not_ordered():
     assert a == b[::-1] and rng_for(8, "x").random() != a[0]
 
 
-def _build(out, source, seed=0, config=None):
+def _build(out, source, seed=0, config=None, keep_rejected=False):
     return build_dataset(out=out, name="t", pipeline="test", pipeline_version="1", config=config or {"x": 1},
                          seed=seed, inputs=[], source=source,
-                         stages=[map_stage("nonempty", _nonempty), global_stage("dedup", _dedup)],
+                         stages=[map_stage("nonempty", _nonempty, params={"min_chars": 1}), global_stage("dedup", _dedup)],
                          split_of=lambda r: "test" if r["id"] % 10 == 0 else "train", chunk_size=50,
-                         card={"license": "cc-by-sa-4.0", "task_categories": ["question-answering"]})
+                         card={"license": "cc-by-sa-4.0", "task_categories": ["question-answering"]},
+                         keep_rejected=keep_rejected)
 
 
 def test_store_roundtrip_card_and_version(tmp_path):
@@ -99,9 +102,11 @@ def test_store_roundtrip_card_and_version(tmp_path):
     assert m1["version"] == m2["version"]  # same inputs + config + seed → same version
     assert _build(tmp_path / "c", _src(96))["version"] != m1["version"]
     for key in ("name", "version", "pipeline", "pipeline_version", "config", "seed", "inputs", "llm", "stages",
-                "code", "packages", "created_at", "parents"):
+                "code", "packages", "created_at", "parents", "chunk_size", "keep_rejected", "fingerprint"):
         assert key in m1
     assert [s["name"] for s in m1["stages"]] == ["nonempty", "dedup"]
+    assert m1["stages"][0]["params"] == {"min_chars": 1} and m1["stages"][1]["params"] == {}
+    assert "rejected" not in m1["splits"]
     ds = load_dataset(str(tmp_path / "a"))
     assert set(ds) == {"train", "test"} and len(ds["train"]) + len(ds["test"]) == m1["stages"][-1]["kept"]
     ds2 = load_dataset("parquet", data_dir=str(tmp_path / "a" / "data"))
@@ -116,10 +121,40 @@ def test_store_roundtrip_card_and_version(tmp_path):
 def test_store_refuses_a_folder_from_another_run(tmp_path):
     _build(tmp_path / "a", _src())
     assert _build(tmp_path / "a", _src())["version"]  # same run: returned as it is
-    with pytest.raises(StoreError, match="different run"):
+    with pytest.raises(StoreError, match="different recipe: config x 1 → 2; remove the folder"):
         _build(tmp_path / "a", _src(), config={"x": 2})
     with pytest.raises(StoreError, match="not a tansaku dataset"):
         read_manifest(tmp_path / "nope")
+
+
+def test_rejected_split_keeps_every_drop_with_stage_reason_and_record(tmp_path):
+    from datasets import load_dataset
+    from huggingface_hub import DatasetCard
+
+    m = _build(tmp_path / "r", _src(), keep_rejected=True)
+    rejected = read_rows(tmp_path / "r", "rejected")
+    by_stage = {name: [r for r in rejected if r["stage"] == name] for name in ("nonempty", "dedup")}
+    assert len(by_stage["nonempty"]) == 23 and {r["reason"] for r in by_stage["nonempty"]} == {"empty"}
+    # a map stage's drop carries its input record; a global stage's only when it names one (_dedup does not)
+    assert all(json.loads(r["record"])["text"] == "" for r in by_stage["nonempty"])
+    assert all(r["record"] is None and r["reason"] == "duplicate" for r in by_stage["dedup"])
+    assert m["splits"]["rejected"] == len(rejected) == sum(sum(s["dropped"].values()) for s in m["stages"])
+    assert m["version"] != _build(tmp_path / "plain", _src())["version"]  # the version covers every split
+    ds = load_dataset(str(tmp_path / "r"), cache_dir=str(tmp_path / "hf"))
+    assert set(ds) == {"train", "test"}  # the default config never mixes rejected rows in
+    assert load_dataset(str(tmp_path / "r"), "rejected", cache_dir=str(tmp_path / "hf"))["rejected"].column_names \
+        == ["stage", "reason", "detail", "record"]
+    card = DatasetCard.load(tmp_path / "r" / "README.md")
+    assert [c["config_name"] for c in card.data.configs] == ["default", "rejected"] and "Rejected records" in card.text
+    assert validate_for_push(tmp_path / "r")["splits"]["rejected"] == len(rejected)
+
+
+def test_no_drops_no_rejected_split(tmp_path):
+    from datasets import load_dataset
+
+    m = _build(tmp_path / "e", [{"id": i, "text": f"t{i}"} for i in range(1, 30)], keep_rejected=True)
+    assert m["keep_rejected"] and "rejected" not in m["splits"] and not list((tmp_path / "e" / "data").glob("rej*"))
+    assert set(load_dataset(str(tmp_path / "e"), cache_dir=str(tmp_path / "hf"))) == {"train", "test"}
 
 
 SLOW_BUILD = """

@@ -44,6 +44,7 @@ def test_run_eval_reports_and_writes_trajectories(index_dir, tmp_path):
     assert report["stop_reasons"] == {"answer": 8} and report["tool_call_distribution"] == {1: 8}
     lines = (tmp_path / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 8 and json.loads(lines[0])["messages"][2]["role"] == "assistant"
+    assert all(json.loads(line)["tool_variant"] in range(4) for line in lines)  # the variant each episode showed
     assert json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["pass@2"] == 1.0
     check_rl_readiness(report)  # has signal: does not raise
 
@@ -106,6 +107,27 @@ def test_gold_check_names_bad_rows():
     assert [i for i, _ in gold_failures(TASKS["egov_mcq"], mcq)] == [0]
     research = [{"instruction": "x", "rubric": []}, {"instruction": "x", "rubric": '[{"criterion": "", "weight": 1}]'}]
     assert [i for i, _ in gold_failures(TASKS["deepresearch"], research)] == [0, 1]
+
+
+def test_each_task_is_its_own_class_owning_prompt_gold_and_rewards():
+    from tansaku.envs.tasks import DeepResearch, EgovMCQ, MultihopQA, task_for_dataset
+
+    assert {type(t) for t in TASKS.values()} == {MultihopQA, EgovMCQ, DeepResearch} and TASKS["egov_mcq"] == EgovMCQ()
+    assert [TASKS[n].version for n in ("multihop_qa", "egov_mcq", "deepresearch")] == ["1", "1", "2"]  # scoring unchanged
+    mcq = {"question": "期間は？", "choices": ["十日", "二十日", "三十日", "六十日"], "answer_index": 2}
+    assert TASKS["egov_mcq"].build_prompt(mcq, 0)[1]["content"].endswith("3. 三十日\n4. 六十日")
+    assert TASKS["egov_mcq"].gold_completion(mcq)[0]["content"] == "{{3}}"
+    assert TASKS["multihop_qa"].gold_completion({"answer": "白砂市"})[0]["content"] == "{{白砂市}}"
+    with pytest.raises(ValueError, match="rubric"):
+        TASKS["deepresearch"].gold_completion({"instruction": "x"})
+    with pytest.raises(ValueError, match="judge"):
+        TASKS["deepresearch"].answer_reward()
+    assert TASKS["multihop_qa"].answer_reward().__name__ == "answer_reward"
+    assert (TASKS["deepresearch"].pass_threshold, TASKS["multihop_qa"].pass_threshold) == (0.5, 1.0)
+    # which task a dataset is for: its pipeline, else the most specific task whose columns it has
+    assert task_for_dataset("egov_mcq", None).name == "egov_mcq" and task_for_dataset("multihop", {}).name == "multihop_qa"
+    assert task_for_dataset(None, {**mcq, "answer": "三十日"}).name == "egov_mcq"
+    assert task_for_dataset(None, {"title": "x"}) is None
 
 
 def test_correctness_has_the_largest_weight():

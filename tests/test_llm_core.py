@@ -19,7 +19,6 @@ from tansaku.core.llm import (
     ScriptedLLM,
     from_spec,
     parse_json,
-    split_assistant_text,
 )
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
@@ -53,12 +52,11 @@ def test_parse_json_raises_with_excerpt(text, message):
     assert err.value.reason == "llm_bad_json"
 
 
-def test_split_assistant_text_reasoning_and_tool_calls():
-    text = '<think>\n調べる\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": "星見岳"}}\n</tool_call>'
-    content, reasoning, calls = split_assistant_text(text)
-    assert (content, reasoning) == ("", "調べる")
-    assert calls == [{"type": "function", "function": {"name": "search", "arguments": {"query": "星見岳"}}}]
-    assert split_assistant_text("ただの答え") == ("ただの答え", None, [])
+def test_parse_json_repairs_only_when_asked():
+    assert parse_json('{"answer": "大阪",}', SCHEMA) == {"answer": "大阪"}  # teacher/judge answers: repaired
+    with pytest.raises(LLMBadJSON, match="invalid JSON"):
+        parse_json('{"answer": "大阪",}', SCHEMA, repair=False)
+    assert parse_json('考える</think>{"answer": "京都"}', SCHEMA, repair=False) == {"answer": "京都"}
 
 
 def test_rerun_is_served_from_cache_without_calling_backend(tmp_path):
@@ -162,14 +160,15 @@ def test_scripted_jsonl_matches_then_cycles(tmp_path):
     client = from_spec(f"scripted:{path}")
     out = client.chat([ask("明日の天気は"), ask("検索して"), ask("a"), ask("b"), ask("c")])
     assert [r.content for r in out] == ["晴れ", "", "一番目", "二番目", "一番目"]
-    assert out[1].tool_calls == [{"type": "function", "function": {"name": "search", "arguments": {"query": "x"}}}]
-    assert out[3].reasoning == "理由" and client.cache is None
+    # A dict answers like a server's message: its tool calls/reasoning are kept apart as given, never repaired.
+    assert out[1].server_tool_calls == [{"name": "search", "arguments": '{"query": "x"}'}]
+    assert out[3].server_reasoning == "理由" and client.cache is None
 
 
 def test_scripted_jsonl_errors_name_the_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"content": "ok"}\n{broken\n', encoding="utf-8")
-    with pytest.raises(ValueError, match="bad.jsonl:2: not JSON"):
+    with pytest.raises(ValueError, match="bad.jsonl:2: not valid JSON"):
         from_spec(f"scripted:{path}")
     with pytest.raises(FileNotFoundError):
         from_spec(f"scripted:{tmp_path / 'missing.jsonl'}")
@@ -190,6 +189,22 @@ def test_from_spec_parses_and_rejects(tmp_path):
 
 
 def test_chat_result_roundtrip():
-    result = ChatResult(content="答え", reasoning="r", tool_calls=[{"type": "function"}], finish_reason="stop")
+    result = ChatResult(content="答え", server_reasoning="r", server_tool_calls=[{"type": "function"}],
+                        finish_reason="stop")
     assert ChatResult.from_json(result.to_json(), cached=True) == ChatResult(
-        content="答え", reasoning="r", tool_calls=[{"type": "function"}], finish_reason="stop", cached=True)
+        content="答え", server_reasoning="r", server_tool_calls=[{"type": "function"}], finish_reason="stop",
+        cached=True)
+
+
+def test_cache_entries_from_before_raw_text_are_not_trusted_with_tool_calls(tmp_path):
+    # Older entries stored what a backend had split off (tool calls possibly repaired): those are generated again.
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    calls, plain = ask("検索して"), ask("答えて")
+    repaired = {"content": "", "reasoning": None, "finish_reason": "tool_calls",
+                "tool_calls": [{"type": "function", "function": {"name": "search", "arguments": {"query": "東京"}}}]}
+    answer = {"content": "{{東京}}", "reasoning": "考えた", "tool_calls": [], "finish_reason": "stop"}
+    cache.put_many([(calls.cache_key("m"), json.dumps(repaired)), (plain.cache_key("m"), json.dumps(answer))])
+    client = ScriptedLLM(lambda r: "新しい答え", cache=cache, model="m")
+    fresh, kept = client.chat([calls, plain])
+    assert (fresh.content, fresh.cached) == ("新しい答え", False)
+    assert (kept.content, kept.server_reasoning, kept.cached) == ("{{東京}}", "考えた", True)

@@ -107,6 +107,14 @@ def test_json_schema_goes_as_response_format(canned_urls):
     assert parse_json(result.content, schema) == {"server": "a", "echo": "東京"}
 
 
+def test_raw_text_comes_back_as_sent_never_repaired(canned_urls):
+    # A server without tool/reasoning parsers hands back the raw text; the backend keeps it for core.parsing.
+    text = '<think>調べる</think><tool_call>{name: "search", "arguments": {"query": "東京",}}</tool_call>'
+    result = client_for(canned_urls[:1]).chat([ask(text)])[0]
+    assert result.content == f"a: {text}"
+    assert (result.server_reasoning, result.server_tool_calls) == (None, [])
+
+
 def test_sync_chat_works_inside_a_running_event_loop(canned_urls, tmp_path):
     client = from_spec(f"http:canned@{canned_urls[0]}", cache=tmp_path / "c.sqlite")
 
@@ -179,7 +187,7 @@ def test_tiny_model_over_transformers_serve(tiny_server, tiny_model_path, tmp_pa
     tools = [{"type": "function", "function": {"name": "search", "description": "Search documents",
                                                 "parameters": {"type": "object", "properties": {}}}}]
     with_tools = client.chat([ask("Search for Tokyo.", max_tokens=8, tools=tools)])[0]
-    assert with_tools.ok and (with_tools.content or with_tools.tool_calls)
+    assert with_tools.ok and (with_tools.content or with_tools.server_tool_calls)
 
     # A model the server cannot load (offline, not on disk) comes back as an error, never an exception.
     missing = from_spec(f"http:no-such-org/no-such-model@{tiny_server}", cache=False, max_retries=0)

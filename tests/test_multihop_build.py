@@ -128,17 +128,21 @@ def test_quality_loop_judges_fixes_and_rejudges():
 
 
 def test_agent_check_keeps_items_solved_m_of_k(corpus, built, tmp_path):
-    from tansaku.envs.search import build_index, open_index
-    from tansaku.envs.tools import SearchTools
-    from tansaku.pipelines.multihop.solvability import agent_check
+    from tansaku.envs.environments import episode_variant, make_environment_factory
+    from tansaku.envs.search import build_index
+    from tansaku.envs.tools import OPEN_SUMMARIES, SEARCH_SUMMARIES
+    from tansaku.pipelines.multihop.solvability import agent_check, eval_row
 
     _, rows = built
     rows = rows[:3]
     calls = Counter()
 
+    shown: dict[str, set] = {}
+
     def policy(req):
         question = next(m["content"] for m in req.messages if m["role"] == "user")
         calls[question] += 1
+        shown.setdefault(question, set()).update(s["function"]["description"] for s in req.tools)
         row = next(r for r in rows if r["question"] == question)
         # The first row is always solved, the second only on its first sample, the third never.
         idx = rows.index(row)
@@ -146,10 +150,13 @@ def test_agent_check_keeps_items_solved_m_of_k(corpus, built, tmp_path):
         return {"content": "{{" + (row["answer"] if right else "わからない") + "}}", "reasoning": "調べた"}
 
     build_index(corpus, tmp_path / "index")
-    tools = SearchTools(open_index(str(tmp_path / "index")))
+    tools = make_environment_factory(TASKS["multihop_qa"], tmp_path / "index")
     records = [{**r, "chain_id": r["chain_id"], "answer_aliases": r["aliases"]} for r in rows]
     out = agent_check(records, ScriptedLLM(policy), tools, k=2, m=1)
     assert out[0]["pass_rate"] == 1.0 and out[1]["pass_rate"] == 0.5 and out[2] == Drop("unsolved")
+    for record in records:  # each question's episodes showed the description variant its row draws at reset
+        variant = episode_variant(TASKS["multihop_qa"], eval_row(record))
+        assert shown[record["question"]] == {SEARCH_SUMMARIES[variant], OPEN_SUMMARIES[variant]}
 
 
 def test_jemhopqa_import(tmp_path):
@@ -173,8 +180,8 @@ def test_quality_loop_and_agent_check_with_the_tiny_model(tiny_model_path, built
     """Mechanics only: a 135M model's verdicts are noise, but every record must come back kept with
     scores or dropped with one of the named reasons, and rollouts must run and be scored."""
     from tansaku.core.llm import from_spec
-    from tansaku.envs.search import build_index, open_index
-    from tansaku.envs.tools import SearchTools
+    from tansaku.envs.environments import make_environment_factory
+    from tansaku.envs.search import build_index
     from tansaku.pipelines.multihop.solvability import agent_check
 
     _, rows = built
@@ -186,6 +193,7 @@ def test_quality_loop_and_agent_check_with_the_tiny_model(tiny_model_path, built
         assert (isinstance(o, Drop) and (o.reason in named or o.reason.startswith("fix_"))) or \
             (1 <= o["quality"]["scores"]["natural"] <= 5)
     build_index(corpus, tmp_path / "index")
-    checked = agent_check(records[:1], llm, SearchTools(open_index(str(tmp_path / "index"))), k=2, m=1,
+    environments = make_environment_factory(TASKS["multihop_qa"], tmp_path / "index")
+    checked = agent_check(records[:1], llm, environments, k=2, m=1,
                           max_turns=2, max_tokens=48)
     assert checked[0] == Drop("unsolved") or checked[0]["pass_rate"] in (0.5, 1.0)

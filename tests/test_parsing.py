@@ -2,7 +2,7 @@
 
 import pytest
 
-from tansaku.core.parsing import ParseError, final_answers, is_tool_error, parse_assistant_text, split_think
+from tansaku.core.parsing import ParseError, ToolCall, final_answers, parse_assistant_text, split_think
 
 
 def test_qwen3_turn_with_reasoning_and_two_calls():
@@ -46,8 +46,6 @@ def test_malformed_calls_become_errors(raw, kind):
     assert turn.tool_calls == []
     assert [e.kind for e in turn.errors] == [kind]
     assert isinstance(turn.errors[0], ParseError)
-    assert turn.errors[0].as_tool_message().startswith("エラー")
-    assert is_tool_error(turn.errors[0].as_tool_message())
 
 
 def test_good_and_bad_calls_are_kept_apart():
@@ -60,10 +58,18 @@ def test_good_and_bad_calls_are_kept_apart():
     assert [e.kind for e in turn.errors] == ["bad_json"]
 
 
-def test_arguments_given_as_json_string_and_openai_nesting():
-    text = '<tool_call>{"type": "function", "function": {"name": "search", "arguments": "{\\"query\\": \\"民法\\"}"}}</tool_call>'
-    turn = parse_assistant_text(text)
-    assert turn.tool_calls[0].name == "search" and turn.tool_calls[0].arguments == {"query": "民法"}
+def test_written_calls_are_read_as_trl_reads_them():
+    # transformers' parse_response (TRL's GRPO loop) takes only flat {"name", "arguments": {...}} in the text.
+    nested = '<tool_call>{"type": "function", "function": {"name": "search", "arguments": {"query": "民法"}}}</tool_call>'
+    as_text = '<tool_call>{"name": "search", "arguments": "{\\"query\\": \\"民法\\"}"}</tool_call>'
+    assert [e.kind for e in parse_assistant_text(nested).errors] == ["missing_name"]
+    assert [e.kind for e in parse_assistant_text(as_text).errors] == ["bad_arguments"]
+    # TRL ignores "parameters" and keeps the name as written: the call runs and fails, as it does there.
+    turn = parse_assistant_text('<tool_call>{"name": " search ", "parameters": {"query": "x"}}</tool_call>')
+    assert turn.tool_calls == [ToolCall(" search ", {})] and turn.errors == []
+    # JSON repair never happens for the policy's calls.
+    broken = parse_assistant_text('<tool_call>{name: "search", "arguments": {"query": "東京",}}</tool_call>')
+    assert broken.tool_calls == [] and [e.kind for e in broken.errors] == ["bad_json"]
 
 
 def test_truncated_think_leaves_no_content():
@@ -78,3 +84,24 @@ def test_answer_inside_think_is_not_content():
 @pytest.mark.parametrize("garbage", ["", "<think></think>", "}}{{", "<tool_call></tool_call>", "\x00\ufffd"])
 def test_garbage_never_raises(garbage):
     parse_assistant_text(garbage)
+
+
+def test_to_hf_and_to_wire_are_the_one_conversion():
+    from tansaku.core.parsing import to_hf, to_wire
+
+    hf = [{"role": "user", "content": "q"},
+          {"role": "assistant", "content": "", "reasoning_content": "r",
+           "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "search", "arguments": {"query": "東京"}}},
+                          {"type": "function", "function": {"name": "open_doc", "arguments": {}}}]}]
+    wire = to_wire(hf)
+    assert wire[1]["tool_calls"][0] == {"id": "c0", "type": "function",
+                                        "function": {"name": "search", "arguments": '{"query": "東京"}'}}
+    assert "id" not in wire[1]["tool_calls"][1] and wire[0] is hf[0] and hf[1]["tool_calls"][0]["function"]["arguments"] == {"query": "東京"}
+    assert to_hf(wire) == hf and to_hf(hf) == hf and to_wire(wire) == wire
+    # Text is kept byte for byte (stored trajectories are compared byte-wise); flat calls get nested.
+    spaced = [{"role": "assistant", "tool_calls": [{"name": "search", "arguments": '{"query" : "x"}'}]}]
+    assert to_wire(spaced)[0]["tool_calls"][0]["function"]["arguments"] == '{"query" : "x"}'
+    with pytest.raises(ValueError, match="message 0"):
+        to_hf([{"role": "assistant", "tool_calls": [{"function": {"name": "search", "arguments": "{broken"}}]}])
+    with pytest.raises(ValueError, match="without a function name"):
+        to_wire([{"role": "assistant", "tool_calls": [{"function": {}}]}])

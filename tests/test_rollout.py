@@ -6,6 +6,7 @@ import pytest
 from fixtures.envs.helpers import build_fixture_index, last_user, task_rows, tool_results
 
 from tansaku.core.llm import ChatResult, ScriptedLLM
+from tansaku.core.parsing import is_tool_error
 from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.rollout import run_rollouts
 from tansaku.envs.tasks import TASKS
@@ -50,42 +51,121 @@ def test_multihop_episode_keeps_every_step(index_dir):
     assert json.loads(json.dumps(record, ensure_ascii=False))["messages"][0]["role"] == "system"
 
 
-def test_malformed_call_is_shown_to_the_model_and_counted(index_dir):
+def test_malformed_call_ends_the_episode_as_in_trl_and_is_counted(index_dir):
+    """TRL's loop reads a turn with a malformed call as plain text: none of its calls run, the episode ends."""
     task = TASKS["multihop_qa"]
-
-    def model(request):
-        results = tool_results(request)
-        if not results:
-            return '<think>検索</think><tool_call>{"name": "search", "arguments": {"query": 月見坂}}</tool_call>'
-        assert results[-1].startswith("エラー") and "bad_json" in results[-1]
-        return "<think>エラーを見た</think>{{白砂市}}"
-
-    [t] = run_rollouts(ScriptedLLM(model), task, task_rows("multihop")[:1], make_environment_factory(task, index_dir))
-    assert t.stop_reason == "answer" and t.parse_failures == 1 and t.tool_calls == 0
-    assert t.completion[1] == {"role": "tool", "name": "parse_error", "tool_call_id": "call_0_error_0",
-                               "content": t.completion[1]["content"]}
-    assert t.rewards["answer_reward"] == 1.0 and t.rewards["format_reward"] == 0.75
+    text = ('<tool_call>{"name": "search", "arguments": {"query": "白砂市"}}</tool_call>'
+            '<tool_call>{"name": "search", "arguments": {"query": 月見坂}}</tool_call>')
+    model = ScriptedLLM(lambda request: "<think>検索</think>" + text if not tool_results(request) else "{{白砂市}}")
+    [t] = run_rollouts(model, task, task_rows("multihop")[:1], make_environment_factory(task, index_dir))
+    assert t.stop_reason == "parse_error" and t.parse_failures == 1 and t.tool_calls == 0 and t.turns == 1
+    assert t.completion == [{"role": "assistant", "content": text, "reasoning_content": "検索"}]
+    assert t.rewards["answer_reward"] == 0.0 and t.rewards["format_reward"] == 0.25
 
 
 def test_unknown_tool_wrong_arguments_and_client_parsed_calls(index_dir):
     task = TASKS["multihop_qa"]
-    calls = [
-        {"type": "function", "function": {"name": "browse", "arguments": {"url": "x"}}},
-        {"type": "function", "function": {"name": "search", "arguments": {"q": "月見坂"}}},
-        {"type": "function", "function": {"name": "", "arguments": "{broken"}},
+    calls = [  # as a server's tool parser sends them: wire form, arguments as JSON text
+        {"id": "a", "type": "function", "function": {"name": "browse", "arguments": '{"url": "x"}'}},
+        {"id": "b", "type": "function", "function": {"name": "search", "arguments": '{"q": "月見坂"}'}},
     ]
 
     def model(request):
         if not tool_results(request):
-            return ChatResult(content="", reasoning="試す", tool_calls=calls, finish_reason="tool_calls")
-        return ChatResult(content="{{白砂市}}", reasoning="答える", finish_reason="stop")
+            return ChatResult(content="", server_reasoning="試す", server_tool_calls=calls, finish_reason="tool_calls")
+        return ChatResult(content="{{白砂市}}", server_reasoning="答える", finish_reason="stop")
 
     [t] = run_rollouts(ScriptedLLM(model), task, task_rows("multihop")[:1], make_environment_factory(task, index_dir))
     results = [m["content"] for m in t.completion if m["role"] == "tool"]
-    assert len(results) == 3 and all(r.startswith("エラー") for r in results)
-    assert "browse" in results[0] and "引数" in results[1]
-    assert (t.tool_calls, t.tool_errors, t.parse_failures) == (2, 2, 1)
+    # Exactly TRL's tool loop: str({"error": str(exception)}) for an unknown tool or wrong argument names.
+    assert results == ["{'error': 'Tool browse not found.'}",
+                       str({"error": "search() got an unexpected keyword argument 'q'"})]
+    assert all(is_tool_error(r) for r in results)
+    assert (t.tool_calls, t.tool_errors, t.parse_failures) == (2, 2, 0)
     assert t.rewards["tool_call_reward"] == 0.0
+
+    # A server-parsed call that is broken (no name, arguments not JSON) is validated strictly, never repaired.
+    broken = [calls[0], {"type": "function", "function": {"name": "", "arguments": "{broken"}}]
+    [t] = run_rollouts(ScriptedLLM(lambda r: ChatResult(server_tool_calls=broken, finish_reason="tool_calls")),
+                       task, task_rows("multihop")[:1], make_environment_factory(task, index_dir))
+    assert (t.stop_reason, t.tool_calls, t.parse_failures) == ("parse_error", 0, 1)
+    assert t.completion[0]["content"].count("<tool_call>") == 2  # the whole turn kept as text, as TRL keeps it
+
+
+def test_a_raising_tool_is_shown_as_trl_shows_it_and_counted(index_dir):
+    """Unknown tool, wrong argument, bad doc id, bad size, past-the-end offset, then budget: each fails as in
+    TRL (the environment raises ToolError; the runner writes TRL's {'error': …} content), counted as tool
+    errors, and only the good call earns reward."""
+    from dataclasses import replace
+
+    task = replace(TASKS["multihop_qa"], max_tool_calls=4)
+    calls = ['{"name": "browse", "arguments": {"url": "x"}}',  # unknown tool: no environment call
+             '{"name": "search", "arguments": {"q": "月見坂"}}',  # wrong argument name: TypeError
+             '{"name": "open_doc", "arguments": {"doc_id": "nope"}}',
+             '{"name": "search", "arguments": {"query": "白砂市", "size": 99}}',
+             '{"name": "open_doc", "arguments": {"doc_id": "f002", "offset": 100000}}',
+             '{"name": "search", "arguments": {"query": "白砂市"}}',
+             '{"name": "search", "arguments": {"query": "月見坂"}}']
+
+    def model(request):
+        done = len(tool_results(request))
+        if done < len(calls):
+            return f"<think>試す</think><tool_call>{calls[done]}</tool_call>"
+        return "<think>答える</think>{{白砂市}}"
+
+    [t] = run_rollouts(ScriptedLLM(model), task, task_rows("multihop")[:1], make_environment_factory(task, index_dir),
+                       max_turns=8)
+    results = [m["content"] for m in t.completion if m["role"] == "tool"]
+    assert results[:2] == ["{'error': 'Tool browse not found.'}",  # what TRL writes, word for word
+                           str({"error": "search() got an unexpected keyword argument 'q'"})]
+    results = results[2:]
+    assert results[0] == str({"error": "no document with doc_id 'nope'. Use a doc_id from the search results."})
+    assert results[1] == "{'error': 'size must be between 1 and 10.'}"
+    assert results[2].startswith("{'error': 'offset 100000 is past the end")
+    assert "doc_id: " in results[3] and not is_tool_error(results[3])
+    assert results[4] == "{'error': 'tool call budget of 4 calls is used up; answer now.'}"
+    assert (t.tool_calls, t.tool_errors) == (7, 6)
+    assert t.rewards["tool_call_reward"] == pytest.approx(1 / 3)  # one distinct successful call of cap 3
+
+
+def test_every_episode_shows_and_records_its_own_description_variant(index_dir):
+    """Tool-description augmentation through the runner: 40 rows → several variants in the schemas the model
+    receives; each episode's requests carry exactly its recorded variant's descriptions."""
+    from tansaku.envs.tools import OPEN_SUMMARIES, SEARCH_SUMMARIES
+
+    task = TASKS["multihop_qa"]
+    rows = [{"id": f"r{i}", "question": f"白砂市の質問{i}", "answer": "白砂市"} for i in range(40)]
+    seen: dict[str, list] = {}
+
+    def model(request):
+        question = request.messages[1]["content"]
+        seen.setdefault(question, []).append(request.tools)
+        if not tool_results(request):
+            return "<think>検索</think>" + search_call("白砂市")
+        return "<think>答える</think>{{白砂市}}"
+
+    trajectories = run_rollouts(ScriptedLLM(model), task, rows, make_environment_factory(task, index_dir))
+    variants = [t.tool_variant for t in trajectories]
+    assert len(set(variants)) > 1
+    for row, t in zip(rows, trajectories):
+        for tools in seen[row["question"]]:  # every turn of the episode
+            described = {s["function"]["name"]: s["function"]["description"] for s in tools}
+            assert described == {"search": SEARCH_SUMMARIES[t.tool_variant], "open_doc": OPEN_SUMMARIES[t.tool_variant]}
+        assert t.to_record()["tool_variant"] == t.tool_variant and "tools" not in t.to_record()
+    shown = {s["function"]["description"] for tools_list in seen.values() for tools in tools_list for s in tools}
+    assert len(shown & set(SEARCH_SUMMARIES)) > 1
+    again = run_rollouts(ScriptedLLM(model), task, rows, make_environment_factory(task, index_dir), score=False)
+    assert [t.tool_variant for t in again] == variants  # stable per row and seed
+    other = run_rollouts(ScriptedLLM(model), task, rows, make_environment_factory(task, index_dir, seed=1),
+                         score=False)
+    assert [t.tool_variant for t in other] != variants
+
+
+def test_a_shared_environment_instance_is_refused(index_dir):
+    task = TASKS["multihop_qa"]
+    with pytest.raises(TypeError, match="environment factory"):
+        run_rollouts(ScriptedLLM(multihop_model), task, task_rows("multihop")[:1],
+                     make_environment_factory(task, index_dir)())
 
 
 def test_stop_reasons_llm_error_max_turns_max_tokens(index_dir):

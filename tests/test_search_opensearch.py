@@ -111,8 +111,9 @@ live = pytest.mark.skipif(not os.environ.get("OPENSEARCH_URL"), reason="OPENSEAR
 @pytest.mark.opensearch
 @live
 def test_live_cluster_contract():
+    from tansaku.envs.environments import SearchEnvironment
     from tansaku.envs.search.opensearch_backend import client_from_env
-    from tansaku.envs.tools import SearchTools
+    from tansaku.envs.tools import ToolError
 
     client = client_from_env()
     name = f"tansaku-test-{uuid.uuid4().hex[:8]}"
@@ -124,6 +125,7 @@ def test_live_cluster_contract():
                                   "filter": [{"term": {"category": "人物"}}]}}, 10).hits
         assert {h.doc_id for h in hits} == {"f002", "f020", "f025", "f036"}
         assert b.get("f001")["title"] == "雪村製菓"
-        assert SearchTools(b).search('{"regexp": {"text": "."}}').startswith("Error: ")
+        with pytest.raises(ToolError):
+            SearchEnvironment(b).search('{"regexp": {"text": "."}}')
     finally:
         client.indices.delete(index=name, ignore=[404])

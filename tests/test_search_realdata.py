@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tansaku.envs.environments import SearchEnvironment
 from tansaku.envs.search.embedded import EmbeddedBackend, build_embedded
-from tansaku.envs.tools import SearchTools
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 WAC = DATA / "jawiki" / "WikipediaAnnotatedCorpus" / "wac_docs.derived.jsonl"
@@ -73,7 +73,7 @@ def test_filters_and_tools_on_real_corpus(backend):
     assert res.hits and all("足利" in squash(h.title) for h in res.hits)  # operator and: every bigram
     assert not backend.search({"bool": {"must": [{"match": {"title": "足利"}}],
                                         "filter": [{"term": {"source": "jaquad"}}]}}).hits
-    tools = SearchTools(backend, seed=0)
+    tools = SearchEnvironment(backend)
     out = tools.search('{"match_phrase": {"text": "征夷大将軍"}}', 3)
     doc_id = out.split("doc_id: ", 1)[1].split(" ", 1)[0]
     page = tools.open_doc(doc_id)

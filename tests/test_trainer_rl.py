@@ -43,12 +43,13 @@ def two_task_recipe(tmp_path):
 
 
 def test_task_mix_routes_rows_and_scores_each_task_with_its_own_rewards(tmp_path):
-    from tansaku.trainer.rl import build_dataset, build_rewards
+    from tansaku.trainer.rl import build_dataset, build_rewards, task_of_environment
 
     recipe = two_task_recipe(tmp_path)
     dataset = build_dataset(recipe)
-    assert len(dataset) == 8 and sorted(set(dataset["environment"])) == ["egov_mcq", "multihop_qa"]
-    assert dataset["environment"].count("egov_mcq") == 4
+    tasks = [task_of_environment(e) for e in dataset["environment"]]
+    assert len(dataset) == 8 and sorted(set(tasks)) == ["egov_mcq", "multihop_qa"] and tasks.count("egov_mcq") == 4
+    assert all("@tools-v" in e for e in dataset["environment"])  # each row routed to its description variant
     assert all(p[0]["role"] == "system" and p[1]["role"] == "user" for p in dataset["prompt"])
 
     funcs, weights, groups = build_rewards(recipe)
@@ -59,13 +60,13 @@ def test_task_mix_routes_rows_and_scores_each_task_with_its_own_rewards(tmp_path
 
     rows = [dataset[i] for i in range(len(dataset))]
     completions = [[{"role": "assistant", "reasoning_content": "確認した。",
-                     "content": "{{" + (r["answer"] if r["environment"] == "multihop_qa" else
+                     "content": "{{" + (r["answer"] if task_of_environment(r["environment"]) == "multihop_qa" else
                                         str(r["answer_index"] + 1)) + "}}"}] for r in rows]
     columns = {k: [r[k] for r in rows] for k in rows[0]}
     answer = funcs[names.index("multihop_qa/answer_reward")](completions, **columns)
     mcq = funcs[names.index("egov_mcq/mcq_reward")](completions, **columns)
     for row, a, m in zip(rows, answer, mcq):
-        if row["environment"] == "multihop_qa":
+        if task_of_environment(row["environment"]) == "multihop_qa":
             assert a == 1.0 and m is None  # None: TRL leaves this reward out for that row
         else:
             assert a is None and m == 1.0
@@ -140,6 +141,7 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
         assert "frac_reward_zero_std" in entry and "tools/call_frequency" in entry
     parquet = pl.read_parquet(first / "completions" / "completions_00003.parquet")
     assert len(parquet) == 4 and set(COMPONENTS) <= set(parquet.columns) and "advantage" in parquet.columns
+    assert parquet["tool_variant"].is_between(0, 3).all()  # each completion's tool description variant
     assert parquet["prompt"][0][0]["role"] == "system"  # the task's prompt (tools are rendered by the template)
 
     # Resume in a fresh folder from checkpoint-2: it must continue at step 3 with step 3's prompts.
@@ -174,3 +176,57 @@ def test_prompt_order_is_a_function_of_seed_and_epoch(tmp_path, index_dir, tiny_
     restarted = epoch_orders(build_rl_trainer(recipe), [1, 2])
     assert restarted[1] == straight[1] and restarted[2] == straight[2]
     assert len({tuple(order) for order in straight.values()}) > 1  # epochs are reshuffled
+
+
+@pytest.mark.slow
+def test_grpo_step_shows_each_row_its_tool_variant_and_counts_failed_calls(tmp_path, index_dir, monkeypatch):
+    """The TRL path end to end (``build_rl_trainer``), with generation scripted so it is cheap and certain:
+    each prompt TRL renders carries its own row's description variant (two rows, two variants, one step), the
+    variant is logged per completion, and a call that raises (unknown doc id) shows up in
+    ``tools/failure_frequency`` while the model reads TRL's ``{'error': …}`` content."""
+    import polars as pl
+
+    from tansaku.envs.environments import episode_variant
+    from tansaku.envs.tasks import TASKS
+    from tansaku.envs.tools import SEARCH_SUMMARIES
+    from tansaku.trainer.recipes import load_recipe
+    from tansaku.trainer.rl import build_rl_trainer
+
+    task, rows, wanted, i = TASKS["multihop_qa"], [], set(range(len(SEARCH_SUMMARIES))), 0
+    while wanted:  # one row per variant: whichever two rows the step draws, their variants differ
+        row = {"id": f"v{i}", "question": f"雪村製菓の創業者の出身地は？（{i}）", "answer": "白砂市"}
+        if episode_variant(task, row, seed=3) in wanted:
+            wanted.discard(episode_variant(task, row, seed=3))
+            rows.append(row)
+        i += 1
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path / 'out'}", f"tasks.0.data={data}",
+                                  f"tasks.0.index={index_dir}", "max_steps=1", "seed=3", "save_steps=100"])
+    trainer = build_rl_trainer(recipe)
+    tokenizer = trainer.processing_class
+    bad_call = tokenizer.encode('<tool_call>\n{"name": "open_doc", "arguments": {"doc_id": "nope"}}\n</tool_call>'
+                                "<|im_end|>", add_special_tokens=False)
+    answer = tokenizer.encode("{{白砂市}}<|im_end|>", add_special_tokens=False)
+    first_turn: list[tuple[str, int]] = []
+
+    def scripted(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if not first_turn:  # the first call of the step: the prompts as TRL rendered them, tools included
+            first_turn.extend((tokenizer.decode(ids), env.tool_variant)
+                              for ids, env in zip(prompt_ids, trainer.environments, strict=True))
+            return [list(bad_call) for _ in prompt_ids], None
+        return [list(answer) for _ in prompt_ids], None
+
+    monkeypatch.setattr(trainer, "_generate_single_turn", scripted)
+    trainer.train()
+
+    assert len({variant for _, variant in first_turn}) == 2
+    for text, variant in first_turn:
+        for other, summary in enumerate(SEARCH_SUMMARIES):
+            assert (json.dumps(summary, ensure_ascii=False)[1:-1] in text) == (other == variant)
+    logged = trainer.state.log_history[0]
+    assert logged["tools/failure_frequency"] > 0 and logged["tools/distinct_description_variants"] == 2
+    parquet = pl.read_parquet(tmp_path / "out" / "completions" / "completions_00001.parquet")
+    assert sorted(parquet["tool_variant"].to_list()) == sorted(v for _, v in first_turn)
+    tool_contents = [m["content"] for c in parquet["completion"].to_list() for m in c if m["role"] == "tool"]
+    assert tool_contents and all(t.startswith("{'error': \"no document with doc_id 'nope'") for t in tool_contents)

@@ -1,6 +1,7 @@
 """build_trajectories end to end on the example mini-wiki with the scripted demo teacher (real searches on
-an embedded index) and the scripted rewriter; failures and their reasons; a rewriter that alters a tool
-call; reasoning gets loss under the tiny model's chat template and tool results do not.
+an embedded index) and the scripted rewriter; failed trajectories in the engine's rejected split with their
+stage and reason; a rewriter that alters a tool call; reasoning gets loss under the tiny model's chat
+template and tool results do not.
 
 Run: pytest tests/test_trajectories_build.py
 """
@@ -50,43 +51,61 @@ def built(inputs):
     manifest = build_trajectories(inputs / "multihop", out, teacher=f"scripted:{SCRIPT}", index=inputs / "index",
                                   translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL, ratio=0.5, n=2,
                                   limit=30, seed=1, quiet=True)
-    return manifest, read_rows(out, "train"), read_rows(out, "failures")
+    return manifest, read_rows(out, "train"), read_rows(out, "rejected")
 
 
 def test_funnel_splits_and_card(built, inputs):
-    manifest, train, failures = built
+    from datasets import load_dataset
+
+    manifest, train, rejected = built
     stages = {s["name"]: s for s in manifest["stages"]}
     assert stages["teacher"]["received"] == 30 and stages["correct_only"]["received"] == 60
+    assert stages["teacher"]["params"]["n"] == 2 and stages["teacher"]["llm"]["model"].endswith("teacher_script.py:respond")
     agentic = [r for r in train if r["kind"] == "agentic"]
-    assert agentic and failures, manifest["stages"]  # the rule-based teacher solves some, not all
+    assert agentic and rejected, manifest["stages"]  # the rule-based teacher solves some, not all
     assert stages["verify"]["kept"] == len(agentic)
-    assert sum(sum(s["dropped"].values()) for s in manifest["stages"]) == len(failures)
-    assert all(r["failure_reason"] and r["failure_stage"] for r in failures)
-    assert all(r["failure_reason"] is None and r["reward"] == 1.0 for r in agentic)
+    # every drop of every stage is one rejected row naming that stage and reason
+    assert Counter((r["stage"], r["reason"]) for r in rejected) == Counter(
+        {(s["name"], reason): n for s in manifest["stages"] for reason, n in s["dropped"].items()})
+    assert all(r["reward"] == 1.0 for r in agentic) and "failure_reason" not in train[0]
+    wrong = next(r for r in rejected if r["reason"] == "wrong_answer")
+    record = json.loads(wrong["record"])  # the whole trajectory: gold row, messages, reward
+    assert wrong["stage"] == "correct_only" and record["reward"] < 1.0 and record["row"]["answer"]
+    assert record["messages"][-1]["content"].startswith(wrong["detail"][:20])
+    ds = load_dataset(str(inputs / "sft"), cache_dir=str(inputs / "hf-cache"))
+    assert set(ds) == {"train"} and len(ds["train"]) == len(train)  # rejected rows are not mixed into train
+    assert len(load_dataset(str(inputs / "sft"), "rejected", cache_dir=str(inputs / "hf-cache"))["rejected"]) == \
+        len(rejected)
     t = manifest["trajectories"]
     assert sum(t["scenario_distribution"].values()) == len(agentic)
     assert t["mix"]["general_rows"] == min(6, round(0.5 * len(agentic)))
     assert t["teacher"]["model"].endswith("teacher_script.py:respond")
     card = (inputs / "sft" / "README.md").read_text(encoding="utf-8")
     assert "Scenario distribution" in card and "correct_only/wrong_answer" in card and "rewriter" in card
+    assert "config_name: rejected" in card
     assert read_manifest(inputs / "sft")["trajectories"] == t
 
 
 def test_rows_keep_real_tool_loops_and_japanese_reasoning(built, inputs):
-    from tansaku.envs.search import open_index
+    from tansaku.envs.environments import SearchEnvironment, make_environment_factory, tool_schemas
     from tansaku.envs.tasks import TASKS
-    from tansaku.envs.tools import SearchTools, ToolsConfig
     from tansaku.pipelines.trajectories.verify import replay_violation
 
     _, train, _ = built
-    tools = SearchTools(open_index(inputs / "index"), ToolsConfig(**TASKS["multihop_qa"].tools_config))
+    factory = make_environment_factory(TASKS["multihop_qa"], inputs / "index")
+    variants = set()
     for row in (r for r in train if r["kind"] == "agentic"):
         roles = [m["role"] for m in row["messages"]]
         assert roles[:2] == ["system", "user"] and roles.count("tool") >= 2, roles
         steps = [m for m in row["messages"] if m["role"] == "assistant"]
         assert all(m["reasoning_content"] and not m["reasoning_content"].isascii() for m in steps)
-        assert row["scenario"] and json.loads(row["tools"])[0]["function"]["name"] == "search"
-        assert replay_violation(row["messages"], tools) is None
+        assert row["scenario"]
+        # The SFT row's tools: exactly what the RL environment shows, in the variant the teacher episode drew.
+        shown = SearchEnvironment(factory.backend, factory.config, variant=row["tool_variant"])
+        assert json.loads(row["tools"]) == tool_schemas(shown)
+        variants.add(row["tool_variant"])
+        assert replay_violation(row["messages"], factory) is None
+    assert len(variants) > 1  # the description augmentation happened across questions
 
 
 def test_same_seed_same_version_and_rerun_returns_it(built, inputs):
@@ -114,7 +133,7 @@ def test_rewriter_that_alters_tool_calls_or_talks_nonsense_is_caught(inputs):
     out = inputs / "sloppy"
     manifest = build_trajectories(inputs / "multihop", out, teacher=f"scripted:{SCRIPT}", index=inputs / "index",
                                   translator=ScriptedLLM(sloppy, model="sloppy"), n=1, seed=1, quiet=True)
-    reasons = Counter((r["failure_stage"], r["failure_reason"]) for r in read_rows(out, "failures"))
+    reasons = Counter((r["stage"], r["reason"]) for r in read_rows(out, "rejected"))
     assert reasons[("translate", "tool_call_altered")] >= 1 and reasons[("translate", "llm_bad_json")] >= 1
     for row in read_rows(out, "train"):
         assert "北" not in row["messages"][1]["content"] or "小説" not in json.dumps(row["messages"], ensure_ascii=False)

@@ -83,13 +83,13 @@ def test_scenario_draws_are_reproducible_by_seed_and_follow_weights():
 
 
 def agentic_rows(n):
-    return [{"id": f"a{i}", "kind": "agentic", "messages": [{"role": "user", "content": f"q{i}"}],
-             "failure_reason": None} for i in range(n)]
+    return [{"id": f"a{i}", "kind": "agentic", "messages": [{"role": "user", "content": f"q{i}"}]}
+            for i in range(n)]
 
 
 def general_rows(n):
-    return [{"id": f"g{i}", "kind": "general", "messages": [{"role": "user", "content": f"g{i}"}],
-             "failure_reason": None} for i in range(n)]
+    return [{"id": f"g{i}", "kind": "general", "messages": [{"role": "user", "content": f"g{i}"}]}
+            for i in range(n)]
 
 
 @pytest.mark.parametrize("ratio, n_agentic, n_general, want", [
@@ -106,14 +106,15 @@ def test_mix_ratio(ratio, n_agentic, n_general, want):
             assert r["messages"][0]["content"] == AGENTIC_SYSTEM_PROMPT
 
 
-def test_mix_is_seeded_and_failures_pass_through_after():
+def test_mix_is_seeded_and_its_stage_records_the_ratio():
     a, g = agentic_rows(30), general_rows(50)
     def ids(seed):
         return [r["id"] for r in mix_rows(a, g, 0.5, seed)]
     assert ids(7) == ids(7) and ids(7) != ids(8)
-    failed = [{"id": "f0", "kind": "agentic", "messages": [], "failure_reason": "wrong_answer"}]
-    out = list(mix_stage(g, 0.5, 7).fn(iter(a + failed)))
-    assert out[-1]["id"] == "f0" and out[-1]["messages"] == [] and len(out) == 30 + 15 + 1
+    stage = mix_stage(g, 0.5, 7)
+    out = list(stage.fn(iter(a)))
+    assert [r["id"] for r in out] == ids(7) and len(out) == 30 + 15
+    assert stage.params == {"ratio": 0.5, "general_rows": 50}  # part of the resume fingerprint
     with pytest.raises(ValueError, match="ratio"):
         mix_rows(a, g, -1, 0)
 

@@ -26,17 +26,21 @@ def _fixture_dataset_module():
 
 @pytest.fixture(scope="module")
 def tools(tmp_path_factory):
-    from tansaku.envs.search import build_index, open_index
-    from tansaku.envs.tools import SearchTools, ToolsConfig
+    """The environment factory replay runs on (a fresh environment per replayed trajectory)."""
+    from tansaku.envs.environments import make_environment_factory
+    from tansaku.envs.search import build_index
+    from tansaku.envs.tasks import TASKS
 
     base = tmp_path_factory.mktemp("verify")
     build_index(_fixture_dataset_module().write_dataset(base / "docs"), base / "index")
-    return SearchTools(open_index(base / "index"), ToolsConfig())
+    return make_environment_factory(TASKS["multihop_qa"], base / "index")
 
 
 def trajectory(tools) -> list[dict]:
-    first = tools.search("雪村製菓")
-    page = tools.open_doc("f002")
+    environment = tools()
+    environment.reset()
+    first = environment.search("雪村製菓")
+    page = environment.open_doc("f002")
     return [
         {"role": "user", "content": "雪村製菓の創業者の出身地は？"},
         {"role": "assistant", "content": "", "reasoning_content": "Search the company.",
@@ -98,6 +102,39 @@ def test_replay_catches_a_result_the_index_does_not_give(tools):
     unknown = trajectory(tools)
     unknown[1]["tool_calls"][0]["function"]["name"] = "browse"
     assert replay_violation(unknown, tools)[0] == "replay_unexecutable"
+
+
+def test_replay_reproduces_failed_calls_as_the_runner_stored_them(tools):
+    """A failed call's stored result is TRL's {'error': …} text (what run_rollouts writes): replay gives the
+    same bytes, budget included; the old "Error: …" spelling no longer matches."""
+    from dataclasses import replace
+
+    from tansaku.core.llm import ScriptedLLM
+    from tansaku.envs.environments import make_environment_factory
+    from tansaku.envs.rollout import run_rollouts
+    from tansaku.envs.tasks import TASKS
+
+    calls = ['{"name": "open_doc", "arguments": {"doc_id": "nope"}}', '{"name": "search", "arguments": {"query": "雪村製菓"}}',
+             '{"name": "search", "arguments": {"query": "白砂市"}}']
+
+    def model(request):
+        done = sum(1 for m in request.messages if m["role"] == "tool")
+        return f"<think>t</think><tool_call>{calls[done]}</tool_call>" if done < 3 else "<think>t</think>{{白砂市}}"
+
+    task = replace(TASKS["multihop_qa"], max_tool_calls=2)
+    factory = make_environment_factory(task, tools.backend)
+    [t] = run_rollouts(ScriptedLLM(model), task, [{"question": "q", "answer": "白砂市"}], factory, score=False)
+    messages = [m if m["role"] != "assistant" or not m.get("tool_calls") else
+                {**m, "tool_calls": [{**c, "function": {**c["function"],
+                                                        "arguments": json.dumps(c["function"]["arguments"],
+                                                                                ensure_ascii=False)}}
+                                     for c in m["tool_calls"]]} for m in t.messages]
+    results = [m["content"] for m in messages if m["role"] == "tool"]
+    assert results[0].startswith("{'error'") and "budget of 2" in results[2]
+    assert replay_violation(messages, factory, {"question": "q"}) is None
+    old_spelling = copy.deepcopy(messages)
+    old_spelling[3]["content"] = "Error: no document with doc_id 'nope'. Use a doc_id from the search results."
+    assert replay_violation(old_spelling, factory)[0] == "replay_mismatch"
 
 
 def _echo(messages, **changes) -> str:

@@ -6,10 +6,11 @@ A source is a tansaku dataset folder (``DIR/data/<split>-*.parquet``, read with 
 a ``.jsonl`` / ``.json`` / ``.parquet`` file. Each row needs ``messages`` (chat messages, assistant
 ``tool_calls`` and ``reasoning_content`` allowed, ``tool`` role for results) and may carry ``tools``.
 
-Normalization keeps Arrow from rewriting the conversations: tool-call ``arguments`` and ``tools`` become
-JSON strings (the chat template and TRL both accept strings; Arrow would otherwise merge every dict's
-keys into one struct and fill the gaps with nulls). Message keys other than role, content,
-reasoning_content, tool_calls, name and tool_call_id are dropped.
+Normalization keeps Arrow from rewriting the conversations: messages go to the wire form
+(``tansaku.core.parsing.to_wire``: tool-call ``arguments`` as JSON text) and ``tools`` become a JSON string
+(the chat template and TRL both accept strings; Arrow would otherwise merge every dict's keys into one
+struct and fill the gaps with nulls). Message keys other than role, content, reasoning_content,
+tool_calls, name and tool_call_id are dropped.
 
 Mixing: each source gets ``round(mix_size × ratio / Σratio)`` rows, drawn from a seeded permutation of
 its rows and cycling through it again when it needs more rows than it has; the mix is then shuffled
@@ -23,6 +24,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from tansaku.core.parsing import to_wire
 from tansaku.core.store import StoreError, read_records
 from tansaku.trainer.recipes import DataSource, RecipeError
 
@@ -59,18 +61,13 @@ def normalize_conversation(row: dict, system_prompt: str | None = None, where: s
             raise RecipeError(f"{where}: message {i} needs a role in {ROLES}, got {message!r:.80}")
         clean = {k: message[k] for k in MESSAGE_KEYS if message.get(k) is not None}
         clean.setdefault("content", "")
-        if clean.get("tool_calls"):
-            calls = []
-            for call in clean["tool_calls"]:
-                fn = call.get("function", call)
-                if not isinstance(fn, dict) or not fn.get("name"):
-                    raise RecipeError(f"{where}: message {i} has a tool call without a function name")
-                calls.append({"type": "function",
-                              "function": {"name": fn["name"], "arguments": _as_json_text(fn.get("arguments", {}))}})
-            clean["tool_calls"] = calls
-        else:
+        if not clean.get("tool_calls"):
             clean.pop("tool_calls", None)
         out.append(clean)
+    try:
+        out = to_wire(out)
+    except ValueError as exc:  # names the message: "message 2 has a tool call without a function name: …"
+        raise RecipeError(f"{where}: {exc}") from None
     if not any(m["role"] == "assistant" for m in out):
         raise RecipeError(f"{where}: has no assistant message, so nothing would be trained")
     if system_prompt and out[0]["role"] != "system":

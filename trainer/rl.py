@@ -5,11 +5,14 @@
 
 Each recipe task names ``tansaku.envs.tasks.TASKS[name]``, its prompt dataset (store folder or .jsonl) and its
 search index. The rollouts are multi-turn: TRL's tool loop calls ``tansaku.envs.environments.SearchEnvironment``
-(``environment_factory``; a ``{task: factory}`` dict plus an ``environment`` column when several tasks are
-mixed), tool-result tokens get no loss, and every reward component of the task is its own TRL reward
-function (logged as ``rewards/<name>/mean``, one column each in ``completions/*.parquet``), weighted by the
-task's weights (overridable per task). With several tasks, components are named ``<task>/<component>``
-and return None on other tasks' rows, which TRL skips.
+(``environment_factory``: a ``{"<task>@tools-v<n>": factory}`` dict, one factory per tool-description variant,
+and an ``environment`` column drawn per row — TRL renders each prompt with its environment's schemas, so
+every row shows the model its own variant; see ``tansaku.envs.environments``), tool-result tokens get no
+loss, and every reward component of the task is its own TRL reward function (logged as
+``rewards/<name>/mean``, one column each in ``completions/*.parquet``), weighted by the task's weights
+(overridable per task). With several tasks, components are named ``<task>/<component>`` and return None on
+other tasks' rows, which TRL skips. The first reward function also logs each completion's ``tool_variant``
+(a column of ``completions/*.parquet``) and the metric ``tools/distinct_description_variants``.
 
 Before step 1 the readiness check (``tansaku.envs.evaluate.run_eval`` + ``check_rl_readiness``) samples the model
 on each task and refuses to start when pass@k ≈ 0 or every group has zero reward variance
@@ -23,7 +26,8 @@ import json
 import os
 from pathlib import Path
 
-from tansaku.envs.environments import make_environment_factory
+from tansaku.core.llm import as_client
+from tansaku.envs.environments import episode_variant, variant_factories
 from tansaku.envs.evaluate import check_rl_readiness, load_rows, run_eval
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.data import mix_by_ratio
@@ -61,13 +65,41 @@ def task_rows(spec: RLTask, task) -> list[dict]:
     return task.to_trl_rows(rows)
 
 
+def environment_name(task_name: str, variant: int) -> str:
+    """The ``environment`` column value / factory key of a task's episodes showing tool description ``variant``.
+
+    >>> environment_name("multihop_qa", 2), task_of_environment("multihop_qa@tools-v2")
+    ('multihop_qa@tools-v2', 'multihop_qa')
+    """
+    return f"{task_name}@tools-v{variant}"
+
+
+def task_of_environment(name: str) -> str:
+    return str(name).split("@tools-v", 1)[0]
+
+
+def _logging_tool_variants(fn):
+    """``fn`` that also logs each completion's tool description variant (read from TRL's ``environments``)."""
+
+    def reward(completions, environments=None, log_extra=None, log_metric=None, **columns):
+        if environments and log_extra is not None:
+            variants = [getattr(e, "tool_variant", None) for e in environments]
+            log_extra("tool_variant", variants)
+            if log_metric is not None:
+                log_metric("tools/distinct_description_variants", float(len(set(variants))))
+        return fn(completions, environments=environments, log_extra=log_extra, log_metric=log_metric, **columns)
+
+    reward.__name__ = fn.__name__
+    return reward
+
+
 def _subset_reward(fn, task_key: str, name: str):
     """Wrap a task's reward so it scores only rows of ``task_key`` (None elsewhere: TRL skips those)."""
 
     def reward(completions, environment=None, **columns):
         if environment is None:
             return fn(completions, **columns)
-        idx = [i for i, env in enumerate(environment) if env == task_key]
+        idx = [i for i, env in enumerate(environment) if task_of_environment(env) == task_key]
         out: list = [None] * len(completions)
         if not idx:
             return out
@@ -101,6 +133,8 @@ def build_rewards(recipe: RLRecipe, judge=None) -> tuple[list, list[float], dict
             names.append(name)
         correctness = task.answer_reward_name
         groups[spec.name] = (names, f"{spec.name}/{correctness}" if multi else correctness)
+    if funcs:  # one function per batch is enough to log the variants
+        funcs[0] = _logging_tool_variants(funcs[0])
     return funcs, weights, groups
 
 
@@ -113,7 +147,8 @@ def _named(fn, name: str):
 
 
 def build_dataset(recipe: RLRecipe):
-    """The mixed prompt dataset (``environment`` column when several tasks share the run)."""
+    """The mixed prompt dataset, with an ``environment`` column routing each row to its task's environment
+    of the tool description variant drawn for it (``episode_variant``: what ``reset`` would draw)."""
     from datasets import Dataset
 
 
@@ -121,9 +156,9 @@ def build_dataset(recipe: RLRecipe):
     for spec in recipe.tasks:
         if spec.name not in TASKS:
             raise RecipeError(f"tasks: unknown task {spec.name!r}; choose from {sorted(TASKS)}")
-        rows = task_rows(spec, TASKS[spec.name])
-        if len(recipe.tasks) > 1:
-            rows = [{**row, "environment": spec.name} for row in rows]
+        task = TASKS[spec.name]
+        rows = [{**row, "environment": environment_name(spec.name, episode_variant(task, row, recipe.seed))}
+                for row in task_rows(spec, task)]
         groups.append(rows)
     mixed = mix_by_ratio(groups, [t.ratio for t in recipe.tasks], recipe.mix_size, recipe.seed)
     # Dataset.from_list keeps only the first row's keys: give every row every task's columns (None when
@@ -134,11 +169,14 @@ def build_dataset(recipe: RLRecipe):
     return Dataset.from_list(rows)
 
 
-def build_environments(recipe: RLRecipe):
-    """``environment_factory`` for TRL: one factory, or ``{task name: factory}`` for a task mix."""
+def build_environments(recipe: RLRecipe) -> dict:
+    """``environment_factory`` for TRL: ``{"<task>@tools-v<n>": factory with variant n fixed}`` (one index
+    opened per task). One factory per variant because TRL renders a prompt's tool schemas from the factory's
+    first instance, once (``tansaku.envs.environments`` docstring): a variant drawn in ``reset`` alone would
+    never reach the prompt."""
 
-    factories = {spec.name: make_environment_factory(TASKS[spec.name], spec.index) for spec in recipe.tasks}
-    return factories if len(factories) > 1 else next(iter(factories.values()))
+    return {environment_name(spec.name, variant): factory for spec in recipe.tasks
+            for variant, factory in variant_factories(TASKS[spec.name], spec.index).items()}
 
 
 def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):
@@ -237,10 +275,7 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
     """
     recipe = load_recipe(config_path, overrides, kind="rl")
     resume = resume_checkpoint(recipe)
-    if isinstance(judge, str):
-        from tansaku.core.llm import from_spec
-
-        judge = from_spec(judge)
+    judge = as_client(judge)
     readiness = [] if skip_readiness or resume else check_readiness(recipe, resolve_model(recipe.model), judge)
     trainer = build_rl_trainer(recipe, judge=judge)
     write_recipe_copy(recipe, recipe.output_dir)

@@ -1,27 +1,20 @@
-"""Request/result types, the client base class (cache + error accounting) and JSON parsing.
+"""Request/result types and the client base class (cache + error accounting).
 
 A backend implements ``_generate(requests) -> list[ChatResult]``; ``LLMClient.chat`` adds the
 response cache, turns any backend exception into per-request errors and keeps the counters.
+A backend returns the text the model generated as it is: it parses and repairs nothing. Reading that
+text (reasoning, tool calls, JSON answers) is ``tansaku.core.parsing``'s job, the one parser.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
-import json_repair
-
-from tansaku.core.errors import InputError
-
-
-class LLMBadJSON(InputError):
-    """The model's text holds no usable JSON object (or misses required keys). Stages drop with ``llm_bad_json``."""
-
-    reason = "llm_bad_json"
+# Re-exported: code that reads JSON answers imports them from the LLM layer (tansaku.core.llm).
+from tansaku.core.parsing import LLMBadJSON, parse_json  # noqa: F401
 
 
 @dataclass
@@ -67,9 +60,18 @@ class ChatRequest:
 
 @dataclass
 class ChatResult:
+    """One completion.
+
+    ``content``: the text the model generated, as generated (``<think>`` and ``<tool_call>`` blocks
+    included, nothing repaired); ``tansaku.core.parsing`` reads it. ``server_reasoning`` /
+    ``server_tool_calls``: what an OpenAI-compatible server's own reasoning / tool-call parser already took
+    out of that text (vLLM ``--reasoning-parser`` / ``--tool-call-parser``), as the server sent it (tool
+    calls in wire form, arguments as JSON text); empty for backends that generate locally.
+    """
+
     content: str = ""
-    reasoning: str | None = None
-    tool_calls: list[dict] = field(default_factory=list)
+    server_reasoning: str | None = None
+    server_tool_calls: list[dict] = field(default_factory=list)
     error: str | None = None
     cached: bool = False
     finish_reason: str | None = None
@@ -85,8 +87,19 @@ class ChatResult:
         return json.dumps(data, ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, text: str, cached: bool = False) -> ChatResult:
-        return cls(**json.loads(text), cached=cached)
+    def from_json(cls, text: str, cached: bool = False) -> ChatResult | None:
+        """A cached result; None for an entry that must not be reused (the request is generated again).
+
+        Entries written before backends returned raw text (keys ``reasoning``/``tool_calls``) may hold tool
+        calls a backend repaired: one with tool calls is not reused; one without keeps its text, and its
+        reasoning counts as split off by the server.
+        """
+        data = json.loads(text)
+        if "tool_calls" in data or "reasoning" in data:
+            if data.pop("tool_calls", None):
+                return None
+            data["server_reasoning"] = data.pop("reasoning", None)
+        return cls(**data, cached=cached)
 
 
 class LLMClient:
@@ -145,70 +158,3 @@ class LLMClient:
 
     def close(self) -> None:
         """Release connections/threads; the client is unusable afterwards."""
-
-
-_THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-
-
-def normalize_tool_call(call: dict) -> dict:
-    """``{"type": "function", "function": {"name", "arguments": dict}}``; string arguments are JSON-decoded."""
-    fn = call.get("function", call)
-    args = fn.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = parse_json(args) if args.strip() else {}
-        except LLMBadJSON:
-            pass  # keep the raw text so a reward/validator can judge it
-    return {"type": "function", "function": {"name": fn.get("name", ""), "arguments": args}}
-
-
-def split_assistant_text(text: str) -> tuple[str, str | None, list[dict]]:
-    """Split generated text into (content, reasoning, tool_calls) for ``<think>``/``<tool_call>`` models."""
-    reasoning = None
-    match = _THINK.match(text)
-    if match:
-        reasoning, text = match.group(1).strip(), text[match.end():]
-    tool_calls = []
-    for raw in _TOOL_CALL.findall(text):
-        try:
-            tool_calls.append(normalize_tool_call(parse_json(raw)))
-        except LLMBadJSON:
-            tool_calls.append({"type": "function", "function": {"name": "", "arguments": raw}})
-    if tool_calls:
-        text = _TOOL_CALL.sub("", text)
-    return text.strip(), reasoning, tool_calls
-
-
-def parse_json(text: str, schema: dict | None = None) -> dict:
-    """The JSON object in a model's text, repaired with json-repair (fences, trailing commas, cut-offs).
-
-    Raises ``LLMBadJSON`` (with an excerpt of the text) when there is no object, or when ``schema``
-    lists ``required`` keys that are missing.
-    """
-
-    if not isinstance(text, str):
-        raise LLMBadJSON(f"expected model text, got {type(text).__name__}")
-    body = _THINK.sub("", text, count=1)
-    start = body.find("{")
-    if start < 0:
-        raise LLMBadJSON(f"no JSON object in model output: {_excerpt(text)!r}")
-    try:  # valid JSON first: fast, and the first object wins when chatter or a second object follows
-        value: Any = json.JSONDecoder().raw_decode(body, start)[0]
-    except json.JSONDecodeError:
-        try:
-            value = json_repair.repair_json(body[start:], return_objects=True)
-        except Exception as exc:  # json-repair gives up on some inputs by raising
-            raise LLMBadJSON(f"unrepairable JSON ({exc}): {_excerpt(text)!r}") from exc
-    if isinstance(value, list) and value and isinstance(value[0], dict):
-        value = value[0]  # several objects in a row: the first is the answer, the rest is chatter
-    if not isinstance(value, dict):
-        raise LLMBadJSON(f"model output is not a JSON object: {_excerpt(text)!r}")
-    missing = [k for k in (schema or {}).get("required", []) if k not in value]
-    if missing:
-        raise LLMBadJSON(f"JSON misses required keys {missing}: {_excerpt(text)!r}")
-    return value
-
-
-def _excerpt(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[:limit] + f"…(+{len(text) - limit} chars)"

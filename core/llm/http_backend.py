@@ -9,7 +9,11 @@ sync ``chat()`` also works when called from code that already runs an event loop
   a retry goes to the next base URL, so a dead server is skipped;
 - base URLs are used round-robin, which is how synthesis scales out over several GPU servers;
 - ``json_schema`` is sent as ``response_format={"type": "json_schema", …}`` (vLLM/SGLang guided
-  decoding); pass ``structured_output=False`` for servers that reject it (``transformers serve``).
+  decoding); pass ``structured_output=False`` for servers that reject it (``transformers serve``);
+- the result keeps what the server sent: ``content`` as it is, and what the server's own reasoning /
+  tool-call parsers took out of the text in ``server_reasoning`` / ``server_tool_calls`` (wire form).
+  Nothing is parsed or repaired here: a server without those parsers hands back the raw text, which
+  ``tansaku.core.parsing`` reads.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import itertools
 import random
 import threading
 
-from .base import ChatRequest, ChatResult, LLMClient, normalize_tool_call, split_assistant_text
+from tansaku.core.errors import InputError
+
+from .base import ChatRequest, ChatResult, LLMClient
 
 RETRY_STATUS = {408, 429}
 
@@ -48,7 +54,7 @@ class HTTPClient(LLMClient):
     ):
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
-            raise ValueError("HTTP backend needs at least one base URL")
+            raise InputError("HTTP backend needs at least one base URL")
         self.base_urls = [_api_base(u) for u in urls]
         super().__init__(model, cache, params={
             "base_urls": self.base_urls, "max_concurrency": max_concurrency, "timeout": timeout,
@@ -161,16 +167,10 @@ def _to_result(response) -> ChatResult:
         return ChatResult(error="server returned no choices")
     choice = response.choices[0]
     message = choice.message
-    content = message.content or ""
     # vLLM/transformers send `reasoning_content`; newer vLLM `reasoning` (both are extra fields).
     reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
-    tool_calls = [normalize_tool_call(tc.model_dump()) for tc in (message.tool_calls or [])]
-    if ("<think>" in content and reasoning is None) or ("<tool_call>" in content and not tool_calls):
-        # a server without reasoning/tool parsers hands back the raw text
-        content, parsed_reasoning, parsed_calls = split_assistant_text(content)
-        reasoning = reasoning or parsed_reasoning
-        tool_calls = tool_calls or parsed_calls
-    return ChatResult(content=content, reasoning=reasoning, tool_calls=tool_calls,
+    return ChatResult(content=message.content or "", server_reasoning=reasoning,
+                      server_tool_calls=[tc.model_dump() for tc in (message.tool_calls or [])],
                       finish_reason=choice.finish_reason)
 
 

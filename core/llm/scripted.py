@@ -6,18 +6,28 @@ message. Lines with ``match`` answer the requests that contain it (first match w
 lines are handed out in order, cycling. A function gets the ``ChatRequest`` and returns a str, a
 dict of ``ChatResult`` fields or a ``ChatResult``; an exception it raises becomes that request's error.
 Never the only test of a real backend.
+
+A str is the raw generated text (``ChatResult.content``), exactly what a local backend returns. A dict
+answers like an OpenAI server's message: its ``reasoning`` / ``tool_calls`` (also accepted under their
+``ChatResult`` names ``server_reasoning`` / ``server_tool_calls``) are what a server's parsers took out
+of the text; they are passed on as given, never normalized or repaired (``tansaku.core.parsing`` validates them).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .base import ChatRequest, ChatResult, LLMClient, normalize_tool_call
+from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.jsonl import iter_jsonl
 
-_FIELDS = {"content", "reasoning", "tool_calls", "error", "finish_reason"}
+from .base import ChatRequest, ChatResult, LLMClient
+
+_FIELDS = {"content", "server_reasoning", "server_tool_calls", "error", "finish_reason"}
+# A dict response is an OpenAI-style message: these keys are what a server's parsers would have split off.
+_MESSAGE_KEYS = {"reasoning": "server_reasoning", "reasoning_content": "server_reasoning",
+                 "tool_calls": "server_tool_calls"}
 
 
 class ScriptedLLM(LLMClient):
@@ -68,27 +78,17 @@ def _as_result(value: object) -> ChatResult:
     if isinstance(value, str):
         return ChatResult(content=value, finish_reason="stop")
     if isinstance(value, dict):
-        fields = {k: v for k, v in value.items() if k in _FIELDS}
-        fields["tool_calls"] = [normalize_tool_call(c) for c in fields.get("tool_calls") or []]
-        fields.setdefault("content", "")
+        fields = {_MESSAGE_KEYS.get(k, k): v for k, v in value.items() if _MESSAGE_KEYS.get(k, k) in _FIELDS}
+        fields["server_tool_calls"] = list(fields.get("server_tool_calls") or [])
+        fields["content"] = fields.get("content") or ""
         return ChatResult(**fields)
     raise TypeError(f"scripted response must be str, dict or ChatResult, not {type(value).__name__}")
 
 
 def _read_jsonl(path: Path) -> list[dict]:
     if not path.is_file():
-        raise FileNotFoundError(f"scripted responses file not found: {path}")
-    lines = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-        if not isinstance(line, dict):
-            raise ValueError(f"{path}:{number}: each line must be a JSON object")
-        lines.append(line)
+        raise MissingInputError(f"scripted responses file not found: {path}")
+    lines = [line for _, line in iter_jsonl(path)]  # a non-JSON or non-object line: InputError at file:line
     if not lines:
-        raise ValueError(f"{path}: no scripted responses")
+        raise InputError(f"{path}: no scripted responses")
     return lines

@@ -1,8 +1,11 @@
 """Local transformers backend (CPU): batched ``generate`` with left padding.
 
 Spec: ``transformers:PATH`` or ``transformers:tiny`` (the tiny test model from ``tansaku.core.tiny_model``).
-Requests are grouped by sampling settings and generated ``batch_size`` at a time. Output text is split
-into reasoning (``<think>``), tool calls (``<tool_call>{json}</tool_call>``) and content.
+Requests are grouped by sampling settings and generated ``batch_size`` at a time. The result's ``content``
+is the decoded generation as it is (``<think>`` and ``<tool_call>`` blocks included, nothing repaired):
+``tansaku.core.parsing`` reads it, as transformers' ``parse_response`` reads the same tokens in TRL.
+Request messages may come in the wire form (arguments as JSON text); the chat template gets them in the
+HF form (``to_hf``), as TRL renders them.
 
 ``json_schema`` is not enforced by decoding here (no guided decoding in plain ``generate``): the schema
 is appended to the system prompt as an instruction and callers parse with ``parse_json``.
@@ -13,7 +16,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .base import ChatRequest, ChatResult, LLMClient, split_assistant_text
+from tansaku.core.errors import MissingInputError
+from tansaku.core.parsing import to_hf
+
+from .base import ChatRequest, ChatResult, LLMClient
 
 
 class TransformersClient(LLMClient):
@@ -27,7 +33,7 @@ class TransformersClient(LLMClient):
         else:
             self.path = Path(path)
             if not self.path.exists():
-                raise FileNotFoundError(f"transformers model folder not found: {self.path}")
+                raise MissingInputError(f"transformers model folder not found: {self.path}")
             model_name = self.path.name
         # The cache key uses the model's name, not where it sits on disk, so cache entries survive a move.
         super().__init__(model_name, cache, params={"batch_size": batch_size, "dtype": dtype, "device": device})
@@ -51,7 +57,7 @@ class TransformersClient(LLMClient):
         return self._model, self._tokenizer
 
     def _prompt(self, req: ChatRequest) -> str:
-        messages = req.messages
+        messages = to_hf(req.messages)  # templates render dict arguments (Qwen's would quote a JSON string)
         if req.json_schema is not None:
             hint = "Answer with one JSON object that follows this JSON schema:\n" + json.dumps(
                 req.json_schema, ensure_ascii=False)
@@ -100,11 +106,7 @@ class TransformersClient(LLMClient):
             finish = "stop" if stop in ids[:req.max_tokens] else "length"
             ids = ids[:ids.index(stop)] if stop in ids else ids
             ids = ids[:req.max_tokens]  # the batch ran to the longest request's budget
-            content, reasoning, tool_calls = split_assistant_text(tokenizer.decode(ids, skip_special_tokens=True))
-            if tool_calls and finish == "stop":
-                finish = "tool_calls"
-            results.append(ChatResult(content=content, reasoning=reasoning, tool_calls=tool_calls,
-                                      finish_reason=finish))
+            results.append(ChatResult(content=tokenizer.decode(ids, skip_special_tokens=True), finish_reason=finish))
         return results
 
     def close(self) -> None:

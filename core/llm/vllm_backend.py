@@ -4,14 +4,15 @@ Kept thin on purpose: vLLM cannot start on the CPU machines tansaku is developed
 must not be empty"), so this file is not exercised by the test suite; it uses only vLLM's public
 ``LLM.chat`` API. All requests with the same tools go to one ``LLM.chat`` call (vLLM batches them
 itself) with one ``SamplingParams`` per request. JSON schemas use guided decoding:
-``StructuredOutputsParams`` (vLLM ≥ 0.11) or ``GuidedDecodingParams`` (older).
+``StructuredOutputsParams`` (vLLM ≥ 0.11) or ``GuidedDecodingParams`` (older). The result's ``content``
+is the generated text as it is; ``tansaku.core.parsing`` reads it (no parsing or repair here).
 """
 
 from __future__ import annotations
 
 import json
 
-from .base import ChatRequest, ChatResult, LLMClient, split_assistant_text
+from .base import ChatRequest, ChatResult, LLMClient
 
 
 class VLLMClient(LLMClient):
@@ -57,7 +58,5 @@ class VLLMClient(LLMClient):
                                tools=reqs[0].tools or None, use_tqdm=False)
             for i, out in zip(indices, outputs):
                 completion = out.outputs[0]
-                content, reasoning, tool_calls = split_assistant_text(completion.text)
-                results[i] = ChatResult(content=content, reasoning=reasoning, tool_calls=tool_calls,
-                                        finish_reason=completion.finish_reason)
+                results[i] = ChatResult(content=completion.text, finish_reason=completion.finish_reason)
         return results  # type: ignore[return-value]

@@ -16,10 +16,12 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
+from tansaku.core.errors import InputError, MissingInputError
+
 from .base import Hit, SearchResult
 from .dsl import Limits, QueryError
 
-__all__ = ["build_index", "open_index", "QueryError", "SearchResult", "Hit", "Limits",
+__all__ = ["build_index", "open_index", "require_index", "QueryError", "SearchResult", "Hit", "Limits",
            "build_index_cli", "search_cli"]
 
 
@@ -31,7 +33,7 @@ def _opensearch_target(target: str) -> tuple[str | None, str] | None:
         u = urlparse(target)
         index = u.path.strip("/")
         if not index or "/" in index:
-            raise ValueError(f"{target}: give the index as the URL path, e.g. https://host:9200/my-index")
+            raise InputError(f"{target}: give the index as the URL path, e.g. https://host:9200/my-index")
         return f"{u.scheme}://{u.netloc}", index
     return None
 
@@ -49,6 +51,8 @@ def build_index(dataset_dir: str | Path, index_dir: str | Path, backend: str = "
     keyword_fields = keyword_fields_of(dataset_dir)
     rows = iter_documents(dataset_dir)
     if backend == "embedded":
+        if _opensearch_target(str(index_dir)):  # else a folder named "opensearch:x" would appear in the cwd
+            raise InputError(f"{index_dir} names an OpenSearch index; pass --backend opensearch")
         from .embedded import build_embedded
 
         return build_embedded(rows, index_dir, keyword_fields, analyzer or "char", chunk_chars,
@@ -59,7 +63,7 @@ def build_index(dataset_dir: str | Path, index_dir: str | Path, backend: str = "
         url, name = _opensearch_target(str(index_dir)) or (None, str(index_dir))
         return build_opensearch(rows, name, keyword_fields, analyzer or "auto", chunk_chars,
                                 client=client_from_env(url), overwrite=overwrite)
-    raise ValueError(f"unknown backend {backend!r}; use embedded or opensearch")
+    raise InputError(f"unknown backend {backend!r}; use embedded or opensearch")
 
 
 def open_index(target: str | Path, limits: Limits = Limits()):
@@ -75,13 +79,20 @@ def open_index(target: str | Path, limits: Limits = Limits()):
     return EmbeddedBackend(target, limits)
 
 
+def require_index(target: str | Path, hint: str = "build it with `synth index build`") -> None:
+    """Fail fast with ``MissingInputError`` when ``target`` names an index folder that does not exist
+    (OpenSearch targets are checked when opened). Builds call this before any work, not at the first search."""
+    if _opensearch_target(str(target)) is None and not Path(target).is_dir():
+        raise MissingInputError(f"index {target} does not exist; {hint}")
+
+
 def build_index_cli(dataset: str, index: str, backend: str = "embedded", analyzer: str | None = None) -> dict:
     """Entry point of ``synth index build --dataset DIR --index DIR [--backend embedded|opensearch]``.
 
-    Returns the index metadata to print. Raises FileNotFoundError/ValueError for a missing or bad dataset.
+    Returns the index metadata to print. Raises MissingInputError/InputError for a missing or bad dataset.
     """
     if not Path(dataset).exists():
-        raise FileNotFoundError(f"dataset folder {dataset} does not exist")
+        raise MissingInputError(f"dataset folder {dataset} does not exist")
     return build_index(dataset, index, backend=backend, analyzer=analyzer)
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import tantivy
 
 from tansaku.core.analysis import BIGRAM_TOKENIZER, get_analyzer
+from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.progress import progress_bar
 
 from .base import Hit, SearchResult, make_snippet, run_with_timeout
@@ -107,7 +108,7 @@ def build_embedded(rows: Iterable[dict], index_dir: str | Path, keyword_fields: 
     keyword_fields = [f for f in keyword_fields if f not in ("doc_id", "source")]
     for f in keyword_fields:
         if not _FIELD_NAME.match(f) or f in ("title", "text", "title_keyword"):
-            raise ValueError(f"keyword field name {f!r} cannot be indexed (letters, digits, _; not title/text)")
+            raise InputError(f"keyword field name {f!r} cannot be indexed (letters, digits, _; not title/text)")
     an = get_analyzer(analyzer)
     index_dir = Path(index_dir)
     tmp = index_dir.with_name(index_dir.name + ".partial")
@@ -169,11 +170,11 @@ class EmbeddedBackend:
         self.index_dir = Path(index_dir)
         meta_path = self.index_dir / META_FILE
         if not meta_path.exists():
-            raise FileNotFoundError(f"{index_dir} is not a tansaku search index (no {META_FILE}); "
+            raise MissingInputError(f"{index_dir} is not a tansaku search index (no {META_FILE}); "
                                     "build one with `synth index build`")
         self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if self.meta.get("format") != FORMAT:
-            raise ValueError(f"{index_dir} has index layout {self.meta.get('format')!r}; this version reads "
+            raise InputError(f"{index_dir} has index layout {self.meta.get('format')!r}; this version reads "
                              f"layout {FORMAT}. Rebuild it with `synth index build --dataset DIR --index {index_dir}`")
         self.analyzer = get_analyzer(self.meta["analyzer"])
         self.index = tantivy.Index.open(str(self.index_dir))

@@ -19,6 +19,8 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 
+from tansaku.core.errors import InputError
+
 from .base import Hit, SearchResult, make_snippet
 from .documents import iter_chunks
 from .dsl import Fields, Limits, QueryError, highlight_texts, parse_request
@@ -40,7 +42,7 @@ def client_from_env(url: str | None = None):
 
     url = url or os.environ.get("OPENSEARCH_URL")
     if not url:
-        raise RuntimeError("OPENSEARCH_URL is not set; set it (and OPENSEARCH_USER/PASSWORD) or use --backend embedded")
+        raise InputError("OPENSEARCH_URL is not set; set it (and OPENSEARCH_USER/PASSWORD) or use --backend embedded")
     auth = None
     if os.environ.get("OPENSEARCH_USER"):
         auth = (os.environ["OPENSEARCH_USER"], os.environ.get("OPENSEARCH_PASSWORD", ""))
@@ -55,7 +57,7 @@ def client_from_env(url: str | None = None):
 def index_body(keyword_fields: Iterable[str] = (), analyzer: str = "kuromoji", shards: int = 1) -> dict:
     """Settings and mappings for a passage index (the same fields as the embedded index)."""
     if analyzer not in JA_ANALYSIS:
-        raise ValueError(f"unknown OpenSearch analyzer {analyzer!r}; use kuromoji or sudachi")
+        raise InputError(f"unknown OpenSearch analyzer {analyzer!r}; use kuromoji or sudachi")
     props = {
         "chunk_id": {"type": "keyword"}, "doc_id": {"type": "keyword"}, "source": {"type": "keyword"},
         "url": {"type": "keyword", "index": False},

@@ -4,8 +4,8 @@ Stages (see ``build.py``): keyword groups from the corpus (``keywords``) → an 
 writes an instruction and confirms its supporting articles (``instructions``) → single-page judge →
 quality judge (``quality``) → clarifying Q/A for a share of rows (``clarify``) → rubric (``rubric``).
 
-Shared here: the versioned prompt files and one helper that asks an LLM for JSON and turns every
-failure into a named :class:`~tansaku.core.engine.Drop`.
+Shared here: the versioned prompt files and :func:`ask_json`, which puts a prompt file in front of
+:func:`tansaku.core.llm.ask_json` (every failure a named :class:`~tansaku.core.engine.Drop`).
 
     from tansaku.pipelines.deepresearch.build import build_deepresearch
     build_deepresearch("out/corpus", "out/index", "out/deepresearch", "scripted:deepresearch")
@@ -17,7 +17,8 @@ from functools import cache
 from pathlib import Path
 
 from tansaku.core.engine import Drop
-from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
+from tansaku.core.llm import ChatRequest
+from tansaku.core.llm import ask_json as llm_ask_json
 
 PROMPTS_DIR = Path(__file__).with_name("prompts")
 # Bump a file's version (new file name) whenever its wording changes; the names go to the manifest.
@@ -48,16 +49,7 @@ def ask_json(llm, kind: str, user_messages: list[str], max_tokens: int = 1024,
     requests = [ChatRequest(messages=[{"role": "system", "content": system}, {"role": "user", "content": u}],
                             max_tokens=max_tokens, temperature=0.0, json_schema=json_schema)
                 for u in user_messages]
-    out: list[dict | Drop] = []
-    for result in llm.chat(requests):
-        if result.error:
-            out.append(Drop("llm_error"))
-            continue
-        try:
-            out.append(parse_json(result.content, json_schema))
-        except LLMBadJSON:
-            out.append(Drop("llm_bad_json"))
-    return out
+    return llm_ask_json(llm, requests, json_schema)
 
 
 def excerpt(text: str, limit: int) -> str:

@@ -13,6 +13,10 @@
 5. ``select_clarify`` (global) + ``clarify``: clarifying Q/A for ``clarify_share`` of the rows.
 6. ``rubric``: per-instruction rubric validated against ``rubric.RUBRIC_SCHEMA``.
 
+Thresholds (``quality_threshold``, ``clarify_share``, ``max_turns``, ``min_sources``, keyword config) are the stages'
+``params`` and the LLM's identity is each LLM stage's ``llm``: both in the manifest and the resume fingerprint.
+Dropped instructions are kept in the ``rejected`` split (``keep_rejected``, on by default).
+
 Output row: ``id, instruction, dialogue, clarify_question, clarify_answer, clarify_status,
 needs_clarification, entities, report_format, supporting_doc_ids, searched_doc_ids, unconfirmed_doc_ids,
 search_queries, agent_turns, single_page_checked, quality_score, quality_scores, rubric, keywords, group_id,
@@ -24,9 +28,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tansaku.core.engine import batch_stage, global_stage, map_stage
-from tansaku.core.llm import from_spec
+from tansaku.core.errors import InputError
+from tansaku.core.llm import as_client
 from tansaku.core.store import build_dataset, describe_input, iter_rows, read_manifest
-from tansaku.envs.search import open_index
+from tansaku.envs.search import open_index, require_index
 from tansaku.pipelines.deepresearch import PROMPTS
 from tansaku.pipelines.deepresearch.clarify import make_clarify_stage_fn, select_for_clarification
 from tansaku.pipelines.deepresearch.instructions import make_instruction_stage_fn, make_single_page_stage_fn
@@ -40,14 +45,11 @@ DEMO_SPEC = "scripted:deepresearch"
 
 def resolve_llm(llm):
     """A client from a spec (``scripted:deepresearch`` = the demo script), or the client itself."""
-    if not isinstance(llm, str):
-        return llm
     if llm == DEMO_SPEC:
         from tansaku.pipelines.deepresearch.demo_llm import demo_llm
 
         return demo_llm()
-
-    return from_spec(llm)
+    return as_client(llm)
 
 
 def deepresearch_stages(llm, backend, *, clarify_share: float = 0.5, limit: int | None = None, seed: int = 0,
@@ -61,13 +63,15 @@ def deepresearch_stages(llm, backend, *, clarify_share: float = 0.5, limit: int 
         return {"id": f"dr-{r['group_id']}", **r}
 
     return [
-        global_stage("keywords", groups),
-        batch_stage("instructions", make_instruction_stage_fn(llm, backend, max_turns, min_sources, seed), batch_size),
-        batch_stage("single_page", make_single_page_stage_fn(llm, backend), batch_size),
-        batch_stage("quality", make_quality_stage_fn(llm, quality_threshold), batch_size),
-        global_stage("select_clarify", select_for_clarification(clarify_share, seed)),
-        batch_stage("clarify", make_clarify_stage_fn(llm), batch_size),
-        batch_stage("rubric", make_rubric_stage_fn(llm, backend), batch_size),
+        global_stage("keywords", groups, params={"config": keyword_config.to_dict(), "limit": limit}),
+        batch_stage("instructions", make_instruction_stage_fn(llm, backend, max_turns, min_sources, seed), batch_size,
+                    params={"max_turns": max_turns, "min_sources": min_sources}, llm=llm),
+        batch_stage("single_page", make_single_page_stage_fn(llm, backend), batch_size, llm=llm),
+        batch_stage("quality", make_quality_stage_fn(llm, quality_threshold), batch_size,
+                    params={"threshold": quality_threshold}, llm=llm),
+        global_stage("select_clarify", select_for_clarification(clarify_share, seed), params={"share": clarify_share}),
+        batch_stage("clarify", make_clarify_stage_fn(llm), batch_size, llm=llm),
+        batch_stage("rubric", make_rubric_stage_fn(llm, backend), batch_size, llm=llm),
         map_stage("finish", finish),
     ]
 
@@ -75,16 +79,18 @@ def deepresearch_stages(llm, backend, *, clarify_share: float = 0.5, limit: int 
 def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, llm, clarify_share: float = 0.5,
                        limit: int | None = None, seed: int = 0, quiet: bool = False,
                        keyword_config: KeywordConfig = KeywordConfig(), quality_threshold: float = 3.5,
-                       name: str | None = None) -> dict:
-    """Build the deepresearch dataset in ``out``; returns its manifest (a rerun with the same ``out`` resumes)."""
+                       name: str | None = None, keep_rejected: bool = True) -> dict:
+    """Build the deepresearch dataset in ``out``; returns its manifest (a rerun with the same ``out`` resumes).
+
+    ``keep_rejected`` (on: few rows, each an expensive LLM/agent result) writes every dropped instruction with
+    its stage and reason as the ``rejected`` split."""
 
     if not 0 <= clarify_share <= 1:
-        raise ValueError(f"--clarify-share must be within [0, 1], got {clarify_share}")
+        raise InputError(f"--clarify-share must be within [0, 1], got {clarify_share}")
     if limit is not None and limit < 1:
-        raise ValueError(f"--limit must be positive, got {limit}")
+        raise InputError(f"--limit must be positive, got {limit}")
     corpus_manifest = read_manifest(corpus)  # fails fast with a clear message on a folder that is no dataset
-    if not Path(index).exists() and not str(index).startswith(("opensearch:", "http://", "https://")):
-        raise FileNotFoundError(f"index {index} does not exist; build it with `synth index build --dataset {corpus}`")
+    require_index(index, f"build it with `synth index build --dataset {corpus}`")
     backend = open_index(index)
     client = resolve_llm(llm)
     n_docs = sum(corpus_manifest.get("splits", {}).values())
@@ -100,7 +106,7 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
         stages=deepresearch_stages(client, backend, clarify_share=clarify_share, limit=limit, seed=seed,
                                    keyword_config=keyword_config, quality_threshold=quality_threshold),
         llm=client, parents=[corpus_manifest.get("version", "")], chunk_size=64, quiet=quiet,
-        card={"pretty_name": "tansaku deepresearch instructions",
+        keep_rejected=keep_rejected, card={"pretty_name": "tansaku deepresearch instructions",
               "license": "other", "task_categories": ["text-generation"], "tags": ["deep-research", "rubric"],
               "description": "Japanese report instructions that need several articles of the corpus, each with "
                              "the supporting doc ids its writer confirmed through search, an optional "

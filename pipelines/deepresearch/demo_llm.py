@@ -3,7 +3,7 @@
 It reads which prompt it got from the system message's first line (``# deepresearch/<kind> v1``) and
 the data blocks of the user message (【キーワード】, 【対象】, 【記事】 …), so the whole pipeline runs
 over any small corpus without an endpoint: ``--llm scripted:deepresearch``. The writer really searches
-(tool calls through ``tansaku.envs.tools.SearchTools``) and cites only doc ids it saw; the single-page judge
+(tool calls through ``tansaku.envs.environments.SearchEnvironment``) and cites only doc ids it saw; the single-page judge
 answers "yes" exactly when one article names every entity. It is a demo of the plumbing, not a model:
 its instructions are templates.
 

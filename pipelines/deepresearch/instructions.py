@@ -1,7 +1,8 @@
 """Stage 2 of ``synth build deepresearch``: an agent writes a report instruction from a keyword group,
 confirming its supporting articles with the search tool; then a judge drops single-page instructions.
 
-The writer runs through ``tansaku.envs.rollout.run_rollouts`` with ``tansaku.envs.tools.SearchTools`` over the index, so it
+The writer runs through ``tansaku.envs.rollout.run_rollouts`` with the RL environment
+(``tansaku.envs.environments.SearchEnvironment``, one description variant fixed) over the index, so it
 searches and reads like the trained model will. Its final message is JSON
 ``{"instruction", "supporting_doc_ids", "entities", "report_format"}``. A supporting doc id is
 **confirmed** when the agent saw it in a tool result (search hit or opened page) *and* the index returns
@@ -21,9 +22,10 @@ import re
 
 from tansaku.core.engine import Drop
 from tansaku.core.llm import LLMBadJSON, parse_json
+from tansaku.envs.environments import EnvironmentFactory
 from tansaku.envs.rollout import run_rollouts
-from tansaku.envs.tasks import Task
-from tansaku.envs.tools import SearchTools, ToolsConfig
+from tansaku.envs.tasks import TASKS, Task
+from tansaku.envs.tools import ToolsConfig
 from tansaku.pipelines.deepresearch import ask_json, excerpt, load_prompt
 
 _SEEN_DOC = re.compile(r"doc_id: (\S+)")
@@ -93,7 +95,9 @@ def make_instruction_stage_fn(llm, backend, max_turns: int = 6, min_sources: int
     """``batch_stage`` function: one writer episode per keyword group, all turns batched together."""
 
     task = writer_task(max_turns)
-    tools = SearchTools(backend, ToolsConfig(top_k=5, description_variant=0))
+    # One fixed wording (a data generator, not a policy to make robust); the deepresearch task's call budget.
+    tools = EnvironmentFactory(backend, ToolsConfig(top_k=5, description_variant=0),
+                               max_tool_calls=TASKS["deepresearch"].max_tool_calls)
 
     def write_instructions(groups: list[dict]) -> list[dict | Drop]:
         rows = [{"question": writer_message(g)} for g in groups]

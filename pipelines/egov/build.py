@@ -11,7 +11,9 @@ itself (the questions). An embedded search index over the articles is built at `
 Question stages: generate (cloze without an LLM, the LLM generator with one) → leak_filter →
 judge (LLM only: rubric score ≥ threshold) → dedup → retrieval → balance (answer positions) →
 gold_check (``tansaku.envs.tasks`` egov_mcq reward must give the gold 1.0) → leak_audit (independent checker
-over the final rows; it must drop 0).
+over the final rows; it must drop 0). Each stage's thresholds are its ``params`` (in the manifest and the
+resume fingerprint, with the LLM's identity); dropped questions are kept in the ``rejected`` split (cheap:
+a few thousand small rows), ``keep_rejected=False`` turns that off.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from itertools import islice
 from pathlib import Path
 
 from tansaku.core.engine import Drop, Stage, batch_stage, global_stage, map_stage
+from tansaku.core.errors import MissingInputError
+from tansaku.core.llm import as_client
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.tasks import TASKS, gold_failures
 from tansaku.pipelines.egov import cloze, generate, leak
@@ -32,6 +36,7 @@ from tansaku.pipelines.egov.parse import Skip, list_law_sources, parse_law_bytes
 log = logging.getLogger(__name__)
 ARTICLES_VERSION = "1"
 QUESTIONS_VERSION = "1"
+MIN_ARTICLE_CHARS = 40  # shorter articles give the LLM generator too little to ask about
 KEYWORD_FIELDS = ["law_id", "law_title", "law_type", "era"]
 ARTICLE_CARD = {
     "pretty_name": "e-Gov law articles", "license": "other", "task_categories": ["text-retrieval"],
@@ -101,29 +106,30 @@ def _cloze_stage(seed: int, per_article: int) -> Stage:
         pools = cloze.law_pools(articles)
         for article in articles:
             if json.loads(article.get("meta") or "{}").get("is_deleted"):
-                yield Drop("deleted_article")
+                yield Drop("deleted_article", record=article)
                 continue
             qs = cloze.cloze_questions(article, pools.get(article["law_id"], {"units": {}, "terms": []}),
                                        seed, per_article)
             if not qs:
-                yield Drop("no_cloze_target")
+                yield Drop("no_cloze_target", record=article)
             for k, q in enumerate(qs):
                 yield _question_row(article, q, k)
 
-    return global_stage("generate", run)
+    return global_stage("generate", run, params={"generator": "cloze", "per_article": per_article})
 
 
 def _llm_stages(client, seed: int) -> list[Stage]:
     def eligible(article: dict) -> dict | Drop:
         if json.loads(article.get("meta") or "{}").get("is_deleted"):
             return Drop("deleted_article")
-        return article if len(article["text"]) >= 40 else Drop("article_too_short")
+        return article if len(article["text"]) >= MIN_ARTICLE_CHARS else Drop("article_too_short")
 
     def gen(batch: list[dict]) -> list:
         outs = generate.llm_generate(client, batch, seed=seed)
         return [o if isinstance(o, Drop) else _question_row(a, o, 0) for a, o in zip(batch, outs)]
 
-    return [map_stage("eligible", eligible), batch_stage("generate", gen, batch_size=32)]
+    return [map_stage("eligible", eligible, params={"min_chars": MIN_ARTICLE_CHARS}),
+            batch_stage("generate", gen, batch_size=32, params={"prompt": generate.GENERATE_PROMPT}, llm=client)]
 
 
 def _leak_filter(row: dict) -> dict | Drop:
@@ -137,28 +143,28 @@ def _gold_check(row: dict) -> dict | Drop:
 
 def _leak_audit(rows: Iterator[dict]) -> Iterator[dict | Drop]:
     for row in rows:
-        yield Drop("leak_in_final_rows") if leak.row_leaks(row) else row
+        yield Drop("leak_in_final_rows", record=row) if leak.row_leaks(row) else row
 
 
 def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: int = 0, quiet: bool = False,
                per_article: int = 2, judge_threshold: float = 0.75, retrieval: bool = True, retrieval_k: int = 20,
-               max_retrieval_rank: int | None = None, dedup_threshold: float = 0.85) -> dict:
+               max_retrieval_rank: int | None = None, dedup_threshold: float = 0.85, keep_rejected: bool = True
+               ) -> dict:
     """Build ``out/articles`` and the question dataset at ``out``; return the question manifest.
 
     ``llm``: an LLM spec or client (then the LLM generator and judge are used; else cloze questions).
     ``index``: an existing search index for the retrieval signal (default: build ``out/index``).
     ``limit``: use at most this many articles for question generation (the article dataset is complete).
     ``max_retrieval_rank``: drop questions whose article is not in the top N for its own text.
+    ``keep_rejected``: write the dropped questions (and articles) with their stage and reason as ``rejected``.
     """
     laws = [Path(p) for p in (laws if isinstance(laws, (list, tuple)) else [laws])]
+    if missing := [str(p) for p in laws if not p.exists()]:  # a typo must not build an empty dataset
+        raise MissingInputError(f"--laws {', '.join(missing)}: no such file or folder")
     out = Path(out)
     articles_dir = out / "articles"
     art_manifest = build_articles(laws, articles_dir, seed=seed, quiet=quiet)
-    client = None
-    if llm is not None:
-        from tansaku.core.llm import from_spec
-
-        client = from_spec(llm) if isinstance(llm, str) else llm
+    client = as_client(llm)
 
     backend, index_path = None, None
     if retrieval or index is not None:
@@ -183,12 +189,17 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     stages.append(map_stage("leak_filter", _leak_filter))
     if client is not None:
         by_id = {a["id"]: a for a in iter_rows(articles_dir)}
-        stages.append(batch_stage("judge", lambda b: generate.llm_judge(client, b, by_id, judge_threshold), 32))
-    stages.append(global_stage("dedup", lambda rows: generate.near_duplicates(rows, dedup_threshold)))
+        stages.append(batch_stage("judge", lambda b: generate.llm_judge(client, b, by_id, judge_threshold), 32,
+                                  params={"threshold": judge_threshold, "prompt": generate.JUDGE_PROMPT}, llm=client))
+    stages.append(global_stage("dedup", lambda rows: generate.near_duplicates(rows, dedup_threshold),
+                               params={"threshold": dedup_threshold}))
     if backend is not None:
-        stages.append(batch_stage("retrieval", retrieval_stage, batch_size=64))
+        stages.append(batch_stage("retrieval", retrieval_stage, batch_size=64,
+                                  params={"index": index_path, "k": retrieval_k, "max_rank": max_retrieval_rank}))
+    task = TASKS["egov_mcq"]
     stages += [global_stage("balance", lambda rows: generate.balance_positions(rows, seed)),
-               map_stage("gold_check", _gold_check), global_stage("leak_audit", _leak_audit)]
+               map_stage("gold_check", _gold_check, params={"task": task.name, "task_version": task.version}),
+               global_stage("leak_audit", _leak_audit)]
 
     config = {"generator": "cloze" if client is None else "llm", "limit": limit, "per_article": per_article,
               "judge_threshold": judge_threshold if client is not None else None,
@@ -200,7 +211,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
         seed=seed, inputs=[describe_input(articles_dir, art_manifest["splits"].get("train", 0))
                            | {"version": art_manifest["version"]}],
         source=lambda: islice(iter_rows(articles_dir), limit), stages=stages, card=QUESTION_CARD,
-        llm=client, parents=[str(articles_dir)], chunk_size=200, quiet=quiet)
+        llm=client, parents=[str(articles_dir)], chunk_size=200, quiet=quiet, keep_rejected=keep_rejected)
     manifest["articles"] = {"path": str(articles_dir), "rows": art_manifest["splits"].get("train", 0),
                             "stages": art_manifest["stages"], "skipped": art_manifest.get("skipped", [])}
     return manifest

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tansaku.core.engine import Drop, rng_for
-from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
+from tansaku.core.llm import ChatRequest, ask_json
 
 PROMPTS = Path(__file__).with_name("prompts")
 GENERATE_PROMPT = "mcq_generate_v1"
@@ -70,14 +70,9 @@ def llm_generate(client, articles: list[dict], seed: int = 0, max_tokens: int = 
                             max_tokens=max_tokens, temperature=0.0, seed=seed, json_schema=MCQ_SCHEMA)
                 for a in articles]
     out: list[dict | Drop] = []
-    for result in client.chat(requests):
-        if result.error:
-            out.append(Drop("llm_error"))
-            continue
-        try:
-            data = parse_json(result.content, MCQ_SCHEMA)
-        except LLMBadJSON:
-            out.append(Drop("llm_bad_json"))
+    for data in ask_json(client, requests, MCQ_SCHEMA):
+        if isinstance(data, Drop):
+            out.append(data)
             continue
         row = validate_mcq(data)
         if isinstance(row, Drop):
@@ -125,14 +120,14 @@ def llm_judge(client, rows: list[dict], articles_by_id: dict[str, dict], thresho
         requests.append(ChatRequest(messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
                                     temperature=0.0, json_schema=JUDGE_SCHEMA))
     out: list[dict | Drop] = []
-    for row, result in zip(rows, client.chat(requests), strict=True):
-        if result.error:
-            out.append(Drop("judge_error"))
+    verdicts = ask_json(client, requests, JUDGE_SCHEMA, error="judge_error", bad_json="judge_bad_json")
+    for row, verdict in zip(rows, verdicts, strict=True):
+        if isinstance(verdict, Drop):
+            out.append(verdict)
             continue
         try:
-            verdict = parse_json(result.content, JUDGE_SCHEMA)
             scores = {k: float(verdict[k]) for k in RUBRIC}
-        except (LLMBadJSON, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError):
             out.append(Drop("judge_bad_json"))
             continue
         if any(v not in (0.0, 1.0) for v in scores.values()):
@@ -177,7 +172,7 @@ def near_duplicates(rows: Iterable[dict], threshold: float = 0.85, bands: int = 
         keys = [(b, tuple(sig[b * rows_per_band:(b + 1) * rows_per_band].tolist())) for b in range(bands)]
         candidates = {i for key in keys for i in buckets.get(key, [])}
         if any(len(sh & kept[i]) / len(sh | kept[i]) >= threshold for i in candidates):
-            yield Drop("near_duplicate")
+            yield Drop("near_duplicate", record=row)
             continue
         for key in keys:
             buckets.setdefault(key, []).append(len(kept))

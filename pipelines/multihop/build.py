@@ -22,10 +22,12 @@ import json
 from pathlib import Path
 
 from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
-from tansaku.core.llm import from_spec
+from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.llm import as_client
 from tansaku.core.store import build_dataset, describe_input, iter_rows
+from tansaku.envs.environments import make_environment_factory
+from tansaku.envs.search import require_index
 from tansaku.envs.tasks import TASKS, gold_failures
-from tansaku.envs.tools import SearchTools, ToolsConfig
 from tansaku.pipelines.multihop import cardinality, chains, quality, questions, solvability
 from tansaku.pipelines.multihop import triples as sources
 
@@ -33,17 +35,6 @@ PIPELINE_VERSION = "1"
 STAGES = ("triples", "link", "cardinality", "chains", "questions", "quality", "prefilter", "solve", "finalize")
 SEARCHING = ("prefilter", "solve", "finalize")
 PROMPT_VERSIONS = sorted(p.name for p in (Path(__file__).with_name("prompts")).glob("*.md"))
-
-
-def _client(spec):
-    if spec is None or not isinstance(spec, str):
-        return spec
-
-    return from_spec(spec)
-
-
-def _describe(client) -> dict | None:
-    return client.describe() if client is not None and hasattr(client, "describe") else None
 
 
 def corpus_index(corpus: str | Path) -> sources.ArticleIndex:
@@ -91,35 +82,46 @@ def gold_check(rows: list[dict]) -> list[dict | Drop]:
 def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None, policy=None, index=None,
                    limit: int | None = None, until: str | None = None, k: int = 4, m: int = 1, seed: int = 0,
                    caps: chains.Caps = chains.Caps(), max_rounds: int = 2, quiet: bool = False,
-                   chunk_size: int = 1000, triples=None) -> dict:
+                   chunk_size: int = 1000, triples=None, min_natural: int = 3, question_temperature: float = 0.7,
+                   prefilter_size: int = 10, keep_rejected: bool = False) -> dict:
     """Run the multihop pipeline into the dataset folder ``out`` and return its manifest.
-    ``triples`` (alias ``triples_path``): a JSONL or JEMHopQA file to start from instead of the corpus."""
+    ``triples`` (alias ``triples_path``): a JSONL or JEMHopQA file to start from instead of the corpus.
+    ``min_natural`` (quality judge's naturalness bar), ``question_temperature`` and ``prefilter_size`` (top
+    hits searched per hop) are stage params like ``k``/``m``/``caps``: in the manifest and the resume
+    fingerprint. ``keep_rejected`` is off by default: most drops are triples, many on a full Wikipedia."""
 
     triples_path = triples if triples is not None else triples_path
     if until is not None and until not in STAGES:
-        raise ValueError(f"--until {until!r}: choose one of {', '.join(STAGES)}")
+        raise InputError(f"--until {until!r}: choose one of {', '.join(STAGES)}")
     if corpus is None and triples_path is None:
-        raise ValueError("give --corpus DIR (a document dataset) or --triples PATH")
+        raise InputError("give --corpus DIR (a document dataset) or --triples PATH")
     names = list(STAGES[: STAGES.index(until) + 1] if until else STAGES)
     if any(n in SEARCHING for n in names) and corpus is None and index is None:
-        raise ValueError(f"stage {next(n for n in names if n in SEARCHING)!r} searches: give --corpus or "
+        raise InputError(f"stage {next(n for n in names if n in SEARCHING)!r} searches: give --corpus or "
                          "--index, or stop earlier with --until questions/quality")
-    llm, policy = _client(llm), _client(policy)
+    if corpus is not None and not Path(corpus).is_dir():
+        raise MissingInputError(f"--corpus {corpus}: no such dataset folder; build it with `synth build corpus`")
+    if index is not None and any(n in SEARCHING for n in names):
+        require_index(index)
+    llm, policy = as_client(llm), as_client(policy)
     out = Path(out)
 
     if triples_path is not None:
         given = list(sources.read_triples_file(triples_path))  # fails fast on a malformed file
         article_index = corpus_index(corpus) if corpus is not None else sources.index_from_triples(given)
         source, inputs = given, [describe_input(triples_path, len(given))]
-        first = map_stage("triples", lambda t: t)
+        first = map_stage("triples", lambda t: t, params={"source": "file"})
     else:
         article_index = corpus_index(corpus)
         source, inputs = (lambda: iter_rows(corpus)), [describe_input(corpus)]
-        first = batch_stage("triples", lambda docs: document_triples(docs, llm, seed), batch_size=16)
+        first = batch_stage("triples", lambda docs: document_triples(docs, llm, seed), batch_size=16,
+                            params={"source": "infobox" + ("+llm" if llm is not None else "")}, llm=llm)
     if corpus is not None and triples_path is not None:
         inputs.append(describe_input(corpus))
 
     backend_holder: dict = {}
+    caps_params = {"per_subject": caps.per_subject, "per_bridge": caps.per_bridge,
+                   "per_relation_pair": caps.per_relation_pair}
 
     def backend():
         if "b" not in backend_holder:
@@ -133,38 +135,45 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
         return backend_holder["b"]
 
     def solve(batch):
-        return solvability.agent_check(batch, policy, SearchTools(backend(), ToolsConfig(), seed=seed), k=k, m=m,
-                                       seed=seed)
+        environments = make_environment_factory(TASKS["multihop_qa"], backend(), seed=seed)
+        return solvability.agent_check(batch, policy, environments, k=k, m=m, seed=seed)
 
     all_stages = {
         "triples": first,
         "link": map_stage("link", lambda t: sources.link_triple(t, article_index)),
-        "cardinality": global_stage("cardinality", lambda ts: cardinality.filter_unique_hops(ts, llm=llm, seed=seed)),
+        "cardinality": global_stage("cardinality", lambda ts: cardinality.filter_unique_hops(ts, llm=llm, seed=seed),
+                                    params={"threshold": cardinality.DEFAULT_THRESHOLD, "min_support": 3}, llm=llm),
         "chains": global_stage("chains", lambda ts: chains.chain_stage(ts, caps, seed, limit,
-                                                                     require_linked_bridge=True)),
-        "questions": (batch_stage("questions", lambda cs: questions.generate_llm(cs, llm, seed), batch_size=32)
-                      if llm is not None else map_stage("questions", lambda c: questions.generate_template(c, seed))),
-        "quality": (batch_stage("quality", lambda rs: quality.quality_loop(rs, llm, max_rounds, seed=seed), 32)
+                                                                     require_linked_bridge=True),
+                               params={"caps": caps_params, "limit": limit, "require_linked_bridge": True}),
+        "questions": (batch_stage("questions", lambda cs: questions.generate_llm(cs, llm, seed, question_temperature),
+                                  batch_size=32, params={"temperature": question_temperature}, llm=llm)
+                      if llm is not None else map_stage("questions", lambda c: questions.generate_template(c, seed),
+                                                        params={"generator": "template"})),
+        "quality": (batch_stage("quality", lambda rs: quality.quality_loop(rs, llm, max_rounds, min_natural, seed=seed),
+                                32, params={"max_rounds": max_rounds, "min_natural": min_natural}, llm=llm)
                     if llm is not None else map_stage("quality", lambda r: {**r, "quality": None})),
-        "prefilter": batch_stage("prefilter", lambda rs: solvability.prefilter(rs, backend()), batch_size=64),
-        "solve": (batch_stage("solve", solve, batch_size=16) if policy is not None
+        "prefilter": batch_stage("prefilter", lambda rs: solvability.prefilter(rs, backend(), prefilter_size),
+                                 batch_size=64, params={"size": prefilter_size, "index": str(index) if index else None}),
+        "solve": (batch_stage("solve", solve, batch_size=16, params={"k": k, "m": m}, llm=policy) if policy is not None
                   else map_stage("solve", lambda r: {**r, "pass_rate": None})),
-        "finalize": batch_stage("finalize", gold_check, batch_size=256),
+        "finalize": batch_stage("finalize", gold_check, batch_size=256,
+                                params={"task": "multihop_qa", "task_version": TASKS["multihop_qa"].version}),
     }
     config = {
         "until": until, "limit": limit, "k": k, "m": m, "seed": seed, "max_rounds": max_rounds,
-        "caps": {"per_subject": caps.per_subject, "per_bridge": caps.per_bridge,
-                 "per_relation_pair": caps.per_relation_pair},
+        "caps": caps_params,
         "question_generator": "llm" if llm is not None else "template",
         "quality": "llm judge/fix loop" if llm is not None else "skipped (no --llm)",
         "agent_check": "rollouts" if policy is not None else "skipped (no --policy)",
-        "llm": _describe(llm), "policy": _describe(policy), "index": str(index) if index else None,
+        # The LLM and policy identities are stage recipes (triples/cardinality/questions/quality, solve).
+        "index": str(index) if index else None,
         "prompts": PROMPT_VERSIONS,
     }
     return build_dataset(
         out=out, name=out.name, pipeline="multihop", pipeline_version=PIPELINE_VERSION, config=config, seed=seed,
         inputs=inputs, source=source, stages=[all_stages[n] for n in names], llm=llm, quiet=quiet,
-        chunk_size=chunk_size,
+        chunk_size=chunk_size, keep_rejected=keep_rejected,
         card={"description": "Two-hop Japanese questions built from (subject, relation, object) triples: hop 1's "
                              "object is hop 2's subject; the bridge entity is never named in the question.",
               "pretty_name": f"tansaku multihop: {Path(out).name}", "task_categories": ["question-answering"],

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 import polars as pl
 
 from tansaku.core.engine import Drop
-from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
+from tansaku.core.llm import ChatRequest, ask_json
 from tansaku.pipelines.multihop.triples import index_from_triples, link_triple, read_triples_file
 
 DEFAULT_THRESHOLD = 0.9
@@ -83,15 +83,9 @@ def confirm_with_llm(relations: list[str], llm, seed: int = 0) -> dict[str, bool
         '例:「出身地」は一つ、「出演者」は複数。JSON だけで答えてください: {"single_valued": true または false}')}],
         max_tokens=32, temperature=0.0, seed=seed, json_schema=CARDINALITY_SCHEMA) for r in relations]
     verdicts: dict[str, bool | None] = {}
-    for r, res in zip(relations, llm.chat(requests)):
-        verdict = None
-        if not res.error:
-            try:
-                value = parse_json(res.content).get("single_valued")
-                verdict = value if isinstance(value, bool) else None
-            except (LLMBadJSON, AttributeError):
-                verdict = None
-        verdicts[r] = verdict
+    for r, answer in zip(relations, ask_json(llm, requests)):
+        value = None if isinstance(answer, Drop) else answer.get("single_valued")
+        verdicts[r] = value if isinstance(value, bool) else None
     return verdicts
 
 
@@ -135,7 +129,7 @@ def filter_unique_hops(triples: Iterable[dict], threshold: float = DEFAULT_THRES
         weak = sorted(r for r, s in stats.items() if s["subjects"] < min_support and s["class"] in ("1:1", "N:1"))
         confirmed = confirm_with_llm(weak, llm, seed) if weak else {}
     for triple, reason in judge_hops(rows, stats, confirmed):
-        yield triple if reason is None else Drop(reason)
+        yield triple if reason is None else Drop(reason, record=triple)
 
 
 def main(argv: list[str]) -> None:

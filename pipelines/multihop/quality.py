@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tansaku.core.engine import Drop, rng_for
-from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
+from tansaku.core.llm import ChatRequest, ask_json
 from tansaku.pipelines.multihop.chains import derivations_of
 from tansaku.pipelines.multihop.questions import QUESTION_SCHEMA, question_problem
 
@@ -45,15 +45,8 @@ def _request(prompt_file: str, record: dict, schema: dict, seed: int, round_no: 
                        json_schema=schema)
 
 
-def parse_verdict(content: str) -> dict | None:
-    """The judge's answer as a dict with typed fields, or None when it is unusable."""
-
-    try:
-        data = parse_json(content)
-    except LLMBadJSON:
-        return None
-    if not isinstance(data, dict):
-        return None
+def parse_verdict(data: dict) -> dict | None:
+    """The judge's parsed answer as a dict with typed fields, or None when it is unusable."""
     try:
         natural = int(data.get("natural"))
     except (TypeError, ValueError):
@@ -88,12 +81,13 @@ def quality_loop(records: list[dict], llm, max_rounds: int = 2, min_natural: int
         pending = sorted(current)
         if not pending:
             break
-        judged = llm.chat([_request(JUDGE_PROMPT, current[i], JUDGE_SCHEMA, seed, round_no) for i in pending])
+        judged = ask_json(llm, [_request(JUDGE_PROMPT, current[i], JUDGE_SCHEMA, seed, round_no) for i in pending],
+                          bad_json="judge_bad_json")
         to_fix = []
-        for i, res in zip(pending, judged):
-            verdict = None if res.error else parse_verdict(res.content)
-            if verdict is None:
-                out[i] = Drop("llm_error" if res.error else "judge_bad_json")
+        for i, answer in zip(pending, judged):
+            verdict = answer if isinstance(answer, Drop) else parse_verdict(answer) or Drop("judge_bad_json")
+            if isinstance(verdict, Drop):
+                out[i] = verdict
                 del current[i]
                 continue
             history[i].append(verdict)
@@ -113,14 +107,11 @@ def quality_loop(records: list[dict], llm, max_rounds: int = 2, min_natural: int
                 out[i] = Drop(f"quality_{first_failure[i]}")
                 current.pop(i, None)
             break
-        fixed = llm.chat([_request(FIX_PROMPT, current[i], QUESTION_SCHEMA, seed, round_no,
-                                   reasons="; ".join(history[i][-1]["reasons"]) or first_failure[i])
-                          for i in to_fix])
-        for i, res in zip(to_fix, fixed):
-            try:
-                question = None if res.error else parse_json(res.content).get("question")
-            except (LLMBadJSON, AttributeError):
-                question = None
+        fixed = ask_json(llm, [_request(FIX_PROMPT, current[i], QUESTION_SCHEMA, seed, round_no,
+                                        reasons="; ".join(history[i][-1]["reasons"]) or first_failure[i])
+                               for i in to_fix])
+        for i, answer in zip(to_fix, fixed):
+            question = None if isinstance(answer, Drop) else answer.get("question")
             problem = question_problem(question, current[i]) if isinstance(question, str) else "fix_bad_json"
             if problem:
                 out[i] = Drop(f"fix_{problem}" if not problem.startswith("fix_") else problem)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tansaku.core.engine import Drop, rng_for
-from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
+from tansaku.core.llm import ChatRequest, ask_json
 from tansaku.pipelines.multihop.chains import derivations_of
 from tansaku.pipelines.multihop.entities import display_name, entity_key
 
@@ -87,20 +87,20 @@ def generate_template(chain: dict, seed: int = 0) -> dict | Drop:
     return Drop(problem) if problem else out
 
 
-def question_request(chain: dict, seed: int = 0):
+def question_request(chain: dict, seed: int = 0, temperature: float = 0.7):
     prompt = (PROMPTS / QUESTION_PROMPT).read_text(encoding="utf-8")
     (s1, r1, _), (_, r2, _) = derivations_of(chain)
     user = (prompt.replace("{subject}", s1).replace("{relation1}", r1).replace("{bridge}", chain["bridge"])
             .replace("{relation2}", r2).replace("{answer}", chain["answer"]))
-    return ChatRequest(messages=[{"role": "user", "content": user}], max_tokens=256, temperature=0.7,
+    return ChatRequest(messages=[{"role": "user", "content": user}], max_tokens=256, temperature=temperature,
                        seed=rng_for(seed, "question", chain["chain_id"]).randrange(2**31), json_schema=QUESTION_SCHEMA)
 
 
-def question_from_answer(chain: dict, content: str) -> dict | Drop:
-    try:
-        question = parse_json(content).get("question")
-    except (LLMBadJSON, AttributeError):
-        return Drop("llm_bad_json")
+def question_from_answer(chain: dict, answer: dict | Drop) -> dict | Drop:
+    """One parsed LLM answer (from :func:`tansaku.core.llm.ask_json`) checked like a template question."""
+    if isinstance(answer, Drop):
+        return answer
+    question = answer.get("question")
     if not isinstance(question, str) or not question.strip():
         return Drop("llm_no_question")
     question = question.strip()
@@ -108,7 +108,7 @@ def question_from_answer(chain: dict, content: str) -> dict | Drop:
     return Drop(problem) if problem else {**chain, "question": question, "generator": "llm"}
 
 
-def generate_llm(chains: list[dict], llm, seed: int = 0) -> list[dict | Drop]:
+def generate_llm(chains: list[dict], llm, seed: int = 0, temperature: float = 0.7) -> list[dict | Drop]:
     """One LLM call per chain (batched); each answer is checked like a template question."""
-    results = llm.chat([question_request(c, seed) for c in chains])
-    return [Drop("llm_error") if r.error else question_from_answer(c, r.content) for c, r in zip(chains, results)]
+    answers = ask_json(llm, [question_request(c, seed, temperature) for c in chains])
+    return [question_from_answer(c, a) for c, a in zip(chains, answers)]

@@ -4,7 +4,8 @@
   the question itself, hop 2's page among the top hits for the bridge name (what an agent searches
   after reading hop 1). Drops: ``hop1_not_retrievable``, ``hop2_not_retrievable``, ``no_page_ids``.
 * :func:`agent_check` — the rollout runner (``tansaku.envs.rollout.run_rollouts``) answers each question ``k``
-  times with the policy model and the search tools; each answer is scored by the ``multihop_qa``
+  times with the policy model and the search tools (an environment factory: one ``SearchEnvironment`` per
+  episode, its tool descriptions drawn at ``reset`` as in RL); each answer is scored by the ``multihop_qa``
   answer reward; items solved at least ``m`` of ``k`` times are kept, with ``pass_rate`` = solved / k
   stored as their difficulty (``unsolved`` drop otherwise).
 """
@@ -56,7 +57,10 @@ def _completion(trajectory):
 
 def agent_check(records: list[dict], policy, tools, k: int = 4, m: int = 1, seed: int = 0,
                 max_turns: int | None = None, max_tokens: int = 1024) -> list[dict | Drop]:
-    """Run ``k`` rollouts per record and keep those solved at least ``m`` times."""
+    """Run ``k`` rollouts per record and keep those solved at least ``m`` times.
+
+    ``tools``: ``tansaku.envs.environments.make_environment_factory(TASKS["multihop_qa"], index)``.
+    """
 
     task = TASKS["multihop_qa"]
     rows = [eval_row(r) for r in records]

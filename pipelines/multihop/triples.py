@@ -29,7 +29,8 @@ import mwparserfromhell
 
 from tansaku.core.engine import Drop
 from tansaku.core.errors import InputError
-from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
+from tansaku.core.jsonl import iter_jsonl
+from tansaku.core.llm import ChatRequest, ask_json
 from tansaku.pipelines.multihop.entities import ArticleIndex, display_name, entity_key, exact_key
 
 PROMPTS = Path(__file__).with_name("prompts")
@@ -170,14 +171,13 @@ def extract_request(doc: dict, max_chars: int = 3000, seed: int = 0):
                        seed=seed, json_schema=TRIPLES_SCHEMA)
 
 
-def triples_from_llm_answer(doc: dict, content: str, max_chars: int = 3000) -> list[dict | Drop]:
-    """Parse one extraction answer into triples; Drops name what was wrong with each rejected one."""
+def triples_from_llm_answer(doc: dict, answer: dict | Drop, max_chars: int = 3000) -> list[dict | Drop]:
+    """One parsed extraction answer (from :func:`tansaku.core.llm.ask_json`) into triples; Drops name
+    what was wrong with each rejected one."""
 
-    try:
-        answer = parse_json(content)
-    except LLMBadJSON:
-        return [Drop("llm_bad_json")]
-    items = answer.get("triples") if isinstance(answer, dict) else None
+    if isinstance(answer, Drop):
+        return [answer]
+    items = answer.get("triples")
     if not isinstance(items, list):
         return [Drop("llm_no_triples")]
     out: list[dict | Drop] = []
@@ -201,9 +201,8 @@ def triples_from_llm_answer(doc: dict, content: str, max_chars: int = 3000) -> l
 
 def llm_extract(docs: list[dict], llm, max_chars: int = 3000, seed: int = 0) -> list[list[dict | Drop]]:
     """One extraction call per document (batched); returns each document's triples and drops."""
-    results = llm.chat([extract_request(d, max_chars, seed) for d in docs])
-    return [[Drop("llm_error")] if res.error else triples_from_llm_answer(d, res.content, max_chars)
-            for d, res in zip(docs, results)]
+    answers = ask_json(llm, [extract_request(d, max_chars, seed) for d in docs])
+    return [triples_from_llm_answer(d, answer, max_chars) for d, answer in zip(docs, answers)]
 
 
 # ---------------------------------------------------------------- --triples PATH
@@ -243,21 +242,13 @@ def read_triples_file(path: str | Path) -> Iterator[dict]:
             raise TriplesError(f"{path}: not valid JSON ({e})") from e
         yield from _jemhopqa_triples(items, path)
         return
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TriplesError(f"{path}:{lineno}: not valid JSON ({e})") from e
-            if not isinstance(row, dict) or not all(isinstance(row.get(k), str) and row[k].strip()
-                                                    for k in ("subject", "relation", "object")):
-                raise TriplesError(f"{path}:{lineno}: needs non-empty string fields subject, relation, object")
-            sid = row.get("subject_id")
-            yield make_triple(row["subject"], row["relation"], row["object"], source=row.get("source") or "jsonl",
-                              subject_id=str(sid) if sid is not None else None,
-                              doc_id=str(sid) if sid is not None else None, evidence=row.get("evidence"))
+    for lineno, row in iter_jsonl(path, error=TriplesError):
+        if not all(isinstance(row.get(k), str) and row[k].strip() for k in ("subject", "relation", "object")):
+            raise TriplesError(f"{path}:{lineno}: needs non-empty string fields subject, relation, object")
+        sid = row.get("subject_id")
+        yield make_triple(row["subject"], row["relation"], row["object"], source=row.get("source") or "jsonl",
+                          subject_id=str(sid) if sid is not None else None,
+                          doc_id=str(sid) if sid is not None else None, evidence=row.get("evidence"))
 
 
 # ---------------------------------------------------------------- linking

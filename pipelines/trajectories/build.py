@@ -6,32 +6,33 @@ verify → HF chat rows → mixed SFT set, as stages on the pipeline engine, int
                                   index="out/index", translator=None, general="data/chat.jsonl", ratio=0.5, n=4)
 
 Splits: ``train`` (the SFT set: agentic rows under the agentic system prompt + general rows) and
-``failures`` (trajectories that failed a stage, with ``failure_stage``/``failure_reason``; same columns).
-The manifest's ``stages`` is the trajectory funnel (per stage: received, kept, dropped by reason) and
-``trajectories`` holds the scenario distribution, teacher/translator models, prompt versions and ratios;
-the card shows both. ``translator=None`` reuses the teacher for translation and rewriting.
+``rejected`` (the engine's rejected split: every trajectory a stage dropped, as ``stage, reason, detail,
+record`` with the whole trajectory record as JSON text; its own card config, so ``load_dataset(OUT)`` gives
+``train`` only). The manifest's ``stages`` is the trajectory funnel (per stage: params, received, kept,
+dropped by reason) and ``trajectories`` holds the scenario distribution, rejections by stage/reason,
+teacher/translator models, prompt versions and ratios; the card shows both. ``translator=None`` reuses
+the teacher for translation and rewriting.
 
 Demo (no GPU): ``--teacher scripted:examples/teacher_script.py --translator scripted:examples/teacher_script.py:rewrite``.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
-from tansaku.core.store import build_dataset, describe_input, iter_rows, read_manifest, write_manifest
-from tansaku.data_cards import render_card
+from tansaku.core.errors import InputError
+from tansaku.core.llm import as_client
+from tansaku.core.store import REJECTED, build_dataset, describe_input, iter_rows, read_manifest
 from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.trajectories.filter import correct_only_stage
 from tansaku.pipelines.trajectories.format import format_stage
 from tansaku.pipelines.trajectories.mix import AGENTIC_SYSTEM_PROMPT, mix_stage, read_chat_rows
 from tansaku.pipelines.trajectories.rewrite import CATALOG_PATH, PROMPTS, load_catalog, rewrite_stage
-from tansaku.pipelines.trajectories.teacher import guess_task, load_client, make_tools, teacher_stage
+from tansaku.pipelines.trajectories.teacher import guess_task, make_tools, teacher_stage
 from tansaku.pipelines.trajectories.verify import verify_stage
 
-PIPELINE_VERSION = "1"
-TRAJECTORY_STAGES = ("teacher", "correct_only", "translate", "refine", "scenario", "verify")
+PIPELINE_VERSION = "2"  # 2: failed trajectories go to the engine's rejected split (was a failures split)
 
 
 def question_source(dataset: str | Path, limit: int | None = None):
@@ -59,91 +60,73 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
     """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring)."""
 
     if n < 1:
-        raise ValueError(f"n (tries per question) must be >= 1, got {n}")
+        raise InputError(f"n (tries per question) must be >= 1, got {n}")
     dataset_manifest = read_manifest(dataset)
     first = next(iter(question_source(dataset, 1)()), None)
     if first is None:
-        raise ValueError(f"{dataset} has no questions in its train split")
+        raise InputError(f"{dataset} has no questions in its train split")
     task_name = task or guess_task(dataset_manifest, first["row"])
     if task_name not in TASKS:
-        raise ValueError(f"unknown task {task_name!r}; known: {sorted(TASKS)}")
+        raise InputError(f"unknown task {task_name!r}; known: {sorted(TASKS)}")
     task_def = TASKS[task_name]
+    try:
+        task_def.answer_reward()  # correct-only needs an automatic answer reward (no rubric judge)
+    except ValueError as exc:
+        raise InputError(f"task {task_name!r} cannot filter trajectories: {exc}") from None
     catalog_data = load_catalog(catalog)
     general_rows = read_chat_rows(general) if general else None
-    teacher_client = load_client(teacher)
-    rewriter = load_client(translator) if translator is not None else teacher_client
+    teacher_client = as_client(teacher)
+    rewriter = as_client(translator) if translator is not None else teacher_client
     tools = make_tools(task_def, index, seed=seed)
 
     stages = [
         teacher_stage(teacher_client, task_def, tools, n=n, temperature=temperature, max_tokens=max_tokens,
-                      seed=seed),
+                      seed=seed).configured({"n": n, "temperature": temperature, "max_tokens": max_tokens,
+                                             "task": task_def.name}, llm=teacher_client),
         correct_only_stage(task_def),
         rewrite_stage("translate", rewriter, seed=seed),
         rewrite_stage("refine", rewriter, seed=seed),
         rewrite_stage("scenario", rewriter, seed=seed, catalog=catalog_data),
-        verify_stage(tools),
+        verify_stage(tools).configured({"tools_config": tools.config.to_dict()}),
         format_stage(),
         mix_stage(general_rows, ratio, seed, system_prompt),
     ]
     config = {
         "task": task_name, "task_version": task_def.version, "n": n, "ratio": ratio if general else None,
         "limit": limit, "temperature": temperature, "max_tokens": max_tokens,
-        "teacher": _describe(teacher_client), "translator": _describe(rewriter),
         "prompts": PROMPTS, "scenario_catalog_version": catalog_data["version"],
         "tools_config": tools.config.to_dict(), "system_prompt": system_prompt,
     }
+    # Full descriptions for the card; the fingerprint holds only their identities (the stages' llm).
+    models = {"teacher": _describe(teacher_client), "translator": _describe(rewriter)}
     index_path = Path(str(index))
     inputs = [describe_input(dataset), describe_input(catalog or CATALOG_PATH),
               describe_input(index_path) if index_path.exists() else {"path": str(index), "sha256": None}]
     if general:
         inputs.append(describe_input(general, len(general_rows)))
-    manifest = build_dataset(
+
+    def summarize(manifest: dict) -> dict:
+        train = list(iter_rows(out, split="train", columns=["kind", "scenario", "question_id"]))
+        rejected = (list(iter_rows(out, split=REJECTED, columns=["stage", "reason"]))
+                    if manifest["splits"].get(REJECTED) else [])
+        return {"trajectories": summary(train, rejected, config, models, general_rows)}
+
+    return build_dataset(
         out=out, name=name or f"trajectories-{Path(dataset).name}", pipeline="trajectories",
         pipeline_version=PIPELINE_VERSION, config=config, seed=seed, inputs=inputs,
-        source=question_source(dataset, limit), stages=stages, llm=teacher_client,
-        split_of=lambda r: "failures" if r.get("failure_reason") else "train",
+        source=question_source(dataset, limit), stages=stages, llm=teacher_client, keep_rejected=True,
+        summarize=summarize, card=trajectory_card,
         parents=[dataset_manifest.get("version")] if dataset_manifest.get("version") else [], quiet=quiet)
-    if "trajectories" in manifest:  # an already finished identical build
-        return manifest
-    train = list(iter_rows(out, split="train")) if manifest["splits"].get("train") else []
-    failures = list(iter_rows(out, split="failures")) if manifest["splits"].get("failures") else []
-    manifest["stages"] = trajectory_funnel(manifest["stages"], train, failures)
-    manifest["trajectories"] = summary(train, failures, config, ratio, general_rows)
-    _write_card(out, manifest, train)
-    return manifest
 
 
-def trajectory_funnel(engine_stages: list[dict], train: list[dict], failures: list[dict]) -> list[dict]:
-    """Per-stage received/kept/dropped-by-reason of trajectories (failed ones are tagged, not dropped,
-    so the engine's own counts see them as kept; this recounts them from the rows)."""
-    seconds = {s["name"]: s["seconds"] for s in engine_stages}
-    by_stage: dict[str, Counter] = {name: Counter() for name in TRAJECTORY_STAGES}
-    for row in failures:
-        by_stage.setdefault(row["failure_stage"], Counter())[row["failure_reason"]] += 1
-    questions = next((s["received"] for s in engine_stages if s["name"] == "teacher"), 0)
-    alive = len(failures) + sum(1 for r in train if r["kind"] == "agentic")
-    funnel = []
-    for name in TRAJECTORY_STAGES:
-        received = questions if name == "teacher" else alive
-        produced = alive if name == "teacher" else received
-        dropped = by_stage[name]
-        alive = produced - sum(dropped.values())
-        funnel.append({"name": name, "seconds": seconds.get(name, 0.0), "received": received, "kept": alive,
-                       "dropped": dict(sorted(dropped.items()))})
-    funnel.append({"name": "format", "seconds": seconds.get("format", 0.0), "received": alive, "kept": alive,
-                   "dropped": {}})
-    funnel.append({"name": "mix", "seconds": seconds.get("mix", 0.0), "received": alive, "kept": len(train),
-                   "dropped": {}})
-    return funnel
-
-
-def summary(train: list[dict], failures: list[dict], config: dict, ratio: float, general_rows) -> dict:
+def summary(train: list[dict], rejected: list[dict], config: dict, models: dict, general_rows) -> dict:
+    """Scenario distribution, rejections by stage/reason, models and the mix actually reached."""
     agentic = sum(1 for r in train if r["kind"] == "agentic")
     general = len(train) - agentic
     return {
-        "teacher": config["teacher"], "translator": config["translator"], "prompts": config["prompts"],
+        "teacher": models["teacher"], "translator": models["translator"], "prompts": config["prompts"],
         "scenario_distribution": dict(Counter(r["scenario"] for r in train if r["kind"] == "agentic").most_common()),
-        "failure_reasons": dict(Counter(f"{r['failure_stage']}/{r['failure_reason']}" for r in failures).most_common()),
+        "failure_reasons": dict(Counter(f"{r['stage']}/{r['reason']}" for r in rejected).most_common()),
         "questions_with_a_kept_trajectory": len({r["question_id"] for r in train if r["kind"] == "agentic"}),
         "mix": {"ratio_requested": config["ratio"], "agentic_rows": agentic, "general_rows": general,
                 "general_available": len(general_rows) if general_rows else 0,
@@ -151,7 +134,8 @@ def summary(train: list[dict], failures: list[dict], config: dict, ratio: float,
     }
 
 
-def _write_card(out, manifest: dict, train: list[dict]) -> None:
+def trajectory_card(manifest: dict) -> dict:
+    """The card text of a trajectory dataset: models, mix, scenario distribution, rejections by stage."""
     t = manifest["trajectories"]
     scen = "\n".join(f"| {k} | {v} |" for k, v in t["scenario_distribution"].items()) or "| – | 0 |"
     fails = "\n".join(f"| {k} | {v} |" for k, v in t["failure_reasons"].items()) or "| – | 0 |"
@@ -167,17 +151,14 @@ def _write_card(out, manifest: dict, train: list[dict]) -> None:
         + ", ".join(f"`{v}`" for v in t["prompts"].values()) + "\n"
         f"- **Mix:** {mix['agentic_rows']} agentic rows (agentic system prompt) + {mix['general_rows']} general rows "
         f"(no system prompt); ratio requested {mix['ratio_requested']}, reached {mix['ratio_actual']}\n"
-        f"- **Failures split:** {sum(t['failure_reasons'].values())} trajectories, never positive examples\n\n"
+        f"- **Rejected split:** {sum(t['failure_reasons'].values())} failed trajectories (config `rejected`), "
+        "never positive examples\n\n"
         f"### Scenario distribution\n\n| scenario | rows |\n|---|---:|\n{scen}\n\n"
-        f"### Failures by stage/reason\n\n| stage/reason | rows |\n|---|---:|\n{fails}"
+        f"### Rejected by stage/reason\n\n| stage/reason | rows |\n|---|---:|\n{fails}"
     )
-    card = {"pretty_name": f"tansaku SFT trajectories: {manifest['name']}", "license": "other",
+    return {"pretty_name": f"tansaku SFT trajectories: {manifest['name']}", "license": "other",
             "task_categories": ["text-generation"], "tags": ["sft", "tool-use", "agentic-search"],
             "description": description,
             "limitations": ["Reasoning is rewritten by an LLM: faithful to the tool results by instruction and "
                             "review, not by proof. Tool calls and results are verified byte-identical.",
                             "Only questions the teacher solved appear; hard questions are under-represented."]}
-    samples = [{k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v for k, v in r.items()}
-               for r in train[:3]]
-    (Path(out) / "README.md").write_text(render_card(manifest, samples, card), encoding="utf-8")
-    write_manifest(out, manifest)

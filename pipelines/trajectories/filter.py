@@ -1,42 +1,44 @@
 """Correct-only: keep trajectories whose final answer scores 1.0 under the task's own answer reward.
 
-Everything else is tagged as a failure (stored in the ``failures`` split, never a positive example):
+Everything else is dropped (kept in the ``rejected`` split, never a positive example):
 ``wrong_answer`` (the answer reward is below 1.0), ``malformed_tool_call`` (the teacher wrote a tool
 call the runner could not parse), ``no_tool_calls`` (answered without searching: it does not teach
-the loop). Teacher episodes that ended without an answer were already tagged by the teacher stage.
+the loop). Teacher episodes that ended without an answer were already dropped by the teacher stage.
 
     stage = correct_only_stage(TASKS["multihop_qa"])
 """
 
 from __future__ import annotations
 
-from tansaku.core.engine import map_stage
-from tansaku.pipelines.trajectories.records import fail, live_map
+from tansaku.core.engine import Drop, map_stage
+from tansaku.core.errors import InputError
+from tansaku.pipelines.trajectories.records import fail
 
 
 def answer_score(task, record: dict) -> float:
     """The task's answer reward for the record's completion (messages after the prompt)."""
     reward = task.answer_reward()
     if reward is None:
-        raise ValueError(f"task {task.name!r} has no automatic answer reward; trajectories need one")
+        raise InputError(f"task {task.name!r} has no automatic answer reward; trajectories need one")
     completion = record["messages"][record["n_prompt"]:]
     columns = {key: [value] for key, value in record["row"].items()}
     score = reward([completion], **columns)[0]
     return float(score or 0.0)
 
 
-def correct_only(task, record: dict) -> dict:
+def correct_only(task, record: dict) -> dict | Drop:
     completion = record["messages"][record["n_prompt"]:]
     if record.get("parse_failures"):
-        return fail(record, "correct_only", "malformed_tool_call", f"{record['parse_failures']} malformed")
+        return fail(record, "malformed_tool_call", f"{record['parse_failures']} malformed")
     score = answer_score(task, record)
     record = {**record, "reward": score}
     if score < 1.0:
-        return fail(record, "correct_only", "wrong_answer", completion[-1].get("content", "") if completion else "")
+        return fail(record, "wrong_answer", completion[-1].get("content", "") if completion else "")
     if not any(m.get("role") == "tool" for m in completion):
-        return fail(record, "correct_only", "no_tool_calls")
+        return fail(record, "no_tool_calls")
     return record
 
 
 def correct_only_stage(task):
-    return map_stage("correct_only", live_map(lambda record: correct_only(task, record)))
+    return map_stage("correct_only", lambda record: correct_only(task, record),
+                     params={"task": task.name, "task_version": task.version, "min_reward": 1.0})

@@ -6,9 +6,9 @@ the two tool schemas) and fill gaps with nulls, so tool-call ``arguments`` and `
 JSON text — the chat template and ``tansaku.trainer.data`` take both as strings. The teacher's system prompt is
 dropped here; the mix stage puts the agentic system prompt in its place.
 
-Row columns (``train`` and ``failures`` splits share them): ``id, kind (agentic|general), messages,
-tools, task, question_id, try_index, scenario, answer, reward, failure_stage, failure_reason,
-failure_detail``.
+Row columns of the ``train`` split: ``id, kind (agentic|general), messages, tools, tool_variant, task,
+question_id, try_index, scenario, answer, reward`` (failed trajectories are in the ``rejected`` split). ``tools`` are the schemas the teacher episode was shown (the RL environment's, in the
+description variant ``tool_variant`` drawn for that episode).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from tansaku.core.engine import map_stage
 from tansaku.pipelines.trajectories.verify import arguments_text
 
 MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "name", "tool_call_id")
-ROW_KEYS = ("id", "kind", "messages", "tools", "task", "question_id", "try_index", "scenario", "answer",
-            "reward", "failure_stage", "failure_reason", "failure_detail")
+ROW_KEYS = ("id", "kind", "messages", "tools", "tool_variant", "task", "question_id", "try_index", "scenario",
+            "answer", "reward")
 
 
 def clean_messages(messages: list[dict], drop_system: bool = True) -> list[dict]:
@@ -56,22 +56,19 @@ def gold_of(row: dict) -> str:
 
 
 def chat_row(record: dict) -> dict:
-    """The dataset row of a trajectory record (live or failed)."""
-    failure = record.get("failure") or {}
+    """The dataset row of a trajectory record."""
     return {
         "id": record["id"],
         "kind": "agentic",
         "messages": clean_messages(record["messages"]),
         "tools": tools_text(record.get("tools")),
+        "tool_variant": record.get("tool_variant"),
         "task": record.get("task"),
         "question_id": record.get("question_id"),
         "try_index": record.get("try_index"),
         "scenario": record.get("scenario"),
         "answer": gold_of(record.get("row") or {}),
         "reward": record.get("reward"),
-        "failure_stage": failure.get("stage"),
-        "failure_reason": failure.get("reason"),
-        "failure_detail": failure.get("detail"),
     }
 
 

@@ -5,7 +5,7 @@ The system prompt is the switch: with it the model thinks in Japanese and search
 it (general chat) it keeps its old behaviour. ``ratio`` is general rows per agentic row:
 ``round(ratio × agentic rows)`` general rows are drawn without replacement from a seeded permutation
 (capped at what the general set holds; the card reports the ratio actually reached), then the two are
-shuffled together with the same seed. Failed trajectories pass through after the mix, untouched.
+shuffled together with the same seed. Failed trajectories never get here: earlier stages dropped them.
 
     rows = read_chat_rows("data/general.jsonl")      # JSONL, JSON list, parquet, or a dataset folder
     stage = mix_stage(rows, ratio=0.5, seed=0)
@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from tansaku.core.engine import global_stage, rng_for
+from tansaku.core.errors import InputError
 from tansaku.core.store import StoreError, read_records
 from tansaku.pipelines.trajectories.format import general_row
 
@@ -36,7 +37,7 @@ def read_chat_rows(path: str | Path) -> list[dict]:
     try:
         raw = read_records(p, split="train")
     except StoreError as exc:
-        raise ValueError(f"general chat set: {exc}") from None
+        raise InputError(f"general chat set: {exc}") from None
     rows = []
     for i, row in enumerate(raw):
         messages = row.get("messages") if isinstance(row, dict) else None
@@ -47,10 +48,10 @@ def read_chat_rows(path: str | Path) -> list[dict]:
                 messages = None
         if not isinstance(messages, list) or not any(isinstance(m, dict) and m.get("role") == "assistant"
                                                      for m in messages):
-            raise ValueError(f"{p} row {i}: needs a 'messages' list with at least one assistant message")
+            raise InputError(f"{p} row {i}: needs a 'messages' list with at least one assistant message")
         rows.append(general_row({**row, "messages": messages}, i))
     if not rows:
-        raise ValueError(f"general chat set {p} has no rows")
+        raise InputError(f"general chat set {p} has no rows")
     return rows
 
 
@@ -62,7 +63,7 @@ def mix_rows(agentic: list[dict], general: list[dict], ratio: float, seed: int,
              system_prompt: str = AGENTIC_SYSTEM_PROMPT) -> list[dict]:
     """Agentic rows (system prompt added) + ``round(ratio × len(agentic))`` general rows, shuffled by seed."""
     if ratio < 0:
-        raise ValueError(f"mix ratio must be >= 0, got {ratio}")
+        raise InputError(f"mix ratio must be >= 0, got {ratio}")
     want = min(len(general), round(ratio * len(agentic)))
     order = list(range(len(general)))
     rng_for(seed, "mix", "general").shuffle(order)
@@ -72,13 +73,10 @@ def mix_rows(agentic: list[dict], general: list[dict], ratio: float, seed: int,
 
 
 def mix_stage(general: list[dict] | None, ratio: float, seed: int, system_prompt: str = AGENTIC_SYSTEM_PROMPT):
-    """Global stage ``mix``: live agentic rows + general rows at ``ratio``; failure rows follow unchanged."""
+    """Global stage ``mix``: the agentic rows + general rows at ``ratio``."""
 
     def run(rows):
-        agentic, failures = [], []
-        for row in rows:
-            (failures if row.get("failure_reason") else agentic).append(row)
-        yield from mix_rows(agentic, general or [], ratio if general else 0.0, seed, system_prompt)
-        yield from failures
+        yield from mix_rows(list(rows), general or [], ratio if general else 0.0, seed, system_prompt)
 
-    return global_stage("mix", run)
+    return global_stage("mix", run, params={"ratio": ratio if general else None,
+                                            "general_rows": len(general) if general else 0})

@@ -4,7 +4,7 @@ Only assistant ``reasoning_content`` changes. The LLM sees the steps (reasoning,
 results cut to ``RESULT_CHARS``) and answers ``{"steps": [{"reasoning", "tool_calls"}, …]}``; it must
 echo every tool call unchanged. The new reasoning is put back into the teacher's own messages, and the
 result is checked with ``verify.identity_violation`` so tool calls and results stay byte-identical;
-anything else is a failure with a reason (``llm_error``, ``llm_bad_json``, ``step_count_changed``,
+anything else is dropped with a reason (``llm_error``, ``llm_bad_json``, ``step_count_changed``,
 ``tool_call_altered``, ``empty_reasoning`` …).
 
 Scenarios come from ``scenarios.yaml``; one is drawn per trajectory with ``rng_for(seed, "scenario", id)``
@@ -27,7 +27,7 @@ from tansaku.core.engine import batch_stage, rng_for
 from tansaku.core.errors import InputError
 from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
 from tansaku.core.parsing import is_tool_error
-from tansaku.pipelines.trajectories.records import fail, live_batch
+from tansaku.pipelines.trajectories.records import fail
 from tansaku.pipelines.trajectories.verify import (
     call_pairs,
     identity_violation,
@@ -224,7 +224,7 @@ def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = No
             if kind == "scenario":
                 scenario = draw_scenario(catalog, record["messages"], seed, record["id"])
                 if scenario is None:
-                    outs[k] = fail(record, kind, "no_scenario_applies")
+                    outs[k] = fail(record, "no_scenario_applies")
                     continue
                 record = {**record, "scenario": scenario["id"]}
                 batch[k] = record
@@ -233,14 +233,17 @@ def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = No
         for k, result in zip(todo, client.chat(requests) if requests else []):
             record = batch[k]
             if result.error:
-                outs[k] = fail(record, kind, "llm_error", result.error)
+                outs[k] = fail(record, "llm_error", result.error)
                 continue
             rewritten = apply_rewrite(record["messages"], result.content)
             if isinstance(rewritten, tuple):
-                outs[k] = fail(record, kind, *rewritten)
+                outs[k] = fail(record, *rewritten)
                 continue
             problem = identity_violation(record["messages"], rewritten)
-            outs[k] = fail(record, kind, *problem) if problem else {**record, "messages": rewritten}
+            outs[k] = fail(record, *problem) if problem else {**record, "messages": rewritten}
         return outs
 
-    return batch_stage(kind, live_batch(run), batch_size=batch_size)
+    params = {"prompt": PROMPTS[kind], "result_chars": RESULT_CHARS}
+    if kind == "scenario":
+        params["catalog_version"] = catalog.get("version")
+    return batch_stage(kind, run, batch_size=batch_size, params=params, llm=client)

@@ -5,57 +5,46 @@ Each question row (a multihop or egov dataset row) becomes ``n`` trajectory reco
     {"id": "q7-t0", "question_id": "q7", "try_index": 0, "task": "multihop_qa", "question": …,
      "row": {question row, for the answer reward}, "messages": [system, user, assistant, tool, …],
      "teacher_messages": (the same, frozen for the byte-identity check), "n_prompt": 2,
-     "tools": [tool schemas], "stop_reason": "answer", "scenario": None, "failure": None}
+     "tools": [tool schemas], "tool_variant": 2, "stop_reason": "answer", "scenario": None}
+
+``tools`` are the JSON schemas the teacher was shown in *that* episode: each episode is a fresh
+``tansaku.envs.environments.SearchEnvironment`` (the RL environment class) whose ``reset`` draws a
+description variant (``tool_variant``), so SFT rows carry the same schemas RL shows, varied per question.
 
 Tool-call arguments are stored as JSON text (one spelling, fixed here), so every later comparison of
 tool calls is a plain string comparison.
 
-A teacher is any ``tansaku.core.llm`` client or spec. ``load_client`` also takes ``scripted:FILE.py`` (a
+A teacher is any ``tansaku.core.llm`` client or spec (``tansaku.core.llm.as_client``), ``scripted:FILE.py`` (a
 Python file defining ``respond(request)``), used by the laptop demo (``examples/teacher_script.py``).
 """
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 from tansaku.core.engine import batch_stage
-from tansaku.core.llm import from_spec
+from tansaku.core.errors import InputError
+from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.rollout import run_rollouts
-from tansaku.envs.search import open_index
-from tansaku.envs.tools import SearchTools, ToolsConfig
+from tansaku.envs.tasks import task_for_dataset
 from tansaku.pipelines.trajectories.records import fail
 from tansaku.pipelines.trajectories.verify import arguments_text
 
-TASK_OF_PIPELINE = {"multihop": "multihop_qa", "egov": "egov_mcq"}
-
-
-def load_client(spec_or_client, cache="default"):
-    """A ``tansaku.core.llm`` client from a client or a spec string (``scripted:FILE.py[:FUNCTION]`` included)."""
-    if not isinstance(spec_or_client, str):
-        return spec_or_client
-
-    return from_spec(spec_or_client, cache=cache)
-
 
 def guess_task(dataset_manifest: dict, first_row: dict | None) -> str:
-    """The task a question dataset is for: from the pipeline that built it, else from its columns."""
-    task = TASK_OF_PIPELINE.get(str(dataset_manifest.get("pipeline", "")))
-    if task:
-        return task
-    if first_row and "answer_index" in first_row:
-        return "egov_mcq"
-    if first_row and "answer" in first_row:
-        return "multihop_qa"
-    raise ValueError("cannot tell the task of this dataset (no multihop/egov pipeline in its manifest, no "
-                     "answer/answer_index column); pass task='multihop_qa' or 'egov_mcq'")
+    """The task a question dataset is for: from the pipeline that built it, else from its columns
+    (each task class says which pipelines and columns are its own: ``tasks.task_for_dataset``)."""
+    task = task_for_dataset(str(dataset_manifest.get("pipeline", "")), first_row)
+    if task is None:
+        raise InputError("cannot tell the task of this dataset (no multihop/egov pipeline in its manifest, no "
+                         "answer/answer_index column); pass task='multihop_qa' or 'egov_mcq'")
+    return task.name
 
 
 def make_tools(task, index, seed: int = 0):
-    """The task's search tools over ``index`` (a folder/URL or an opened backend)."""
-
-    backend = open_index(index) if isinstance(index, (str, Path)) else index
-    return SearchTools(backend, ToolsConfig(**task.tools_config), seed=seed)
+    """The task's environment factory over ``index`` (a folder/URL or an opened backend); ``.config`` is its
+    ``ToolsConfig``. ``seed`` shifts which description variant each question draws."""
+    return make_environment_factory(task, index, seed=seed)
 
 
 def stored_messages(messages: list[dict]) -> list[dict]:
@@ -68,8 +57,8 @@ def stored_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
-def trajectory_records(question: dict, trajectories, task_name: str, tools_schema: list[dict]) -> list[dict]:
-    """One record per trajectory of ``question`` (failed teacher episodes tagged with their stop reason)."""
+def trajectory_records(question: dict, trajectories, task_name: str) -> list[dict]:
+    """One record per trajectory of ``question`` (a failed teacher episode is a ``Drop`` named by its stop reason)."""
     records = []
     for t in trajectories:
         messages = stored_messages(t.messages)
@@ -83,23 +72,23 @@ def trajectory_records(question: dict, trajectories, task_name: str, tools_schem
             "messages": messages,
             "teacher_messages": copy.deepcopy(messages),
             "n_prompt": len(t.prompt),
-            "tools": tools_schema,
+            "tools": t.tools,
+            "tool_variant": t.tool_variant,
             "stop_reason": t.stop_reason,
             "parse_failures": t.parse_failures,
             "scenario": None,
-            "failure": None,
         }
         if t.stop_reason != "answer":
-            record = fail(record, "teacher", t.stop_reason, t.error or "")
+            record = fail(record, t.stop_reason, t.error or "")
         records.append(record)
     return records
 
 
 def teacher_stage(client, task, tools, *, n: int = 4, temperature: float = 0.7, max_tokens: int = 1024,
                   seed: int = 0, batch_size: int = 8):
-    """A batch stage: question records ``{"question_id", "row"}`` → ``n`` trajectory records each."""
+    """A batch stage: question records ``{"question_id", "row"}`` → ``n`` trajectory records each.
 
-    schemas = tools.schemas()
+    ``tools``: an environment factory (``make_tools``); every episode gets its own environment."""
 
     def run(batch: list[dict]) -> list:
         rows = [q["row"] for q in batch]
@@ -109,6 +98,6 @@ def teacher_stage(client, task, tools, *, n: int = 4, temperature: float = 0.7, 
         by_row: dict[int, list] = {}
         for t in trajectories:
             by_row.setdefault(t.row_index, []).append(t)
-        return [trajectory_records(q, by_row.get(i, []), task.name, schemas) for i, q in enumerate(batch)]
+        return [trajectory_records(q, by_row.get(i, []), task.name) for i, q in enumerate(batch)]
 
     return batch_stage("teacher", run, batch_size=batch_size)

@@ -5,7 +5,7 @@ teacher stage), so "byte-identical" is a plain string comparison. Rewriting may 
 ``reasoning_content``; everything else must match the teacher's messages exactly:
 
     problem = identity_violation(teacher_messages, rewritten)   # None, or ("tool_result_altered", "message 4")
-    problem = replay_violation(rewritten, SearchTools(open_index("out/index"), config))
+    problem = replay_violation(rewritten, make_environment_factory(task, "out/index"), row)
 
 Run the tests: ``pytest tests/test_trajectories_verify.py``.
 """
@@ -16,7 +16,8 @@ import json
 from collections.abc import Iterator
 
 from tansaku.core.engine import map_stage
-from tansaku.pipelines.trajectories.records import fail, live_map
+from tansaku.envs.environments import call_tool, tool_methods
+from tansaku.pipelines.trajectories.records import fail
 
 
 def arguments_text(arguments) -> str:
@@ -93,11 +94,15 @@ def call_pairs(messages: list[dict]) -> Iterator[tuple[str, str, dict | None]]:
             yield name, args, result
 
 
-def replay_violation(messages: list[dict], tools) -> tuple[str, str] | None:
-    """Run every tool call again on ``tools`` (an ``tansaku.envs.tools.SearchTools``) and compare with the stored
-    result. ``None`` when all match, else ``(reason, call)`` with reason ``replay_mismatch``,
-    ``replay_missing_result`` or ``replay_unexecutable``.
+def replay_violation(messages: list[dict], environment_factory, row: dict | None = None) -> tuple[str, str] | None:
+    """Run every tool call again, in order, on a fresh environment from ``environment_factory`` (reset with
+    ``row``: the same call budget as the episode) and compare with the stored result, as the runner wrote it
+    (``environments.call_tool``: a failed call's stored content is ``{'error': …}``). ``None`` when all match,
+    else ``(reason, call)`` with reason ``replay_mismatch``, ``replay_missing_result`` or ``replay_unexecutable``.
     """
+    environment = environment_factory()
+    environment.reset(**(row or {}))
+    functions = tool_methods(environment)
     for name, args, result in call_pairs(messages):
         call = f"{name}({args[:120]})"
         if result is None:
@@ -106,27 +111,24 @@ def replay_violation(messages: list[dict], tools) -> tuple[str, str] | None:
             parsed = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError:
             parsed = None
-        fn = {"search": tools.search, "open_doc": tools.open_doc}.get(name)
-        if fn is None or not isinstance(parsed, dict):
+        if name not in functions or not isinstance(parsed, dict):
             # A call the model could not have executed: its stored result must be the runner's error text,
             # which replay cannot reproduce; such trajectories are not SFT material.
             return "replay_unexecutable", call
-        try:
-            fresh = fn(**parsed)
-        except TypeError as exc:  # unexpected argument names
-            fresh = f"Error: {exc}"
+        fresh, _failed = call_tool(functions, name, parsed)
         if fresh != result.get("content"):
             return "replay_mismatch", call
     return None
 
 
 def verify_stage(tools):
-    """Map stage ``verify``: byte-identity with the teacher's messages, then replay on ``tools``."""
+    """Map stage ``verify``: byte-identity with the teacher's messages, then replay on a fresh environment
+    from ``tools`` (an environment factory, ``teacher.make_tools``)."""
 
     def check(record: dict) -> dict:
         problem = identity_violation(record["teacher_messages"], record["messages"])
         if problem is None:
-            problem = replay_violation(record["messages"], tools)
-        return fail(record, "verify", *problem) if problem else record
+            problem = replay_violation(record["messages"], tools, record.get("row"))
+        return fail(record, *problem) if problem else record
 
-    return map_stage("verify", live_map(check))
+    return map_stage("verify", check)

@@ -1,0 +1,236 @@
+"""Run a list of stages (``tansaku.core.engine``) with chunk checkpoints, so a killed run resumes.
+
+    from tansaku.core.runner import run_pipeline
+    result = run_pipeline(source_rows, stages, work_dir="out/.work", chunk_size=512, keep_rejected=True)
+    rows, drops = list(result.rows()), list(result.rejected())
+
+Resumability. Consecutive record-local stages (``map_stage``/``batch_stage``) form a *segment* that runs
+chunk by chunk: chunk ``i`` holds input records ``[i*chunk_size, (i+1)*chunk_size)``, and its output and
+counts are written atomically (temp file + rename) as soon as it finishes. A ``global_stage`` is a segment
+of its own: it sees every record, so it is redone whole if it was interrupted, and committed at the end.
+On a rerun with the same work dir, committed chunks are read back instead of recomputed, so the final
+rows and counts equal those of an uninterrupted run, with nothing duplicated or lost. Stages must be
+deterministic for the same input; take randomness from :func:`rng_for`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from tansaku.core.engine import Drop, Record, Stage, StageStats, chain_stages, instrumented
+from tansaku.core.jsonl import iter_jsonl
+
+
+class _Rejects:
+    """The rejected records of one chunk (or one global stage): JSON lines written under a temp name and
+    moved into place by ``commit`` before the chunk's commit marker, so a resumed chunk has them all."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.tmp = path.with_name(path.name + ".tmp")
+        self.file = open(self.tmp, "w", encoding="utf-8")
+
+    def write(self, stage: str, drop: Drop) -> None:
+        record = None if drop.record is None else json.dumps(drop.record, ensure_ascii=False, default=str)
+        row = {"stage": stage, "reason": drop.reason, "detail": str(drop.detail or ""), "record": record}
+        self.file.write(json.dumps(row, ensure_ascii=False))
+        self.file.write("\n")
+
+    def commit(self) -> Path:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.replace(self.tmp, self.path)
+        return self.path
+
+
+# ---------------------------------------------------------------- checkpoint files (JSON lines)
+
+
+def _write_atomic_jsonl(path: Path, records: Iterable[Record]) -> int:
+    tmp = path.with_name(path.name + ".tmp")
+    n = 0
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False))
+            f.write("\n")
+            n += 1
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return n
+
+
+def _write_atomic_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, ensure_ascii=False, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_jsonl(path: Path) -> Iterator[Record]:
+    return (row for _, row in iter_jsonl(path, objects=False))
+
+
+@dataclass
+class PipelineResult:
+    """What a run produced: the committed output chunks (read lazily), the per-stage counts and, with
+    ``keep_rejected``, the rejected-record files of every stage."""
+
+    output_files: list[Path]
+    stats: list[StageStats]
+    resumed_chunks: int = 0
+    rejected_files: list[Path] = field(default_factory=list)
+
+    def rows(self) -> Iterator[Record]:
+        for path in self.output_files:
+            yield from _read_jsonl(path)
+
+    def rejected(self) -> Iterator[Record]:
+        """``{"stage", "reason", "detail", "record"}`` per dropped record, in pipeline order."""
+        for path in self.rejected_files:
+            yield from _read_jsonl(path)
+
+    @property
+    def stages(self) -> list[dict]:
+        return [s.as_dict() for s in self.stats]
+
+
+def _segments(stages: list[Stage]) -> list[list[Stage]]:
+    segments: list[list[Stage]] = []
+    for stage in stages:
+        if stage.local and segments and segments[-1][0].local:
+            segments[-1].append(stage)
+        else:
+            segments.append([stage])
+    return segments
+
+
+def run_pipeline(
+    source: Iterable[Record] | Callable[[], Iterable[Record]],
+    stages: list[Stage],
+    work_dir: str | Path,
+    *,
+    chunk_size: int = 1000,
+    progress: Callable[[str, int], None] | None = None,
+    keep_rejected: bool = False,
+) -> PipelineResult:
+    """Run ``stages`` over ``source``, checkpointing into ``work_dir`` (see the module docstring).
+
+    ``source`` must yield the same records in the same order on every run (files, datasets). It may be
+    a zero-argument callable so it is only opened when something must actually be computed.
+    ``progress(stage_name, n_records)`` is called after each committed chunk. ``keep_rejected``: also
+    write every dropped record (``result.rejected()``); a work dir must be resumed with the same setting.
+    """
+    names = [s.name for s in stages]
+    if len(set(names)) != len(names):
+        raise ValueError(f"stage names must be unique, got {names}")
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    all_stats = [StageStats(s.name) for s in stages]
+    stats_by_name = {s.name: s for s in all_stats}
+    resumed = 0
+    inputs: Callable[[], Iterable[Record]] = source if callable(source) else (lambda: source)
+    files: list[Path] = []
+    rejected: list[Path] = []
+
+    for k, segment in enumerate(_segments(stages)):
+        seg_dir = work / f"segment-{k:02d}-{segment[0].name}"
+        done_marker = seg_dir / "done.json"
+        if done_marker.exists():
+            # A finished segment (local or global): reuse its files and counts as they are.
+            done = json.loads(done_marker.read_text(encoding="utf-8"))
+            for s in done["stats"]:
+                stats_by_name[s["name"]].add(s)
+            files = [seg_dir / name for name in done["files"]]
+            rejected += [seg_dir / name for name in done.get("rejected", [])]
+            resumed += len(files)
+        elif segment[0].local:
+            files, seg_rejected, n_resumed = _run_local_segment(segment, inputs(), seg_dir, chunk_size,
+                                                                stats_by_name, progress, keep_rejected)
+            rejected += seg_rejected
+            resumed += n_resumed
+        else:
+            files, seg_rejected = _run_global_segment(segment[0], inputs(), seg_dir, chunk_size, stats_by_name,
+                                                      progress, keep_rejected)
+            rejected += seg_rejected
+        inputs = _reader(list(files))
+
+    return PipelineResult(files, all_stats, resumed, rejected)
+
+
+def _reader(files: list[Path]) -> Callable[[], Iterator[Record]]:
+    return lambda: (r for path in files for r in _read_jsonl(path))
+
+
+def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, progress, keep_rejected=False):
+    seg_dir.mkdir(parents=True, exist_ok=True)
+    files, rejected, resumed = [], [], 0
+    it = iter(records)
+    seg_totals = {s.name: StageStats(s.name) for s in segment}
+    i = 0
+    while True:
+        chunk = list(islice(it, chunk_size))
+        if not chunk:
+            break
+        out_path = seg_dir / f"chunk-{i:06d}.jsonl"
+        stats_path = seg_dir / f"chunk-{i:06d}.stats.json"
+        rejected_path = seg_dir / f"chunk-{i:06d}.rejected.jsonl"
+        if stats_path.exists() and out_path.exists():
+            chunk_stats = json.loads(stats_path.read_text(encoding="utf-8"))
+            resumed += 1
+        else:
+            local = [StageStats(s.name) for s in segment]
+            rejects = _Rejects(rejected_path) if keep_rejected else None
+            n = _write_atomic_jsonl(out_path, chain_stages(segment, chunk, local, rejects))
+            if rejects is not None:
+                rejects.commit()
+            chunk_stats = [s.as_dict() for s in local]
+            # The stats file is the commit marker: written after the data (and rejected) files are in place.
+            _write_atomic_json(stats_path, chunk_stats)
+            if progress:
+                progress(segment[-1].name, n)
+        for s in chunk_stats:
+            seg_totals[s["name"]].add(s)
+            stats_by_name[s["name"]].add(s)
+        files.append(out_path)
+        if keep_rejected and rejected_path.exists():
+            rejected.append(rejected_path)
+        i += 1
+    _write_atomic_json(
+        seg_dir / "done.json",
+        {"files": [f.name for f in files], "stats": [s.as_dict() for s in seg_totals.values()],
+         "rejected": [f.name for f in rejected]},
+    )
+    return files, rejected, resumed
+
+
+def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, progress, keep_rejected=False):
+    # Redo from scratch: a half-finished global stage cannot be resumed (its state is gone).
+    tmp_dir = seg_dir.with_name(seg_dir.name + ".partial")
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    tmp_dir.mkdir(parents=True)
+    st = StageStats(stage.name)
+    rejects = _Rejects(tmp_dir / "rejected.jsonl") if keep_rejected else None
+    out = instrumented(stage, records, st, rejects)
+    names = []
+    i = 0
+    while chunk := list(islice(out, chunk_size)):
+        name = f"chunk-{i:06d}.jsonl"
+        _write_atomic_jsonl(tmp_dir / name, chunk)
+        names.append(name)
+        if progress:
+            progress(stage.name, len(chunk))
+        i += 1
+    rejected = [rejects.commit().name] if rejects is not None else []
+    _write_atomic_json(tmp_dir / "done.json", {"files": names, "stats": [st.as_dict()], "rejected": rejected})
+    shutil.rmtree(seg_dir, ignore_errors=True)
+    os.replace(tmp_dir, seg_dir)
+    stats_by_name[stage.name].add(st.as_dict())
+    return [seg_dir / n for n in names], [seg_dir / n for n in rejected]
