@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import tantivy
+from sudachipy import Dictionary, SplitMode
 
 from tansaku.core.errors import InputError
 
@@ -86,8 +87,6 @@ class Analyzer:
     def _sudachi(self):
         tok = getattr(self._local, "tok", None)
         if tok is None:
-            from sudachipy import SplitMode
-
             tok = _sudachi_dictionary().create(SplitMode.C)  # cheap: the dictionary is shared
             self._local.tok = tok
         return tok
@@ -156,8 +155,6 @@ def _sudachi_dictionary():
     global _dictionary
     with _dict_lock:
         if _dictionary is None:
-            from sudachipy import Dictionary
-
             _dictionary = Dictionary(dict="core")
     return _dictionary
 

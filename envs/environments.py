@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tansaku.envs.search import open_index
 from tansaku.envs.tools import (
     N_VARIANTS,
     ToolError,
@@ -180,8 +181,6 @@ def call_tool(functions: dict[str, Callable], name: str, arguments) -> tuple[str
 def open_backend(index):
     """An opened search backend from an index folder / OpenSearch target, or ``index`` itself if already open."""
     if isinstance(index, (str, Path)):
-        from tansaku.envs.search import open_index
-
         return open_index(str(index))
     return index
 

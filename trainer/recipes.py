@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.trainer.typed_config import RecipeError, apply_override, build
 
 NEMO_RL_KEYS = {
@@ -281,7 +282,5 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, kind: str 
 def resolve_model(name: str) -> str:
     """``tiny`` → the tiny model folder (materialized once); anything else is returned as given."""
     if name == "tiny":
-        from tansaku.core.tiny_model import tiny_model_dir
-
         return str(tiny_model_dir())
     return name

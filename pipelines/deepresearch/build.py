@@ -34,6 +34,7 @@ from tansaku.core.store import build_dataset, describe_input, iter_rows, read_ma
 from tansaku.envs.search import open_index, require_index
 from tansaku.pipelines.deepresearch import PROMPTS
 from tansaku.pipelines.deepresearch.clarify import make_clarify_stage_fn, select_for_clarification
+from tansaku.pipelines.deepresearch.demo_llm import demo_llm
 from tansaku.pipelines.deepresearch.instructions import make_instruction_stage_fn, make_single_page_stage_fn
 from tansaku.pipelines.deepresearch.keywords import KeywordConfig, keyword_groups
 from tansaku.pipelines.deepresearch.quality import make_quality_stage_fn
@@ -46,8 +47,6 @@ DEMO_SPEC = "scripted:deepresearch"
 def resolve_llm(llm):
     """A client from a spec (``scripted:deepresearch`` = the demo script), or the client itself."""
     if llm == DEMO_SPEC:
-        from tansaku.pipelines.deepresearch.demo_llm import demo_llm
-
         return demo_llm()
     return as_client(llm)
 

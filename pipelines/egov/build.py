@@ -29,6 +29,7 @@ from tansaku.core.engine import Drop, Stage, batch_stage, global_stage, map_stag
 from tansaku.core.errors import MissingInputError
 from tansaku.core.llm import as_client
 from tansaku.core.store import build_dataset, describe_input, iter_rows
+from tansaku.envs.search import build_index, open_index
 from tansaku.envs.tasks import TASKS, gold_failures
 from tansaku.pipelines.egov import cloze, generate, leak
 from tansaku.pipelines.egov.parse import Skip, list_law_sources, parse_law_bytes, read_law_source
@@ -168,8 +169,6 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
 
     backend, index_path = None, None
     if retrieval or index is not None:
-        from tansaku.envs.search import build_index, open_index
-
         index_path = str(index) if index is not None else str(out / "index")
         if index is None and not (out / "index").exists():
             build_index(articles_dir, out / "index")

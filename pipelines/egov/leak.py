@@ -22,6 +22,8 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 
+from tansaku.core.store import iter_rows
+
 _NUM = r"[0-9〇一二三四五六七八九十百千万零壱弐参]+"
 _SP = r"[\s\u3000]*"
 PATTERNS: dict[str, re.Pattern] = {
@@ -110,8 +112,6 @@ def audit(rows: Iterable[dict]) -> Counter:
 
 
 if __name__ == "__main__":
-    from tansaku.core.store import iter_rows
-
     result = audit(iter_rows(sys.argv[1]))
     print(json.dumps({"leaking_rows_by_kind": dict(result)}, ensure_ascii=False))
     sys.exit(1 if result else 0)

@@ -26,7 +26,7 @@ from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.llm import as_client
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.environments import make_environment_factory
-from tansaku.envs.search import require_index
+from tansaku.envs.search import build_index, open_index, require_index
 from tansaku.envs.tasks import TASKS, gold_failures
 from tansaku.pipelines.multihop import cardinality, chains, quality, questions, solvability
 from tansaku.pipelines.multihop import triples as sources
@@ -125,8 +125,6 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
 
     def backend():
         if "b" not in backend_holder:
-            from tansaku.envs.search import build_index, open_index
-
             target = index
             if target is None:  # the embedded default: index the corpus once, inside the work folder
                 target = out / ".work" / "search-index"
