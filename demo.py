@@ -16,14 +16,23 @@ folder (or resume from their checkpoints), trained models and eval reports are r
 4. ``synth build trajectories`` with the scripted teacher (real tool loops over the index), mixed with
    ``examples/general_chat.jsonl``;
 5. ``train sft`` on the tiny model, then ``train rl`` (GSPO) over the multihop and egov environments;
-6. ``train eval`` before and after training; a summary table of every artifact.
+6. ``train eval`` before and after training; a summary table of every artifact, also written as
+   ``summary.json`` (every number of the table: per-step seconds, rows and memory, eval before/after per
+   task, peak RSS) and ``summary.md``, with the RL learning curves copied to ``learning_curves.png``.
+
+Memory: the steps that load a model (tiny model preparation, each evaluation, SFT, RL) run one at a time
+in a child process (``tansaku.core.memory.run_isolated``) that exits when the step ends, so what one step
+allocated (weights, optimizer state, the allocator's freed-but-kept pages) is given back before the next
+starts: the demo's peak is the largest single step, not their sum. Training uses gradient checkpointing,
+which keeps the SFT step's activations (not the weights) small enough for an 8 GB laptop.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -31,6 +40,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from tansaku.core.memory import RSSMeter, maxrss_mb, rss_mb, run_isolated
 from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.envs.evaluate import run_eval
 from tansaku.envs.search import build_index
@@ -38,13 +48,15 @@ from tansaku.pipelines.corpus import build_corpus
 from tansaku.pipelines.egov.build import build_egov
 from tansaku.pipelines.multihop.build import build_multihop
 from tansaku.pipelines.trajectories.build import build_trajectories
-from tansaku.trainer.rl import run_rl
-from tansaku.trainer.sft import run_sft
+from tansaku.trainer.report import CURVES_FILE, plot_learning_curves
 
 # The example data ships inside the package (tansaku.examples); pip installs packages unzipped, so it is a folder.
 EXAMPLES = Path(str(resources.files("tansaku.examples")))
 SCRIPTED_AGENT = f"scripted:{EXAMPLES / 'teacher_script.py'}"
 SCRIPTED_REWRITER = f"scripted:{EXAMPLES / 'teacher_script.py'}:rewrite"
+# ``train sft`` / ``train rl`` by name: they import transformers and torch (~300 MB resident), which only the
+# child process that trains needs; this process stays light while a child trains.
+RUN_SFT, RUN_RL = "tansaku.trainer.sft:run_sft", "tansaku.trainer.rl:run_rl"
 
 
 @dataclass
@@ -65,24 +77,74 @@ class DemoSizes:
         return cls(multihop_limit=20, egov_limit=12, sft_steps=2, rl_steps=1, eval_rows=2, eval_k=1, max_tokens=64)
 
 
+# The eval report's numbers that summary.json carries per task and stage (plus ``pass@k``, ``answer_rate``
+# and each reward component, ``format_reward`` among them).
+EVAL_KEYS = ("questions", "episodes", "k", "pass@1", "mean_tool_calls", "tool_error_rate", "parse_failure_rate",
+             "episodes_with_parse_failure", "mean_total_reward", "zero_variance_group_share")
+SUMMARY_COLUMNS = ("step", "artifact", "numbers", "seconds", "peak RSS MB")
+
+
 @dataclass
 class Summary:
-    rows: list[tuple[str, str, str, str]] = field(default_factory=list)
+    """The demo's table and the same numbers as data (``summary.json``), one entry per step.
 
-    def add(self, step: str, artifact: Path | str, numbers: str, seconds: float) -> None:
-        self.rows.append((step, str(artifact), numbers, f"{seconds:.1f}"))
+    Memory per step: ``peak_rss_mb`` is the sampled peak of this process plus its children during the
+    step, ``rss_mb`` this process's RSS when the step ended (what it keeps), ``child_peak_rss_mb`` the
+    kernel's peak of the step's own process when it ran isolated.
+    """
+
+    rows: list[tuple[str, ...]] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)
+    meter: RSSMeter = field(default_factory=RSSMeter)
+
+    def add(self, step: str, artifact: Path | str, numbers: str, seconds: float, **data) -> None:
+        """One table row; ``data`` holds the row's numbers as JSON values (rows, pass@1, loss, …)."""
+        entry = {"step": step, "artifact": str(artifact), "seconds": round(seconds, 2), **data,
+                 "rss_mb": rss_mb(), "peak_rss_mb": self.meter.lap()}
+        self.steps.append(entry)
+        self.rows.append((step, str(artifact), numbers, f"{seconds:.1f}", str(entry["peak_rss_mb"])))
 
     def print(self) -> None:
         table = Table(title="tansaku demo")
-        for col in ("step", "artifact", "numbers", "seconds"):
+        for col in SUMMARY_COLUMNS:
             table.add_column(col)
         for row in self.rows:
             table.add_row(*row)
         Console(stderr=True, width=200).print(table)
 
+    def write(self, out: Path, **sections) -> dict:
+        """``out/summary.json`` (steps, ``sections``, peak RSS) and ``out/summary.md`` (the table)."""
+        data = {"steps": self.steps, **sections,
+                # getrusage's high-water marks: this process, and the largest of its (isolated) children.
+                "peak_rss_mb": {**maxrss_mb(), "sampled_tree": self.meter.peak}}
+        (out / "summary.json").write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n",
+                                          encoding="utf-8")
+        lines = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in self.rows]
+        (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return data
+
+
+def eval_numbers(report: dict) -> dict:
+    """The numbers of one eval ``report.json`` that summary.json keeps (same values, same names)."""
+    numbers = {key: report[key] for key in EVAL_KEYS if key in report}
+    if f"pass@{report.get('k')}" in report:
+        numbers[f"pass@{report['k']}"] = report[f"pass@{report['k']}"]
+    if "stop_reasons" in report:  # episode tasks (the ``general`` retention report has none)
+        # The share of episodes that ended with an answer (not cut by max_tokens/max_turns or a parse error).
+        numbers["answer_rate"] = report["stop_reasons"].get("answer", 0) / max(report["episodes"], 1)
+        numbers["stop_reasons"] = dict(report["stop_reasons"])
+    numbers["rewards"] = dict(report.get("rewards") or {})
+    return numbers
+
 
 def _funnel(manifest: dict) -> str:
     return f"{sum(manifest['splits'].values())} rows (v{manifest['version']})"
+
+
+def _rows(manifest: dict) -> dict:
+    return {"rows": sum(manifest["splits"].values()), "splits": dict(manifest["splits"]),
+            "version": manifest["version"]}
 
 
 def _write_recipe(path: Path, recipe: dict, command: str) -> Path:
@@ -100,41 +162,74 @@ def _resume(output_dir: Path) -> list[str]:
     return ["resume_from_checkpoint=latest"] if any(output_dir.glob("checkpoint-*")) else []
 
 
+def _isolated_step(fn, *args, **kwargs) -> tuple[object, dict]:
+    """``run_isolated`` (a child process that gives its memory back when the step ends) plus its peak RSS."""
+    result, child_peak = run_isolated(fn, *args, **kwargs)
+    return result, {"isolated": True, "child_peak_rss_mb": child_peak}
+
+
+def _trained_numbers(result: dict, steps: int) -> dict:
+    """A training step's numbers for summary.json (a reused run has no loss: the model was already there)."""
+    return {"max_steps": steps, "global_step": result.get("global_step"), "training_loss": result.get("training_loss"),
+            "reused": "skipped" in result}
+
+
+def _learning_curves(rl_dir: Path, out: Path) -> Path | None:
+    """``train rl``'s learning-curve PNG copied next to summary.json (drawn from the run's logs when an older
+    run lacks it); None when it cannot be drawn: the curves are a view of the run, never a reason to fail."""
+    source, target = rl_dir / CURVES_FILE, out / CURVES_FILE
+    try:
+        if not source.exists():
+            plot_learning_curves(rl_dir, source)
+        shutil.copyfile(source, target)
+        return target
+    except Exception as exc:  # noqa: BLE001 (matplotlib, a run without logs, …)
+        Console(stderr=True).print(f"[yellow]learning curves not drawn: {type(exc).__name__}: {exc}[/yellow]")
+        return None
+
+
 def _evaluate(summary: Summary, label: str, model: str, out: Path, sizes: DemoSizes, tasks: dict) -> dict:
     reports = {}
     for task, (dataset, index) in tasks.items():
         report_dir = out / "eval" / label / task
         t = time.time()
+        memory = {}
         if (report_dir / "report.json").exists():
             report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
         else:
-            report = run_eval(task, dataset, model, index, split="train", k=sizes.eval_k, limit=sizes.eval_rows,
-                              out_dir=report_dir, max_tokens=sizes.max_tokens, seed=0)  # writes report.json
+            # Each evaluation loads the model; in a child process, its weights and buffers leave with it.
+            report, memory = _isolated_step(run_eval, task, dataset, model, index, split="test", k=sizes.eval_k,
+                                            limit=sizes.eval_rows, out_dir=report_dir, max_tokens=sizes.max_tokens,
+                                            seed=0)  # writes report.json
         rewards = ", ".join(f"{k}={v:.2f}" for k, v in report["rewards"].items() if v is not None)
         summary.add(f"eval {label} {task}", report_dir,
                     f"pass@1={report['pass@1']:.2f} tool calls/episode={report['mean_tool_calls']:.2f} {rewards}",
-                    time.time() - t)
+                    time.time() - t, task=task, stage=label, **eval_numbers(report), **memory)
         reports[task] = report
     return reports
 
 
 def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool = False,
              quiet: bool = False) -> dict:
-    """Run every step (see the module docstring) and return ``{"summary": rows, "eval": {...}}``."""
+    """Run every step (see the module docstring); write ``summary.json``/``summary.md`` and return
+    ``{"summary": rows, "eval": {"before", "after"}, "sft", "rl", "summary_json": {…}}``."""
 
     out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     sizes = DemoSizes.small() if small else DemoSizes()
     summary = Summary()
+    summary.meter.start()
+    started = time.time()
 
-    # 1. The tiny model.
+    # 1. The tiny model (dequantizing the GGUF peaks at ~1.3 GB and would leave ~0.8 GB here: a child does it).
     t = time.time()
-    model_dir = tiny_model_dir()
-    summary.add("tiny model", model_dir, "SmolLM2-135M-Instruct, fp32 safetensors", time.time() - t)
+    model_dir, memory = _isolated_step(tiny_model_dir)
+    summary.add("tiny model", model_dir, "SmolLM2-135M-Instruct, fp32 safetensors", time.time() - t, **memory)
 
     # 2. Documents and search indexes.
     t = time.time()
     corpus = build_corpus(EXAMPLES / "miniwiki.jsonl", out / "corpus", quiet=quiet)
-    summary.add("synth build corpus", out / "corpus", _funnel(corpus), time.time() - t)
+    summary.add("synth build corpus", out / "corpus", _funnel(corpus), time.time() - t, **_rows(corpus))
     t = time.time()
     wiki_index = out / "index" / "wiki"
     if not (wiki_index / "tansaku_index.json").exists():  # written last by build_index
@@ -143,20 +238,22 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
 
     t = time.time()
     egov = build_egov(EXAMPLES / "laws", out / "egov", llm=llm, limit=sizes.egov_limit, quiet=quiet)
-    summary.add("synth build egov", out / "egov", f"{_funnel(egov)}; articles + index in egov/", time.time() - t)
+    summary.add("synth build egov", out / "egov", f"{_funnel(egov)}; articles + index in egov/", time.time() - t,
+                **_rows(egov))
 
     # 3. Multi-hop questions; the scripted agent plays the policy of the solvability check.
     t = time.time()
     multihop = build_multihop(corpus=out / "corpus", out=out / "multihop", llm=llm, policy=SCRIPTED_AGENT,
                               index=wiki_index, limit=sizes.multihop_limit, k=2, m=1, quiet=quiet)
-    summary.add("synth build multihop", out / "multihop", _funnel(multihop), time.time() - t)
+    summary.add("synth build multihop", out / "multihop", _funnel(multihop), time.time() - t, **_rows(multihop))
 
     # 4. SFT trajectories with real tool loops.
     t = time.time()
     trajectories = build_trajectories(out / "multihop", out / "trajectories", SCRIPTED_AGENT, str(wiki_index),
                                       translator=SCRIPTED_REWRITER, general=EXAMPLES / "general_chat.jsonl",
                                       ratio=0.5, n=sizes.trajectories_n, quiet=quiet)
-    summary.add("synth build trajectories", out / "trajectories", _funnel(trajectories), time.time() - t)
+    summary.add("synth build trajectories", out / "trajectories", _funnel(trajectories), time.time() - t,
+                **_rows(trajectories))
 
     eval_tasks = {"multihop_qa": (out / "multihop", wiki_index), "egov_mcq": (out / "egov", out / "egov" / "index")}
     before = _evaluate(summary, "before", f"transformers:{model_dir}", out, sizes, eval_tasks)
@@ -169,10 +266,14 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
         "max_length": 1024, "learning_rate": 1e-4, "lr_scheduler_type": "constant",
         "per_device_train_batch_size": 2, "max_steps": sizes.sft_steps, "use_cpu": True, "seed": 42,
         "logging_steps": 1, "save_steps": 4, "report_to": [],
+        # Recompute activations in backward: without it one fp32 step at batch 2 × 1024 tokens peaks near 7 GB.
+        "gradient_checkpointing": True,
     }, f"train sft --config {out / 'recipes' / 'sft.yaml'}")
     t = time.time()
-    sft = {"output_dir": str(sft_dir), "skipped": "already trained"} if _trained(sft_dir) else run_sft(sft_recipe, _resume(sft_dir))
-    summary.add("train sft", sft_dir, f"steps={sizes.sft_steps} loss={sft.get('training_loss', '–')}", time.time() - t)
+    sft, memory = ({"output_dir": str(sft_dir), "skipped": "already trained"}, {}) if _trained(sft_dir) else \
+        _isolated_step(RUN_SFT, sft_recipe, _resume(sft_dir))
+    summary.add("train sft", sft_dir, f"steps={sizes.sft_steps} loss={sft.get('training_loss', '–')}", time.time() - t,
+                **_trained_numbers(sft, sizes.sft_steps), **memory)
 
     rl_dir = out / "rl"
     rl_recipe = _write_recipe(out / "recipes" / "rl.yaml", {
@@ -185,16 +286,27 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
         "policy_kl_penalty": 0.0, "max_completion_length": sizes.max_tokens, "max_tool_calling_iterations": 2,
         "learning_rate": 1e-6, "adam_eps": 1e-8, "max_steps": sizes.rl_steps, "use_cpu": True,
         "save_steps": 1, "logging_steps": 1, "log_completions": True, "report_to": [],
+        "gradient_checkpointing": True,  # as for SFT; TRL turns it off while generating (KV cache kept)
     }, f"train rl --config {out / 'recipes' / 'rl.yaml'} --skip-readiness")
     t = time.time()
     # The readiness check would (rightly) refuse: the 135M model never answers correctly before training.
-    rl = {"output_dir": str(rl_dir), "skipped": "already trained"} if _trained(rl_dir) else \
-        run_rl(rl_recipe, _resume(rl_dir), skip_readiness=True)
-    summary.add("train rl (GSPO)", rl_dir, f"steps={sizes.rl_steps} completions in rl/completions/",
-                time.time() - t)
+    rl, memory = ({"output_dir": str(rl_dir), "skipped": "already trained"}, {}) if _trained(rl_dir) else \
+        _isolated_step(RUN_RL, rl_recipe, _resume(rl_dir), skip_readiness=True)
+    curves = _learning_curves(rl_dir, out)
+    summary.add("train rl (GSPO)", rl_dir, f"steps={sizes.rl_steps} completions in rl/completions/"
+                + (f", curves in {curves.name}" if curves else ""), time.time() - t,
+                **_trained_numbers(rl, sizes.rl_steps), **memory)
 
     # 6. Evaluate the trained model with the same environments and rewards.
     after = _evaluate(summary, "after", f"transformers:{rl_dir}", out, sizes, eval_tasks)
+    summary.meter.stop()
+    written = summary.write(
+        out, out=str(out), small=small, llm=llm, sizes=asdict(sizes), wall_seconds=round(time.time() - started, 1),
+        eval={task: {"before": eval_numbers(before[task]), "after": eval_numbers(after[task])} for task in eval_tasks},
+        learning_curves=curves.name if curves else None)
     if not quiet:
         summary.print()
-    return {"summary": summary.rows, "eval": {"before": before, "after": after}, "sft": sft, "rl": rl}
+        Console(stderr=True).print(f"summary: {out / 'summary.json'}, {out / 'summary.md'}"
+                                   + (f", {curves}" if curves else ""))
+    return {"summary": summary.rows, "eval": {"before": before, "after": after}, "sft": sft, "rl": rl,
+            "summary_json": written}

@@ -39,13 +39,20 @@ def canonical_json(obj: Any) -> str:
 
 
 def build_recipe(*, pipeline: str, pipeline_version: str, config: dict, seed: int, inputs: list[dict],
-                 stages: list[Stage], llm: Any = None, chunk_size: int = 1000, keep_rejected: bool = False) -> dict:
-    """The recipe as plain JSON values (tuples become lists, paths strings), so a stored one compares equal."""
-    return json.loads(canonical_json({
+                 stages: list[Stage], llm: Any = None, chunk_size: int = 1000, keep_rejected: bool = False,
+                 heldout: dict | None = None) -> dict:
+    """The recipe as plain JSON values (tuples become lists, paths strings), so a stored one compares equal.
+
+    ``heldout`` (``tansaku.core.heldout.HeldOut.recipe()``) is only a key when given, so datasets without a
+    held-out split keep the fingerprints they had."""
+    recipe = {
         "pipeline": pipeline, "pipeline_version": pipeline_version, "config": config, "seed": seed,
         "inputs": inputs, "llm": llm_identity(llm), "stages": [s.recipe() for s in stages],
         "chunk_size": chunk_size, "keep_rejected": keep_rejected,
-    }))
+    }
+    if heldout is not None:
+        recipe["heldout"] = heldout
+    return json.loads(canonical_json(recipe))
 
 
 def fingerprint(recipe: dict) -> str:
@@ -54,14 +61,17 @@ def fingerprint(recipe: dict) -> str:
 
 def recipe_of_manifest(manifest: dict) -> dict:
     """The recipe a finished dataset folder was built with, read back from its manifest."""
-    return json.loads(canonical_json({
+    recipe = {
         "pipeline": manifest.get("pipeline"), "pipeline_version": manifest.get("pipeline_version"),
         "config": manifest.get("config"), "seed": manifest.get("seed"), "inputs": manifest.get("inputs"),
         "llm": llm_identity(manifest.get("llm")),
         "stages": [{"name": s.get("name"), "params": s.get("params"), "llm": s.get("llm")}
                    for s in manifest.get("stages", [])],
         "chunk_size": manifest.get("chunk_size"), "keep_rejected": manifest.get("keep_rejected"),
-    }))
+    }
+    if manifest.get("heldout") is not None:  # the manifest adds the row count, which is no part of the recipe
+        recipe["heldout"] = {k: v for k, v in manifest["heldout"].items() if k != "rows"}
+    return json.loads(canonical_json(recipe))
 
 
 def _show(value: Any) -> str:
@@ -98,6 +108,7 @@ def recipe_changes(old: dict, new: dict) -> list[str]:
                for key in ("pipeline", "pipeline_version", "seed", "chunk_size", "keep_rejected")
                if old.get(key) != new.get(key)]
     changes += _dict_changes("config", old.get("config"), new.get("config"))
+    changes += _dict_changes("heldout", old.get("heldout"), new.get("heldout"))
     old_inputs = {i.get("path"): i for i in old.get("inputs") or []}
     new_inputs = {i.get("path"): i for i in new.get("inputs") or []}
     for path in dict.fromkeys([*old_inputs, *new_inputs]):

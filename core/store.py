@@ -16,8 +16,9 @@ LLM identity, every stage's name/params/LLM, chunk size, ``keep_rejected``). Oth
 in one line what changed, and nothing in the folder is touched; files no tansaku build recorded
 (``data/``, ``README.md`` without a manifest or work folder) are never overwritten either.
 
-The ``rejected`` split is its own card config, so ``datasets.load_dataset(DIR)`` gives the data splits
-only and ``load_dataset(DIR, "rejected")`` the dropped records.
+Question builds pass ``heldout`` (``tansaku.core.heldout``): a stable share of rows goes to a ``test`` split
+that training never reads. The ``rejected`` split is its own card config, so ``datasets.load_dataset(DIR)``
+gives the data splits only and ``load_dataset(DIR, "rejected")`` the dropped records.
 
     rows = list(iter_rows("out/corpus"))           # read a split back
     manifest = read_manifest("out/corpus")
@@ -44,6 +45,7 @@ import pyarrow.parquet as pq
 import tansaku
 from tansaku.core.engine import Record, Stage
 from tansaku.core.errors import MissingInputError, TansakuError
+from tansaku.core.heldout import HeldOut
 from tansaku.core.jsonl import iter_jsonl
 from tansaku.core.progress import progress_bar
 from tansaku.core.recipe import (
@@ -226,6 +228,7 @@ def build_dataset(
     quiet: bool = False,
     keep_rejected: bool = False,
     summarize: Callable[[dict], dict] | None = None,
+    heldout: HeldOut | None = None,
 ) -> dict:
     """Run ``stages`` over ``source`` into the dataset folder ``out`` and return its manifest.
 
@@ -233,10 +236,12 @@ def build_dataset(
     one resumes from its checkpoints; a folder made with another recipe is refused rather than mixed.
     ``keep_rejected``: also write every dropped record as the ``rejected`` split. ``summarize(manifest)``
     returns extra manifest keys computed from the written rows; ``card`` may be a function of the manifest.
+    ``heldout``: split rows into ``train``/``test`` by ``tansaku.core.heldout`` (instead of ``split_of``).
     """
     out = Path(out)
     recipe = build_recipe(pipeline=pipeline, pipeline_version=pipeline_version, config=config, seed=seed,
-                          inputs=inputs, stages=stages, llm=llm, chunk_size=chunk_size, keep_rejected=keep_rejected)
+                          inputs=inputs, stages=stages, llm=llm, chunk_size=chunk_size, keep_rejected=keep_rejected,
+                          heldout=heldout.recipe() if heldout is not None else None)
     fp = fingerprint(recipe)
     finished = _check_out(out, recipe, fp)
     if finished is not None:
@@ -249,7 +254,9 @@ def build_dataset(
     with progress_bar(f"{pipeline}", quiet=quiet) as advance:
         result: PipelineResult = run_pipeline(source, stages, work, chunk_size=chunk_size,
                                               progress=lambda stage, n: advance(n), keep_rejected=keep_rejected)
-    split_of = split_of or (lambda r: "train")
+    if heldout is not None and split_of is not None:
+        raise ValueError("give build_dataset either split_of or heldout, not both")
+    split_of = heldout.split_of if heldout is not None else split_of or (lambda r: "train")
     splits = sorted({split_of(r) for r in result.rows()}) or ["train"]
     if REJECTED in splits:
         raise ValueError(f"split name {REJECTED!r} is reserved for dropped records (keep_rejected)")
@@ -277,6 +284,7 @@ def build_dataset(
                    for s, funnel in zip(recipe["stages"], result.stages)],
         "chunk_size": chunk_size,
         "keep_rejected": keep_rejected,
+        **({"heldout": {**heldout.recipe(), "rows": counts.get("test", 0)}} if heldout is not None else {}),
         "splits": counts,
         "resumed_chunks": result.resumed_chunks,
         "seconds": round(time.time() - started, 3),
@@ -288,7 +296,7 @@ def build_dataset(
     if summarize is not None:
         manifest.update(summarize(manifest))
 
-    samples = [r for _, r in zip(range(3), iter_rows(out, split=splits[0]))]
+    samples = [r for _, r in zip(range(3), iter_rows(out, split="train" if "train" in splits else splits[0]))]
     card_info = card(manifest) if callable(card) else card or {}
     (out / "README.md").write_text(render_card(manifest, samples, card_info), encoding="utf-8")
     write_manifest(out, manifest)  # written last: its presence means the folder is complete

@@ -23,6 +23,8 @@ from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.llm import as_client
 from tansaku.core.store import read_records
 from tansaku.envs.environments import make_environment_factory
+from tansaku.envs.retention import TASK as GENERAL_TASK
+from tansaku.envs.retention import general_report
 from tansaku.envs.rollout import run_rollouts
 from tansaku.envs.tasks import TASKS
 
@@ -106,8 +108,13 @@ def check_rl_readiness(report: dict, min_pass_at_k: float = 0.02, max_zero_varia
 
 
 def load_rows(dataset: str | Path, split: str = "test", limit: int | None = None) -> list[dict]:
-    """Rows of a dataset folder written by ``tansaku.core.store`` (or a ``.jsonl``/``.json``/``.parquet`` file)."""
+    """Rows of a dataset folder written by ``tansaku.core.store`` (or a ``.jsonl``/``.json``/``.parquet`` file).
 
+    No fallback to another split: evaluating on rows the model trained on would overstate it."""
+
+    if Path(dataset).is_dir() and not any((Path(dataset) / "data").glob(f"{split}-*.parquet")):
+        raise InputError(f"{dataset} has no '{split}' split: rebuild it with --heldout-share > 0 for a held-out "
+                         "'test' split, or name an existing split with --split")
     rows = read_records(dataset, split=split)
     return rows[:limit] if limit else rows
 
@@ -120,6 +127,7 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
 
     Args:
         task: a key of ``tansaku.envs.tasks.TASKS`` (``multihop_qa``, ``egov_mcq``, ``deepresearch``).
+            Or ``general``: retention on chat rows (``tansaku.envs.retention``; ``transformers:`` models only).
         dataset: dataset folder (``tansaku.core.store`` layout) or a ``.jsonl`` file of rows.
         model: an LLM spec for ``tansaku.core.llm.from_spec`` (``http:…``, ``vllm:…``, ``transformers:…``,
             ``scripted:…``) or a client object.
@@ -132,8 +140,17 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
         pass_threshold: correctness reward value that counts as a pass (default: the task's ``pass_threshold``).
     """
 
+    if task == GENERAL_TASK:  # retention: likelihood of reference chat answers, no environment (envs/retention.py)
+        report = {**general_report(model, load_rows(dataset, split, limit)), "dataset": str(dataset), "split": split}
+        if out_dir is not None:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            (Path(out_dir) / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2),
+                                                       encoding="utf-8")
+        return report
     if task not in TASKS:
-        raise InputError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
+        raise InputError(f"unknown task {task!r}; choose one of {sorted(TASKS) + [GENERAL_TASK]}")
+    if index is None:
+        raise InputError(f"task {task} runs episodes over a search index: give --index")
     spec = TASKS[task]
     rows = load_rows(dataset, split, limit)
     if not rows:
@@ -141,6 +158,7 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     missing = sorted({c for row in rows for c in spec.columns if c not in row})
     if missing:
         raise InputError(f"{dataset} lacks column(s) {missing} that task {task} needs ({spec.columns})")
+    model_arg, judge_arg = model, judge
     model, judge = as_client(model), as_client(judge)
     if pass_threshold is None:
         pass_threshold = spec.pass_threshold  # the task owns it: 1.0 for exact answers, 0.5 for rubrics
@@ -149,6 +167,9 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     report = summarize(spec, trajectories, k, pass_threshold)
     report.update({"dataset": str(dataset), "split": split, "model": getattr(model, "describe", dict)(),
                    "temperature": temperature, "max_tokens": max_tokens, "seed": seed})
+    for spec_or_client, client in ((model_arg, model), (judge_arg, judge)):
+        if isinstance(spec_or_client, str):  # made here from a spec: release its weights/connections now
+            client.close()
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

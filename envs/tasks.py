@@ -14,7 +14,9 @@ overrides (``user_message``, ``build_prompt``, ``gold_completion``, ``gold_probl
     check_gold(task, rows)                                          # ValueError listing the bad rows
 
 >>> sorted(TASKS), type(TASKS["egov_mcq"]).__name__
-(['deepresearch', 'egov_mcq', 'multihop_qa'], 'EgovMCQ')
+(['deepresearch', 'egov_mcq', 'multihop_qa', 'multihop_qa_compact'], 'EgovMCQ')
+>>> TASKS["multihop_qa_compact"].tools_config["top_k"], TASKS["multihop_qa_compact"].max_turns
+(2, 4)
 >>> TASKS["egov_mcq"].gold_completion({"answer_index": 1})[0]["content"]
 '{{2}}'
 """
@@ -22,7 +24,7 @@ overrides (``user_message``, ``build_prompt``, ``gold_completion``, ``gold_probl
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from tansaku.core.errors import InputError
 from tansaku.envs import rewards
@@ -35,6 +37,13 @@ _MULTIHOP_SYSTEM = (
     "あなたは検索ツールを使って複数の文書をたどり、質問に正確に答えるアシスタントです。推測で答えず、"
     "検索結果と本文で確かめてから答えてください。" + _ANSWER_RULE,
 )
+# The compact variant's prompt: the tiny model's tokenizer spends 1–3 tokens per Japanese character.
+_MULTIHOP_COMPACT_SYSTEM = ("あなたは検索エージェントです。search で調べてから、{{答え}} の形で答えてください。",)
+# Compact tools for small models (a 135M model has a few hundred tokens per episode): two hits of 80
+# characters (the fact sentences of a short article fit), terse tool descriptions (~170 schema tokens
+# instead of 460–630) in one fixed variant, few calls.
+COMPACT_TOOLS_CONFIG = {"top_k": 2, "max_k": 5, "chars_per_hit": 80, "chars_per_call": 400, "page_chars": 300,
+                        "description_variant": 0, "short_descriptions": True}
 _EGOV_SYSTEM = (
     "あなたは日本の法令に詳しい検索エージェントです。search と open_doc で e-Gov の条文を調べ、四つの選択肢から"
     "正しいものを一つ選んでください。考えは日本語で書いてください。最終回答は選択肢の番号を {{2}} のように一つだけ"
@@ -72,6 +81,15 @@ class Task:
     max_tool_calls: int = 16
     pass_threshold: float = 1.0
     source_pipelines: tuple[str, ...] = ()
+
+    # ------------------------------------------------------------------ variants
+    def compact(self, system_prompts: tuple[str, ...]) -> Task:
+        """The same task (columns, rewards, answer format) with a short prompt, ``COMPACT_TOOLS_CONFIG`` and a
+        small turn budget, named ``<name>_compact``: for models with a small context budget. No pipeline
+        maps to it (``source_pipelines`` empty): choose it by name (``train eval --task``, recipe ``tasks``,
+        ``build_trajectories(task=…)``)."""
+        return replace(self, name=f"{self.name}_compact", system_prompts=system_prompts,
+                       tools_config=dict(COMPACT_TOOLS_CONFIG), max_turns=4, max_tool_calls=4, source_pipelines=())
 
     # ------------------------------------------------------------------ prompts
     def user_message(self, row: dict) -> str:
@@ -268,7 +286,8 @@ class DeepResearch(Task):
         return None
 
 
-TASKS: dict[str, Task] = {task.name: task for task in (MultihopQA(), EgovMCQ(), DeepResearch())}
+TASKS: dict[str, Task] = {task.name: task for task in (MultihopQA(), EgovMCQ(), DeepResearch(),
+                                                       MultihopQA().compact(_MULTIHOP_COMPACT_SYSTEM))}
 
 
 def gold_failures(task: Task, rows: list[dict]) -> list[tuple[int, str]]:

@@ -66,6 +66,11 @@ OPEN_ARGS = [
 RETURNS = {"search": "Ranked hits with doc_id, title and snippet.",
            "open_doc": "A page of the document and the offset to continue from."}
 N_VARIANTS = len(SEARCH_SUMMARIES)
+# ``ToolsConfig(short_descriptions=True)``: one terse phrasing (~170 schema tokens instead of 460–630 with
+# the tiny model's tokenizer), for models whose whole episode must fit a few hundred tokens.
+SHORT = {"search": ("Search the wiki.", {"query": "Words to search for.", "size": "Hits ({top_k} if omitted)."},
+                    "Hits."),
+         "open_doc": ("Read a document.", {"doc_id": "doc_id of a hit.", "offset": "Start character."}, "Text.")}
 
 
 class ToolError(Exception):
@@ -81,6 +86,7 @@ class ToolsConfig:
     page_chars: int = 1000      # open_doc page length
     truncation: str = "cut"     # cut: trim the last hit to the budget; drop: leave out hits that do not fit
     description_variant: int | None = None  # fix a phrasing; None draws one per episode
+    short_descriptions: bool = False  # SHORT's terse phrasing instead of the variant's (small models)
 
     def __post_init__(self):
         if self.truncation not in TRUNCATION:
@@ -108,9 +114,12 @@ def _doc(summary: str, args: dict[str, str], returns: str) -> str:
 
 def tool_docstrings(variant: int, config: ToolsConfig) -> dict[str, str]:
     """``{"search": docstring, "open_doc": docstring}`` of one description variant."""
+    numbers = {"top_k": config.top_k, "max_k": config.max_k}
+    if config.short_descriptions:
+        return {name: _doc(summary, {k: v.format(**numbers) for k, v in args.items()}, returns)
+                for name, (summary, args, returns) in SHORT.items()}
     q, s = SEARCH_ARGS[variant]
     d, o = OPEN_ARGS[variant]
-    numbers = {"top_k": config.top_k, "max_k": config.max_k}
     return {"search": _doc(SEARCH_SUMMARIES[variant], {"query": q, "size": s.format(**numbers)}, RETURNS["search"]),
             "open_doc": _doc(OPEN_SUMMARIES[variant], {"doc_id": d, "offset": o}, RETURNS["open_doc"])}
 

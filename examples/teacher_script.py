@@ -10,9 +10,17 @@ so the translation stage has work to do.
 ``rewrite(request)`` answers the translate/refine/scenario prompts of ``pipelines/trajectories/rewrite.py``
 with templated Japanese reasoning (keyed by scenario), echoing every tool call unchanged.
 
+Two styles. ``respond`` + ``rewrite`` (the default, for real models): scenario sentences, a bool query on
+half the questions, several sentences per step. ``respond_compact`` + ``rewrite_compact`` (for the 135M
+tiny model, whose budget is a few hundred tokens per episode and whose tokenizer spends 1–3 tokens per
+Japanese character): plain-text queries only and one short Japanese sentence per step that states the
+fact just read — ``SのR1はB。「B」を検索する。`` — so the value the next call copies sits right before it.
+
     synth build trajectories --dataset out/multihop --index out/index --out out/sft \
         --teacher scripted:examples/teacher_script.py --translator scripted:examples/teacher_script.py:rewrite \
         --general tests/fixtures/sft/general.jsonl --ratio 0.5 --n 1
+    # compact: --teacher scripted:examples/teacher_script.py:respond_compact
+    #          --translator scripted:examples/teacher_script.py:rewrite_compact
 """
 
 from __future__ import annotations
@@ -48,8 +56,10 @@ def _value(relation: str, entity: str, text: str) -> str | None:
     if text.startswith("doc_id:"):  # an open_doc page: header line, then the text
         header, _, body = text.partition("\n")
         own = [body] if f"title: {entity} |" in header else []
+    # "<relation>は<value>。" (examples/make_miniwiki.py states every field so) first, then the prose patterns.
+    generic = rf"{re.escape(relation)}は({W}+?)[。、]"
     for body in own:
-        for pattern in PATTERNS.get(relation, []):
+        for pattern in [generic, *PATTERNS.get(relation, [])]:
             match = re.search(pattern, body)
             if match and match.group(1) != entity:
                 return match.group(1)
@@ -70,7 +80,12 @@ def _call(name: str, reasoning: str, **arguments) -> dict:
     return {"reasoning": reasoning, "content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
 
 
-def respond(request) -> dict:
+def respond_compact(request) -> dict:
+    """``respond`` in the compact style: plain-text queries only (a JSON bool query costs ~40 tokens)."""
+    return respond(request, bool_queries=False)
+
+
+def respond(request, bool_queries: bool = True) -> dict:
     """The next assistant turn of the rule-based demo agent."""
     question = next(m["content"] for m in request.messages if m.get("role") == "user")
     match = QUESTION.search(question)
@@ -93,7 +108,7 @@ def respond(request) -> dict:
             entity, hop, tries = found, 1, []
     relation = hops[hop][1]
     if not tries:
-        if hop == 1 and len(question) % 2 == 0:  # half the questions pin the bridge page with a bool query
+        if bool_queries and hop == 1 and len(question) % 2 == 0:  # half the questions pin the bridge page with a bool query
             query = json.dumps({"bool": {"must": [{"match_phrase": {"title": entity}}]}}, ensure_ascii=False)
             return _call("search", f"The {r1} of {subject} is {entity}. Similar titles exist, so I narrow the "
                                    f"search to the page titled {entity} to find its {relation}.", query=query)
@@ -164,4 +179,39 @@ def rewrite(request) -> str:
     for i, step in enumerate(steps):
         out.append({"reasoning": _step_reasoning(step, steps[i - 1] if i else None, payload["task"], scenario),
                     "tool_calls": step.get("tool_calls") or []})
+    return json.dumps({"steps": out}, ensure_ascii=False)
+
+
+def _compact_step(step: dict, i: int, bridge: str | None, parts: tuple[str, str, str] | None) -> str:
+    """One short sentence: what the last result said (when it matters) and what this step does."""
+    call = (step.get("tool_calls") or [None])[0]
+    args = (call or {}).get("arguments") or {}
+    if call and call.get("name") == "open_doc":
+        return "本文を開いて確かめる。"
+    if call:
+        query = args.get("query")
+        query = query if isinstance(query, str) else json.dumps(query, ensure_ascii=False)
+        if i == 0 or parts is None:
+            return f"「{query}」を検索する。"
+        if query == bridge:  # the hop: state the bridge as read, then search it
+            return f"{parts[0]}の{parts[1]}は{bridge}。「{bridge}」を検索する。"
+        return f"「{query}」で検索し直す。"
+    answer = str(step.get("content") or "").strip().strip("{}")
+    if parts is not None and bridge:
+        return f"{bridge}の{parts[2]}は{answer}。"
+    return f"答えは{answer}。"
+
+
+def rewrite_compact(request) -> str:
+    """One short Japanese sentence per step (the compact style); tool calls echoed unchanged."""
+    payload = _payload(request)
+    match = QUESTION.search(payload.get("question") or "")
+    parts = match.groups() if match else None
+    steps = payload["steps"]
+    searches = [c["arguments"].get("query") for s in steps for c in s.get("tool_calls") or []
+                if c.get("name") == "search" and isinstance(c.get("arguments"), dict)]
+    # The bridge is the entity searched after the subject (the last search that is not the subject).
+    bridge = next((q for q in reversed(searches) if parts and q != parts[0] and isinstance(q, str)), None)
+    out = [{"reasoning": _compact_step(step, i, bridge, parts), "tool_calls": step.get("tool_calls") or []}
+           for i, step in enumerate(steps)]
     return json.dumps({"steps": out}, ensure_ascii=False)

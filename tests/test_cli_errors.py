@@ -60,6 +60,7 @@ def test_missing_input_is_one_line_and_exit_2(tmp_path, app, args):
     ["index", "build", "--dataset", "{tmp}", "--index", "opensearch:x"],              # embedded backend, OS target
     ["build", "deepresearch", "--corpus", "{tmp}/c", "--index", "{tmp}/ix", "--out", "{tmp}/out", "--llm", "gpt:x",
      "--clarify-share", "2"],
+    ["build", "egov", "--laws", "{tmp}", "--out", "{tmp}/out", "--heldout-share", "1.5"],
 ])
 def test_invalid_option_is_one_line_and_exit_2(tmp_path, args):
     (tmp_path / "t.jsonl").write_text('{"subject": "a", "relation": "b", "object": "c"}\n', encoding="utf-8")
@@ -143,3 +144,18 @@ def test_missing_index_fails_before_any_work(tmp_path):
                                             "--index", str(tmp_path / "noix"), "--out", str(tmp_path / "out")])
     _one_line_exit_2(result)
     assert "noix does not exist" in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_eval_of_a_dataset_without_a_heldout_split_names_split(tmp_path):
+    """`train eval` reads the held-out 'test' split and never falls back to the rows a model trained on."""
+    from tansaku.core.engine import map_stage
+    from tansaku.core.heldout import HeldOut
+    from tansaku.core.store import build_dataset
+
+    rows = [{"qid": f"q{i}", "question": f"問{i}", "answer": "a"} for i in range(5)]
+    build_dataset(out=tmp_path / "ds", name="ds", pipeline="p", pipeline_version="1", config={}, seed=0, inputs=[],
+                  source=rows, stages=[map_stage("keep", lambda r: r)], quiet=True, heldout=HeldOut(0, "qid"))
+    result = CliRunner().invoke(train_app, ["eval", "--task", "multihop_qa", "--dataset", str(tmp_path / "ds"),
+                                            "--model", "scripted:x.jsonl", "--index", str(tmp_path / "ix")])
+    _one_line_exit_2(result)
+    assert "no 'test' split" in result.stderr and "--split" in result.stderr

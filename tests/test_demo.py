@@ -1,4 +1,5 @@
-"""The README's main job, reduced: `synth demo --small` runs every step on the tiny model and resumes."""
+"""The README's main job, reduced: `synth demo --small` runs every step on the tiny model and resumes;
+its summary.json carries the table's numbers, equal to the eval reports they come from."""
 
 from __future__ import annotations
 
@@ -8,6 +9,50 @@ import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
+from tansaku.demo import EVAL_KEYS, Summary, eval_numbers
+
+STEP_KEYS = {"step", "artifact", "seconds", "rss_mb", "peak_rss_mb"}
+
+
+def _check_summary(out, reports: dict) -> dict:
+    """summary.json has every step with its seconds and memory, and per task the eval numbers of report.json."""
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"steps", "eval", "peak_rss_mb", "sizes", "wall_seconds", "learning_curves"} <= set(summary)
+    assert set(summary["peak_rss_mb"]) == {"self", "children", "sampled_tree"}
+    assert summary["peak_rss_mb"]["self"] > 0
+    names = [s["step"] for s in summary["steps"]]
+    assert names[0] == "tiny model" and "train sft" in names and "train rl (GSPO)" in names
+    for step in summary["steps"]:
+        assert STEP_KEYS <= set(step) and step["seconds"] >= 0, step
+    for step in summary["steps"]:
+        if step["step"].startswith("synth build"):
+            assert step["rows"] == sum(step["splits"].values()) > 0
+    for (when, task), report in reports.items():
+        numbers = summary["eval"][task][when]
+        assert numbers == eval_numbers(report)
+        assert numbers["pass@1"] == report["pass@1"] and numbers["rewards"] == report["rewards"]
+        assert numbers["mean_tool_calls"] == report["mean_tool_calls"] and 0 <= numbers["answer_rate"] <= 1
+        step = next(s for s in summary["steps"] if s["step"] == f"eval {when} {task}")
+        assert {k: step[k] for k in numbers} == numbers
+    assert summary["learning_curves"] == "learning_curves.png" and (out / "learning_curves.png").stat().st_size > 0
+    assert (out / "summary.md").read_text().count("\n") == len(names) + 2
+    return summary
+
+
+def test_eval_numbers_and_summary_files(tmp_path):
+    report = {"questions": 2, "episodes": 4, "k": 2, "pass@1": 0.25, "pass@2": 0.5, "mean_tool_calls": 1.5,
+              "tool_error_rate": 0.0, "parse_failure_rate": 0.1, "episodes_with_parse_failure": 0.25,
+              "mean_total_reward": 0.3, "zero_variance_group_share": 0.5, "task": "multihop_qa",
+              "rewards": {"answer_reward": 0.25, "format_reward": 0.75}, "stop_reasons": {"answer": 3, "max_tokens": 1}}
+    numbers = eval_numbers(report)
+    assert set(EVAL_KEYS) <= set(numbers) and numbers["pass@2"] == 0.5 and numbers["answer_rate"] == 0.75
+    assert numbers["rewards"]["format_reward"] == 0.75 and "task" not in numbers
+    summary = Summary()
+    summary.add("eval before multihop_qa", tmp_path, "pass@1=0.25 | x", 1.234, **numbers)
+    data = summary.write(tmp_path, eval={"multihop_qa": {"before": numbers}})
+    assert json.loads((tmp_path / "summary.json").read_text()) == data
+    assert data["steps"][0]["seconds"] == 1.23 and data["steps"][0]["rss_mb"] > 0
+    assert "pass@1=0.25 \\| x" in (tmp_path / "summary.md").read_text()
 
 
 @pytest.mark.slow
@@ -20,10 +65,17 @@ def test_demo_small_end_to_end_and_resume(tmp_path, tiny_model_path):
         assert sum(manifest["splits"].values()) > 0 and (out / dataset / "README.md").exists()
     assert (out / "sft" / "model.safetensors").exists() and (out / "rl" / "model.safetensors").exists()
     assert list((out / "rl" / "completions").glob("*.parquet"))
+    reports = {}
     for when in ("before", "after"):
         for task in ("multihop_qa", "egov_mcq"):
             report = json.loads((out / "eval" / when / task / "report.json").read_text())
             assert report["episodes"] > 0 and "pass@1" in report and report["rewards"]
+            reports[when, task] = report
+    summary = _check_summary(out, reports)
+    # The model-loading steps ran in child processes, which gave their memory back.
+    isolated = [s for s in summary["steps"] if s.get("isolated")]
+    assert {s["step"] for s in isolated} >= {"tiny model", "train sft", "train rl (GSPO)", "eval after egov_mcq"}
+    assert all(s["child_peak_rss_mb"] > 0 for s in isolated)
     # Rerunning resumes: nothing is rebuilt or retrained, the datasets keep their versions.
     versions = {d: json.loads((out / d / "manifest.json").read_text())["version"] for d in ("multihop", "trajectories")}
     mtime = (out / "rl" / "model.safetensors").stat().st_mtime
@@ -31,3 +83,6 @@ def test_demo_small_end_to_end_and_resume(tmp_path, tiny_model_path):
     assert again.exit_code == 0, again.output
     assert (out / "rl" / "model.safetensors").stat().st_mtime == mtime
     assert versions == {d: json.loads((out / d / "manifest.json").read_text())["version"] for d in versions}
+    again_summary = _check_summary(out, reports)  # rewritten from the reused reports: the same numbers
+    assert again_summary["eval"] == summary["eval"]
+    assert all(s["reused"] for s in again_summary["steps"] if s["step"].startswith("train "))

@@ -40,8 +40,15 @@ def fixture_build(tmp_path_factory):
 
 def test_cloze_build_writes_both_datasets(fixture_build):
     out, manifest = fixture_build
-    rows = read_rows(out)
-    assert len(rows) == manifest["splits"]["train"] >= 20
+    train, test = read_rows(out), read_rows(out, "test")
+    rows = train + test
+    assert len(train) == manifest["splits"]["train"] and len(test) == manifest["splits"]["test"]
+    assert len(rows) >= 20 and test
+    # The held-out split keys on the source article: no article has questions on both sides.
+    assert manifest["heldout"] == {"split": "test", "share": 0.2, "key": "article_id", "fallback_key": "question",
+                                   "seed": 0, "rows": len(test)}
+    assert not {r["article_id"] for r in train} & {r["article_id"] for r in test}
+    assert f"**Held-out split:** `test` ({len(test)} rows)" in (out / "README.md").read_text(encoding="utf-8")
     check_rows(rows)
     assert {r["generator"] for r in rows} == {"cloze"}
     assert all(r["retrieval_rank"] is None or 1 <= r["retrieval_rank"] <= 20 for r in rows)
@@ -124,7 +131,7 @@ def test_llm_build_with_scripted_client(tmp_path):
 @pytest.mark.skipif(not REAL.exists(), reason="../shared/data/egov is absent")
 def test_realdata_build_minpo_and_apa(tmp_path):
     manifest = build_egov(REAL, tmp_path / "real", quiet=True)
-    rows = read_rows(tmp_path / "real")
+    rows = read_rows(tmp_path / "real") + read_rows(tmp_path / "real", "test")  # balance is over both splits
     assert len(rows) >= 150
     check_rows(rows)
     counts = Counter(r["answer_index"] for r in rows)

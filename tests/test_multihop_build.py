@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from tansaku.core.engine import Drop
+from tansaku.core.errors import InputError
+from tansaku.core.heldout import heldout_split
 from tansaku.core.llm import ScriptedLLM
-from tansaku.core.store import read_manifest, read_rows
+from tansaku.core.store import StoreError, read_manifest, read_rows
 from tansaku.envs.tasks import TASKS, check_gold
 from tansaku.pipelines.multihop.build import build_multihop
 from tansaku.pipelines.multihop.chains import Caps
@@ -35,7 +37,7 @@ def corpus(tmp_path_factory):
 def built(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("mh") / "multihop"
     manifest = build_multihop(corpus=corpus, out=out, quiet=True, caps=Caps(None, None, None))
-    return manifest, read_rows(out)
+    return manifest, read_rows(out) + read_rows(out, "test")
 
 
 def stage(manifest, name):
@@ -168,11 +170,44 @@ def test_jemhopqa_import(tmp_path):
              {"qid": "q2", "type": "comparison", "question": "", "answer": "x", "derivations": []}]
     path = tmp_path / "jem.json"
     path.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
-    manifest = import_jemhopqa(path, tmp_path / "eval", quiet=True)
+    manifest = import_jemhopqa(path, tmp_path / "eval", quiet=True, heldout_share=0)
     rows = read_rows(tmp_path / "eval")
     check_gold(TASKS["multihop_qa"], rows)
     assert [r["qid"] for r in rows] == ["q1"] and json.loads(rows[0]["derivations"])[1][2] == ["朝霧市"]
     assert manifest["stages"][0]["dropped"] == {"missing_question": 1}
+
+
+def test_heldout_split_keeps_each_bridge_on_one_side(built, corpus, tmp_path):
+    manifest, rows = built
+    train = [r for r in rows if heldout_split(r["bridge"], 0.2, 0) == "train"]
+    test = [r for r in rows if heldout_split(r["bridge"], 0.2, 0) == "test"]
+    assert train and test and manifest["splits"] == {"train": len(train), "test": len(test)}
+    assert manifest["heldout"] == {"split": "test", "share": 0.2, "key": "bridge", "fallback_key": "question",
+                                   "seed": 0, "rows": len(test)}
+    assert not {r["bridge"] for r in train} & {r["bridge"] for r in test}
+    # share 0: no test split, and the share is part of the recipe (another share into the same --out is refused)
+    none = build_multihop(corpus=corpus, out=tmp_path / "all", quiet=True, caps=Caps(None, None, None),
+                          heldout_share=0)
+    assert set(none["splits"]) == {"train"} and none["heldout"]["rows"] == 0
+    with pytest.raises(StoreError, match=r"heldout share 0.0 → 0.5"):
+        build_multihop(corpus=corpus, out=tmp_path / "all", quiet=True, caps=Caps(None, None, None),
+                       heldout_share=0.5)
+    with pytest.raises(InputError, match="--heldout-share must be within"):
+        build_multihop(corpus=corpus, out=tmp_path / "bad", quiet=True, heldout_share=1.5)
+
+
+def test_jemhopqa_import_holds_out_a_share_of_questions(tmp_path):
+    from tansaku.pipelines.multihop.jemhopqa import import_jemhopqa
+
+    items = [{"qid": f"q{i}", "type": "compositional", "question": f"問{i}は？", "answer": "朝霧市",
+              "derivations": [], "page_ids": [], "time_dependent": False} for i in range(50)]
+    path = tmp_path / "jem.json"
+    path.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
+    manifest = import_jemhopqa(path, tmp_path / "eval", quiet=True, heldout_share=0.3, seed=1)
+    test = {r["qid"] for r in read_rows(tmp_path / "eval", "test")}
+    assert test == {f"q{i}" for i in range(50) if heldout_split(f"q{i}", 0.3, 1) == "test"}
+    assert 5 <= len(test) <= 25 and manifest["heldout"]["rows"] == len(test)
+    assert not test & {r["qid"] for r in read_rows(tmp_path / "eval")}
 
 
 @pytest.mark.slow

@@ -60,6 +60,8 @@ def test_overrides_coerce_types_and_reach_nested_keys(tmp_path):
     ("max_steps=three", "max_steps: expected int"),
     ("data.5.ratio=1", "not an index of a list of 2"),
     ("data.0.ratio=0", "data.0.ratio: must be > 0"),
+    ("data.0.split=test", "data.0.split: 'test' is the held-out split"),  # SFT never sees held-out questions
+    ("overlong=truncate", "overlong: one of drop, fit, error"),
     ("lora.rank=4", "lora: unknown key 'rank'"),
     ("noequals", "key=value"),
 ])
@@ -79,6 +81,8 @@ def test_bad_files_fail_clearly(tmp_path):
         load_recipe(write(tmp_path, "kind: sft\nmodel: tiny\noutput_dir: o\n"))
     with pytest.raises(RecipeError, match="index"):
         load_recipe(write(tmp_path, RL_MINIMAL.replace(", index: idx", "")))
+    with pytest.raises(RecipeError, match="tasks.0.split: 'test' is the held-out split"):
+        load_recipe(write(tmp_path, RL_MINIMAL.replace(", index: idx", ", index: idx, split: test")))
 
 
 def test_nemo_rl_keys_map_to_trl_names(tmp_path):

@@ -131,6 +131,8 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
     common = [f"tasks.0.index={index_dir}", "max_completion_length=48", "save_steps=2", "seed=3"]
     result = run_rl(RECIPE, [f"output_dir={first}", "max_steps=3", *common], skip_readiness=True)
     assert result["global_step"] == 3
+    assert json.loads((first / "run_report.json").read_text(encoding="utf-8"))["steps"] == 3  # trainer/report.py
+    assert (first / "learning_curves.png").read_bytes()[:4] == b"\x89PNG" and "report_ok" in result
 
     state = json.loads((first / "trainer_state.json").read_text(encoding="utf-8"))
     steps = [e for e in state["log_history"] if "loss" in e]

@@ -96,5 +96,42 @@ def test_run_sft_with_lora_saves_an_adapter_and_the_recipe(tmp_path, tiny_model_
     ])
     assert result["global_step"] == 1 and result["training_loss"] > 0
     assert (tmp_path / "adapter_config.json").is_file() and (tmp_path / "adapter_model.safetensors").is_file()
+    assert (tmp_path / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
     saved = json.loads((tmp_path / "tansaku_recipe.json").read_text(encoding="utf-8"))
     assert saved["lora"]["r"] == 4 and saved["max_steps"] == 1
+
+
+def test_overlong_rows_are_fitted_not_truncated_in_the_trained_dataset(tmp_path, tiny_model_path):
+    """Through TRL itself: with ``overlong: fit`` every tokenized training row is within max_length, its length
+    is the one ``tansaku.trainer.length`` counted, and its final answer turn carries labels to ``<|im_end|>``."""
+    from tansaku.trainer.data import as_trained, load_sources
+    from tansaku.trainer.length import ELIDED, apply_overlong, count_tokens
+    from tansaku.trainer.recipes import load_recipe
+    from tansaku.trainer.sft import build_sft_trainer
+
+    rows = [json.loads(line) for line in AGENTIC.read_text(encoding="utf-8").splitlines()[:2]]
+    long = json.loads(json.dumps(rows[1], ensure_ascii=False))
+    next(m for m in long["messages"] if m["role"] == "tool")["content"] += "資料" * 600
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in [rows[0], long]), encoding="utf-8")
+    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path / 'run'}", f"data=[{{path: '{path}'}}]", "max_length=700",
+                                  "overlong=fit", "mix_size=2", "max_steps=1"])
+    trainer = build_sft_trainer(recipe)
+    report = json.loads((tmp_path / "run" / "tansaku_data_report.json").read_text(encoding="utf-8"))
+    assert report["sources"][0]["fitted"] == 1 and report["sources"][0]["dropped"] == {}
+    tokenizer = trainer.processing_class
+    seen_elided = False
+    for example in trainer.train_dataset:
+        ids = example["input_ids"]
+        assert len(ids) <= 700
+        text = tokenizer.decode(ids)
+        seen_elided |= ELIDED in text
+        labels = trainer.data_collator([example])["labels"][0].tolist()
+        trained_text = tokenizer.decode([t for t, lab in zip(ids, labels) if lab != -100])
+        final = rows[0]["messages"][-1]["content"] if rows[0]["messages"][0]["content"] in text \
+            else long["messages"][-1]["content"]
+        assert trained_text.rstrip().endswith(final + "<|im_end|>"), trained_text[-200:]
+    assert seen_elided
+    # TRL's tokenized lengths are exactly the counts the overlong policy used
+    kept, _ = apply_overlong(as_trained(load_sources(recipe.data))[0][1], tokenizer, 700, "fit")
+    assert {len(e["input_ids"]) for e in trainer.train_dataset} == {count_tokens(tokenizer, r) for r in kept}

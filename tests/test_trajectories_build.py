@@ -174,3 +174,14 @@ def test_reasoning_gets_loss_and_tool_results_do_not(built):
                 assert m["content"] in masked and m["content"] not in trained
             else:
                 assert m["content"] not in trained
+
+
+def test_held_out_questions_never_become_sft_rows(built, inputs):
+    """The source's `test` split (tansaku.core.heldout) is evaluation only: the teacher sees `train` questions."""
+    manifest, train, rejected = built
+    held_out = {r["qid"] for r in read_rows(inputs / "multihop", "test")}
+    sources = {r["qid"] for r in read_rows(inputs / "multihop", "train")}
+    assert held_out and not held_out & sources
+    seen = {r["question_id"] for r in train if r["kind"] == "agentic"}
+    seen |= {json.loads(r["record"])["question_id"] for r in rejected if r["record"]}
+    assert seen and seen <= sources and not seen & held_out

@@ -14,13 +14,15 @@ tool_calls, name and tool_call_id are dropped.
 
 Mixing: each source gets ``round(mix_size × ratio / Σratio)`` rows, drawn from a seeded permutation of
 its rows and cycling through it again when it needs more rows than it has; the mix is then shuffled
-with the same seed, so the same recipe always yields the same rows in the same order.
+with the same seed, so the same recipe always yields the same rows in the same order. ``train sft`` passes
+``fit`` (``tansaku.trainer.length``): rows over ``max_length`` are dropped or fitted per source before mixing.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +88,8 @@ def _draw(rows: list, count: int, rng: random.Random) -> list:
     return drawn
 
 
-def mix_sources(sources: list[DataSource], mix_size: int | None = None, seed: int = 42) -> list[dict]:
-    """Read, normalize and mix SFT sources by ratio (see the module docstring); deterministic for a seed."""
+def load_sources(sources: list[DataSource]) -> list[tuple[DataSource, list[dict]]]:
+    """Each source with its normalized rows."""
     loaded = []
     for src in sources:
         raw = read_source(src.path, src.split)
@@ -95,9 +97,37 @@ def mix_sources(sources: list[DataSource], mix_size: int | None = None, seed: in
             raw = raw[: src.max_rows]
         if not raw:
             raise RecipeError(f"data source {src.path} ({src.split}) has no rows")
-        rows = [normalize_conversation(r, src.system_prompt, f"{src.path} row {i}") for i, r in enumerate(raw)]
-        loaded.append((src, rows))
-    return mix_by_ratio([rows for _, rows in loaded], [src.ratio for src, _ in loaded], mix_size, seed)
+        loaded.append((src, [normalize_conversation(r, src.system_prompt, f"{src.path} row {i}")
+                             for i, r in enumerate(raw)]))
+    return loaded
+
+
+def as_trained(loaded: list[tuple[DataSource, list[dict]]]) -> list[tuple[DataSource, list[dict]]]:
+    """The rows as the training dataset holds them: one Arrow round trip over all sources gives every message
+    the keys (None when unset) the chat template sees in training, so a token count here is TRL's count."""
+    rows = to_dataset([r for _, group in loaded for r in group], keep_tools=True).to_list()
+    out, start = [], 0
+    for src, group in loaded:
+        out.append((src, rows[start: start + len(group)]))
+        start += len(group)
+    return out
+
+
+def mix_sources(sources: list[DataSource], mix_size: int | None = None, seed: int = 42,
+                fit: Callable[[DataSource, list[dict]], list[dict]] | None = None) -> list[dict]:
+    """Read, normalize and mix SFT sources by ratio (see the module docstring); deterministic for a seed.
+
+    ``fit(source, rows)`` returns the rows to keep (``train sft``: the ``overlong`` policy), before mixing, so
+    the ratios hold among rows that are trained whole."""
+    groups, loaded = [], load_sources(sources)
+    for src, rows in (as_trained(loaded) if fit is not None else loaded):
+        if fit is not None:
+            rows = fit(src, rows)
+            if not rows:
+                raise RecipeError(f"data source {src.path} ({src.split}): no row fits max_length; raise max_length "
+                                  "or use overlong: fit")
+        groups.append((src, rows))
+    return mix_by_ratio([rows for _, rows in groups], [src.ratio for src, _ in groups], mix_size, seed)
 
 
 def mix_by_ratio(groups: list[list], ratios: list[float], total: int | None = None, seed: int = 42) -> list:
@@ -114,10 +144,10 @@ def mix_by_ratio(groups: list[list], ratios: list[float], total: int | None = No
     return mixed
 
 
-def to_dataset(rows: list[dict]):
+def to_dataset(rows: list[dict], keep_tools: bool = False):
     """A ``datasets.Dataset`` from normalized rows (``tools`` column dropped when no row has tools)."""
     from datasets import Dataset
 
-    if all(r.get("tools") is None for r in rows):
+    if not keep_tools and all(r.get("tools") is None for r in rows):
         rows = [{"messages": r["messages"]} for r in rows]
     return Dataset.from_list(rows)

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from tansaku.core.heldout import TEST as HELDOUT_SPLIT
 from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.trainer.typed_config import RecipeError, apply_override, build
 
@@ -47,6 +48,7 @@ ALGORITHM_DEFAULTS = {
     "grpo": {"importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": 0.28, "loss_type": "dapo"},
     "gspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4, "loss_type": "grpo"},
 }
+OVERLONG = ("drop", "fit", "error")  # what `train sft` does with rows longer than max_length
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 
 
@@ -137,6 +139,8 @@ class SFTRecipe(TrainCommon):
     mix_size: int | None = None  # rows in the mixed dataset; default: the sources' total
     max_length: int = 4096
     packing: bool = False
+    # Rows longer than max_length (tansaku.trainer.length): drop | fit (elide tool results) | error; never truncated.
+    overlong: str = "drop"
 
 
 @dataclass
@@ -186,6 +190,12 @@ def _check(ok: bool, message: str) -> None:
         raise RecipeError(message)
 
 
+def _check_train_split(where: str, split: str) -> None:
+    """Training never reads the held-out split (``tansaku.core.heldout``): ``train eval`` measures on it."""
+    _check(split != HELDOUT_SPLIT, f"{where}.split: '{HELDOUT_SPLIT}' is the held-out split, kept for `train eval`; "
+                                   "train on 'train'")
+
+
 def validate(recipe) -> None:
     """Cross-field checks that a single type cannot express; raise RecipeError with the fix."""
     _check(bool(recipe.model), "model: required ('tiny', a folder, or a hub id)")
@@ -198,11 +208,15 @@ def validate(recipe) -> None:
         _check(bool(recipe.data), "data: list at least one source (path, ratio, system_prompt)")
         for i, src in enumerate(recipe.data):
             _check(src.ratio > 0, f"data.{i}.ratio: must be > 0 (got {src.ratio})")
+            _check_train_split(f"data.{i}", src.split)
         _check(recipe.mix_size is None or recipe.mix_size > 0, "mix_size: must be > 0")
+        _check(recipe.overlong in OVERLONG, f"overlong: one of {', '.join(OVERLONG)} (got {recipe.overlong!r})")
+        _check(recipe.max_length > 0, f"max_length: must be > 0 (got {recipe.max_length})")
         return
     _check(bool(recipe.tasks), "tasks: list at least one task (name, data, index)")
     for i, task in enumerate(recipe.tasks):
         _check(task.ratio > 0, f"tasks.{i}.ratio: must be > 0 (got {task.ratio})")
+        _check_train_split(f"tasks.{i}", task.split)
         _check(bool(task.index), f"tasks.{i}.index: the search index (folder or OpenSearch target) is required")
     names = [t.name for t in recipe.tasks]
     _check(len(set(names)) == len(names), f"tasks: each task name once (got {names}); merge their datasets")

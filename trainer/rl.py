@@ -41,6 +41,7 @@ from tansaku.trainer.recipes import (
     load_recipe,
     resolve_model,
 )
+from tansaku.trainer.report import plot_learning_curves, write_run_report
 from tansaku.trainer.sft import (
     make_trl_config,
     peft_config,
@@ -269,9 +270,9 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
 
     ``skip_readiness``: start without the pre-flight pass@k / zero-variance check. ``judge``: an LLM
     client (or spec) for tasks scored by a rubric judge (``deepresearch``). Returns
-    ``{"output_dir", "global_step", "training_loss", "readiness", "warnings"}``; checkpoints,
-    ``trainer_state.json``, ``completions/completions_<step>.parquet`` and ``tansaku_recipe.json`` are in
-    the recipe's ``output_dir``.
+    ``{"output_dir", "global_step", "training_loss", "readiness", "warnings", "report_ok"}``; checkpoints,
+    ``trainer_state.json``, ``completions/completions_<step>.parquet``, ``tansaku_recipe.json``,
+    ``run_report.json`` and ``learning_curves.png`` (``tansaku.trainer.report``) are in the recipe's ``output_dir``.
     """
     recipe = load_recipe(config_path, overrides, kind="rl")
     resume = resume_checkpoint(recipe)
@@ -283,6 +284,10 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
     trainer.save_model(recipe.output_dir)
     trainer.save_state()
     watch = next(cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "RewardWatchCallback")
+    weights = dict(zip(trainer.reward_func_names, trainer.args.reward_weights or []))
+    report = write_run_report(recipe.output_dir, weights)  # run_report.json + learning_curves.png
+    plot_learning_curves(recipe.output_dir, report=report)
     return {"output_dir": recipe.output_dir, "global_step": trainer.state.global_step,
-            "training_loss": result.training_loss, "readiness": readiness, "warnings": watch.warnings}
+            "training_loss": result.training_loss, "readiness": readiness, "warnings": watch.warnings,
+            "report_ok": report["ok"]}
 

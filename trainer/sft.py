@@ -7,6 +7,8 @@ The loss covers what the model must learn to write and nothing it reads: ``assis
 with a chat template that wraps each assistant turn (reasoning, tool calls, answer, end token) in
 ``{% generation %}`` markers, so system, user and tool-result tokens get label -100. The recipe's data
 sources are mixed by ratio (``tansaku.trainer.data``); LoRA on all linear layers or a full fine-tune.
+No row is truncated: rows longer than ``max_length`` are dropped, fitted or refused (``overlong``,
+``tansaku.trainer.length``), counted per source in ``output_dir/tansaku_data_report.json``.
 
 The helpers here (``training_args``, ``make_trl_config``, ``peft_config``, ``resume_checkpoint``) map the
 recipe fields shared with ``train rl`` onto TRL config keys.
@@ -21,7 +23,9 @@ import os
 from pathlib import Path
 
 from tansaku.trainer.data import mix_sources, to_dataset
+from tansaku.trainer.length import apply_overlong, write_report
 from tansaku.trainer.recipes import RecipeError, SFTRecipe, TrainCommon, load_recipe, resolve_model
+from tansaku.trainer.report import plot_loss_curve
 
 # Recipe fields copied verbatim onto transformers' TrainingArguments (same names, same meaning).
 SHARED_KEYS = (
@@ -106,13 +110,32 @@ def sft_config(recipe: SFTRecipe):
 
 def build_sft_trainer(recipe: SFTRecipe, callbacks: list | None = None):
     """An SFTTrainer ready to ``train()``: mixed dataset, model, LoRA if asked."""
+    from transformers import AutoProcessor
     from trl import SFTTrainer
 
-
     config = sft_config(recipe)
-    dataset = to_dataset(mix_sources(recipe.data, recipe.mix_size, recipe.seed))
-    return SFTTrainer(model=resolve_model(recipe.model), args=config, train_dataset=dataset,
+    model = resolve_model(recipe.model)
+    processing_class = AutoProcessor.from_pretrained(model)  # what SFTTrainer would load; passed so both agree
+    dataset = sft_dataset(recipe, processing_class)
+    return SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=processing_class,
                       peft_config=peft_config(recipe), callbacks=callbacks)
+
+
+def sft_dataset(recipe: SFTRecipe, processing_class):
+    """The mixed training dataset, every row fitting ``max_length`` under the recipe's ``overlong`` policy
+    (``tansaku.trainer.length``); the per-source counts go to ``output_dir/tansaku_data_report.json``."""
+    sources: list[dict] = []
+
+    def fit(src, rows: list[dict]) -> list[dict]:
+        kept, stats = apply_overlong(rows, processing_class, recipe.max_length, recipe.overlong,
+                                     f"data source {src.path} ({src.split})")
+        sources.append({"path": src.path, "split": src.split, **stats})
+        return kept
+
+    rows = mix_sources(recipe.data, recipe.mix_size, recipe.seed, fit=fit)
+    write_report(recipe.output_dir, {"max_length": recipe.max_length, "overlong": recipe.overlong,
+                                     "model": recipe.model, "sources": sources, "mixed_rows": len(rows)})
+    return to_dataset(rows)
 
 
 def run_sft(config_path: str | os.PathLike, overrides: list[str] | None = None) -> dict:
@@ -120,7 +143,7 @@ def run_sft(config_path: str | os.PathLike, overrides: list[str] | None = None) 
 
     Returns ``{"output_dir", "global_step", "training_loss", "metrics"}``. Checkpoints, ``trainer_state.json``
     and the resolved recipe (``tansaku_recipe.json``) land in the recipe's ``output_dir``; the final model
-    (or LoRA adapter) is saved there too.
+    (or LoRA adapter) and ``loss_curve.png`` (``tansaku.trainer.report``) are saved there too.
     """
     recipe = load_recipe(config_path, overrides, kind="sft")
     resume = resume_checkpoint(recipe)
@@ -129,5 +152,6 @@ def run_sft(config_path: str | os.PathLike, overrides: list[str] | None = None) 
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(recipe.output_dir)
     trainer.save_state()
+    plot_loss_curve(recipe.output_dir)  # output_dir/loss_curve.png
     return {"output_dir": recipe.output_dir, "global_step": trainer.state.global_step,
             "training_loss": result.training_loss, "metrics": result.metrics}

@@ -13,6 +13,7 @@ is appended to the system prompt as an instruction and callers parse with ``pars
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -110,4 +111,7 @@ class TransformersClient(LLMClient):
         return results
 
     def close(self) -> None:
+        """Drop the model and tokenizer; their memory goes back once nothing else holds them (a later
+        ``chat`` loads them again). ``run_eval`` closes the clients it made from a spec."""
         self._model = self._tokenizer = None
+        gc.collect()  # generate() can leave cycles (caches, hooks) that would keep the weights alive until later

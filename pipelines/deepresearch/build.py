@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tansaku.core.engine import batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError
+from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
 from tansaku.core.llm import as_client
 from tansaku.core.store import build_dataset, describe_input, iter_rows, read_manifest
 from tansaku.envs.search import open_index, require_index
@@ -78,16 +79,19 @@ def deepresearch_stages(llm, backend, *, clarify_share: float = 0.5, limit: int 
 def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, llm, clarify_share: float = 0.5,
                        limit: int | None = None, seed: int = 0, quiet: bool = False,
                        keyword_config: KeywordConfig = KeywordConfig(), quality_threshold: float = 3.5,
-                       name: str | None = None, keep_rejected: bool = True) -> dict:
+                       name: str | None = None, keep_rejected: bool = True,
+                       heldout_share: float = DEFAULT_SHARE) -> dict:
     """Build the deepresearch dataset in ``out``; returns its manifest (a rerun with the same ``out`` resumes).
 
     ``keep_rejected`` (on: few rows, each an expensive LLM/agent result) writes every dropped instruction with
-    its stage and reason as the ``rejected`` split."""
+    its stage and reason as the ``rejected`` split. ``heldout_share``: share of instructions (key ``id``, one
+    per keyword group) that form the ``test`` split (``tansaku.core.heldout``)."""
 
     if not 0 <= clarify_share <= 1:
         raise InputError(f"--clarify-share must be within [0, 1], got {clarify_share}")
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be positive, got {limit}")
+    heldout = HeldOut(heldout_share, "id", seed)
     corpus_manifest = read_manifest(corpus)  # fails fast with a clear message on a folder that is no dataset
     require_index(index, f"build it with `synth index build --dataset {corpus}`")
     backend = open_index(index)
@@ -105,7 +109,7 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
         stages=deepresearch_stages(client, backend, clarify_share=clarify_share, limit=limit, seed=seed,
                                    keyword_config=keyword_config, quality_threshold=quality_threshold),
         llm=client, parents=[corpus_manifest.get("version", "")], chunk_size=64, quiet=quiet,
-        keep_rejected=keep_rejected, card={"pretty_name": "tansaku deepresearch instructions",
+        keep_rejected=keep_rejected, heldout=heldout, card={"pretty_name": "tansaku deepresearch instructions",
               "license": "other", "task_categories": ["text-generation"], "tags": ["deep-research", "rubric"],
               "description": "Japanese report instructions that need several articles of the corpus, each with "
                              "the supporting doc ids its writer confirmed through search, an optional "

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from tansaku.core.engine import Drop, Stage, batch_stage, global_stage, map_stage
 from tansaku.core.errors import MissingInputError
+from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
 from tansaku.core.llm import as_client
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import build_index, open_index
@@ -149,8 +150,8 @@ def _leak_audit(rows: Iterator[dict]) -> Iterator[dict | Drop]:
 
 def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: int = 0, quiet: bool = False,
                per_article: int = 2, judge_threshold: float = 0.75, retrieval: bool = True, retrieval_k: int = 20,
-               max_retrieval_rank: int | None = None, dedup_threshold: float = 0.85, keep_rejected: bool = True
-               ) -> dict:
+               max_retrieval_rank: int | None = None, dedup_threshold: float = 0.85, keep_rejected: bool = True,
+               heldout_share: float = DEFAULT_SHARE) -> dict:
     """Build ``out/articles`` and the question dataset at ``out``; return the question manifest.
 
     ``llm``: an LLM spec or client (then the LLM generator and judge are used; else cloze questions).
@@ -158,7 +159,10 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     ``limit``: use at most this many articles for question generation (the article dataset is complete).
     ``max_retrieval_rank``: drop questions whose article is not in the top N for its own text.
     ``keep_rejected``: write the dropped questions (and articles) with their stage and reason as ``rejected``.
+    ``heldout_share``: share of articles whose questions form the ``test`` split (``tansaku.core.heldout``); the
+    key is ``article_id``, so the cloze questions of one article never sit on both sides.
     """
+    heldout = HeldOut(heldout_share, "article_id", seed)
     laws = [Path(p) for p in (laws if isinstance(laws, (list, tuple)) else [laws])]
     if missing := [str(p) for p in laws if not p.exists()]:  # a typo must not build an empty dataset
         raise MissingInputError(f"--laws {', '.join(missing)}: no such file or folder")
@@ -210,7 +214,8 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
         seed=seed, inputs=[describe_input(articles_dir, art_manifest["splits"].get("train", 0))
                            | {"version": art_manifest["version"]}],
         source=lambda: islice(iter_rows(articles_dir), limit), stages=stages, card=QUESTION_CARD,
-        llm=client, parents=[str(articles_dir)], chunk_size=200, quiet=quiet, keep_rejected=keep_rejected)
+        llm=client, parents=[str(articles_dir)], chunk_size=200, quiet=quiet, keep_rejected=keep_rejected,
+        heldout=heldout)
     manifest["articles"] = {"path": str(articles_dir), "rows": art_manifest["splits"].get("train", 0),
                             "stages": art_manifest["stages"], "skipped": art_manifest.get("skipped", [])}
     return manifest

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
 from tansaku.core.llm import as_client
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.environments import make_environment_factory
@@ -83,12 +84,17 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
                    limit: int | None = None, until: str | None = None, k: int = 4, m: int = 1, seed: int = 0,
                    caps: chains.Caps = chains.Caps(), max_rounds: int = 2, quiet: bool = False,
                    chunk_size: int = 1000, triples=None, min_natural: int = 3, question_temperature: float = 0.7,
-                   prefilter_size: int = 10, keep_rejected: bool = False) -> dict:
+                   prefilter_size: int = 10, keep_rejected: bool = False,
+                   heldout_share: float = DEFAULT_SHARE) -> dict:
     """Run the multihop pipeline into the dataset folder ``out`` and return its manifest.
     ``triples`` (alias ``triples_path``): a JSONL or JEMHopQA file to start from instead of the corpus.
     ``min_natural`` (quality judge's naturalness bar), ``question_temperature`` and ``prefilter_size`` (top
     hits searched per hop) are stage params like ``k``/``m``/``caps``: in the manifest and the resume
-    fingerprint. ``keep_rejected`` is off by default: most drops are triples, many on a full Wikipedia."""
+    fingerprint. ``keep_rejected`` is off by default: most drops are triples, many on a full Wikipedia.
+    ``heldout_share``: share of bridge entities whose questions form the ``test`` split (``tansaku.core.heldout``).
+    The key is ``bridge``, not ``qid``/``chain_id``: chains through the same bridge share hop-2 facts (often the
+    answer), so a question trained on would give away its test sibling."""
+    heldout = HeldOut(heldout_share, "bridge", seed)
 
     triples_path = triples if triples is not None else triples_path
     if until is not None and until not in STAGES:
@@ -172,6 +178,7 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
         out=out, name=out.name, pipeline="multihop", pipeline_version=PIPELINE_VERSION, config=config, seed=seed,
         inputs=inputs, source=source, stages=[all_stages[n] for n in names], llm=llm, quiet=quiet,
         chunk_size=chunk_size, keep_rejected=keep_rejected,
+        heldout=heldout if "questions" in names else None,  # records before it are triples/chains, not questions
         card={"description": "Two-hop Japanese questions built from (subject, relation, object) triples: hop 1's "
                              "object is hop 2's subject; the bridge entity is never named in the question.",
               "pretty_name": f"tansaku multihop: {Path(out).name}", "task_categories": ["question-answering"],

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tansaku.core.engine import Drop, map_stage
 from tansaku.core.errors import InputError
+from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
 from tansaku.core.store import StoreError, build_dataset, describe_input, read_records
 from tansaku.pipelines.multihop.cardinality import judge_hops, relation_stats
 from tansaku.pipelines.multihop.chains import Caps, join_chains, triples_frame
@@ -66,17 +67,20 @@ def to_eval_row(item: dict) -> dict | Drop:
     }
 
 
-def import_jemhopqa(path: str | Path, out: str | Path, quiet: bool = False) -> dict:
-    """Write the JEMHopQA file ``path`` as a ``multihop_qa`` evaluation dataset into ``out``."""
+def import_jemhopqa(path: str | Path, out: str | Path, quiet: bool = False, heldout_share: float = DEFAULT_SHARE,
+                    seed: int = 0) -> dict:
+    """Write the JEMHopQA file ``path`` as a ``multihop_qa`` dataset into ``out``: ``heldout_share`` of the
+    questions (key ``qid``; ``tansaku.core.heldout``) form the ``test`` split, the rest ``train``."""
 
+    heldout = HeldOut(heldout_share, "qid", seed)
     items = load_items(path)
     return build_dataset(
         out=out, name=f"jemhopqa-{Path(path).stem}", pipeline="import-jemhopqa", pipeline_version=IMPORT_VERSION,
-        config={"task": "multihop_qa"}, seed=0, inputs=[describe_input(path, len(items))],
+        config={"task": "multihop_qa"}, seed=seed, inputs=[describe_input(path, len(items))],
         source=items, stages=[map_stage("to_eval_row", to_eval_row)],
         card={"description": "JEMHopQA (Ishii et al.) questions imported for evaluation with the multihop_qa "
                              "task. License: CC BY-SA 4.0 (see the original repository)."},
-        quiet=quiet)
+        quiet=quiet, heldout=heldout)
 
 
 # ---------------------------------------------------------------- recall of the chain stage

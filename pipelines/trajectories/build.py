@@ -36,7 +36,9 @@ PIPELINE_VERSION = "2"  # 2: failed trajectories go to the engine's rejected spl
 
 
 def question_source(dataset: str | Path, limit: int | None = None):
-    """Question records ``{"question_id", "row"}`` in dataset order (stable ids: the row's ``id`` or ``q<i>``)."""
+    """Question records ``{"question_id", "row"}`` in dataset order (stable ids: the row's ``id`` or ``q<i>``).
+
+    The ``train`` split only: held-out ``test`` questions (``tansaku.core.heldout``) never become SFT rows."""
 
     def rows():
         for i, row in enumerate(iter_rows(dataset, split="train")):

@@ -1,0 +1,209 @@
+"""Does the main job teach the tiny model to search? SFT, then GSPO over seeds, measured on held-out questions.
+
+    python bench/efficacy.py --out runs/efficacy                 # the full run (sizes below, ~45 min on 2 cores)
+    python bench/efficacy.py --out runs/efficacy --sft-steps 40 --rl-steps 4 --eval-rows 32   # a shorter one
+
+The product end to end, each step one toolkit call (what its CLI command runs), all on the fictional
+``examples/miniwiki_large.jsonl`` (``examples/make_miniwiki.py``):
+
+1. ``synth build corpus`` + ``synth index build``; ``synth build multihop`` (template questions, the scripted
+   agent as solvability policy) — its ``test`` split (questions whose bridge entity is held out) is never
+   trained on;
+2. ``synth build trajectories`` from the ``train`` split with the scripted teacher in the compact style
+   (``teacher_script.py:respond_compact`` / ``rewrite_compact``) for the task ``multihop_qa_compact``
+   (short prompt, 2 hits of 80 characters: ``tansaku.envs.tasks.COMPACT_TOOLS_CONFIG``);
+3. ``train sft`` on the tiny model, checkpoints along the way; ``train eval`` of each checkpoint on the
+   held-out questions gives the SFT learning curve;
+4. ``train rl`` (GSPO) from the SFT model, once per seed; ``train eval`` of each on the same held-out rows;
+   each run's reward components and tool calls per step are plotted to ``OUT/plots/gspo-seed<N>.png``.
+
+Measured per model: pass@1 and mean task reward (``run_eval``'s report, unchanged), the share of episodes
+with at least one valid (parsed, successful) tool call, and the share ending in a ``{{…}}`` answer. The
+table — per seed and mean ± sd — is printed and written to ``OUT/efficacy.json``. Reruns reuse finished
+datasets, models and eval reports (delete a folder to redo it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+
+import yaml
+
+from tansaku.core.llm import from_spec
+from tansaku.demo import EXAMPLES
+from tansaku.envs.evaluate import run_eval
+from tansaku.envs.search import build_index
+from tansaku.envs.tasks import TASKS
+from tansaku.pipelines.corpus import build_corpus
+from tansaku.pipelines.multihop.build import build_multihop
+from tansaku.pipelines.trajectories.build import build_trajectories
+from tansaku.trainer.report import plot_learning_curves
+from tansaku.trainer.rl import run_rl
+from tansaku.trainer.sft import run_sft
+
+TASK = "multihop_qa_compact"
+TEACHER = f"scripted:{EXAMPLES / 'teacher_script.py'}:respond_compact"
+REWRITER = f"scripted:{EXAMPLES / 'teacher_script.py'}:rewrite_compact"
+ANSWER = re.compile(r"\{\{.+?\}\}", re.S)
+
+
+def log(message: str, start: float) -> None:
+    print(f"[{time.time() - start:7.1f}s] {message}", flush=True)
+
+
+def write_recipe(path: Path, recipe: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(recipe, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def trained(folder: Path) -> bool:
+    return (folder / "model.safetensors").exists()
+
+
+def behaviour(report_dir: Path) -> dict:
+    """Shares of episodes with a valid tool call and with a final ``{{…}}`` answer (from trajectories.jsonl)."""
+    episodes = [json.loads(line) for line in (report_dir / "trajectories.jsonl").open(encoding="utf-8")]
+    valid_call = sum(1 for e in episodes if e["tool_calls"] - e["tool_errors"] > 0)
+    finals = [next((m for m in reversed(e["messages"]) if m["role"] == "assistant"), {}) for e in episodes]
+    answered = sum(1 for e, m in zip(episodes, finals)
+                   if e["stop_reason"] == "answer" and ANSWER.search(m.get("content") or ""))
+    n = max(len(episodes), 1)
+    return {"tool_call_rate": valid_call / n, "answer_rate": answered / n}
+
+
+def evaluate(label: str, model_dir: Path, out: Path, args) -> dict:
+    """``train eval`` on the held-out split; the report plus the two behaviour shares."""
+    report_dir = out / "eval" / label
+    if (report_dir / "report.json").exists():
+        report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
+    else:
+        # bf16 generation is ~2× faster on this CPU; no response cache (models in folders of the same name
+        # would share entries: the cache keys on the folder name).
+        client = from_spec(f"transformers:{model_dir}", cache=False, dtype="bfloat16", batch_size=16)
+        report = run_eval(TASK, out / "multihop", client, out / "index", split="test", k=args.eval_k,
+                          limit=args.eval_rows, out_dir=report_dir, max_tokens=args.max_tokens, seed=0)
+    return {"pass@1": report["pass@1"], "reward": report["mean_total_reward"],
+            "tool_calls": report["mean_tool_calls"], **behaviour(report_dir)}
+
+
+def build_data(out: Path, start: float) -> None:
+    corpus = build_corpus(EXAMPLES / "miniwiki_large.jsonl", out / "corpus", quiet=True)
+    if not (out / "index" / "tansaku_index.json").exists():
+        build_index(out / "corpus", out / "index")
+    multihop = build_multihop(corpus=out / "corpus", out=out / "multihop", policy=TEACHER, index=out / "index",
+                              k=1, m=1, quiet=True)
+    task = TASKS[TASK]
+    trajectories = build_trajectories(out / "multihop", out / "trajectories", TEACHER, str(out / "index"),
+                                      translator=REWRITER, general=EXAMPLES / "general_chat.jsonl", ratio=0.1,
+                                      n=1, quiet=True, task=TASK, system_prompt=task.system_prompts[0])
+    log(f"data: corpus {corpus['splits']}; multihop {multihop['splits']}; SFT rows {trajectories['splits']}", start)
+
+
+def sft(out: Path, args, start: float) -> Path:
+    sft_dir = out / "sft"
+    recipe = write_recipe(out / "recipes" / "sft.yaml", {
+        "kind": "sft", "model": "tiny", "output_dir": str(sft_dir),
+        "data": [{"path": str(out / "trajectories"), "ratio": 1.0}],
+        # compact rows are 1.2–1.35k tokens (≈ 530 of them the system prompt + tool schemas)
+        "max_length": 1536, "learning_rate": args.sft_lr, "lr_scheduler_type": "constant",
+        "per_device_train_batch_size": args.sft_batch, "max_steps": args.sft_steps, "bf16": True,
+        "use_cpu": True, "seed": 42, "logging_steps": 1, "save_steps": max(1, args.sft_steps // args.curve_points),
+        "report_to": [],
+    })
+    if not trained(sft_dir):
+        result = run_sft(recipe)
+        log(f"train sft: {result['global_step']} steps, loss {result['training_loss']:.3f}", start)
+    return sft_dir
+
+
+def gspo(out: Path, sft_dir: Path, seed: int, args, start: float) -> Path:
+    rl_dir = out / f"gspo-seed{seed}"
+    recipe = write_recipe(out / "recipes" / f"gspo-seed{seed}.yaml", {
+        "kind": "rl", "model": str(sft_dir), "output_dir": str(rl_dir),
+        "tasks": [{"name": TASK, "data": str(out / "multihop"), "index": str(out / "index")}],
+        "algorithm": "gspo", "num_generations": args.rl_generations, "prompts_per_step": args.rl_prompts,
+        "beta": 0.0, "max_completion_length": args.rl_completion, "max_tool_calling_iterations": 3,
+        "temperature": 0.9, "learning_rate": args.rl_lr, "max_steps": args.rl_steps, "bf16": True,
+        "use_cpu": True, "seed": seed, "save_steps": 1000, "logging_steps": 1, "log_completions": True,
+        "report_to": [],
+    })
+    if not trained(rl_dir):
+        result = run_rl(recipe, skip_readiness=True)  # readiness is measured below, on held-out rows
+        log(f"train rl seed {seed}: {result['global_step']} steps", start)
+    plot_learning_curves(rl_dir, out / "plots" / f"gspo-seed{seed}.png")
+    return rl_dir
+
+
+def mean_sd(values: list[float]) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.3f} ± {sd:.3f}"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/efficacy"))
+    parser.add_argument("--sft-steps", type=int, default=60)
+    parser.add_argument("--sft-batch", type=int, default=4)
+    parser.add_argument("--sft-lr", type=float, default=2e-4)
+    parser.add_argument("--curve-points", type=int, default=3, help="SFT checkpoints evaluated for the curve")
+    parser.add_argument("--rl-steps", type=int, default=6)
+    parser.add_argument("--rl-prompts", type=int, default=2)
+    parser.add_argument("--rl-generations", type=int, default=4)
+    parser.add_argument("--rl-completion", type=int, default=448, help="tokens of the whole multi-turn completion")
+    parser.add_argument("--rl-lr", type=float, default=1e-5)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--eval-rows", type=int, default=48, help="held-out questions per evaluation")
+    parser.add_argument("--eval-k", type=int, default=1)
+    parser.add_argument("--max-tokens", type=int, default=96, help="new tokens per turn in evaluation")
+    args = parser.parse_args(argv)
+    out, start = args.out, time.time()
+    out.mkdir(parents=True, exist_ok=True)
+
+    build_data(out, start)
+    sft_dir = sft(out, args, start)
+
+    sft_result = evaluate("sft", sft_dir, out, args)
+    log(f"eval sft: {sft_result}", start)
+
+    seeds = {}
+    for seed in args.seeds:
+        rl_dir = gspo(out, sft_dir, seed, args, start)
+        seeds[seed] = evaluate(f"gspo-seed{seed}", rl_dir, out, args)
+        log(f"eval gspo seed {seed}: {seeds[seed]}", start)
+
+    # The SFT learning curve: the saved checkpoints (evaluated last: the table above needs only the final model).
+    curve = {args.sft_steps: sft_result}
+    for checkpoint in sorted(sft_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])):
+        step = int(checkpoint.name.split("-")[1])
+        if step < args.sft_steps:
+            curve[step] = evaluate(f"sft-step{step}", checkpoint, out, args)
+            log(f"eval sft step {step}: {curve[step]}", start)
+
+    metrics = ("pass@1", "reward", "tool_call_rate", "answer_rate", "tool_calls")
+    lines = ["| model | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
+    lines.append("| SFT | " + " | ".join(f"{sft_result[m]:.3f}" for m in metrics) + " |")
+    for seed, result in seeds.items():
+        lines.append(f"| GSPO seed {seed} | " + " | ".join(f"{result[m]:.3f}" for m in metrics) + " |")
+    if seeds:
+        lines.append("| GSPO mean ± sd | " + " | ".join(mean_sd([r[m] for r in seeds.values()]) for m in metrics)
+                     + " |")
+    lines += ["", "SFT learning curve (held-out): step → pass@1 / tool-call rate / answer rate"]
+    lines += [f"  {s}: {r['pass@1']:.3f} / {r['tool_call_rate']:.3f} / {r['answer_rate']:.3f}"
+              for s, r in sorted(curve.items())]
+    table = "\n".join(lines)
+    print(table)
+    result = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "sft": sft_result, "sft_curve": curve, "gspo": seeds, "seconds": round(time.time() - start, 1),
+              "table": table, "plots": [str(out / "plots" / f"gspo-seed{s}.png") for s in seeds]}
+    (out / "efficacy.json").write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
+    return result
+
+
+if __name__ == "__main__":
+    main()
