@@ -24,7 +24,8 @@ Memory: the steps that load a model (tiny model preparation, each evaluation, SF
 in a child process (``tansaku.core.memory.run_isolated``) that exits when the step ends, so what one step
 allocated (weights, optimizer state, the allocator's freed-but-kept pages) is given back before the next
 starts: the demo's peak is the largest single step, not their sum. Training uses gradient checkpointing,
-which keeps the SFT step's activations (not the weights) small enough for an 8 GB laptop.
+and SFT takes one row at a time (two accumulated per step), which keeps activations small; weights, gradients
+and AdamW state of the fp32 model (2.2 GB) are the floor. The trainers are imported in the children only.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class DemoSizes:
     multihop_limit: int | None = 60
     egov_limit: int | None = 40
     trajectories_n: int = 1
-    sft_steps: int = 12
+    sft_steps: int = 8  # × 2 rows of ~2k tokens; fp32 training runs ~65 tokens/s on 2 cores: ~1 min a step
     rl_steps: int = 3
     eval_rows: int = 6
     eval_k: int = 2
@@ -112,16 +113,16 @@ class Summary:
             table.add_row(*row)
         Console(stderr=True, width=200).print(table)
 
-    def write(self, out: Path, **sections) -> dict:
-        """``out/summary.json`` (steps, ``sections``, peak RSS) and ``out/summary.md`` (the table)."""
+    def write(self, folder: Path, **sections) -> dict:
+        """``folder/summary.json`` (steps, ``sections``, peak RSS) and ``folder/summary.md`` (the table)."""
         data = {"steps": self.steps, **sections,
                 # getrusage's high-water marks: this process, and the largest of its (isolated) children.
                 "peak_rss_mb": {**maxrss_mb(), "sampled_tree": self.meter.peak}}
-        (out / "summary.json").write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n",
+        (folder / "summary.json").write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n",
                                           encoding="utf-8")
         lines = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
         lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in self.rows]
-        (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (folder / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
         return data
 
 
@@ -263,11 +264,15 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
     sft_recipe = _write_recipe(out / "recipes" / "sft.yaml", {
         "kind": "sft", "model": "tiny", "output_dir": str(sft_dir),
         "data": [{"path": str(out / "trajectories"), "ratio": 1.0}],
-        "max_length": 1024, "learning_rate": 1e-4, "lr_scheduler_type": "constant",
-        "per_device_train_batch_size": 2, "max_steps": sizes.sft_steps, "use_cpu": True, "seed": 42,
+        # Rows of the default (verbose) style measure 1.6k–2.4k tokens with the tiny tokenizer (~960 of them
+        # the system prompt + tool schemas): at 1024 every agentic row would be dropped as too_long.
+        "max_length": 2560, "learning_rate": 2e-4, "lr_scheduler_type": "constant",
+        "per_device_train_batch_size": 1, "max_steps": sizes.sft_steps, "use_cpu": True, "seed": 42,
         "logging_steps": 1, "save_steps": 4, "report_to": [],
-        # Recompute activations in backward: without it one fp32 step at batch 2 × 1024 tokens peaks near 7 GB.
-        "gradient_checkpointing": True,
+        # Memory (fp32; weights + grads + AdamW state alone are 2.2 GB): 2 rows per batch peaked ~7 GB at 1024
+        # tokens; with gradient checkpointing (activations recomputed in backward) still ~6.4 GB at ~2k tokens;
+        # one row at a time, 2 accumulated (the same 2 rows per step, the same loss), ~4.3 GB.
+        "gradient_checkpointing": True, "gradient_accumulation_steps": 2,
     }, f"train sft --config {out / 'recipes' / 'sft.yaml'}")
     t = time.time()
     sft, memory = ({"output_dir": str(sft_dir), "skipped": "already trained"}, {}) if _trained(sft_dir) else \

@@ -1,7 +1,13 @@
 """Does the main job teach the tiny model to search? SFT, then GSPO over seeds, measured on held-out questions.
 
-    python bench/efficacy.py --out runs/efficacy                 # the full run (sizes below, ~45 min on 2 cores)
-    python bench/efficacy.py --out runs/efficacy --sft-steps 40 --rl-steps 4 --eval-rows 32   # a shorter one
+    python bench/efficacy.py --out runs/efficacy                 # the run reported in the README
+    python bench/efficacy.py --out runs/efficacy --seeds         # SFT and its learning curve only
+
+Cost on 2 cores (measured 2026-11-30, while other jobs shared the cores): a compact SFT row is ~1.1k
+tokens and the tiny model trains at ~30 CPU-seconds per 1k tokens in bf16, so SFT (24 steps × 2 rows)
+took 29 min shared (~14 min alone); one held-out evaluation of 24 questions 2.3–12 min; GSPO with
+768-token multi-turn completions takes minutes per step. The sizes below are what fits; more SFT rows
+would help the second hop most (see the failures in ``OUT/eval/sft/trajectories.jsonl``).
 
 The product end to end, each step one toolkit call (what its CLI command runs), all on the fictional
 ``examples/miniwiki_large.jsonl`` (``examples/make_miniwiki.py``):
@@ -136,6 +142,7 @@ def gspo(out: Path, sft_dir: Path, seed: int, args, start: float) -> Path:
     if not trained(rl_dir):
         result = run_rl(recipe, skip_readiness=True)  # readiness is measured below, on held-out rows
         log(f"train rl seed {seed}: {result['global_step']} steps", start)
+    (out / "plots").mkdir(exist_ok=True)
     plot_learning_curves(rl_dir, out / "plots" / f"gspo-seed{seed}.png")
     return rl_dir
 
@@ -148,19 +155,21 @@ def mean_sd(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/efficacy"))
-    parser.add_argument("--sft-steps", type=int, default=60)
-    parser.add_argument("--sft-batch", type=int, default=4)
-    parser.add_argument("--sft-lr", type=float, default=2e-4)
-    parser.add_argument("--curve-points", type=int, default=3, help="SFT checkpoints evaluated for the curve")
-    parser.add_argument("--rl-steps", type=int, default=6)
-    parser.add_argument("--rl-prompts", type=int, default=2)
+    parser.add_argument("--sft-steps", type=int, default=24)
+    parser.add_argument("--sft-batch", type=int, default=2)
+    parser.add_argument("--sft-lr", type=float, default=3e-4)
+    parser.add_argument("--curve-points", type=int, default=2, help="SFT checkpoints evaluated for the curve")
+    parser.add_argument("--rl-steps", type=int, default=3)
+    parser.add_argument("--rl-prompts", type=int, default=1)
     parser.add_argument("--rl-generations", type=int, default=4)
-    parser.add_argument("--rl-completion", type=int, default=448, help="tokens of the whole multi-turn completion")
+    # A compact episode (3 turns + 2 tool results) measures 630–700 tokens after the prompt.
+    parser.add_argument("--rl-completion", type=int, default=768, help="tokens of the whole multi-turn completion")
     parser.add_argument("--rl-lr", type=float, default=1e-5)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--eval-rows", type=int, default=48, help="held-out questions per evaluation")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="GSPO seeds (none: SFT only)")
+    parser.add_argument("--eval-rows", type=int, default=24, help="held-out questions per evaluation")
     parser.add_argument("--eval-k", type=int, default=1)
-    parser.add_argument("--max-tokens", type=int, default=96, help="new tokens per turn in evaluation")
+    # The hop turn (a sentence naming both entities + a tool call) needs ~100 tokens: 96 cut 5 of 24 episodes.
+    parser.add_argument("--max-tokens", type=int, default=160, help="new tokens per turn in evaluation")
     args = parser.parse_args(argv)
     out, start = args.out, time.time()
     out.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,9 @@
 """Task definitions: one class per task (``MultihopQA``, ``EgovMCQ``, ``DeepResearch``) owning its dataset schema,
 prompt, gold completion and gold check, tool config, reward functions and weights, and a version.
 
-``TASKS[name]`` holds one instance of each. Bump a task's ``version`` whenever its scoring changes, so results of
+``TASKS[name]`` holds one instance of each, plus ``multihop_qa_compact`` (``Task.compact``: the same task
+with a short prompt, terse tool descriptions, two short hits and a 4-turn budget, for the 135M tiny model;
+its datasets are the multihop ones, chosen by name). Bump a task's ``version`` whenever its scoring changes, so results of
 two versions are never compared. ``check_gold(task, rows)`` is run by every synthesis pipeline: the gold answer
 must score 1.0 under the task's own answer reward. Code outside this module never branches on a task's name:
 what differs between tasks is a field (``pass_threshold``, ``source_pipelines`` …) or a method a subclass

@@ -14,6 +14,7 @@ is appended to the system prompt as an instruction and callers parse with ``pars
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 from pathlib import Path
 
@@ -21,6 +22,15 @@ from tansaku.core.errors import MissingInputError
 from tansaku.core.parsing import to_hf
 
 from .base import ChatRequest, ChatResult, LLMClient
+
+
+def weights_fingerprint(folder: Path) -> str:
+    """Short hash of the weight files' names, sizes and modification times (``mv`` keeps them, retraining not)."""
+    digest = hashlib.sha256()
+    for file in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")) if folder.is_dir() else []:
+        stat = file.stat()
+        digest.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:12]
 
 
 class TransformersClient(LLMClient):
@@ -35,8 +45,10 @@ class TransformersClient(LLMClient):
             self.path = Path(path)
             if not self.path.exists():
                 raise MissingInputError(f"transformers model folder not found: {self.path}")
-            model_name = self.path.name
-        # The cache key uses the model's name, not where it sits on disk, so cache entries survive a move.
+            model_name = f"{self.path.name}@{weights_fingerprint(self.path)}"
+        # The cache key uses the model's name, not where it sits on disk, so cache entries survive a move; the
+        # weights' fingerprint keeps a retrained model in a folder of the same name (every demo's ``rl``) from
+        # being answered with the previous model's cached generations.
         super().__init__(model_name, cache, params={"batch_size": batch_size, "dtype": dtype, "device": device})
         self.batch_size = batch_size
         self.dtype = dtype
