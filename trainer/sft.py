@@ -43,7 +43,7 @@ def training_args(recipe: TrainCommon) -> dict:
         kwargs["per_device_train_batch_size"] = recipe.per_device_train_batch_size
     # Same seed for the data order too, so a resumed run replays the same batches.
     kwargs["data_seed"] = recipe.seed
-    kwargs["model_init_kwargs"] = {"dtype": "bfloat16" if recipe.bf16 else "float32"}
+    kwargs["model_init_kwargs"] = {"dtype": recipe.weights_dtype}
     return kwargs
 
 
