@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tansaku import __version__
-from tansaku.core.errors import TansakuError
+from tansaku.core.errors import TansakuError, user_error_line
 
 synth_app = typer.Typer(help="Synthesize datasets, build search indexes, query them, publish datasets.",
                         no_args_is_help=True, pretty_exceptions_enable=False)
@@ -59,8 +59,7 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (al
 Limit = Annotated[int | None, typer.Option("--limit", help="Stop after N items (smoke runs).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for every random draw in the build.")]
 KeepRejected = Annotated[bool | None, typer.Option("--keep-rejected/--no-keep-rejected", help="Also write every dropped record (stage, reason, record) as the 'rejected' split (default: per pipeline).")]
-HeldoutShare = Annotated[float, typer.Option(
-    "--heldout-share", help="Share of questions held out as the 'test' split (train on 'train', eval on 'test'; 0: none).")]
+HeldoutShare = Annotated[float, typer.Option("--heldout-share", help="Share of questions held out as the 'test' split (train on 'train', eval on 'test'; 0: none).")]
 LLM = Annotated[str | None, typer.Option("--llm", help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
 
 
@@ -70,18 +69,19 @@ def _rejected(keep_rejected: bool | None) -> dict:
 
 
 def friendly(fn):
-    """Bad input (a ``TansakuError``) → one line on stderr, exit 2 (``TANSAKU_DEBUG=1``: with its traceback).
-    Anything else is a bug: it propagates with its traceback, exit 1."""
+    """Bad input (``TansakuError``, OS error on a user's path, refused connection) → one line, exit 2."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except TansakuError as e:
-            if os.environ.get("TANSAKU_DEBUG") == "1":
+        except Exception as e:  # noqa: BLE001 - re-raised unless it is bad input
+            given = [x for v in (*args, *kwargs.values()) for x in (v if isinstance(v, list) else [v])]
+            ours = isinstance(e, TansakuError)
+            text = (str(e).strip() or type(e).__name__) if ours else user_error_line(e, given)
+            if text is None or os.environ.get("TANSAKU_DEBUG") == "1":
                 raise
-            text = str(e).strip() or type(e).__name__
-            typer.echo(f"error: {text if e.multiline else text.splitlines()[0]}", err=True)
+            typer.echo(f"error: {text if ours and e.multiline else text.splitlines()[0]}", err=True)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -256,7 +256,7 @@ def index_build(
 def search(
     query: Annotated[str, typer.Argument(help="Plain text or a JSON OpenSearch query (validated subset).")],
     index: Annotated[str, typer.Option("--index", help="Index folder, opensearch:NAME or https://host:9200/NAME.")],
-    size: Annotated[int | None, typer.Option("--size", help="Number of hits (default 10, or the query's size).")] = None,
+    size: Annotated[int | None, typer.Option("--size", min=1, help="Number of hits (default 10, or the query's size).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help='Print {"hits": [...], "took_ms": ...}.')] = False,
 ):
     """Query a search index; a bad query prints one line and exits 2."""
@@ -298,9 +298,9 @@ def push(
 @friendly
 def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder written by synth build.")]):
     """Print a dataset's manifest summary (version, splits, funnel)."""
-    from tansaku.core.store import read_manifest
+    from tansaku.core.options import dataset_manifest
 
-    manifest = read_manifest(dataset)
+    manifest = dataset_manifest(dataset, "dataset", required=("name", "version", "pipeline", "splits", "stages"))
     typer.echo(json.dumps({k: manifest[k] for k in ("name", "version", "pipeline", "splits", "parents")},
                           ensure_ascii=False))
     _print_manifest(manifest, dataset)
@@ -342,10 +342,10 @@ def train_eval(
     model: Annotated[str, typer.Option("--model", help="LLM spec, or a model folder (= transformers:FOLDER).")],
     index: Annotated[str | None, typer.Option("--index", help="Search index the agent uses (not for general).")] = None,
     split: Annotated[str, typer.Option("--split", help="Dataset split to evaluate: the held-out 'test' by default.")] = "test",
-    k: Annotated[int, typer.Option("--k", help="Samples per question (pass@k).")] = 4,
+    k: Annotated[int, typer.Option("--k", min=1, help="Samples per question (pass@k).")] = 4,
     limit: Limit = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for report.json and trajectories.jsonl.")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens")] = 1024,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 1024,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
     seed: Seed = 0,
 ):

@@ -12,7 +12,22 @@ catches those keeps working.
 True
 >>> str(MissingInputError("no such file: x.jsonl"))
 'no such file: x.jsonl'
+
+:func:`user_error_line` also reads two kinds of built-in errors as the user's to fix: an OS error on a path
+the user gave (a read-only ``--out``, a ``.work`` that is a file), a syntax error in the user's own Python
+file (``scripted:FILE.py``) and a refused connection to a service the user named (OpenSearch). Each is one
+line; any other OS error stays a bug.
+
+>>> import errno
+>>> user_error_line(PermissionError(errno.EACCES, "Permission denied", "/ro/out/.work"), ["/ro/out"])
+'/ro/out/.work: Permission denied'
+>>> user_error_line(PermissionError(errno.EACCES, "Permission denied", "/usr/lib/x"), ["/ro/out"]) is None
+True
 """
+
+import errno
+import os
+from pathlib import Path
 
 
 class TansakuError(Exception):
@@ -27,3 +42,45 @@ class InputError(TansakuError, ValueError):
 
 class MissingInputError(TansakuError, FileNotFoundError):
     """A file or folder named by the user does not exist."""
+
+
+# OS errors that mean "this path cannot be used as given": the user's to fix, not a bug.
+_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST,
+                errno.ENOENT, errno.ENOSPC, errno.ENAMETOOLONG, errno.ELOOP}
+
+
+def _within(name: str, roots: list[Path]) -> bool:
+    target = Path(os.path.abspath(name))
+    return any(target == root or root in target.parents for root in roots)
+
+
+def _service_url(given: list) -> str:
+    for value in given:  # the --index the user gave names the cluster (URL/NAME or opensearch:NAME)
+        if isinstance(value, str) and value.startswith(("http://", "https://", "opensearch:")):
+            return value if "://" in value else f"{os.environ.get('OPENSEARCH_URL', 'http://localhost:9200')} ({value})"
+    return os.environ.get("OPENSEARCH_URL", "the search service")
+
+
+def user_error_line(exc: BaseException, given: list) -> str | None:
+    """One line for a built-in error that is bad input, else ``None`` (a bug: it keeps its traceback).
+
+    ``given``: the values of the command's options and arguments. An OS error counts when it concerns one of
+    those paths or a path inside one; a refused connection (built-in or opensearch-py ``ConnectionError``)
+    names the service URL the user gave."""
+    kind = type(exc)
+    if isinstance(exc, ConnectionError) or (kind.__name__ == "ConnectionError" and kind.__module__.startswith(
+            ("opensearchpy", "urllib3", "requests"))):
+        return f"cannot connect to {_service_url(given)}: {type(getattr(exc, 'info', None) or exc).__name__}"
+    # A spec names its file after a backend prefix (scripted:FILE.py:FN), so each ':' part may be a path.
+    roots = [Path(os.path.abspath(part)) for v in given if isinstance(v, (str, Path))
+             for part in {str(v), *str(v).split(":")} if part]
+    if isinstance(exc, SyntaxError) and exc.filename and _within(exc.filename, roots):  # the user's own code
+        return f"{exc.filename}:{exc.lineno}: {exc.msg}"
+    if not isinstance(exc, OSError) or exc.errno not in _PATH_ERRNOS or not exc.filename:
+        return None
+    names = [str(n) for n in (exc.filename, exc.filename2) if n]
+    # A file missing *inside* a given folder is one the toolkit expected to have made: that is a bug.
+    exact = exc.errno == errno.ENOENT
+    if not any(Path(os.path.abspath(n)) in roots if exact else _within(n, roots) for n in names):
+        return None
+    return f"{names[0]}: {exc.strerror or os.strerror(exc.errno)}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,30 +40,55 @@ class BadLine:
     where: str
 
 
+_BLANK = object()  # what _parse returns for a blank line (JSON null is a value, so None cannot say it)
+
+
+def _parse(raw: bytes, number: int, path: Path) -> tuple[Any, BadLine | None]:
+    """One line's value, or why it is bad. Bytes are decoded per line, so one invalid byte costs that line,
+    not the rest of the file; a UTF-8 BOM on line 1 is the file's encoding mark, not part of the record."""
+    try:
+        line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        return None, BadLine("bad_encoding", f"{path}:{number}: not valid UTF-8 (byte {exc.start})")
+    if not line.strip():
+        return _BLANK, None
+    try:
+        return json.loads(line), None
+    except json.JSONDecodeError as exc:
+        return None, BadLine("bad_json_line", f"{path}:{number}: not valid JSON ({exc.msg})")
+    except RecursionError:  # hostile nesting ([[[[…) overflows the parser's stack
+        return None, BadLine("bad_json_line", f"{path}:{number}: not valid JSON (nested too deeply)")
+    except ValueError as exc:  # e.g. an integer over Python's 4300-digit conversion limit
+        return None, BadLine("bad_json_line", f"{path}:{number}: not valid JSON ({exc})")
+
+
 def iter_jsonl(path: str | os.PathLike, *, on_bad: Literal["raise", "yield"] = "raise", objects: bool = True,
                error: type[Exception] = InputError) -> Iterator[tuple[int, Any]]:
     """``(line number, value)`` for each non-blank line of ``path``.
 
-    ``objects``: a value that is not a JSON object is a bad line too. A bad line raises ``error`` (message
-    ``"PATH:LINE: …"``) or, with ``on_bad="yield"``, comes as ``(line number, BadLine)`` so the caller can
-    drop it with its reason. A missing file raises ``MissingInputError``.
+    ``objects``: a value that is not a JSON object is a bad line too. A bad line (not JSON, not UTF-8, nested
+    too deeply) raises ``error`` (message ``"PATH:LINE: …"``) or, with ``on_bad="yield"``, comes as
+    ``(line number, BadLine)`` so the caller can drop it with its reason. A missing file raises
+    ``MissingInputError``; a folder or an unreadable gzip file raises ``error``.
     """
     path = Path(path)
+    if path.is_dir():
+        raise error(f"{path}: a folder, expected a JSON-lines file")
     if not path.is_file():
         raise MissingInputError(f"{path}: no such file")
-    with gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                bad = BadLine("bad_json_line", f"{path}:{number}: not valid JSON ({exc.msg})")
-            else:
-                if not objects or isinstance(value, dict):
-                    yield number, value
+    try:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                value, bad = _parse(raw, number, path)
+                if value is _BLANK:
                     continue
-                bad = BadLine("not_an_object", f"{path}:{number}: not a JSON object")
-            if on_bad == "raise":
-                raise error(bad.where)
-            yield number, bad
+                if bad is None:
+                    if not objects or isinstance(value, dict):
+                        yield number, value
+                        continue
+                    bad = BadLine("not_an_object", f"{path}:{number}: not a JSON object")
+                if on_bad == "raise":
+                    raise error(bad.where)
+                yield number, bad
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # a truncated or foreign .gz: the file, not a line
+        raise error(f"{path}: not a readable gzip file ({exc})") from None

@@ -36,6 +36,7 @@ _THINK_CLOSE = "</think>"
 _TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _FINAL_ANSWER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 # Chat-template end markers a raw decode may leave behind.
+_JSON_BRACKETS = re.compile(r'[\[\]{}"\\]')  # what nesting_exceeds looks at
 _END_MARKERS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")
 
 # Tool results that mean "this call failed". The first two are what TRL's tool loop writes when a tool
@@ -290,6 +291,16 @@ class LLMBadJSON(InputError):
     reason = "llm_bad_json"
 
 
+class LLMBadOutput(LLMBadJSON):
+    """JSON that parses but cannot be used safely (nested too deep, a number too long to read). Stages drop
+    with ``llm_bad_output``, like an answer that fails its schema (``tansaku.core.llm.validate``)."""
+
+    reason = "llm_bad_output"
+
+
+MAX_JSON_DEPTH = 32  # bracket levels; no answer schema has more than four, and json/json-repair recurse per level
+
+
 def parse_json(text: str, schema: dict | None = None, repair: bool = True) -> dict:
     """The JSON object a teacher or judge answered with (``ask_json``-style calls), after any ``<think>`` block.
 
@@ -299,7 +310,8 @@ def parse_json(text: str, schema: dict | None = None, repair: bool = True) -> di
     through here: ``parse_tool_calls`` reads them strictly.
 
     Raises ``LLMBadJSON`` (with an excerpt of the text) when there is no object, or when ``schema`` lists
-    ``required`` keys that are missing.
+    ``required`` keys that are missing; ``LLMBadOutput`` when brackets nest deeper than ``MAX_JSON_DEPTH``
+    (checked on the text, before any parser recurses) or a number cannot be read (over 4300 digits).
 
     >>> parse_json('<think>{考える}</think>答え: {"city": "東京",}')
     {'city': '東京'}
@@ -315,6 +327,8 @@ def parse_json(text: str, schema: dict | None = None, repair: bool = True) -> di
     start = body.find("{")
     if start < 0:
         raise LLMBadJSON(f"no JSON object in model output: {_excerpt(text)!r}")
+    if nesting_exceeds(body[start:], MAX_JSON_DEPTH):
+        raise LLMBadOutput(f"JSON nested deeper than {MAX_JSON_DEPTH} levels: {_excerpt(text)!r}")
     try:  # valid JSON first: fast, and the first object wins when chatter or a second object follows
         value: Any = json.JSONDecoder().raw_decode(body, start)[0]
     except json.JSONDecodeError as exc:
@@ -322,8 +336,14 @@ def parse_json(text: str, schema: dict | None = None, repair: bool = True) -> di
             raise LLMBadJSON(f"invalid JSON ({exc.msg} at char {exc.pos}): {_excerpt(text)!r}") from None
         try:
             value = json_repair.repair_json(body[start:], return_objects=True)
+        except RecursionError:  # the depth check above should make this unreachable; never a traceback
+            raise LLMBadOutput(f"JSON nested too deeply: {_excerpt(text)!r}") from None
         except Exception as exc:  # json-repair gives up on some inputs by raising
             raise LLMBadJSON(f"unrepairable JSON ({exc}): {_excerpt(text)!r}") from exc
+    except RecursionError:
+        raise LLMBadOutput(f"JSON nested too deeply: {_excerpt(text)!r}") from None
+    except ValueError as exc:  # an integer of more than 4300 digits (Python's int parsing limit)
+        raise LLMBadOutput(f"unreadable JSON number ({str(exc)[:80]}): {_excerpt(text)!r}") from None
     if isinstance(value, list) and value and isinstance(value[0], dict):
         value = value[0]  # several objects in a row: the first is the answer, the rest is chatter
     if not isinstance(value, dict):
@@ -332,6 +352,36 @@ def parse_json(text: str, schema: dict | None = None, repair: bool = True) -> di
     if missing:
         raise LLMBadJSON(f"JSON misses required keys {missing}: {_excerpt(text)!r}")
     return value
+
+
+def nesting_exceeds(text: str, limit: int = 32) -> bool:
+    """True when brackets in ``text`` (outside JSON strings) nest deeper than ``limit``: checked on the
+    raw text so that neither ``json`` nor json-repair ever recurses into a hostile answer.
+
+    >>> nesting_exceeds("[" * 100 + "]" * 100, 32), nesting_exceeds('{"a": "[[[[["}', 2)
+    (True, False)
+    """
+    depth = 0
+    in_string = False
+    skip = -1  # position of a character escaped by a backslash
+    for match in _JSON_BRACKETS.finditer(text):
+        pos, char = match.start(), match.group()
+        if pos == skip:
+            continue
+        if in_string:
+            if char == "\\":
+                skip = pos + 1
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return False
 
 
 def _excerpt(text: str, limit: int = 200) -> str:

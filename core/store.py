@@ -13,8 +13,9 @@ config and seed give the same version.
 
 A rerun is only allowed with the same recipe (``tansaku.core.recipe``: pipeline, config, seed, inputs,
 LLM identity, every stage's name/params/LLM, chunk size, ``keep_rejected``). Otherwise ``StoreError`` says
-in one line what changed, and nothing in the folder is touched; files no tansaku build recorded
-(``data/``, ``README.md`` without a manifest or work folder) are never overwritten either.
+in one line what changed, and nothing in the folder is touched. A folder that no tansaku build made (any
+file but a manifest or work folder of this recipe, ``tansaku.core.ownership``) is refused, never written.
+One build at a time: a second one into the same ``--out`` is refused while the first holds its lock.
 
 Question builds pass ``heldout`` (``tansaku.core.heldout``): a stable share of rows goes to a ``test`` split
 that training never reads. The ``rejected`` split is its own card config, so ``datasets.load_dataset(DIR)``
@@ -43,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import tansaku
+from tansaku.core import ownership
 from tansaku.core.engine import Record, Stage
 from tansaku.core.errors import MissingInputError, TansakuError
 from tansaku.core.heldout import HeldOut
@@ -183,29 +185,26 @@ def write_manifest(out_dir: str | Path, manifest: dict) -> None:
 
 def _check_out(out: Path, recipe: dict, fp: str) -> dict | None:
     """Whether ``out`` may be built into, without writing anything: the manifest when it already holds this
-    very build, None when it is new or holds an unfinished build of the same recipe; StoreError (one line
-    naming what changed) when it holds anything else."""
-    if out.exists() and not out.is_dir():
-        raise StoreError(f"--out {out} is a file, not a dataset folder; choose another --out")
+    very build, None when it is missing, empty or holds an unfinished build of the same recipe; StoreError
+    (one line naming the path and what to do) for anything else (see ``tansaku.core.ownership``)."""
+    ownership.refuse_other_kind(out, "--out", "dataset")
     if (out / MANIFEST).exists():
+        if not ownership.is_dataset(out):
+            raise StoreError(f"--out {out} holds a {MANIFEST} that tansaku did not write; choose another --out")
         old = read_manifest(out)
         if old.get("fingerprint") == fp:
             return old
         raise StoreError(f"--out {out} was built with a different recipe: "
                          f"{describe_changes(recipe_of_manifest(old), recipe)}; remove the folder or choose another --out")
-    work = out / ".work"
-    if (work / "recipe.json").exists():
-        old = json.loads((work / "recipe.json").read_text(encoding="utf-8"))
+    if (old := ownership.work_recipe(out)) is not None:
         if fingerprint(old) != fp:
             raise StoreError(f"--out {out} holds an unfinished build with a different recipe: "
                              f"{describe_changes(old, recipe)}; rerun with the original options to resume it, "
                              "or remove the folder or choose another --out")
         return None
-    unrecorded = [n for n in (".work", "data", "README.md") if (out / n).exists() and
-                  not (n == ".work" and not any(work.iterdir()))]
-    if unrecorded:  # not provably ours (another tool's, or an older tansaku's work folder): never overwrite it
-        raise StoreError(f"--out {out} already holds {', '.join(unrecorded)} that no tansaku build of this recipe "
-                         "recorded; remove them or choose another --out")
+    if foreign := ownership.foreign_entries(out, "dataset"):  # not provably ours (another tool's, the user's): never touch it
+        raise StoreError(f"--out {out} is not empty and no tansaku build made it (it holds {ownership.describe(foreign)}); "
+                         "choose a new or empty folder for --out")
     return None
 
 
@@ -238,70 +237,71 @@ def build_dataset(
     returns extra manifest keys computed from the written rows; ``card`` may be a function of the manifest.
     ``heldout``: split rows into ``train``/``test`` by ``tansaku.core.heldout`` (instead of ``split_of``).
     """
-    out = Path(out)
+    out = ownership.require_named(out, "--out")
     recipe = build_recipe(pipeline=pipeline, pipeline_version=pipeline_version, config=config, seed=seed,
                           inputs=inputs, stages=stages, llm=llm, chunk_size=chunk_size, keep_rejected=keep_rejected,
                           heldout=heldout.recipe() if heldout is not None else None)
     fp = fingerprint(recipe)
-    finished = _check_out(out, recipe, fp)
-    if finished is not None:
-        return finished
-    work = out / ".work"
-    work.mkdir(parents=True, exist_ok=True)
-    _write_json(work / "recipe.json", recipe)  # before any checkpoint: proves whose checkpoints they are
+    # Checked before any write (a refused folder is left untouched), then locked to the end of the build.
+    with ownership.claimed(out, "--out", lambda: _check_out(out, recipe, fp)) as finished:
+        if finished is not None:
+            return finished
+        work = out / ".work"
+        work.mkdir(parents=True, exist_ok=True)
+        _write_json(work / "recipe.json", recipe)  # before any checkpoint: proves whose checkpoints they are
 
-    started = time.time()
-    with progress_bar(f"{pipeline}", quiet=quiet) as advance:
-        result: PipelineResult = run_pipeline(source, stages, work, chunk_size=chunk_size,
-                                              progress=lambda stage, n: advance(n), keep_rejected=keep_rejected)
-    if heldout is not None and split_of is not None:
-        raise ValueError("give build_dataset either split_of or heldout, not both")
-    split_of = heldout.split_of if heldout is not None else split_of or (lambda r: "train")
-    splits = sorted({split_of(r) for r in result.rows()}) or ["train"]
-    if REJECTED in splits:
-        raise ValueError(f"split name {REJECTED!r} is reserved for dropped records (keep_rejected)")
-    rows_by_split = {s: (lambda s=s: (r for r in result.rows() if split_of(r) == s)) for s in splits}
-    if keep_rejected and next(result.rejected(), None) is not None:  # no drops: no split (an empty parquet
-        rows_by_split[REJECTED] = result.rejected                     # file does not load with `datasets`)
-    version, counts = write_rows(out, rows_by_split, fixed_schemas={REJECTED: REJECTED_SCHEMA})
-    llm_info = None
-    if llm is not None:
-        llm_info = llm.describe() if hasattr(llm, "describe") else dict(llm)
-        if hasattr(llm, "cache_stats"):
-            llm_info["cache"] = llm.cache_stats()
-    manifest = {
-        "name": name,
-        "version": version,
-        "pipeline": pipeline,
-        "pipeline_version": pipeline_version,
-        "fingerprint": fp,
-        "config": config,
-        "seed": seed,
-        "inputs": inputs,
-        "llm": llm_info,
-        # Each stage's recipe (params, LLM identity) next to its funnel counts.
-        "stages": [{"name": s["name"], "params": s["params"], "llm": s["llm"], **funnel}
-                   for s, funnel in zip(recipe["stages"], result.stages)],
-        "chunk_size": chunk_size,
-        "keep_rejected": keep_rejected,
-        **({"heldout": {**heldout.recipe(), "rows": counts.get("test", 0)}} if heldout is not None else {}),
-        "splits": counts,
-        "resumed_chunks": result.resumed_chunks,
-        "seconds": round(time.time() - started, 3),
-        "code": code_version(),
-        "packages": package_versions(),
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "parents": parents or [],
-    }
-    if summarize is not None:
-        manifest.update(summarize(manifest))
+        started = time.time()
+        with progress_bar(f"{pipeline}", quiet=quiet) as advance:
+            result: PipelineResult = run_pipeline(source, stages, work, chunk_size=chunk_size,
+                                                  progress=lambda stage, n: advance(n), keep_rejected=keep_rejected)
+        if heldout is not None and split_of is not None:
+            raise ValueError("give build_dataset either split_of or heldout, not both")
+        split_of = heldout.split_of if heldout is not None else split_of or (lambda r: "train")
+        splits = sorted({split_of(r) for r in result.rows()}) or ["train"]
+        if REJECTED in splits:
+            raise ValueError(f"split name {REJECTED!r} is reserved for dropped records (keep_rejected)")
+        rows_by_split = {s: (lambda s=s: (r for r in result.rows() if split_of(r) == s)) for s in splits}
+        if keep_rejected and next(result.rejected(), None) is not None:  # no drops: no split (an empty parquet
+            rows_by_split[REJECTED] = result.rejected                     # file does not load with `datasets`)
+        version, counts = write_rows(out, rows_by_split, fixed_schemas={REJECTED: REJECTED_SCHEMA})
+        llm_info = None
+        if llm is not None:
+            llm_info = llm.describe() if hasattr(llm, "describe") else dict(llm)
+            if hasattr(llm, "cache_stats"):
+                llm_info["cache"] = llm.cache_stats()
+        manifest = {
+            "name": name,
+            "version": version,
+            "pipeline": pipeline,
+            "pipeline_version": pipeline_version,
+            "fingerprint": fp,
+            "config": config,
+            "seed": seed,
+            "inputs": inputs,
+            "llm": llm_info,
+            # Each stage's recipe (params, LLM identity) next to its funnel counts.
+            "stages": [{"name": s["name"], "params": s["params"], "llm": s["llm"], **funnel}
+                       for s, funnel in zip(recipe["stages"], result.stages)],
+            "chunk_size": chunk_size,
+            "keep_rejected": keep_rejected,
+            **({"heldout": {**heldout.recipe(), "rows": counts.get("test", 0)}} if heldout is not None else {}),
+            "splits": counts,
+            "resumed_chunks": result.resumed_chunks,
+            "seconds": round(time.time() - started, 3),
+            "code": code_version(),
+            "packages": package_versions(),
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "parents": parents or [],
+        }
+        if summarize is not None:
+            manifest.update(summarize(manifest))
 
-    samples = [r for _, r in zip(range(3), iter_rows(out, split="train" if "train" in splits else splits[0]))]
-    card_info = card(manifest) if callable(card) else card or {}
-    (out / "README.md").write_text(render_card(manifest, samples, card_info), encoding="utf-8")
-    write_manifest(out, manifest)  # written last: its presence means the folder is complete
-    shutil.rmtree(work, ignore_errors=True)
-    return manifest
+        samples = [r for _, r in zip(range(3), iter_rows(out, split="train" if "train" in splits else splits[0]))]
+        card_info = card(manifest) if callable(card) else card or {}
+        (out / "README.md").write_text(render_card(manifest, samples, card_info), encoding="utf-8")
+        write_manifest(out, manifest)  # written last: its presence means the folder is complete
+        shutil.rmtree(work, ignore_errors=True)
+        return manifest
 
 
 # ---------------------------------------------------------------- reading

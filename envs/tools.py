@@ -27,6 +27,9 @@ from dataclasses import asdict, dataclass
 from tansaku.envs.search import QueryError
 
 TRUNCATION = ("cut", "drop")
+# How a search reply that matched nothing begins: not a failure, but no call worth a tool reward either
+# (``tansaku.envs.rewards`` keys on it).
+NO_HITS = "No results."
 
 SEARCH_SUMMARIES = [
     "Search the document collection and return the best-matching passages with their doc_id, title and a "
@@ -149,7 +152,7 @@ def search_text(backend, config: ToolsConfig, query, size=None) -> str:
     except Exception as e:  # a backend failure: the model may retry, the episode goes on
         raise ToolError(f"search failed ({type(e).__name__}); try again or change the query.") from e
     if not result.hits:  # not a failure: the call worked, the query matched nothing
-        return "No results. Try other words, fewer conditions, or a plain-text query."
+        return NO_HITS + " Try other words, fewer conditions, or a plain-text query."
     budget, parts = config.chars_per_call, []
     for i, h in enumerate(result.hits, 1):
         entry = f"[{i}] doc_id: {h.doc_id} | title: {h.title}\n{h.snippet}"

@@ -31,6 +31,7 @@ from urllib.parse import quote
 from tansaku.core.engine import Drop, global_stage, map_stage
 from tansaku.core.errors import InputError
 from tansaku.core.jsonl import BadLine, iter_jsonl
+from tansaku.core.options import check_count
 from tansaku.core.store import build_dataset, describe_input
 
 PIPELINE_VERSION = "1"
@@ -78,7 +79,11 @@ def wiki_url(title: str, lang: str = "ja") -> str:
 
 
 def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+    # Only used to sniff the first line: a bad byte there must not stop format detection (the reader
+    # reports it as a bad line with file:line), and a BOM must not hide the '{"index"' of a cirrus dump.
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace")
+    return open(path, encoding="utf-8-sig", errors="replace")
 
 
 def _json_objects(path: Path) -> Iterator[tuple[int, dict]]:
@@ -88,13 +93,13 @@ def _json_objects(path: Path) -> Iterator[tuple[int, dict]]:
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
-    for _, obj in _json_objects(path):
+    for lineno, obj in _json_objects(path):
         if "_error" in obj:
             yield obj
             continue
         meta = {k: v for k, v in obj.items() if k not in _KNOWN_KEYS}
         yield {"id": obj.get("id"), "title": obj.get("title"), "text": obj.get("text"),
-               "url": obj.get("url"), "source": "jsonl", "meta": meta}
+               "url": obj.get("url"), "source": "jsonl", "meta": meta, "_where": f"{path}:{lineno}"}
 
 
 def read_cirrus(path: Path) -> Iterator[dict]:
@@ -108,7 +113,8 @@ def read_cirrus(path: Path) -> Iterator[dict]:
         if "index" in obj and isinstance(obj["index"], dict):
             page_id = obj["index"].get("_id")
             continue
-        pid = str(obj.get("page_id") or page_id or "")
+        pid = obj.get("page_id") or page_id or ""
+        pid = str(pid) if isinstance(pid, (str, int)) else ""
         page_id = None
         if obj.get("namespace", 0) != 0:
             yield {"_error": "not_an_article", "_where": f"{path}:{lineno}"}
@@ -118,8 +124,9 @@ def read_cirrus(path: Path) -> Iterator[dict]:
                                     "redirect", "wikibase_item", "timestamp") if k in obj}
         if isinstance(meta.get("redirect"), list):  # [{"namespace": 0, "title": …}] → titles
             meta["redirect"] = [r.get("title") if isinstance(r, dict) else r for r in meta["redirect"]]
-        yield {"id": pid or None, "title": title, "text": obj.get("text"), "url": wiki_url(title),
-               "source": "cirrus", "meta": meta}
+        yield {"id": pid or None, "title": title, "text": obj.get("text"),
+               "url": wiki_url(title) if isinstance(title, str) else None, "source": "cirrus", "meta": meta,
+               "_where": f"{path}:{lineno}"}
 
 
 _SID = re.compile(r"^# S-ID:(\S+)(.*)$")
@@ -172,25 +179,39 @@ def read_wac(root: Path) -> Iterator[dict]:
 
 
 def read_jaquad(root: Path) -> Iterator[dict]:
+    """SQuAD-style ``{"data": [{"title", "paragraphs": [{"context"}…]}…]}``; a file or article of another
+    shape is dropped with its reason and place, never a traceback."""
     files = [root] if root.is_file() else sorted(root.rglob("*.json"))
     for path in files:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))["data"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            data = json.loads(path.read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or bad UTF-8
             yield {"_error": "unreadable_file", "_where": f"{path}: {e}"}
             continue
-        for i, article in enumerate(data):
-            contexts = list(dict.fromkeys(p["context"] for p in article.get("paragraphs", [])))
+        if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+            yield {"_error": "not_squad_json", "_where": f'{path}: expected {{"data": [articles…]}}'}
+            continue
+        for i, article in enumerate(data["data"]):
+            where = f"{path}: data[{i}]"
+            paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+            if not isinstance(paragraphs, list) or not all(
+                    isinstance(p, dict) and isinstance(p.get("context"), str) for p in paragraphs):
+                yield {"_error": "malformed_article", "_where": where}
+                continue
+            contexts = list(dict.fromkeys(p["context"] for p in paragraphs))
             title = article.get("title", "")
             yield {"id": f"jaquad-{path.stem}-{i}", "title": title, "text": "\n\n".join(contexts),
-                   "url": wiki_url(title) if title else None, "source": "jaquad",
-                   "meta": {"paragraphs": len(contexts)}}
+                   "url": wiki_url(title) if isinstance(title, str) and title else None, "source": "jaquad",
+                   "meta": {"paragraphs": len(contexts)}, "_where": where}
 
 
 def detect_format(path: Path) -> str:
     if not path.exists():
         raise CorpusInputError(f"{path}: no such file or folder")
     if path.is_dir():
+        if (path / "manifest.json").is_file() and (path / "data").is_dir():  # its manifest is no JaQuAD file
+            raise CorpusInputError(f"{path} is a tansaku dataset, not a document collection; give the files "
+                                   "it was built from, or use it directly as --corpus / --dataset")
         if (path / "org").is_dir() or any(path.glob("*.org")):
             return "wac"
         if any(path.rglob("*.json")):
@@ -216,6 +237,10 @@ def read_documents(path: str | Path, fmt: str = "auto") -> Iterator[dict]:
     readers = {"jsonl": read_jsonl, "cirrus": read_cirrus, "wac": read_wac, "jaquad": read_jaquad}
     if fmt not in readers:
         raise CorpusInputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if fmt in ("jsonl", "cirrus") and not path.is_file():
+        raise CorpusInputError(f"--format {fmt} reads one file; {path} is a folder")
+    if fmt == "wac" and not path.is_dir():
+        raise CorpusInputError(f"--format wac reads a WikipediaAnnotatedCorpus folder; {path} is a file")
     return readers[fmt](path)
 
 
@@ -223,24 +248,37 @@ def read_documents(path: str | Path, fmt: str = "auto") -> Iterator[dict]:
 
 
 def normalize_document(raw: dict) -> dict | Drop:
+    """One output row whose every column has its contract type (so no single row decides the parquet
+    schema), or a Drop naming the reason and the input's file:line."""
+    where = raw.get("_where", "")
     if "_error" in raw:
-        return Drop(raw["_error"])
-    text, title = raw.get("text"), raw.get("title")
+        return Drop(raw["_error"], detail=where)
+    record = {k: v for k, v in raw.items() if k != "_where"}
+    text, title, url, doc_id = raw.get("text"), raw.get("title"), raw.get("url"), raw.get("id")
+    if text is not None and not isinstance(text, str):
+        return Drop("bad_text_type", record, f"{where}: text is {type(text).__name__}, not a string")
     if not isinstance(text, str) or not text.strip():
-        return Drop("empty_text")
+        return Drop("empty_text", record, where)
+    if title is not None and not isinstance(title, str):
+        return Drop("bad_title_type", record, f"{where}: title is {type(title).__name__}, not a string")
     if not isinstance(title, str) or not title.strip():
-        return Drop("empty_title")
+        return Drop("empty_title", record, where)
+    if url is not None and not isinstance(url, str):  # a number or object is no URL: coercing would invent one
+        return Drop("bad_url_type", record, f"{where}: url is {type(url).__name__}, not a string")
+    if doc_id is not None and (isinstance(doc_id, bool) or not isinstance(doc_id, (str, int))):
+        return Drop("bad_id_type", record, f"{where}: id is {type(doc_id).__name__}, not a string or integer")
+    if not isinstance(raw.get("meta") or {}, dict):
+        return Drop("bad_meta_type", record, where)
     meta = dict(raw.get("meta") or {})
     norm_text, norm_title = normalize_text(text), normalize_title(title)
     if norm_text != text:
         meta["original_text"] = text
     if norm_title != title:
         meta["original_title"] = title
-    doc_id = raw.get("id")
     if doc_id in (None, ""):
         # No id in the input: derive a stable one from the content so reruns agree.
         doc_id = "doc-" + hashlib.sha1(f"{norm_title}\n{norm_text}".encode()).hexdigest()[:12]
-    return {"id": str(doc_id), "title": norm_title, "text": norm_text, "url": raw.get("url"),
+    return {"id": str(doc_id), "title": norm_title, "text": norm_text, "url": url,
             "source": raw["source"], "meta": json.dumps(meta, ensure_ascii=False, sort_keys=True)}
 
 
@@ -277,6 +315,7 @@ def build_corpus(input: str | Path, out: str | Path, fmt: str = "auto", min_char
     ``keep_rejected`` is off by default: the drops are whole documents (duplicates of a dump can be many);
     turn it on to inspect what ``min_length``/``dedup`` removed (the ``rejected`` split)."""
 
+    check_count("--min-chars", min_chars, 0)
     input = Path(input)
     fmt = detect_format(input) if fmt == "auto" else fmt
     read_documents(input, fmt)  # fail fast on a bad path/format, before any work is set up

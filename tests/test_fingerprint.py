@@ -165,7 +165,7 @@ def test_files_no_build_recorded_are_never_overwritten(tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "README.md").write_text("my notes", encoding="utf-8")
-    with pytest.raises(StoreError, match="already holds README.md that no tansaku build"):
+    with pytest.raises(StoreError, match=r"not empty and no tansaku build made it \(it holds README.md\)"):
         build_dataset(out=out, name="d", pipeline="p", pipeline_version="1", config={}, seed=0, inputs=[],
                       source=[{"id": 1}], stages=[map_stage("x", lambda r: r)], quiet=True)
     assert (out / "README.md").read_text(encoding="utf-8") == "my notes" and sorted(out.iterdir()) == [out / "README.md"]

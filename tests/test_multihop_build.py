@@ -223,7 +223,7 @@ def test_quality_loop_and_agent_check_with_the_tiny_model(tiny_model_path, built
     llm = from_spec(f"transformers:{tiny_model_path}", cache=False)
     records = [{**r, "answer_aliases": r["aliases"]} for r in rows[:1]]
     out = quality_loop(records, llm, max_rounds=1)
-    named = {"judge_bad_json", "quality_ambiguous", "quality_single_answer", "quality_unnatural", "llm_error"}
+    named = {"judge_bad_json", "quality_ambiguous", "quality_single_answer", "quality_unnatural", "llm_error", "llm_bad_output"}
     for o in out:
         assert (isinstance(o, Drop) and (o.reason in named or o.reason.startswith("fix_"))) or \
             (1 <= o["quality"]["scores"]["natural"] <= 5)

@@ -25,12 +25,13 @@ from tansaku.core.parsing import LLMBadJSON, parse_json
 
 from .base import ChatRequest, ChatResult, LLMClient
 from .cache import ResponseCache, default_cache_path
-from .json_calls import ask_json, json_answer, json_answers
+from .json_calls import ask_json, checked_json, json_answer, json_answers, raise_if_all_unusable
 from .scripted import ScriptedLLM
 
 __all__ = [
     "ChatRequest", "ChatResult", "LLMBadJSON", "LLMClient", "ResponseCache", "ScriptedLLM", "as_client",
-    "ask_json", "default_cache_path", "from_spec", "json_answer", "json_answers", "parse_json",
+    "ask_json", "checked_json", "default_cache_path", "from_spec", "json_answer", "json_answers", "parse_json",
+    "raise_if_all_unusable",
 ]
 
 

@@ -15,6 +15,9 @@ Supported (OpenSearch semantics):
   term {field: value | {value, boost}}, terms {field: [values], boost}               (keyword fields)
   bool {must, should, must_not, filter, minimum_should_match, boost} (nesting allowed), match_all
 A plain string means ``multi_match`` (most_fields) over title and text.
+Every limit (``MAX_*`` below: nesting, clauses, fields per multi_match, text and request length, terms,
+``minimum_should_match`` — an integer within ±1000 or a percentage within ±100 %) is checked here, before
+any translation, so both the work and the error are bounded; the backends' timeout covers the rest.
 Embedded backend, ``char`` analyzer: ``match`` terms are the character bigrams of each query word (a
 one-character word is itself), and ``operator`` / ``minimum_should_match`` count those terms; phrases
 stay exact over characters (whitespace ignored). See ``analysis.py``.
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 from tansaku.core.errors import InputError
@@ -57,15 +61,33 @@ class QueryError(InputError):
     """A query outside the supported subset or over a limit; the message is meant for the model."""
 
 
+# Limits, checked before a query is translated or sent: translation and execution both grow with the
+# query's size, and the per-query timeout only bounds how long a caller waits, not the work a huge
+# query makes (a 9000-field multi_match took seconds to translate before the fields were capped).
+MAX_DEPTH = 5             # bool nesting levels; deeper queries are never needed to express a search
+MAX_CLAUSES = 32          # clauses in the whole query, bool included
+MAX_FIELDS = 32           # entries of one multi_match "fields" list (each known field at most once)
+MAX_TERMS = 64            # values in one terms clause
+MAX_TEXT_CHARS = 200      # characters of one match/phrase text: each character is a posting list
+MAX_KEYWORD_CHARS = 1000  # characters of one term/terms value (long titles fit)
+MAX_REQUEST_CHARS = 32_000  # characters of a query written as JSON text, checked before parsing it
+MAX_MSM_COUNT = 1000      # |integer minimum_should_match|: more than any query has optional terms
+MAX_SIZE = 50             # hits per request
+MAX_SLOP = 10
+TIMEOUT_MS = 2000         # per query, translation and execution, enforced by the backend
+_MSM = re.compile(r"-?[0-9]{1,6}%?")  # ASCII digits only: int() accepts other scripts' digits, "²" fails
+
+
 @dataclass(frozen=True)
 class Limits:
-    max_depth: int = 5          # bool nesting levels
-    max_clauses: int = 32       # clauses in the whole query, bool included
-    max_size: int = 50          # hits per request
-    max_terms: int = 64         # values in one terms clause
-    max_text_chars: int = 200   # characters of one match/phrase text
-    max_slop: int = 10
-    timeout_ms: int = 2000      # per query, enforced by the backend
+    max_depth: int = MAX_DEPTH
+    max_clauses: int = MAX_CLAUSES
+    max_size: int = MAX_SIZE
+    max_terms: int = MAX_TERMS
+    max_text_chars: int = MAX_TEXT_CHARS
+    max_slop: int = MAX_SLOP
+    timeout_ms: int = TIMEOUT_MS
+    max_fields: int = MAX_FIELDS
 
 
 @dataclass(frozen=True)
@@ -81,7 +103,18 @@ class Fields:
 
 
 def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:  # an int too large for a float (a JSON number of 400 digits) is not a usable number
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def _one_line(msg: str, limit: int = 300) -> str:
+    """Error messages quote what was written: keep them one short line whatever it contained."""
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= limit else msg[:limit] + "…"
 
 
 class _Validator:
@@ -89,7 +122,7 @@ class _Validator:
         self.fields, self.limits, self.count = fields, limits, 0
 
     def fail(self, path: str, msg: str):
-        raise QueryError(f"{path}: {msg}")
+        raise QueryError(_one_line(f"{path}: {msg}"))
 
     def boost(self, path: str, v) -> float:
         if v is None:
@@ -109,16 +142,22 @@ class _Validator:
         return v
 
     def msm(self, path: str, v):
+        """An integer within ±MAX_MSM_COUNT or a percentage within ±100 % (as int or str) — nothing else."""
         if v is None:
             return None
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-        if isinstance(v, str):
+        rule = (f"use an integer from -{MAX_MSM_COUNT} to {MAX_MSM_COUNT} (2, -1) "
+                "or a percentage from -100% to 100% ('75%', '-25%')")
+        if isinstance(v, str) and _MSM.fullmatch(v.strip()):
             s = v.strip()
-            body = s[:-1] if s.endswith("%") else s
-            if body.lstrip("-").isdigit():
-                return s
-        self.fail(f"{path}.minimum_should_match", "use an integer (2, -1) or a percentage ('75%', '-25%')")
+            n = int(s.rstrip("%"))
+            if s.endswith("%"):
+                if abs(n) > 100:
+                    self.fail(f"{path}.minimum_should_match", rule)
+                return f"{n}%"
+            v = n
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_MSM_COUNT:
+            return v
+        self.fail(f"{path}.minimum_should_match", rule)
 
     def params(self, path: str, v: dict, allowed: tuple[str, ...]):
         if not isinstance(v, dict):
@@ -147,7 +186,7 @@ class _Validator:
         if depth > self.limits.max_depth:
             self.fail(path, f"bool nesting is deeper than the limit of {self.limits.max_depth}")
         if not isinstance(q, dict) or len(q) != 1:
-            keys = ", ".join(map(str, q)) if isinstance(q, dict) else type(q).__name__
+            keys = ", ".join(map(str, list(q)[:8])) if isinstance(q, dict) else type(q).__name__
             self.fail(path, f"a clause is an object with exactly one key (one of {', '.join(CLAUSES)}); got {keys}")
         (kind, body), = q.items()
         p = f"{path}.{kind}"
@@ -185,11 +224,18 @@ class _Validator:
             fields = [fields]
         if not isinstance(fields, list) or not fields:
             self.fail(f"{p}.fields", "fields must be a non-empty list like [\"title^2\", \"text\"]")
-        out_fields = []
+        if len(fields) > self.limits.max_fields:
+            self.fail(f"{p}.fields", f"{len(fields)} fields; the limit is {self.limits.max_fields}")
+        out_fields, names = [], set()
         for f in fields:
-            name, _, boost = str(f).partition("^")
+            if not isinstance(f, str):
+                self.fail(f"{p}.fields", "each field is a string like \"title^2\"")
+            name, _, boost = f.partition("^")
             if name not in self.fields.text:
                 self.fail(f"{p}.fields", f"'{name}' is not a text field; use: {', '.join(self.fields.text)}")
+            if name in names:
+                self.fail(f"{p}.fields", f"'{name}' is listed twice; list each field once")
+            names.add(name)
             try:
                 b = float(boost) if boost else 1.0
             except ValueError:
@@ -215,7 +261,10 @@ class _Validator:
         if isinstance(v, bool):
             return str(v).lower()
         if isinstance(v, str) or _is_number(v):
-            return str(v)
+            v = str(v)
+            if len(v) > MAX_KEYWORD_CHARS:
+                self.fail(path, f"a keyword value has {len(v)} characters; the limit is {MAX_KEYWORD_CHARS}")
+            return v
         self.fail(path, "a keyword value must be a string or a number")
 
     def term(self, body, p, depth):
@@ -256,6 +305,8 @@ class _Validator:
 
 
 def _loads(text: str):
+    if len(text) > MAX_REQUEST_CHARS:
+        raise QueryError(f"query: {len(text)} characters of JSON; the limit is {MAX_REQUEST_CHARS}")
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -264,6 +315,8 @@ def _loads(text: str):
     except RecursionError:
         raise QueryError("query: JSON nested too deeply; the bool nesting limit is "
                          f"{Limits().max_depth}") from None
+    except ValueError as e:  # a number of more than 4300 digits (Python's int parsing limit)
+        raise QueryError(_one_line(f"query: JSON value refused ({e})")) from None
 
 
 def parse_request(query, size: int | None, fields: Fields, limits: Limits = Limits(),
@@ -285,12 +338,12 @@ def parse_request(query, size: int | None, fields: Fields, limits: Limits = Limi
             size = query["size"]
         query = query["query"]
     elif isinstance(query, dict) and len(query) > 1:
-        raise QueryError(f"query: unexpected top-level keys {sorted(query)}; send one clause or "
-                         "{\"query\": {…}, \"size\": N}")
+        raise QueryError(_one_line(f"query: unexpected top-level keys {sorted(map(str, query))[:8]}; "
+                                   "send one clause or {\"query\": {…}, \"size\": N}"))
     if size is None:
         size = default_size
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise QueryError(f"size: must be a positive integer, got {size!r}")
+        raise QueryError(_one_line(f"size: must be a positive integer, got {size!r}"))
     cap = min(limits.max_size, max_size or limits.max_size)
     if size > cap:
         raise QueryError(f"size: {size} is over the limit of {cap}")

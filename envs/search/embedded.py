@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Iterable
 from functools import lru_cache
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import tantivy
 
+from tansaku.core import ownership
 from tansaku.core.analysis import BIGRAM_TOKENIZER, get_analyzer
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.progress import progress_bar
@@ -37,7 +39,7 @@ from .base import Hit, SearchResult, make_snippet, run_with_timeout
 from .documents import iter_chunks
 from .dsl import Fields, Limits, QueryError, highlight_texts, parse_request, resolve_msm
 
-META_FILE = "tansaku_index.json"
+META_FILE = ownership.INDEX_MARKER
 FORMAT = 2  # 2: bigram fields for match (char analyzer); 1 had characters only
 _FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,40}$")
 
@@ -97,9 +99,10 @@ def build_embedded(rows: Iterable[dict], index_dir: str | Path, keyword_fields: 
 
     A progress bar counts passages (on a terminal only; ``quiet`` turns it off).
 
-    Builds into ``index_dir.partial`` and swaps it in at the end, so an interrupted build never
-    leaves a half index where a good one was. Memory is bounded by ``heap_mb`` (tantivy flushes a
-    segment when its indexing heap is full). 256 MB keeps 100k passages in one segment (peak RSS
+    Only a missing or empty folder or an earlier tansaku index is built into (``tansaku.core.ownership``);
+    anything else raises InputError and is left untouched. Builds into a hidden temp sibling, locked, and
+    swaps it in at the end, so an interrupted build never leaves a half index where a good one was.
+    Memory is bounded by ``heap_mb`` (tantivy flushes a segment when its indexing heap is full). 256 MB keeps 100k passages in one segment (peak RSS
     ~220 MB): with 64 MB they made 4 segments, and every query paid per-segment work (match CPU 0.43 →
     0.29 ms, phrase 0.46 → 0.32 ms measured at 100k with one segment).
     """
@@ -110,16 +113,46 @@ def build_embedded(rows: Iterable[dict], index_dir: str | Path, keyword_fields: 
         if not _FIELD_NAME.match(f) or f in ("title", "text", "title_keyword"):
             raise InputError(f"keyword field name {f!r} cannot be indexed (letters, digits, _; not title/text)")
     an = get_analyzer(analyzer)
-    index_dir = Path(index_dir)
-    tmp = index_dir.with_name(index_dir.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    index_dir = ownership.require_named(index_dir, "--index")
+    with ownership.claimed(index_dir, "--index", lambda: _check_index_dir(index_dir)):
+        return _build_locked(rows, index_dir, an, analyzer, keyword_fields, chunk_chars, heap_mb, threads,
+                             source_name, quiet)
+
+
+def _check_index_dir(index_dir: Path) -> None:
+    """Refuse (InputError, nothing written) an ``index_dir`` that is a file, a dataset or any folder that
+    holds something but no tansaku index: only an index this code wrote is ever replaced."""
+    ownership.refuse_other_kind(index_dir, "--index", "index")
+    if not ownership.is_index(index_dir) and (foreign := ownership.foreign_entries(index_dir, "index")):
+        raise InputError(f"--index {index_dir} is not empty and is not a tansaku search index (it holds "
+                         f"{ownership.describe(foreign)}); choose a new or empty folder for --index")
+
+
+def _build_locked(rows, index_dir: Path, an, analyzer: str, keyword_fields: list[str], chunk_chars: int,
+                  heap_mb: int, threads: int, source_name: str, quiet: bool) -> dict:
+    """``build_embedded`` once ``index_dir`` is checked, created and locked."""
+    # Unique hidden siblings: no user file can bear these names, so removing them never destroys one.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.partial-", dir=index_dir.parent))
+    try:
+        meta = _write_index(rows, tmp, index_dir.name, an, analyzer, keyword_fields, chunk_chars, heap_mb,
+                            threads, source_name, quiet)
+        old = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.old-", dir=index_dir.parent))
+        os.replace(index_dir, old)  # onto the empty temp folder: allowed for directories
+        os.replace(tmp, index_dir)
+        shutil.rmtree(old, ignore_errors=True)
+        return meta
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # left only when the build failed
+
+
+def _write_index(rows, tmp: Path, label: str, an, analyzer: str, keyword_fields: list[str], chunk_chars: int,
+                 heap_mb: int, threads: int, source_name: str, quiet: bool) -> dict:
     schema = _schema(analyzer, keyword_fields)
     index = tantivy.Index(schema, path=str(tmp))
     an.register(index)
     writer = index.writer(heap_size=heap_mb * 1_000_000, num_threads=threads)
     t0, n_docs, n_chunks, last_doc = time.perf_counter(), 0, 0, None
-    with progress_bar(f"index {index_dir.name}", quiet=quiet) as advance:
+    with progress_bar(f"index {label}", quiet=quiet) as advance:
         for ch in iter_chunks(rows, chunk_chars, keyword_fields):
             doc = tantivy.Document()
             for f in ("chunk_id", "doc_id", "source"):
@@ -154,12 +187,6 @@ def build_embedded(rows: Iterable[dict], index_dir: str | Path, keyword_fields: 
             "chunk_chars": chunk_chars, "documents": n_docs, "chunks": n_chunks, "source": source_name,
             "build_seconds": round(time.perf_counter() - t0, 3)}
     (tmp / META_FILE).write_text(json.dumps(meta, ensure_ascii=False, indent=2), encoding="utf-8")
-    old = index_dir.with_name(index_dir.name + ".old")
-    if index_dir.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(index_dir, old)
-    os.replace(tmp, index_dir)
-    shutil.rmtree(old, ignore_errors=True)
     return meta
 
 
@@ -295,12 +322,11 @@ class EmbeddedBackend:
         """Ranked hits; with ``collapse`` only the best passage of each document is kept."""
         t0 = time.perf_counter()
         canonical, size = parse_request(query, size, self.fields, self.limits, default_size, max_size)
-        tq = self.translate(canonical)
         limit = min(size * 4, 400) if collapse else size
 
-        def run():
+        def run():  # translation inside: it grows with the query too, so the timeout must cover it
             try:
-                return self.searcher.search(tq, limit, count=False).hits
+                return self.searcher.search(self.translate(canonical), limit, count=False).hits
             except ValueError as e:  # tantivy refuses a query it cannot run
                 raise QueryError(f"query: the engine refused it ({e})") from None
 

@@ -28,10 +28,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tansaku.core.engine import batch_stage, global_stage, map_stage
-from tansaku.core.errors import InputError
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
-from tansaku.core.llm import as_client
-from tansaku.core.store import build_dataset, describe_input, iter_rows, read_manifest
+from tansaku.core.llm import as_client, raise_if_all_unusable
+from tansaku.core.options import check_fraction, check_limit, require_document_dataset
+from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import open_index, require_index
 from tansaku.pipelines.deepresearch import PROMPTS
 from tansaku.pipelines.deepresearch.clarify import make_clarify_stage_fn, select_for_clarification
@@ -87,12 +87,12 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
     its stage and reason as the ``rejected`` split. ``heldout_share``: share of instructions (key ``id``, one
     per keyword group) that form the ``test`` split (``tansaku.core.heldout``)."""
 
-    if not 0 <= clarify_share <= 1:
-        raise InputError(f"--clarify-share must be within [0, 1], got {clarify_share}")
-    if limit is not None and limit < 1:
-        raise InputError(f"--limit must be positive, got {limit}")
+    check_fraction("--clarify-share", clarify_share, 0, 1)
+    check_limit(limit)
+    check_fraction("quality_threshold", quality_threshold, 0, None)
     heldout = HeldOut(heldout_share, "id", seed)
-    corpus_manifest = read_manifest(corpus)  # fails fast with a clear message on a folder that is no dataset
+    # Fails fast on a folder that is no dataset, a broken manifest or a question dataset given as --corpus.
+    corpus_manifest = require_document_dataset(corpus, "--corpus")
     require_index(index, f"build it with `synth index build --dataset {corpus}`")
     backend = open_index(index)
     client = resolve_llm(llm)
@@ -103,7 +103,7 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
               "min_sources": 2, "max_turns": 6, "prompts": PROMPTS}
     inputs = [describe_input(corpus, n_docs),
               {"path": str(index), "sha256": None, "records": None}]
-    return build_dataset(
+    manifest = build_dataset(
         out=out, name=name or "deepresearch", pipeline="deepresearch", pipeline_version=PIPELINE_VERSION,
         config=config, seed=seed, inputs=inputs, source=lambda: iter_rows(corpus),
         stages=deepresearch_stages(client, backend, clarify_share=clarify_share, limit=limit, seed=seed,
@@ -122,3 +122,4 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
                               "Rows whose clarifying Q/A failed its filters keep the instruction without it "
                               "(`clarify_status`)."]},
     )
+    return raise_if_all_unusable(manifest)

@@ -12,7 +12,7 @@ it (``backend.get``); unconfirmed ids are removed and listed in ``unconfirmed_do
 The single-page judge then reads each supporting article alone: if any one of them suffices, the
 instruction is dropped (``single_page``).
 
-Drop reasons: ``llm_error``, ``agent_no_answer`` (turns or tokens ran out), ``llm_bad_json``,
+Drop reasons: ``llm_error``, ``agent_no_answer`` (turns or tokens ran out), ``llm_bad_json``, ``llm_bad_output``,
 ``instruction_empty``, ``unconfirmed_sources``, ``single_page``.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from tansaku.core.engine import Drop
-from tansaku.core.llm import LLMBadJSON, parse_json
+from tansaku.core.llm import checked_json
 from tansaku.envs.environments import EnvironmentFactory
 from tansaku.envs.rollout import run_rollouts
 from tansaku.envs.tasks import TASKS, Task
@@ -62,6 +62,14 @@ def search_queries(messages: list[dict]) -> list[str]:
             and isinstance(c["function"]["arguments"], dict)]
 
 
+# What the writer's final answer must look like (tansaku.core.llm.validate); doc ids may come as numbers.
+INSTRUCTION_SCHEMA = {"type": "object", "required": ["instruction", "supporting_doc_ids"], "properties": {
+    "instruction": {"type": "string", "maxLength": 4000},
+    "supporting_doc_ids": {"type": "array", "items": {"type": ["string", "integer"], "maxLength": 200}},
+    "entities": {"type": "array", "items": {"type": ["string", "integer"], "maxLength": 200}},
+    "report_format": {"type": "string", "maxLength": 200}}}
+
+
 def finish_instruction(group: dict, trajectory, backend, min_sources: int) -> dict | Drop:
     """Turn one writer trajectory into an instruction record, or the reason it is unusable."""
 
@@ -70,10 +78,9 @@ def finish_instruction(group: dict, trajectory, backend, min_sources: int) -> di
     if trajectory.stop_reason != "answer":
         return Drop("agent_no_answer")
     messages = trajectory.completion
-    try:
-        answer = parse_json(messages[-1].get("content") or "", {"required": ["instruction", "supporting_doc_ids"]})
-    except LLMBadJSON:
-        return Drop("llm_bad_json")
+    answer = checked_json(messages[-1].get("content") or "", INSTRUCTION_SCHEMA)
+    if isinstance(answer, Drop):
+        return answer
     instruction = str(answer.get("instruction") or "").strip()
     if not instruction:
         return Drop("instruction_empty")

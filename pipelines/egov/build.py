@@ -7,6 +7,8 @@ Two store datasets: ``DIR/articles`` (the e-Gov article dataset of docs/contract
 dataset the search layer indexes; its funnel counts skipped files/elements by reason) and ``DIR``
 itself (the questions). An embedded search index over the articles is built at ``DIR/index`` unless
 ``index`` names one, and gives each question the rank of its source article (``retrieval_rank``).
+Article ids are unique: of several files holding one law only the newest revision is kept, the other
+files' articles are dropped as ``duplicate_law_revision`` (parse.py).
 
 Question stages: generate (cloze without an LLM, the LLM generator with one) → leak_filter →
 judge (LLM only: rubric score ≥ threshold) → dedup → retrieval → balance (answer positions) →
@@ -26,17 +28,24 @@ from itertools import islice
 from pathlib import Path
 
 from tansaku.core.engine import Drop, Stage, batch_stage, global_stage, map_stage
-from tansaku.core.errors import MissingInputError
+from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
-from tansaku.core.llm import as_client
+from tansaku.core.llm import as_client, raise_if_all_unusable
+from tansaku.core.options import check_count, check_fraction, check_limit
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import build_index, open_index
 from tansaku.envs.tasks import TASKS, gold_failures
 from tansaku.pipelines.egov import cloze, generate, leak
-from tansaku.pipelines.egov.parse import Skip, list_law_sources, parse_law_bytes, read_law_source
+from tansaku.pipelines.egov.parse import (
+    Skip,
+    list_law_sources,
+    parse_law_bytes,
+    read_law_source,
+    superseded_revisions,
+)
 
 log = logging.getLogger(__name__)
-ARTICLES_VERSION = "1"
+ARTICLES_VERSION = "2"  # 2: one revision per law (unique article ids)
 QUESTIONS_VERSION = "1"
 MIN_ARTICLE_CHARS = 40  # shorter articles give the LLM generator too little to ask about
 KEYWORD_FIELDS = ["law_id", "law_title", "law_type", "era"]
@@ -66,8 +75,12 @@ def _parse_stage(skips: list[Skip]) -> Stage:
                 continue
             data = read_law_source(src["source"])
             items = [data] if isinstance(data, Skip) else parse_law_bytes(data, src["source"])
+            newer = src.get("superseded_by")
             for item in items:
-                if isinstance(item, Skip):
+                if newer:  # ids must stay unique: the newest revision of the law is kept (parse.py)
+                    yield Drop("duplicate_law_revision", record=item if isinstance(item, dict) else None,
+                               detail=f"{src['source']} is an older revision of the law in {newer}")
+                elif isinstance(item, Skip):
                     skips.append(item)
                     log.warning("skipped: %s", item.message)
                     yield Drop(item.reason)
@@ -80,9 +93,13 @@ def _parse_stage(skips: list[Skip]) -> Stage:
 def build_articles(laws: list[Path], out: Path, seed: int = 0, quiet: bool = False) -> dict:
     """Parse every law file under ``laws`` into the article dataset at ``out``; return its manifest."""
     def sources() -> Iterator[dict]:
-        for s in list_law_sources(laws):
-            yield {"source": s.source, "skip": s.reason, "message": s.message} if isinstance(s, Skip) \
-                else {"source": s}
+        listed = list(list_law_sources(laws))
+        superseded = superseded_revisions(s for s in listed if not isinstance(s, Skip))
+        for s in listed:
+            if isinstance(s, Skip):
+                yield {"source": s.source, "skip": s.reason, "message": s.message}
+            else:
+                yield {"source": s} | ({"superseded_by": superseded[s]} if s in superseded else {})
 
     skips: list[Skip] = []
     manifest = build_dataset(
@@ -162,10 +179,19 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     ``heldout_share``: share of articles whose questions form the ``test`` split (``tansaku.core.heldout``); the
     key is ``article_id``, so the cloze questions of one article never sit on both sides.
     """
+    # Every option is checked before the article dataset and index are built (hours on a full dump).
+    check_limit(limit)
+    check_count("per_article", per_article)
+    check_count("retrieval_k", retrieval_k)
+    check_limit(max_retrieval_rank, "max_retrieval_rank")
+    check_fraction("judge_threshold", judge_threshold, 0, 1)
+    check_fraction("dedup_threshold", dedup_threshold, 0, 1)
     heldout = HeldOut(heldout_share, "article_id", seed)
     laws = [Path(p) for p in (laws if isinstance(laws, (list, tuple)) else [laws])]
     if missing := [str(p) for p in laws if not p.exists()]:  # a typo must not build an empty dataset
         raise MissingInputError(f"--laws {', '.join(missing)}: no such file or folder")
+    if not any(isinstance(s, str) for s in list_law_sources(laws)):  # names only: cheap
+        raise InputError(f"--laws {', '.join(map(str, laws))}: no law XML files (*.xml, or *.xml inside a zip)")
     out = Path(out)
     articles_dir = out / "articles"
     art_manifest = build_articles(laws, articles_dir, seed=seed, quiet=quiet)
@@ -218,7 +244,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
         heldout=heldout)
     manifest["articles"] = {"path": str(articles_dir), "rows": art_manifest["splits"].get("train", 0),
                             "stages": art_manifest["stages"], "skipped": art_manifest.get("skipped", [])}
-    return manifest
+    return raise_if_all_unusable(manifest)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tansaku.core.engine import Drop, rng_for
 from tansaku.core.llm import ChatRequest, ask_json
+from tansaku.envs.search.dsl import MAX_TEXT_CHARS, TEXT_FIELDS
 
 PROMPTS = Path(__file__).with_name("prompts")
 GENERATE_PROMPT = "mcq_generate_v1"
@@ -95,7 +96,7 @@ def validate_mcq(data: dict) -> dict | Drop:
         return Drop("bad_choices")
     try:
         index = int(data.get("answer_index"))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf), should one get past the schema
         return Drop("bad_answer_index")
     if not 0 <= index < 4:
         return Drop("bad_answer_index")
@@ -217,9 +218,24 @@ def search_query_of(question: str) -> str:
     return text.replace("【　　】", " ").strip()
 
 
+def plain_text_query(text: str) -> dict:
+    """``text`` as a plain multi_match query. A generated question is words, never the query DSL: passed
+    as a string, one that starts with ``[`` or ``{`` would be parsed as JSON DSL and refused. Cut to the
+    DSL's limit of characters per query text, which a long question would otherwise exceed.
+
+    >>> plain_text_query('{"match_all": {}}')["multi_match"]["query"]
+    '{"match_all": {}}'
+    """
+    return {"multi_match": {"query": text[:MAX_TEXT_CHARS], "fields": list(TEXT_FIELDS), "type": "most_fields"}}
+
+
 def retrieval_rank(backend, question: str, article_id: str, k: int = 20) -> int | None:
-    """1-based rank of the source article among the top ``k`` documents for the question; None if absent."""
-    result = backend.search(search_query_of(question), size=k)
+    """1-based rank of the source article among the top ``k`` documents for the question; None if absent
+    (or when the question has nothing to search for)."""
+    text = search_query_of(question)
+    if not text:
+        return None
+    result = backend.search(plain_text_query(text), size=k)
     for rank, hit in enumerate(result.hits, 1):
         if hit.doc_id == article_id:
             return rank

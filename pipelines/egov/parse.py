@@ -6,6 +6,14 @@ older bulk wrappers (``DataRoot`` / ``ApplData`` / ``LawFullText``, metadata as 
 or child elements; ``Delete="true"`` marks deleted provisions). Anything that cannot be read is reported
 as a :class:`Skip` with a named reason; one bad file or element never stops the others.
 
+Article ids (``LAWID-NUM``, ``LAWID-sK-NUM`` in the K-th 附則) are unique per build and stay the same from
+one revision of a law to the next, so questions and search results keep pointing at "article N of law X".
+When several files hold the same law (revisions of it, e.g. ``LAWID_20230401_….xml`` and
+``LAWID_20240401_….xml``), only the newest revision is read — the current text is what users of e-Gov
+data expect — and the articles of the others are dropped as ``duplicate_law_revision`` (see
+:func:`superseded_revisions`). ``archive.zip!member`` names a zip member only when ``archive.zip`` is an
+existing zip file; a law file named ``…!rev.xml`` is a plain file.
+
     python -m tansaku.pipelines.egov.parse ../shared/data/egov            # prints counts per law and skips
 
     for item in iter_articles(["laws/", "more.zip"]):
@@ -107,9 +115,25 @@ def list_law_sources(paths: Iterable[str | Path], max_bytes: int = MAX_XML_BYTES
             yield Skip(str(path), "missing_file", f"{path}: no such file or folder")
 
 
+def split_source(name: str) -> tuple[str, str | None]:
+    """``archive.zip!member`` → (archive, member); any other name → (name, None).
+
+    ``!`` only separates a member when the part before it is an existing zip file: a law file may itself be
+    named ``…!rev.xml``.
+
+    >>> split_source("laws/a!rev.xml")
+    ('laws/a!rev.xml', None)
+    """
+    for i, ch in enumerate(name):
+        if ch == "!" and name[:i].lower().endswith(".zip") and Path(name[:i]).is_file():
+            return name[:i], name[i + 1:]
+    return name, None
+
+
 def read_law_source(name: str, max_bytes: int = MAX_XML_BYTES) -> bytes | Skip:
     """The bytes of a name from :func:`list_law_sources`, size-checked before reading or inflating."""
-    zip_path, bang, member = name.partition("!")
+    zip_path, member = split_source(name)
+    bang = member is not None
     try:
         if not bang:
             size = Path(name).stat().st_size
@@ -152,7 +176,8 @@ def _find_text(root: etree._Element, *tags: str) -> str | None:
 
 def law_metadata(root: etree._Element, law: etree._Element, source: str) -> dict:
     """Law-level fields, from the wrapper when there is one, else from the ``Law`` element and file name."""
-    stem = Path(source.split("!")[-1]).stem
+    path, member = split_source(source)
+    stem = Path(member if member is not None else path).stem
     law_id = _find_text(root, "law_id", "LawId") if root is not law else None
     if not law_id and LAW_ID.match(stem.split("_")[0]):
         law_id = stem.split("_")[0]
@@ -181,6 +206,58 @@ def deepcopy_without_rt(el: etree._Element) -> etree._Element:
     el = deepcopy(el)
     etree.strip_elements(el, "Rt", with_tail=False)
     return el
+
+
+_NAME_DATE = re.compile(r"^[0-9A-Z]{12,17}_(\d{8})(?:_|$)")  # e-Gov naming: LAWID_YYYYMMDD_AMENDID
+
+
+def revision_date(root: etree._Element, law: etree._Element, source: str) -> str:
+    """The date (``YYYYMMDD``; ``""`` when unknown) from which a law file's text is in force.
+
+    Taken from the API v2 wrapper (``amendment_enforcement_date``, ``law_revision_id``), else the e-Gov
+    file name's date stamp (``LAWID_YYYYMMDD_AMENDID.xml``), else an old bulk file's ``Updated``.
+    """
+    def digits(v: str | None) -> str:
+        return re.sub(r"[^0-9]", "", v or "")[:8]
+
+    if root is not law:
+        if date := digits(_find_text(root, "amendment_enforcement_date")):
+            return date
+        if m := _NAME_DATE.match(_find_text(root, "law_revision_id") or ""):
+            return m.group(1)
+    path, member = split_source(source)
+    if m := _NAME_DATE.match(Path(member if member is not None else path).name):
+        return m.group(1)
+    return digits(_find_text(root, "Updated")) if root is not law else ""
+
+
+def superseded_revisions(sources: Iterable[str], max_bytes: int = MAX_XML_BYTES) -> dict[str, str]:
+    """``{older source: newest source}`` for every law file whose law another file holds in a newer revision.
+
+    Article ids are ``LAWID[-sK]-NUM`` and must be unique per build, so only one revision of a law can be
+    kept: the newest (latest :func:`revision_date`; equal dates: the last source name, so the choice is
+    stable). Reads and parses every file once more (no extraction); unreadable files are left to the
+    parse, which reports them.
+    """
+    by_law: dict[str, list[tuple[str, str]]] = {}
+    for src in sources:
+        data = read_law_source(src, max_bytes)
+        if isinstance(data, Skip):
+            continue
+        try:
+            root = parse_xml_bytes(data, src, max_bytes)
+        except UnsafeXMLError:
+            continue
+        law = root if root.tag == "Law" else next(root.iter("Law"), None)
+        if law is None or law.find("LawBody") is None:
+            continue
+        law_id = law_metadata(root, law, src)["law_id"]
+        by_law.setdefault(law_id, []).append((revision_date(root, law, src), src))
+    out = {}
+    for revisions in by_law.values():
+        newest = max(revisions)[1]
+        out |= {src: newest for _, src in revisions if src != newest}
+    return out
 
 
 # ---------------------------------------------------------------- records
@@ -273,9 +350,15 @@ def parse_law_bytes(data: bytes, source: str, prefer: str = "ja-law-parser") -> 
 
 
 def iter_articles(paths: Iterable[str | Path], prefer: str = "ja-law-parser") -> Iterator[dict | Skip]:
+    """Every article record under ``paths``; an older revision of a law also given newer is one Skip."""
+    paths = list(paths)
+    superseded = superseded_revisions(s for s in list_law_sources(paths) if not isinstance(s, Skip))
     for item in iter_law_files(paths):
         if isinstance(item, Skip):
             yield item
+        elif item[0] in superseded:
+            yield Skip(item[0], "duplicate_law_revision",
+                       f"{item[0]}: an older revision of the law in {superseded[item[0]]}; the newest is kept")
         else:
             yield from parse_law_bytes(item[1], item[0], prefer)
 

@@ -22,9 +22,10 @@ import json
 from pathlib import Path
 
 from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
-from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.errors import InputError
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
-from tansaku.core.llm import as_client
+from tansaku.core.llm import as_client, raise_if_all_unusable
+from tansaku.core.options import check_count, check_fraction, check_k_m, check_limit, require_document_dataset
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.search import build_index, open_index, require_index
@@ -94,6 +95,12 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
     ``heldout_share``: share of bridge entities whose questions form the ``test`` split (``tansaku.core.heldout``).
     The key is ``bridge``, not ``qid``/``chain_id``: chains through the same bridge share hop-2 facts (often the
     answer), so a question trained on would give away its test sibling."""
+    check_limit(limit)
+    check_k_m(k, m)
+    check_count("max_rounds", max_rounds, 0)
+    check_count("chunk_size", chunk_size)
+    check_count("prefilter_size", prefilter_size)
+    check_fraction("question_temperature", question_temperature, 0, None)
     heldout = HeldOut(heldout_share, "bridge", seed)
 
     triples_path = triples if triples is not None else triples_path
@@ -105,8 +112,8 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
     if any(n in SEARCHING for n in names) and corpus is None and index is None:
         raise InputError(f"stage {next(n for n in names if n in SEARCHING)!r} searches: give --corpus or "
                          "--index, or stop earlier with --until questions/quality")
-    if corpus is not None and not Path(corpus).is_dir():
-        raise MissingInputError(f"--corpus {corpus}: no such dataset folder; build it with `synth build corpus`")
+    if corpus is not None:  # a question dataset or a broken manifest is refused here, not mid-build
+        require_document_dataset(corpus, "--corpus")
     if index is not None and any(n in SEARCHING for n in names):
         require_index(index)
     llm, policy = as_client(llm), as_client(policy)
@@ -174,7 +181,7 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
         "index": str(index) if index else None,
         "prompts": PROMPT_VERSIONS,
     }
-    return build_dataset(
+    manifest = build_dataset(
         out=out, name=out.name, pipeline="multihop", pipeline_version=PIPELINE_VERSION, config=config, seed=seed,
         inputs=inputs, source=source, stages=[all_stages[n] for n in names], llm=llm, quiet=quiet,
         chunk_size=chunk_size, keep_rejected=keep_rejected,
@@ -190,3 +197,4 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
                   "`pass_rate` is the share of k agent tries that solved the item with the configured policy "
                   "and search index; it is a difficulty signal for that policy only.",
                   "Facts come from the corpus as it was indexed and may be out of date (`time_dependent`)."]})
+    return raise_if_all_unusable(manifest)

@@ -48,20 +48,26 @@ def load_items(path: str | Path) -> list[dict]:
 def to_eval_row(item: dict) -> dict | Drop:
     """One JEMHopQA question as a ``multihop_qa`` row; malformed items are dropped with a reason."""
     if not isinstance(item, dict):
-        return Drop("not_an_object")
+        return Drop("not_an_object", {"item": item}, f"a {type(item).__name__}, not a JSON object")
     missing = [f for f in ("qid", "question", "answer") if not str(item.get(f) or "").strip()]
     if missing:
         return Drop("missing_" + missing[0])
     derivations = item.get("derivations") or []
-    if not all(isinstance(d, list) and len(d) == 3 and isinstance(d[2], list) for d in derivations):
-        return Drop("malformed_derivations")
+    if not isinstance(derivations, list) or not all(
+            isinstance(d, list) and len(d) == 3 and isinstance(d[2], list) for d in derivations):
+        return Drop("malformed_derivations", item, f"qid {item['qid']}: derivations must be [[s, r, [o…]]…]")
+    page_ids = item.get("page_ids") or []
+    if not isinstance(page_ids, list):
+        return Drop("malformed_page_ids", item, f"qid {item['qid']}: page_ids must be a list")
+    if not all(isinstance(item[f], (str, int, float)) for f in ("qid", "question", "answer")):
+        return Drop("malformed_fields", item, f"qid {item['qid']}: qid, question and answer must be text")
     return {
-        "qid": str(item["qid"]), "type": str(item.get("type") or ""), "question": item["question"],
+        "qid": str(item["qid"]), "type": str(item.get("type") or ""), "question": str(item["question"]),
         "answer": str(item["answer"]),
         # A JSON string: parquet cannot hold the mixed [s, r, [o…]] lists.
         "derivations": json.dumps([[str(s), str(r), [str(o) for o in objs]] for s, r, objs in derivations],
                                   ensure_ascii=False),
-        "page_ids": [str(p) for p in item.get("page_ids") or []],
+        "page_ids": [str(p) for p in page_ids],
         "time_dependent": bool(item.get("time_dependent", False)),
         "task": "multihop_qa", "generator": "jemhopqa",
     }
@@ -72,7 +78,7 @@ def import_jemhopqa(path: str | Path, out: str | Path, quiet: bool = False, held
     """Write the JEMHopQA file ``path`` as a ``multihop_qa`` dataset into ``out``: ``heldout_share`` of the
     questions (key ``qid``; ``tansaku.core.heldout``) form the ``test`` split, the rest ``train``."""
 
-    heldout = HeldOut(heldout_share, "qid", seed)
+    heldout = HeldOut(heldout_share, "qid", seed)  # checks the share before anything is read
     items = load_items(path)
     return build_dataset(
         out=out, name=f"jemhopqa-{Path(path).stem}", pipeline="import-jemhopqa", pipeline_version=IMPORT_VERSION,

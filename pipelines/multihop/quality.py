@@ -49,7 +49,7 @@ def parse_verdict(data: dict) -> dict | None:
     """The judge's parsed answer as a dict with typed fields, or None when it is unusable."""
     try:
         natural = int(data.get("natural"))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf), should one get past the schema
         return None
     if not all(isinstance(data.get(k), bool) for k in ("ambiguous", "single_answer")):
         return None

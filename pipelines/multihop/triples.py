@@ -233,13 +233,13 @@ def read_triples_file(path: str | Path) -> Iterator[dict]:
     path = Path(path)
     if not path.is_file():
         raise TriplesError(f"--triples {path}: no such file")
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:  # a sniff: a bad byte is the reader's to name
         head = f.read(1024).lstrip()
     if head.startswith("["):
         try:
-            items = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise TriplesError(f"{path}: not valid JSON ({e})") from e
+            items = json.loads(path.read_text(encoding="utf-8-sig"))
+        except (ValueError, RecursionError) as e:  # bad JSON or UTF-8, or nesting deep enough to overflow
+            raise TriplesError(f"{path}: not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
         yield from _jemhopqa_triples(items, path)
         return
     for lineno, row in iter_jsonl(path, error=TriplesError):

@@ -23,7 +23,9 @@ from pathlib import Path
 
 from tansaku.core.errors import InputError
 from tansaku.core.llm import as_client
-from tansaku.core.store import REJECTED, build_dataset, describe_input, iter_rows, read_manifest
+from tansaku.core.options import check_count, check_fraction, check_limit
+from tansaku.core.options import dataset_manifest as checked_manifest
+from tansaku.core.store import REJECTED, build_dataset, describe_input, iter_rows
 from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.trajectories.filter import correct_only_stage
 from tansaku.pipelines.trajectories.format import format_stage
@@ -61,9 +63,13 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
                        name: str | None = None) -> dict:
     """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring)."""
 
-    if n < 1:
-        raise InputError(f"n (tries per question) must be >= 1, got {n}")
-    dataset_manifest = read_manifest(dataset)
+    # Checked before the teacher stage: a bad --ratio used to fail only after every rollout was paid for.
+    check_count("--n", n)
+    check_limit(limit)
+    check_fraction("--ratio", ratio, 0, None)
+    check_fraction("temperature", temperature, 0, None)
+    check_count("max_tokens", max_tokens)
+    dataset_manifest = checked_manifest(dataset, "--dataset")
     first = next(iter(question_source(dataset, 1)()), None)
     if first is None:
         raise InputError(f"{dataset} has no questions in its train split")

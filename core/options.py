@@ -1,0 +1,102 @@
+"""Option checks every build runs before any work starts.
+
+A bad option must fail in the first second with one line naming it, not after hours of work (an egov
+``--limit -1`` used to fail only once articles and index were built) and never silently (``limit=-1`` once
+meant ``[:-1]``, dropping the last chain). Each ``build_*`` calls these at its top, so programmatic callers get
+the same refusal as the CLI; every check raises ``InputError`` (CLI: one line, exit 2).
+
+>>> check_limit(None), check_limit(3)
+(None, 3)
+>>> check_limit(-1)
+Traceback (most recent call last):
+...
+tansaku.core.errors.InputError: --limit must be a whole number >= 1, got -1
+>>> check_k_m(1, 5)
+Traceback (most recent call last):
+...
+tansaku.core.errors.InputError: --m must be within [0, --k] (solved m of k tries), got --m 5 --k 1
+>>> check_fraction("--ratio", float("nan"), 0, None)
+Traceback (most recent call last):
+...
+tansaku.core.errors.InputError: --ratio must be a finite number >= 0, got nan
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from tansaku.core import store
+from tansaku.core.errors import InputError, MissingInputError
+
+DOCUMENT_COLUMNS = ("id", "title", "text")  # what every document dataset has (docs/contracts.md)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_limit(limit, name: str = "--limit") -> int | None:
+    """``None`` (no limit) or a whole number >= 1; 0 or a negative number is refused, never sliced with."""
+    if limit is not None and (not _is_int(limit) or limit < 1):
+        raise InputError(f"{name} must be a whole number >= 1, got {limit}")
+    return limit
+
+
+def check_count(name: str, value, minimum: int = 1) -> int:
+    """A whole number >= ``minimum`` (tries, sizes, top-k)."""
+    if not _is_int(value) or value < minimum:
+        raise InputError(f"{name} must be a whole number >= {minimum}, got {value}")
+    return value
+
+
+def check_fraction(name: str, value, low: float, high: float | None, high_open: bool = False) -> float:
+    """A finite number in ``[low, high]`` (``[low, high)`` with ``high_open``; no upper bound if ``high`` is None).
+    NaN is refused explicitly: every comparison with it is False, so a range check alone lets it through."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        bound = f">= {low}" if high is None else f"within [{low}, {high}{')' if high_open else ']'}"
+        raise InputError(f"{name} must be a finite number {bound}, got {value}")
+    return float(value)
+
+
+def check_k_m(k, m) -> None:
+    """``k`` agent tries per question and ``m`` of them that must succeed: 1 <= k, 0 <= m <= k."""
+    check_count("--k", k, 1)
+    if not _is_int(m) or not 0 <= m <= k:
+        raise InputError(f"--m must be within [0, --k] (solved m of k tries), got --m {m} --k {k}")
+
+
+def require_document_dataset(path, option: str = "--corpus") -> dict:
+    """The manifest of the document dataset at ``path``; refuses a missing folder, a broken manifest and a
+    dataset of another kind (a question dataset has no ``title``/``text`` columns) before any work."""
+    path = Path(path)
+    if not path.is_dir():
+        raise MissingInputError(f"{option} {path}: no such dataset folder; build it with `synth build corpus`")
+    manifest = dataset_manifest(path, option)
+    shards = sorted((path / "data").glob("train-*.parquet"))
+    if not shards:
+        raise InputError(f"{option} {path} has no 'train' split; build it with `synth build corpus`")
+    try:
+        columns = set(pq.read_schema(shards[0]).names)
+    except (OSError, ValueError) as exc:  # ArrowInvalid (a ValueError) or OSError: a foreign file
+        raise InputError(f"{option} {shards[0]}: not a readable parquet file ({exc})") from None
+    if missing := [c for c in DOCUMENT_COLUMNS if c not in columns]:
+        raise InputError(f"{option} {path} is not a document dataset (no {', '.join(missing)} column; pipeline "
+                         f"{manifest.get('pipeline')!r}); build one with `synth build corpus`")
+    return manifest
+
+
+def dataset_manifest(path, option: str = "--dataset", required: tuple[str, ...] = ()) -> dict:
+    """``read_manifest`` that also refuses a manifest that is not a non-empty JSON object or lacks a key in
+    ``required`` (a list, ``{}`` or another tool's file used to fail later with a TypeError or KeyError)."""
+    manifest = store.read_manifest(path)  # via the module: tests stand in a failing reader there
+    missing = [k for k in required if k not in manifest] if isinstance(manifest, dict) else []
+    if not isinstance(manifest, dict) or not manifest or missing:
+        what = f"lacks {', '.join(missing)}" if missing else "is not a non-empty JSON object"
+        raise InputError(f"{option} {path}: its manifest.json {what}; rebuild the dataset")
+    return manifest
