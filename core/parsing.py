@@ -178,10 +178,16 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall], list[ParseError]]:
         if not match.group(0).endswith("</tool_call>"):
             errors.append(ParseError("unclosed", "missing </tool_call>", raw))
             continue
+        if nesting_exceeds(raw, MAX_JSON_DEPTH):  # json.loads would recurse once per level (RecursionError)
+            errors.append(ParseError("bad_json", f"nested deeper than {MAX_JSON_DEPTH} levels", raw[:200]))
+            continue
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             errors.append(ParseError("bad_json", f"{exc.msg} at char {exc.pos}", raw))
+            continue
+        except ValueError as exc:  # an integer over Python's 4300-digit limit
+            errors.append(ParseError("bad_json", str(exc).split(";")[0], raw[:200]))
             continue
         parsed = coerce_tool_call(obj, raw, in_text=True)
         (calls if isinstance(parsed, ToolCall) else errors).append(parsed)
@@ -208,7 +214,11 @@ def final_answers(content: str) -> list[str]:
     >>> final_answers("答えなし")
     []
     """
-    return [m.strip() for m in _FINAL_ANSWER.findall(content)]
+    # Alone, the lazy regex is quadratic on a brace storm: at every ``{{`` with no ``}}`` after it, it scans
+    # to the end. Cut at the last ``}}`` first: every ``{{`` before the cut has a ``}}`` after it, so each
+    # search stops at its own span and the pass is linear (and finds exactly the same spans).
+    last = content.rfind("}}")
+    return [] if last < 0 else [m.strip() for m in _FINAL_ANSWER.findall(content, 0, last + 2)]
 
 
 def is_tool_error(tool_result: str) -> bool:

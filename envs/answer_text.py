@@ -20,9 +20,8 @@ from __future__ import annotations
 import json
 import re
 
+from tansaku.core.parsing import final_answers
 from tansaku.envs.normalize import normalize_answer
-
-_CLOSE = "}}"
 
 
 def message_text(content) -> str:
@@ -36,20 +35,10 @@ def message_text(content) -> str:
     return ""
 
 
-_BRACED = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
-
 
 def braced_answers(content: str) -> list[str]:
-    """Every ``{{…}}`` span in order, stripped: leftmost ``{{``, then the nearest ``}}`` after it.
-
-    Alone, the lazy regex is quadratic on a brace storm: at every ``{{`` with no ``}}`` after it, it scans to
-    the end of the text. Cut at the last ``}}`` first: every ``{{`` before the cut has a ``}}`` after it, so
-    each search stops at its own span and the whole pass is linear (and finds exactly the same spans).
-    """
-    last = content.rfind(_CLOSE)
-    if last < 0:
-        return []
-    return [m.strip() for m in _BRACED.findall(content, 0, last + len(_CLOSE))]
+    """Every ``{{…}}`` span in order, stripped (``tansaku.core.parsing.final_answers``: linear time)."""
+    return final_answers(content)
 
 
 def _plain(value):

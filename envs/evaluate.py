@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.llm import as_client
+from tansaku.core.options import check_count, check_limit
 from tansaku.core.store import read_records
 from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.retention import TASK as GENERAL_TASK
@@ -140,6 +141,8 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
         pass_threshold: correctness reward value that counts as a pass (default: the task's ``pass_threshold``).
     """
 
+    check_limit(limit)
+    check_count("--k", k)
     if task == GENERAL_TASK:  # retention: likelihood of reference chat answers, no environment (envs/retention.py)
         report = {**general_report(model, load_rows(dataset, split, limit)), "dataset": str(dataset), "split": split}
         if out_dir is not None:

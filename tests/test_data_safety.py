@@ -173,6 +173,17 @@ def test_out_that_cannot_be_created_is_bad_input(tmp_path):
     assert (tmp_path / "f").read_bytes() == b"keep"
 
 
+def test_egov_refuses_a_foreign_out_before_writing_its_articles_and_index(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep", encoding="utf-8")
+    before = snapshot(out)
+    result = CliRunner().invoke(synth_app, ["build", "egov", "--laws", str(ROOT / "examples" / "laws"),
+                                            "--out", str(out), "--limit", "2", "-q"])
+    refused(result, "no tansaku build made it", "notes.txt")
+    assert snapshot(out) == before  # no out/articles, no out/index left behind
+
+
 def test_out_may_hold_nested_tansaku_outputs_and_its_own_build(corpus, tmp_path):
     """The egov build keeps its articles dataset and index inside its dataset folder."""
     out = tmp_path / "out"

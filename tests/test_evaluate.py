@@ -180,3 +180,11 @@ def test_sample_dump_and_distributions(index_dir, tmp_path):
     text = dump_samples(trajectories, tmp_path / "samples.md", n=2).read_text(encoding="utf-8")
     assert "⚠ Chinese" in text and "**call**" in text and "zh_mix_penalty" in text
     assert zero_variance_share([[1.0, 1.0], [0.0, 1.0]]) == 0.5
+
+
+@pytest.mark.parametrize("options", [{"limit": -1}, {"limit": 0}, {"k": 0}])
+def test_eval_options_are_checked_before_any_work(options):
+    from tansaku.core.errors import InputError
+
+    with pytest.raises(InputError, match="must be a whole number >= 1"):
+        run_eval("multihop_qa", "no-such-dataset", None, None, **options)

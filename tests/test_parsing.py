@@ -105,3 +105,14 @@ def test_to_hf_and_to_wire_are_the_one_conversion():
         to_hf([{"role": "assistant", "tool_calls": [{"function": {"name": "search", "arguments": "{broken"}}]}])
     with pytest.raises(ValueError, match="without a function name"):
         to_wire([{"role": "assistant", "tool_calls": [{"function": {}}]}])
+
+
+def test_hostile_tool_call_json_is_a_parse_error_not_a_crash():
+    from tansaku.core.parsing import parse_tool_calls
+
+    for raw in ("[" * 100_000, '{"name": "search", "arguments": {"n": ' + "9" * 5000 + "}}"):
+        rest, calls, errors = parse_tool_calls(f"<tool_call>{raw}</tool_call>")
+        assert calls == [] and [e.kind for e in errors] == ["bad_json"]
+    # a brace storm after the answer: the same spans as the lazy regex, found in one linear pass
+    assert final_answers("答え{{a}}" + "{{" * 100_000) == ["a"]
+    assert final_answers("{{" * 100_000) == []

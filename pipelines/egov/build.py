@@ -32,6 +32,7 @@ from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
 from tansaku.core.llm import as_client, raise_if_all_unusable
 from tansaku.core.options import check_count, check_fraction, check_limit
+from tansaku.core.ownership import refuse_foreign
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import build_index, open_index
 from tansaku.envs.tasks import TASKS, gold_failures
@@ -192,7 +193,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
         raise MissingInputError(f"--laws {', '.join(missing)}: no such file or folder")
     if not any(isinstance(s, str) for s in list_law_sources(laws)):  # names only: cheap
         raise InputError(f"--laws {', '.join(map(str, laws))}: no law XML files (*.xml, or *.xml inside a zip)")
-    out = Path(out)
+    out = refuse_foreign(out, "--out")  # before out/articles and out/index are written into it
     articles_dir = out / "articles"
     art_manifest = build_articles(laws, articles_dir, seed=seed, quiet=quiet)
     client = as_client(llm)
