@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tansaku.core.errors import InputError
 from tansaku.envs.search import QueryError
 from tansaku.envs.search.dsl import Fields, parse_request
 from tansaku.envs.search.opensearch_backend import (
@@ -129,3 +130,49 @@ def test_live_cluster_contract():
             SearchEnvironment(b).search('{"regexp": {"text": "."}}')
     finally:
         client.indices.delete(index=name, ignore=[404])
+
+
+class FakeIndices:
+    """An in-memory cluster's ``indices`` API: what exists, with which mapping; records deletions."""
+
+    def __init__(self, existing: dict):
+        self.existing, self.deleted, self.created = existing, [], []
+
+    def exists(self, index):
+        return index in self.existing
+
+    def get_mapping(self, index):
+        return {index: {"mappings": self.existing[index]}}
+
+    def delete(self, index):
+        self.deleted.append(index)
+        del self.existing[index]
+
+    def create(self, index, body):
+        self.created.append(index)
+        self.existing[index] = body["mappings"]
+
+    def refresh(self, index):
+        pass
+
+
+class FakeCluster:
+    def __init__(self, existing: dict):
+        self.indices = FakeIndices(existing)
+
+
+def test_rebuild_replaces_only_an_index_tansaku_built(monkeypatch):
+    from opensearchpy import helpers
+
+    monkeypatch.setattr(helpers, "streaming_bulk", lambda client, actions, **kw: ((True, a) for a in actions))
+    foreign = FakeCluster({"logs": {"properties": {"msg": {"type": "text"}}}})
+    with pytest.raises(InputError, match="tansaku did not build it"):
+        build_opensearch(fixture.fixture_rows(), "logs", client=foreign, analyzer="kuromoji", overwrite=True)
+    assert foreign.indices.deleted == [] and "logs" in foreign.indices.existing
+    with pytest.raises(InputError, match="pass overwrite=True"):
+        build_opensearch(fixture.fixture_rows(), "logs", client=foreign, analyzer="kuromoji", overwrite=False)
+    ours = FakeCluster({})
+    first = build_opensearch(fixture.fixture_rows(), "wiki", client=ours, analyzer="kuromoji")
+    assert first["chunks"] > 0 and ours.indices.existing["wiki"]["_meta"] == {"tansaku": {"analyzer": "kuromoji"}}
+    build_opensearch(fixture.fixture_rows(), "wiki", client=ours, analyzer="kuromoji", overwrite=True)
+    assert ours.indices.deleted == ["wiki"] and ours.indices.created == ["wiki", "wiki"]

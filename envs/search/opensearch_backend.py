@@ -25,6 +25,8 @@ from .base import Hit, SearchResult, make_snippet
 from .documents import iter_chunks
 from .dsl import Fields, Limits, QueryError, highlight_texts, parse_request
 
+TANSAKU_META = "tansaku"  # key under the mapping's _meta that marks an index tansaku built
+
 JA_ANALYSIS = {
     "kuromoji": {"analyzer": {"ja": {
         "type": "custom", "tokenizer": "kuromoji_tokenizer",
@@ -68,8 +70,15 @@ def index_body(keyword_fields: Iterable[str] = (), analyzer: str = "kuromoji", s
     }
     for f in keyword_fields:
         props.setdefault(f, {"type": "keyword"})
+    # _meta marks the index as tansaku's: a rebuild replaces only an index that carries it.
     return {"settings": {"number_of_shards": shards, "analysis": JA_ANALYSIS[analyzer]},
-            "mappings": {"dynamic": "strict", "properties": props}}
+            "mappings": {"dynamic": "strict", "_meta": {TANSAKU_META: {"analyzer": analyzer}}, "properties": props}}
+
+
+def made_by_tansaku(client, index: str) -> bool:
+    """Whether the existing ``index`` carries tansaku's ``_meta`` mark (so a rebuild may replace it)."""
+    mappings = client.indices.get_mapping(index=index)
+    return any(TANSAKU_META in ((entry.get("mappings") or {}).get("_meta") or {}) for entry in mappings.values())
 
 
 def bulk_actions(rows: Iterable[dict], index: str, keyword_fields: Iterable[str] = (),
@@ -112,7 +121,10 @@ def build_opensearch(rows: Iterable[dict], index: str, keyword_fields: Iterable[
         analyzer = "sudachi" if "analysis-sudachi" in plugins else "kuromoji"
     if client.indices.exists(index=index):
         if not overwrite:
-            raise FileExistsError(f"OpenSearch index {index!r} exists; pass overwrite=True to replace it")
+            raise InputError(f"OpenSearch index {index!r} exists; pass overwrite=True to replace it")
+        if not made_by_tansaku(client, index):  # someone else's index (or an alias to it): never delete it
+            raise InputError(f"OpenSearch index {index!r} exists and tansaku did not build it (no _meta."
+                             f"{TANSAKU_META} in its mapping); choose another --index name")
         client.indices.delete(index=index)
     client.indices.create(index=index, body=index_body(keyword_fields, analyzer))
     t0, ok, errors = time.perf_counter(), 0, []
