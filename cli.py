@@ -1,13 +1,13 @@
-"""tansaku's command line: ``synth`` builds data and indexes, ``train`` trains and evaluates (``--help``; the
-README's CLI reference lists every command). Each command parses options and calls one toolkit function. Bad input (missing file, bad query, dataset
-from another run: a ``TansakuError``) ends in one line on stderr, exit 2; a bug keeps its traceback, exit 1.
+"""tansaku's command line: ``synth`` builds data and indexes (here), ``train`` trains and evaluates
+(``tansaku.trainer.cli``, re-exported here for the console scripts); ``--help``, and the README's CLI reference
+lists every command. Each command parses options and calls one toolkit function. Bad input (missing file, bad
+query, dataset from another run: a ``TansakuError``) ends in one line on stderr, exit 2; a bug keeps its
+traceback, exit 1 (``tansaku.core.cli_common.friendly``).
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -16,13 +16,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tansaku import __version__
-from tansaku.core.errors import TansakuError, user_error_line
+from tansaku.core.cli_common import Version, friendly
+from tansaku.trainer.cli import train_app  # noqa: F401 - console script `train` = tansaku.cli:train_app
 
 synth_app = typer.Typer(help="Synthesize datasets, build search indexes, query them, publish datasets.",
                         no_args_is_help=True, pretty_exceptions_enable=False)
-train_app = typer.Typer(help="Train (SFT, GRPO/GSPO), evaluate and merge models.", no_args_is_help=True,
-                        pretty_exceptions_enable=False)
 build_app = typer.Typer(help="Build a versioned dataset (parquet + manifest + data card) into --out.",
                         no_args_is_help=True)
 index_app = typer.Typer(help="Search indexes over document datasets.", no_args_is_help=True)
@@ -30,23 +28,9 @@ model_app = typer.Typer(help="Models used by tests and the demo.", no_args_is_he
 import_app = typer.Typer(help="Import public datasets into the store.", no_args_is_help=True)
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"tansaku {__version__}")
-        raise typer.Exit()
-
-
-Version = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print tansaku's version.")]
-
-
 @synth_app.callback()
 def _synth(version: Version = False) -> None:
     """Synthesize datasets, build search indexes, query them, publish datasets."""
-
-
-@train_app.callback()
-def _train(version: Version = False) -> None:
-    """Train (SFT, GRPO/GSPO), evaluate and merge models."""
 
 
 synth_app.add_typer(build_app, name="build")
@@ -66,25 +50,6 @@ LLM = Annotated[str | None, typer.Option("--llm", help="LLM spec: http:MODEL@URL
 def _rejected(keep_rejected: bool | None) -> dict:
     """The pipeline's own default unless the option was given."""
     return {} if keep_rejected is None else {"keep_rejected": keep_rejected}
-
-
-def friendly(fn):
-    """Bad input (``TansakuError``, OS error on a user's path, refused connection) → one line, exit 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - re-raised unless it is bad input
-            given = [x for v in (*args, *kwargs.values()) for x in (v if isinstance(v, list) else [v])]
-            ours = isinstance(e, TansakuError)
-            text = (str(e).strip() or type(e).__name__) if ours else user_error_line(e, given)
-            if text is None or os.environ.get("TANSAKU_DEBUG") == "1":
-                raise
-            typer.echo(f"error: {text if ours and e.multiline else text.splitlines()[0]}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper
 
 
 def _print_manifest(manifest: dict, out: Path) -> None:
@@ -304,88 +269,6 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder written by
     typer.echo(json.dumps({k: manifest[k] for k in ("name", "version", "pipeline", "splits", "parents")},
                           ensure_ascii=False))
     _print_manifest(manifest, dataset)
-
-
-# ---------------------------------------------------------------- train
-
-Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a recipe key: key=value (repeatable).")]
-Recipe = Annotated[Path, typer.Option("--config", "-c", help="YAML recipe (see trainer/recipes/).")]
-
-
-@train_app.command("sft")
-@friendly
-def train_sft(config: Recipe, set: Sets = None):
-    """Supervised fine-tuning with TRL (tool results, system and user text get no loss)."""
-    from tansaku.trainer.sft import run_sft
-
-    typer.echo(json.dumps(run_sft(config, set or []), ensure_ascii=False, default=str))
-
-
-@train_app.command("rl")
-@friendly
-def train_rl(
-    config: Recipe,
-    set: Sets = None,
-    skip_readiness: Annotated[bool, typer.Option("--skip-readiness", help="Start even when the pre-flight check says the task is not learnable yet.")] = False,
-):
-    """GRPO / GSPO with TRL over the tansaku search environments."""
-    from tansaku.trainer.rl import run_rl
-
-    typer.echo(json.dumps(run_rl(config, set or [], skip_readiness=skip_readiness), ensure_ascii=False, default=str))
-
-
-@train_app.command("eval")
-@friendly
-def train_eval(
-    task: Annotated[str, typer.Option("--task", help="multihop_qa | egov_mcq | deepresearch | general (retention)")],
-    dataset: Annotated[Path, typer.Option("--dataset", help="Dataset folder or JSONL of rows.")],
-    model: Annotated[str, typer.Option("--model", help="LLM spec, or a model folder (= transformers:FOLDER).")],
-    index: Annotated[str | None, typer.Option("--index", help="Search index the agent uses (not for general).")] = None,
-    split: Annotated[str, typer.Option("--split", help="Dataset split to evaluate: the held-out 'test' by default.")] = "test",
-    k: Annotated[int, typer.Option("--k", min=1, help="Samples per question (pass@k).")] = 4,
-    limit: Limit = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Folder for report.json and trajectories.jsonl.")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 1024,
-    judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
-    seed: Seed = 0,
-):
-    """Run a model with the task's environment: pass@1, pass@k, tool calls, parse failures, each reward."""
-    from tansaku.envs.evaluate import run_eval
-
-    if Path(model).is_dir():
-        model = f"transformers:{model}"
-    report = run_eval(task, dataset, model, index, split=split, k=k, limit=limit, out_dir=out,
-                      max_tokens=max_tokens, seed=seed, judge=judge)
-    typer.echo(json.dumps(report, ensure_ascii=False, default=str))
-
-
-@train_app.command("compare")
-@friendly
-def train_compare(a: Annotated[Path, typer.Argument(help="Eval report A: report.json or a train eval --out folder.")],
-                  b: Annotated[Path, typer.Argument(help="Eval report B (deltas are B − A).")]):
-    """Two eval reports side by side: A, B and B − A per metric (table on stderr, JSON on stdout)."""
-    from tansaku.envs.compare import compare_reports, comparison_table, load_report
-
-    result = compare_reports(load_report(a), load_report(b), (str(a), str(b)))
-    Console(stderr=True).print(comparison_table(result))
-    typer.echo(json.dumps(result, ensure_ascii=False))
-
-
-@train_app.command("merge")
-@friendly
-def train_merge(
-    method: Annotated[str, typer.Argument(help="soup | chat-vector | lora")],
-    models: Annotated[list[str], typer.Argument(help="soup: checkpoints; chat-vector: TARGET INSTRUCT BASE; lora: ADAPTER")],
-    out: Annotated[Path, typer.Option("--out", help="Folder for the merged model.")],
-    weights: Annotated[list[float] | None, typer.Option("--weight", help="soup: one weight per model (repeat).")] = None,
-    scale: Annotated[float, typer.Option("--scale", help="chat-vector: θ + scale·(θ_instruct − θ_base).")] = 1.0,
-    base: Annotated[str | None, typer.Option("--base", help="lora: the base model the adapter was trained on.")] = None,
-    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="chat-vector: tensor names to keep from TARGET (e.g. embed_tokens).")] = None,
-):
-    """Model soup, chat vector or LoRA merge, streamed tensor by tensor over safetensors."""
-    from tansaku.trainer.merge import run_merge
-
-    typer.echo(str(run_merge(method, models, str(out), weights=weights, scale=scale, exclude=exclude, base=base)))
 
 
 def main() -> None:  # pragma: no cover - `python -m tansaku.cli synth …` / `python -m tansaku.cli train …` (accelerate launch)
