@@ -18,9 +18,13 @@ retention = exp(mean token log-prob after − before), 1.0 = unchanged. The gene
 only. Each SFT model is also evaluated on held-out multihop questions (``multihop_qa_compact``), so the table
 shows what the switch costs the agentic skill.
 
-Cost on 2 cores: two SFT runs of 12 optimizer steps over ~1.2k-token rows (≈ 7 min each alone) plus the
-general rows, the base's self-answers (~1 min), three likelihood passes (seconds) and two held-out
-evaluations. Reruns reuse what is finished (delete a folder to redo it).
+The switch run sees the same 24 agentic rows plus 24 general rows, so at 2 rows a step it takes 24 optimizer
+steps to the agentic-only run's 12: its pass@1 column is not a like-for-like measure of agentic skill (more
+steps at a constant learning rate); retention is what this bench measures.
+
+Cost on 2 cores: 48 min measured (2026-11-30, sharing the cores with another benchmark): two SFT runs over
+~1.2k-token agentic rows, the base's self-answers (~2.5 min), three likelihood passes (seconds) and two
+held-out evaluations of 24 questions. Reruns reuse what is finished (delete a folder to redo it).
 """
 
 from __future__ import annotations
@@ -159,8 +163,8 @@ def main(argv: list[str] | None = None) -> dict:
     lines = ["| model | general mean token log-prob (no system prompt) | retention vs base | "
              "held-out multihop pass@1 | tool calls / episode |", "|---|---|---|---|---|"]
     for name, r in results.items():
-        lines.append(f"| {name} | {r['mean_token_logprob']:.3f} | {r['retention']:.3f} | "
-                     f"{r.get('pass@1', float('nan')):.3f} | {r.get('tool_calls', float('nan')):.2f} |")
+        agentic = (f"{r['pass@1']:.3f} | {r['tool_calls']:.2f}" if "pass@1" in r else "– | –")  # base: not run
+        lines.append(f"| {name} | {r['mean_token_logprob']:.3f} | {r['retention']:.3f} | {agentic} |")
     table = "\n".join(lines)
     print(table)
     summary = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
