@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tansaku.core.cli_common import Version, friendly
+from tansaku.core.llm.cli_options import ApiKey, ExtraBody, NoCache
 from tansaku.trainer.cli import train_app  # noqa: F401 - console script `train` = tansaku.cli:train_app
 
 synth_app = typer.Typer(help="Synthesize datasets, build search indexes, query them, publish datasets.",
@@ -26,6 +27,7 @@ build_app = typer.Typer(help="Build a versioned dataset (parquet + manifest + da
 index_app = typer.Typer(help="Search indexes over document datasets.", no_args_is_help=True)
 model_app = typer.Typer(help="Models used by tests and the demo.", no_args_is_help=True)
 import_app = typer.Typer(help="Import public datasets into the store.", no_args_is_help=True)
+cache_app = typer.Typer(help="The LLM response cache ($TANSAKU_CACHE/llm-cache.sqlite).", no_args_is_help=True)
 
 
 @synth_app.callback()
@@ -37,14 +39,17 @@ synth_app.add_typer(build_app, name="build")
 synth_app.add_typer(index_app, name="index")
 synth_app.add_typer(model_app, name="model")
 synth_app.add_typer(import_app, name="import")
+synth_app.add_typer(cache_app, name="cache")
 
 Out = Annotated[Path, typer.Option("--out", help="Dataset folder to write (rerun with the same folder to resume).")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (also off when not on a terminal).")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress: no bars on a terminal, no log lines off it "
+                                                           "(every TANSAKU_LOG_EVERY s, default 10).")]
 Limit = Annotated[int | None, typer.Option("--limit", help="Stop after N items (smoke runs).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for every random draw in the build.")]
 KeepRejected = Annotated[bool | None, typer.Option("--keep-rejected/--no-keep-rejected", help="Also write every dropped record (stage, reason, record) as the 'rejected' split (default: per pipeline).")]
 HeldoutShare = Annotated[float, typer.Option("--heldout-share", help="Share of questions held out as the 'test' split (train on 'train', eval on 'test'; 0: none).")]
 LLM = Annotated[str | None, typer.Option("--llm", help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
+License = Annotated[str | None, typer.Option("--license", help="Hub license id for the card (default: the input's license).")]
 
 
 def _rejected(keep_rejected: bool | None) -> dict:
@@ -98,17 +103,19 @@ def build_egov(
     out: Out,
     llm: LLM = None,
     index: Annotated[Path | None, typer.Option("--index", help="Search index for the retrieval-rank signal.")] = None,
+    no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     limit: Limit = None,
     seed: Seed = 0,
     heldout_share: HeldoutShare = 0.2,
     keep_rejected: KeepRejected = None,
+    license: License = None,
     quiet: Quiet = False,
 ):
     """e-Gov law XML → article records + 4-choice questions (no law names, no article numbers)."""
     from tansaku.pipelines.egov.build import build_egov as run
 
     manifest = run(laws, out, llm=llm, index=index, limit=limit, seed=seed, quiet=quiet, heldout_share=heldout_share,
-                   **_rejected(keep_rejected))
+                   license=license, **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -123,18 +130,24 @@ def build_multihop(
     policy: Annotated[str | None, typer.Option("--policy", help="LLM spec of the agent that must solve each question.")] = None,
     k: Annotated[int, typer.Option("--k", help="Agent tries per question.")] = 4,
     m: Annotated[int, typer.Option("--m", help="Keep questions solved at least m of k times.")] = 1,
+    no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     until: Annotated[str | None, typer.Option("--until", help="Stop after this stage and write the records.")] = None,
     limit: Limit = None,
     seed: Seed = 0,
     heldout_share: HeldoutShare = 0.2,
     keep_rejected: KeepRejected = None,
+    max_per_subject: Annotated[int, typer.Option("--max-per-subject", help="Chains kept per subject entity (0 = no cap).")] = 3,
+    max_per_bridge: Annotated[int, typer.Option("--max-per-bridge", help="Chains kept per bridge entity (0 = no cap).")] = 10,
+    license: License = None,
     quiet: Quiet = False,
 ):
     """Wikipedia triples → 2-hop chains → questions → quality loop → solvability filter."""
     from tansaku.pipelines.multihop.build import build_multihop as run
+    from tansaku.pipelines.multihop.chains import Caps
 
     manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k, m=m,
                    until=until, limit=limit, seed=seed, quiet=quiet, heldout_share=heldout_share,
+                   caps=Caps.from_options(max_per_subject, max_per_bridge), license=license,
                    **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
@@ -150,6 +163,7 @@ def build_trajectories(
     general: Annotated[Path | None, typer.Option("--general", help="General chat set (JSONL/parquet/store folder with messages).")] = None,
     ratio: Annotated[float, typer.Option("--ratio", help="General rows per agentic row.")] = 0.5,
     n: Annotated[int, typer.Option("--n", help="Teacher tries per question.")] = 4,
+    no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     limit: Limit = None,
     seed: Seed = 0,
     quiet: Quiet = False,
@@ -170,17 +184,19 @@ def build_deepresearch(
     out: Out,
     llm: Annotated[str, typer.Option("--llm", help="LLM spec (http:…, vllm:…, transformers:…, scripted:…).")],
     clarify_share: Annotated[float, typer.Option("--clarify-share", help="Share of instructions with clarifying Q/A.")] = 0.5,
+    no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     limit: Limit = None,
     seed: Seed = 0,
     heldout_share: HeldoutShare = 0.2,
     keep_rejected: KeepRejected = None,
+    license: License = None,
     quiet: Quiet = False,
 ):
     """Multi-article report instructions, confirmed by search, with a rubric each and clarifying Q/A."""
     from tansaku.pipelines.deepresearch.build import build_deepresearch as run
 
     manifest = run(corpus, index, out, llm, clarify_share=clarify_share, limit=limit, seed=seed, quiet=quiet,
-                   heldout_share=heldout_share, **_rejected(keep_rejected))
+                   heldout_share=heldout_share, license=license, **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -191,12 +207,13 @@ def import_jemhopqa(
     out: Out,
     seed: Seed = 0,
     heldout_share: HeldoutShare = 0.2,
+    license: License = None,
     quiet: Quiet = False,
 ):
-    """JEMHopQA JSON → a multihop_qa dataset ('train' and a held-out 'test' split)."""
+    """JEMHopQA JSON → a multihop_qa dataset ('train' + held-out 'test'; the dev file: 'validation')."""
     from tansaku.pipelines.multihop.jemhopqa import import_jemhopqa as run
 
-    manifest = run(path, out, quiet=quiet, heldout_share=heldout_share, seed=seed)
+    manifest = run(path, out, quiet=quiet, heldout_share=heldout_share, seed=seed, license=license)
     _print_manifest(manifest, out)
 
 
@@ -237,6 +254,7 @@ def demo(
     out: Annotated[Path, typer.Option("--out", help="Folder for every artifact (rerun to resume).")] = Path("runs/demo"),
     llm: LLM = None,
     small: Annotated[bool, typer.Option("--small", help="Reduced sizes (what CI runs).")] = False,
+    no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     quiet: Quiet = False,
 ):
     """The whole system end to end on the embedded default: data → index → SFT set → SFT → GSPO → eval."""
@@ -251,12 +269,18 @@ def demo(
 def push(
     dataset: Annotated[Path, typer.Argument(help="Dataset folder written by synth build.")],
     repo_id: Annotated[str, typer.Option("--repo-id", help="Hub repo, e.g. org/name.")],
-    private: Annotated[bool, typer.Option("--private/--public")] = False,
+    private: Annotated[bool | None, typer.Option("--private/--public", help="Who can see the repo (required).",
+                                                 show_default=False)] = None,
+    include_index: Annotated[bool, typer.Option("--include-index", help="Also upload the search index folder.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the files that would upload; no network.")] = False,
 ):
-    """Check a dataset folder loads and its card parses, then upload it to the HF Hub."""
-    from tansaku.core.store import push_to_hub
+    """Check a dataset folder loads and its card passes the Hub's metadata rules, then upload it to the HF Hub."""
+    from tansaku.core.hub import push_to_hub, upload_plan
 
-    typer.echo(push_to_hub(dataset, repo_id, private=private))
+    if dry_run:
+        typer.echo("\n".join(upload_plan(dataset, include_index=include_index)))
+        return
+    typer.echo(push_to_hub(dataset, repo_id, private=private, include_index=include_index))
 
 
 @synth_app.command("info")
@@ -269,6 +293,32 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder written by
     typer.echo(json.dumps({k: manifest[k] for k in ("name", "version", "pipeline", "splits", "parents")},
                           ensure_ascii=False))
     _print_manifest(manifest, dataset)
+
+
+@cache_app.command("info")
+@friendly
+def show_cache_info(path: Annotated[Path | None, typer.Option("--path", help="Cache file (default $TANSAKU_CACHE/llm-cache.sqlite).")] = None):
+    """Print the LLM cache's path, entries and size (JSON)."""
+    from tansaku.core.llm.cache import cache_info
+
+    typer.echo(json.dumps(cache_info(path), ensure_ascii=False))
+
+
+@cache_app.command("clear")
+@friendly
+def clear_cache_file(
+    path: Annotated[Path | None, typer.Option("--path", help="Cache file (default $TANSAKU_CACHE/llm-cache.sqlite).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm: delete every cached answer in that file.")] = False,
+):
+    """Empty the tansaku LLM cache file (only a file tansaku made; nothing else is touched)."""
+    from tansaku.core.errors import InputError
+    from tansaku.core.llm.cache import cache_info, clear_cache
+
+    if not yes:
+        found = cache_info(path)
+        raise InputError(f"cache clear would delete {found['entries']} entries from {found['path']}: "
+                         "add --yes to confirm")
+    typer.echo(json.dumps(clear_cache(path), ensure_ascii=False))
 
 
 def main() -> None:  # pragma: no cover - `python -m tansaku.cli synth …` / `python -m tansaku.cli train …` (accelerate launch)

@@ -215,10 +215,11 @@ class StageStats:
 
 
 def instrumented(stage: Stage, upstream: Iterable[Record], stats: StageStats,
-                  reject: RejectSink | None = None) -> Iterator[Record]:
+                  reject: RejectSink | None = None, tick: Callable[[], None] | None = None) -> Iterator[Record]:
     """Run ``stage`` over ``upstream`` counting records in, kept and dropped by reason, and the seconds
     spent inside the stage itself (time spent pulling from upstream stages is subtracted). Drops go to
-    ``reject`` too when rejected records are kept."""
+    ``reject`` too when rejected records are kept. ``tick()`` is called after each record received
+    (progress reporting; it must be cheap)."""
     upstream_seconds = 0.0
 
     def pull() -> Iterator[Record]:
@@ -233,6 +234,8 @@ def instrumented(stage: Stage, upstream: Iterable[Record], stats: StageStats,
                 return
             upstream_seconds += time.perf_counter() - t
             stats.received += 1
+            if tick is not None:
+                tick()
             yield record
 
     out = iter(stage.fn(pull()))

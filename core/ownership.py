@@ -120,11 +120,12 @@ def foreign_entries(folder: Path, kind: str) -> list[str]:
 
 def refuse_foreign(folder: str | Path, option: str) -> Path:
     """Early check for a build that writes sub-builds (egov: ``out/articles``, ``out/index``) before its own
-    dataset: refuse ``folder`` unless it is missing, empty, or a dataset folder tansaku made (whose recipe
-    the store checks later), so a refused run leaves nothing behind in someone else's folder."""
+    dataset: refuse ``folder`` unless it is missing, empty, or a dataset folder tansaku made, finished or
+    interrupted (the store checks its recipe later), so a refused run leaves nothing in someone else's folder."""
     folder = require_named(folder, option)
     refuse_other_kind(folder, option, "dataset")
-    if not is_dataset(folder) and (foreign := foreign_entries(folder, "dataset")):
+    ours = is_dataset(folder) or work_recipe(folder) is not None  # finished, or interrupted (resumes)
+    if not ours and (foreign := foreign_entries(folder, "dataset")):
         raise InputError(f"{option} {folder} is not empty and no tansaku build made it (it holds "
                          f"{describe(foreign)}); choose a new or empty folder for {option}")
     return folder

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -26,6 +26,9 @@ from typing import Any
 
 from tansaku.core.engine import Drop, Record, Stage, StageStats, chain_stages, instrumented
 from tansaku.core.jsonl import iter_jsonl
+
+# progress(stats, total, final): a stage's running counts (see ``run_pipeline``)
+Progress = Callable[[StageStats, int | None, bool], None]
 
 
 class _Rejects:
@@ -118,14 +121,16 @@ def run_pipeline(
     work_dir: str | Path,
     *,
     chunk_size: int = 1000,
-    progress: Callable[[str, int], None] | None = None,
+    progress: Progress | None = None,
     keep_rejected: bool = False,
 ) -> PipelineResult:
     """Run ``stages`` over ``source``, checkpointing into ``work_dir`` (see the module docstring).
 
     ``source`` must yield the same records in the same order on every run (files, datasets). It may be
     a zero-argument callable so it is only opened when something must actually be computed.
-    ``progress(stage_name, n_records)`` is called after each committed chunk. ``keep_rejected``: also
+    ``progress(stats, total, final)`` gets each stage's running counts (``tansaku.core.progress.BuildProgress``
+    shows them) when its segment starts, after each committed chunk and, for a global stage, after each
+    record it reads; ``total`` is what the stage will receive when known. ``keep_rejected``: also
     write every dropped record (``result.rejected()``); a work dir must be resumed with the same setting.
     """
     names = [s.name for s in stages]
@@ -140,6 +145,8 @@ def run_pipeline(
     files: list[Path] = []
     rejected: list[Path] = []
 
+    # Records the next segment receives: known for a sized source, then the previous segment's output.
+    total: int | None = len(source) if isinstance(source, Sized) else None
     for k, segment in enumerate(_segments(stages)):
         seg_dir = work / f"segment-{k:02d}-{segment[0].name}"
         done_marker = seg_dir / "done.json"
@@ -153,27 +160,45 @@ def run_pipeline(
             resumed += len(files)
         elif segment[0].local:
             files, seg_rejected, n_resumed = _run_local_segment(segment, inputs(), seg_dir, chunk_size,
-                                                                stats_by_name, progress, keep_rejected)
+                                                                stats_by_name, _Report(progress, total), keep_rejected)
             rejected += seg_rejected
             resumed += n_resumed
         else:
             files, seg_rejected = _run_global_segment(segment[0], inputs(), seg_dir, chunk_size, stats_by_name,
-                                                      progress, keep_rejected)
+                                                      _Report(progress, total), keep_rejected)
             rejected += seg_rejected
+        _Report(progress, total)([stats_by_name[s.name] for s in segment], final=True)
+        total = stats_by_name[segment[-1].name].kept
         inputs = _reader(list(files))
 
     return PipelineResult(files, all_stats, resumed, rejected)
+
+
+@dataclass
+class _Report:
+    """Passes a segment's stage counts to ``progress``: the first stage receives the segment's input
+    (``total``), later ones what is left of it, unknown until they finish."""
+
+    progress: Progress | None
+    total: int | None
+
+    def __call__(self, stats: list[StageStats], final: bool = False) -> None:
+        if self.progress is not None:
+            for i, st in enumerate(stats):
+                self.progress(st, self.total if i == 0 else None, final)
 
 
 def _reader(files: list[Path]) -> Callable[[], Iterator[Record]]:
     return lambda: (r for path in files for r in _read_jsonl(path))
 
 
-def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, progress, keep_rejected=False):
+def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False):
     seg_dir.mkdir(parents=True, exist_ok=True)
     files, rejected, resumed = [], [], 0
     it = iter(records)
     seg_totals = {s.name: StageStats(s.name) for s in segment}
+    running = [stats_by_name[s.name] for s in segment]
+    report(running)
     i = 0
     while True:
         chunk = list(islice(it, chunk_size))
@@ -188,17 +213,16 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, pro
         else:
             local = [StageStats(s.name) for s in segment]
             rejects = _Rejects(rejected_path) if keep_rejected else None
-            n = _write_atomic_jsonl(out_path, chain_stages(segment, chunk, local, rejects))
+            _write_atomic_jsonl(out_path, chain_stages(segment, chunk, local, rejects))
             if rejects is not None:
                 rejects.commit()
             chunk_stats = [s.as_dict() for s in local]
             # The stats file is the commit marker: written after the data (and rejected) files are in place.
             _write_atomic_json(stats_path, chunk_stats)
-            if progress:
-                progress(segment[-1].name, n)
         for s in chunk_stats:
             seg_totals[s["name"]].add(s)
             stats_by_name[s["name"]].add(s)
+        report(running)
         files.append(out_path)
         if keep_rejected and rejected_path.exists():
             rejected.append(rejected_path)
@@ -211,22 +235,23 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, pro
     return files, rejected, resumed
 
 
-def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, progress, keep_rejected=False):
+def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False):
     # Redo from scratch: a half-finished global stage cannot be resumed (its state is gone).
     tmp_dir = seg_dir.with_name(seg_dir.name + ".partial")
     shutil.rmtree(tmp_dir, ignore_errors=True)
     tmp_dir.mkdir(parents=True)
     st = StageStats(stage.name)
     rejects = _Rejects(tmp_dir / "rejected.jsonl") if keep_rejected else None
-    out = instrumented(stage, records, st, rejects)
+    report([st])
+    # Reported per record read too: a global stage may read everything before it yields its first record.
+    out = instrumented(stage, records, st, rejects, tick=lambda: report([st]))
     names = []
     i = 0
     while chunk := list(islice(out, chunk_size)):
         name = f"chunk-{i:06d}.jsonl"
         _write_atomic_jsonl(tmp_dir / name, chunk)
         names.append(name)
-        if progress:
-            progress(stage.name, len(chunk))
+        report([st])
         i += 1
     rejected = [rejects.commit().name] if rejects is not None else []
     _write_atomic_json(tmp_dir / "done.json", {"files": names, "stats": [st.as_dict()], "rejected": rejected})

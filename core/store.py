@@ -47,9 +47,10 @@ import tansaku
 from tansaku.core import ownership
 from tansaku.core.engine import Record, Stage
 from tansaku.core.errors import MissingInputError, TansakuError
+from tansaku.core.features import declare
 from tansaku.core.heldout import HeldOut
 from tansaku.core.jsonl import iter_jsonl
-from tansaku.core.progress import progress_bar
+from tansaku.core.progress import BuildProgress
 from tansaku.core.recipe import (
     build_recipe,
     canonical_json,
@@ -58,7 +59,7 @@ from tansaku.core.recipe import (
     recipe_of_manifest,
 )
 from tansaku.core.runner import PipelineResult, run_pipeline
-from tansaku.data_cards import render_card
+from tansaku.data_cards import nested_datasets, render_card
 
 ROWS_PER_SHARD = 100_000
 MANIFEST = "manifest.json"
@@ -129,12 +130,13 @@ def _shard_names(split: str, n: int) -> list[str]:
 
 def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterable[Record]]],
                rows_per_shard: int = ROWS_PER_SHARD, fixed_schemas: dict[str, pa.Schema] | None = None,
-               ) -> tuple[str, dict[str, int]]:
+               column_types: dict[str, pa.DataType] | None = None) -> tuple[str, dict[str, int]]:
     """Write each split as parquet shards under ``out_dir/data``; return (content version, row counts).
 
     ``rows_by_split`` maps split names to zero-argument callables that stream the rows: they are read
     twice (schema + hash, then writing) so memory stays bounded by one shard. ``fixed_schemas``: a schema
-    per split that is not inferred from the rows (the rejected split's, even when empty).
+    per split that is not inferred from the rows (the rejected split's, even when empty); ``column_types``:
+    declared types over the inferred ones (``tansaku.core.features.declare``).
     """
     fixed = fixed_schemas or {}
 
@@ -159,8 +161,8 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
         if batch:
             schemas.append(pa.Table.from_pylist(batch).schema)
         counts[split] = n
-        schema = fixed.get(split) or (pa.unify_schemas(schemas, promote_options="permissive") if schemas
-                                      else pa.schema([]))
+        schema = fixed.get(split) or declare(pa.unify_schemas(schemas, promote_options="permissive") if schemas
+                                             else pa.schema([]), column_types)
         n_shards = max(1, -(-n // rows_per_shard))
         names = iter(_shard_names(split, n_shards))
         rows = iter(rows_by_split[split]())
@@ -228,6 +230,7 @@ def build_dataset(
     keep_rejected: bool = False,
     summarize: Callable[[dict], dict] | None = None,
     heldout: HeldOut | None = None,
+    column_types: dict[str, pa.DataType] | None = None,
 ) -> dict:
     """Run ``stages`` over ``source`` into the dataset folder ``out`` and return its manifest.
 
@@ -236,12 +239,14 @@ def build_dataset(
     ``keep_rejected``: also write every dropped record as the ``rejected`` split. ``summarize(manifest)``
     returns extra manifest keys computed from the written rows; ``card`` may be a function of the manifest.
     ``heldout``: split rows into ``train``/``test`` by ``tansaku.core.heldout`` (instead of ``split_of``).
+    ``column_types``: declared column types (``tansaku.core.features``), so no type depends on the options.
     """
     out = ownership.require_named(out, "--out")
     recipe = build_recipe(pipeline=pipeline, pipeline_version=pipeline_version, config=config, seed=seed,
                           inputs=inputs, stages=stages, llm=llm, chunk_size=chunk_size, keep_rejected=keep_rejected,
                           heldout=heldout.recipe() if heldout is not None else None)
     fp = fingerprint(recipe)
+    progress = BuildProgress(pipeline, quiet=quiet)  # a bad TANSAKU_LOG_EVERY is refused before any write
     # Checked before any write (a refused folder is left untouched), then locked to the end of the build.
     with ownership.claimed(out, "--out", lambda: _check_out(out, recipe, fp)) as finished:
         if finished is not None:
@@ -251,9 +256,9 @@ def build_dataset(
         _write_json(work / "recipe.json", recipe)  # before any checkpoint: proves whose checkpoints they are
 
         started = time.time()
-        with progress_bar(f"{pipeline}", quiet=quiet) as advance:
+        with progress:  # a bar or log lines per stage
             result: PipelineResult = run_pipeline(source, stages, work, chunk_size=chunk_size,
-                                                  progress=lambda stage, n: advance(n), keep_rejected=keep_rejected)
+                                                  progress=progress, keep_rejected=keep_rejected)
         if heldout is not None and split_of is not None:
             raise ValueError("give build_dataset either split_of or heldout, not both")
         split_of = heldout.split_of if heldout is not None else split_of or (lambda r: "train")
@@ -263,7 +268,8 @@ def build_dataset(
         rows_by_split = {s: (lambda s=s: (r for r in result.rows() if split_of(r) == s)) for s in splits}
         if keep_rejected and next(result.rejected(), None) is not None:  # no drops: no split (an empty parquet
             rows_by_split[REJECTED] = result.rejected                     # file does not load with `datasets`)
-        version, counts = write_rows(out, rows_by_split, fixed_schemas={REJECTED: REJECTED_SCHEMA})
+        version, counts = write_rows(out, rows_by_split, fixed_schemas={REJECTED: REJECTED_SCHEMA},
+                                     column_types=column_types)
         llm_info = None
         if llm is not None:
             llm_info = llm.describe() if hasattr(llm, "describe") else dict(llm)
@@ -298,7 +304,8 @@ def build_dataset(
 
         samples = [r for _, r in zip(range(3), iter_rows(out, split="train" if "train" in splits else splits[0]))]
         card_info = card(manifest) if callable(card) else card or {}
-        (out / "README.md").write_text(render_card(manifest, samples, card_info), encoding="utf-8")
+        (out / "README.md").write_text(render_card(manifest, samples, card_info, nested_datasets(out)),
+                                       encoding="utf-8")
         write_manifest(out, manifest)  # written last: its presence means the folder is complete
         shutil.rmtree(work, ignore_errors=True)
         return manifest
@@ -381,15 +388,3 @@ def validate_for_push(path: str | Path) -> dict:
         if len(ds) != n:
             raise StoreError(f"{path}: split {split} has {len(ds)} rows, manifest says {n}")
     return manifest
-
-
-def push_to_hub(path: str | Path, repo_id: str, private: bool = False, token: str | None = None) -> str:
-    """Upload a dataset folder (rows, manifest, card) to the HF Hub as a dataset repo; return its URL."""
-    from huggingface_hub import HfApi
-
-    validate_for_push(path)
-    api = HfApi(token=token)
-    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-    api.upload_folder(folder_path=str(path), repo_id=repo_id, repo_type="dataset",
-                      ignore_patterns=[".work/*", "*.partial/*"])
-    return f"https://huggingface.co/datasets/{repo_id}"

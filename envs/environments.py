@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tansaku.core.errors import InputError
 from tansaku.envs.search import open_index
 from tansaku.envs.tools import (
     N_VARIANTS,
@@ -56,17 +57,29 @@ def episode_key(row: dict) -> str:
     return str(row.get("id") or row.get("question") or row.get("instruction") or "")
 
 
+def require_prompt(row: dict) -> None:
+    """Refuse a row TRL would roll out with an empty user turn: TRL defaults a missing ``prompt`` to
+    ``[{"role": "user", "content": ""}]`` when an environment is given, and trains on it without a word."""
+    prompt = row.get("prompt")
+    users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"] \
+        if isinstance(prompt, list) else []
+    if not users or not any(isinstance(c, str) and c.strip() for c in users):
+        what = "no prompt column" if prompt is None else "a prompt without a non-empty user turn"
+        raise InputError(f"row {episode_key(row)[:60]!r} has {what}: build the dataset with this tansaku "
+                         "(synth build … writes `prompt`) or add it with TASKS[task].to_trl_rows(rows)")
+
+
 class SearchEnvironment:
     """One episode's ``search``/``open_doc`` over a shared backend: config, description variant, call budget."""
 
     def __init__(self, backend, tools_config: dict | ToolsConfig | None = None, max_tool_calls: int = 16,
-                 variant: int | None = None, seed: int = 0):
+                 variant: int | None = None, seed: int = 0, require_prompt: bool = False):
         config = tools_config if isinstance(tools_config, ToolsConfig) else ToolsConfig(**(tools_config or {}))
         fixed = variant if variant is not None else config.description_variant
         if fixed is not None and not 0 <= fixed < N_VARIANTS:
             raise ValueError(f"variant must be in 0..{N_VARIANTS - 1}, got {fixed}")
         self._backend, self._config, self._max_tool_calls = backend, config, max_tool_calls
-        self._fixed_variant, self._seed = fixed, seed
+        self._fixed_variant, self._seed, self._require_prompt = fixed, seed, require_prompt
         self._calls, self._variant = 0, None
         # Before any reset (TRL's probe instance): the fixed variant, else the draw for an empty row.
         self._bind(fixed if fixed is not None else draw_variant("", seed))
@@ -91,7 +104,10 @@ class SearchEnvironment:
             setattr(self, function.__name__, function)  # getattr(instance, name), as TRL does, finds these
 
     def reset(self, **row) -> str | None:
-        """Start an episode for one dataset row: fresh call budget, this episode's description variant."""
+        """Start an episode for one dataset row: fresh call budget, this episode's description variant.
+        With ``require_prompt`` (factories' default) a row without a non-empty user turn is refused."""
+        if self._require_prompt:
+            require_prompt(row)
         self._calls = 0
         self._bind(self._fixed_variant if self._fixed_variant is not None
                    else draw_variant(episode_key(row), self._seed))
@@ -188,26 +204,30 @@ def open_backend(index):
 @dataclass
 class EnvironmentFactory:
     """Zero-argument callable for TRL's ``environment_factory`` and ``run_rollouts``: one fresh environment
-    per call, all sharing one backend. ``variant``: fix the description variant (else drawn at ``reset``)."""
+    per call, all sharing one backend. ``variant``: fix the description variant (else drawn at ``reset``).
+    ``require_prompt``: ``reset(**row)`` refuses a row without a ``prompt`` whose user turn has text."""
 
     backend: object
     config: ToolsConfig
     max_tool_calls: int = 16
     variant: int | None = None
     seed: int = 0
+    require_prompt: bool = True
 
     def __call__(self) -> SearchEnvironment:
-        return SearchEnvironment(self.backend, self.config, self.max_tool_calls, self.variant, self.seed)
+        return SearchEnvironment(self.backend, self.config, self.max_tool_calls, self.variant, self.seed,
+                                 self.require_prompt)
 
 
-def make_environment_factory(task, index, variant: int | None = None, seed: int = 0) -> EnvironmentFactory:
+def make_environment_factory(task, index, variant: int | None = None, seed: int = 0,
+                             require_prompt: bool = True) -> EnvironmentFactory:
     """The task's environments (its ``tools_config`` and ``max_tool_calls``) over ``index``.
 
     ``index``: an index folder / OpenSearch target for ``tansaku.envs.search.open_index``, or an opened backend.
     ``seed`` changes which variant each row draws.
     """
     return EnvironmentFactory(open_backend(index), ToolsConfig(**task.tools_config), task.max_tool_calls,
-                              variant, seed)
+                              variant, seed, require_prompt)
 
 
 def task_variants(task) -> list[int]:

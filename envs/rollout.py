@@ -133,8 +133,9 @@ def run_rollouts(client, task, rows: list[dict], environment_factory, k: int = 1
     for row_index, row in enumerate(rows):
         for sample_index in range(k):
             environment = _environment_for_episode(environment_factory)
-            observation = environment.reset(**row)  # draws this episode's description variant
             prompt = task.build_prompt(row)
+            # As TRL does: the row with its prompt (the environment refuses a row without one).
+            observation = environment.reset(**{**row, "prompt": prompt})  # draws this episode's description variant
             if observation:  # TRL appends reset()'s text to the last prompt message; do the same
                 prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + observation}
             # Read after reset: the tools (and their descriptions) this episode's model is shown.

@@ -54,7 +54,8 @@ def test_cloze_build_writes_both_datasets(fixture_build):
     assert all(r["retrieval_rank"] is None or 1 <= r["retrieval_rank"] <= 20 for r in rows)
     assert sum(r["retrieval_rank"] == 1 for r in rows) >= len(rows) // 2
     stages = {s["name"]: s for s in manifest["stages"]}
-    assert list(stages) == ["generate", "leak_filter", "dedup", "retrieval", "balance", "gold_check", "leak_audit"]
+    assert list(stages) == ["generate", "leak_filter", "dedup", "retrieval", "balance", "gold_check", "leak_audit",
+                            "prompt"]
     assert stages["leak_audit"]["dropped"] == {} and stages["gold_check"]["dropped"] == {}
     assert stages["generate"]["dropped"]["deleted_article"] == 2
     # the article dataset: contract columns, funnel of skipped files by reason, indexable
@@ -120,6 +121,7 @@ def test_llm_build_with_scripted_client(tmp_path):
     check_rows(rows)
     assert rows and {r["generator"] for r in rows} == {"llm:mcq_generate_v1"}
     assert all(r["quality"] == 1.0 for r in rows)
+    assert all(r["quality_detail"]["grounded"] == 1.0 and r["prompt"][-1]["content"] for r in rows)  # typed, no JSON text
     stages = {s["name"]: s["dropped"] for s in manifest["stages"]}
     assert stages["leak_filter"] == {"leak_provision_number": 1}   # 第三条 of the farm law
     assert stages["judge"] == {"low_quality": 1}                   # 保管 (bicycle law) judged poor

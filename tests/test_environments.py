@@ -75,7 +75,7 @@ def test_task_tools_config_reaches_the_tools(index_dir):
 
     task = replace(TASKS["multihop_qa"], tools_config={"top_k": 2, "max_k": 3, "page_chars": 30})
     environment = make_environment_factory(task, index_dir)()
-    environment.reset(id="q1")
+    environment.reset(id="q1", prompt=task.build_prompt({"question": "白砂市は？"}))
     assert environment.search("白砂市").count("doc_id:") == 2  # the task's top_k is the default size
     [size] = [s["function"]["parameters"]["properties"]["size"] for s in tool_schemas(environment)
               if s["function"]["name"] == "search"]

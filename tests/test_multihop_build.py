@@ -48,7 +48,7 @@ def test_template_build_on_the_mini_wiki(built):
     manifest, rows = built
     assert rows, manifest["stages"]
     check_gold(TASKS["multihop_qa"], rows)
-    row = next(r for r in rows if r["bridge"] == "水城遥" and json.loads(r["derivations"])[1][1] == "出生地")
+    row = next(r for r in rows if r["bridge"] == "水城遥" and r["derivations"][1]["relation"] == "出生地")
     assert row["answer"] == "朝霧市" and "硝子の灯台" in row["question"] and "水城遥" not in row["question"]
     assert row["type"] == "compositional" and row["generator"] == "template" and row["pass_rate"] is None
     assert set(row) >= {"qid", "question", "answer", "derivations", "page_ids", "time_dependent", "hop_doc_ids"}
@@ -173,7 +173,7 @@ def test_jemhopqa_import(tmp_path):
     manifest = import_jemhopqa(path, tmp_path / "eval", quiet=True, heldout_share=0)
     rows = read_rows(tmp_path / "eval")
     check_gold(TASKS["multihop_qa"], rows)
-    assert [r["qid"] for r in rows] == ["q1"] and json.loads(rows[0]["derivations"])[1][2] == ["朝霧市"]
+    assert [r["qid"] for r in rows] == ["q1"] and rows[0]["derivations"][1]["objects"] == ["朝霧市"]
     assert manifest["stages"][0]["dropped"] == {"missing_question": 1}
 
 

@@ -17,6 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "trainer" / "recipes" / "rl-tiny.yaml"
 ENV_FIXTURES = ROOT / "tests" / "fixtures" / "envs"
+# rl-tiny.yaml trains on the examples/ mini-wiki; these tests search the fixture index, so they ask its questions.
+FIXTURE_DATA = f"tasks.0.data={ENV_FIXTURES / 'multihop.jsonl'}"
 COMPONENTS = ("answer_reward", "format_reward", "tool_call_reward", "zh_mix_penalty")
 
 
@@ -108,7 +110,7 @@ def test_readiness_gate_refuses_runs_without_learning_signal(tmp_path, index_dir
         right = policy == "always" or (policy == "every_other" and calls[question] % 2 == 1)
         return {"content": "{{" + (rows[question] if right else "わかりません") + "}}", "reasoning": "調べた。"}
 
-    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path / 'out'}", f"tasks.0.index={index_dir}",
+    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path / 'out'}", f"tasks.0.index={index_dir}", FIXTURE_DATA,
                                   "readiness.rows=4", "readiness.k=2"])
     client = ScriptedLLM(respond)
     if ready:
@@ -128,7 +130,7 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
     from tansaku.trainer.rl import run_rl
 
     first = tmp_path / "first"
-    common = [f"tasks.0.index={index_dir}", "max_completion_length=48", "save_steps=2", "seed=3"]
+    common = [f"tasks.0.index={index_dir}", FIXTURE_DATA, "max_completion_length=48", "save_steps=2", "seed=3"]
     result = run_rl(RECIPE, [f"output_dir={first}", "max_steps=3", *common], skip_readiness=True)
     assert result["global_step"] == 3
     assert json.loads((first / "run_report.json").read_text(encoding="utf-8"))["steps"] == 3  # trainer/report.py
@@ -164,7 +166,7 @@ def test_prompt_order_is_a_function_of_seed_and_epoch(tmp_path, index_dir, tiny_
     from tansaku.trainer.recipes import load_recipe
     from tansaku.trainer.rl import build_rl_trainer
 
-    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.index={index_dir}", "seed=3"])
+    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.index={index_dir}", FIXTURE_DATA, "seed=3"])
 
     def epoch_orders(trainer, epochs):
         loader = trainer.get_train_dataloader()

@@ -38,7 +38,7 @@ def tools(tmp_path_factory):
 
 def trajectory(tools) -> list[dict]:
     environment = tools()
-    environment.reset()
+    environment.reset(prompt=[{"role": "user", "content": "雪村製菓の創業者の出身地は？"}])
     first = environment.search("雪村製菓")
     page = environment.open_doc("f002")
     return [

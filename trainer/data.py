@@ -1,6 +1,7 @@
 """Training data: read SFT conversations from tansaku store folders or files, normalize, mix with ratios.
 
-    rows = mix_sources(recipe.data, mix_size=None, seed=42)   # list of {"messages", "tools"} rows
+    dataset = mix_dataset(recipe.data, mix_size=None, seed=42)  # datasets.Dataset of {"messages", "tools"}
+    rows = mix_sources(recipe.data, mix_size=None, seed=42)     # the same mix as plain rows
 
 A source is a tansaku dataset folder (``DIR/data/<split>-*.parquet``, read with ``tansaku.core.store``), or
 a ``.jsonl`` / ``.json`` / ``.parquet`` file. Each row needs ``messages`` (chat messages, assistant
@@ -12,10 +13,20 @@ Normalization keeps Arrow from rewriting the conversations: messages go to the w
 struct and fill the gaps with nulls). Message keys other than role, content, reasoning_content,
 tool_calls, name and tool_call_id are dropped.
 
-Mixing: each source gets ``round(mix_size × ratio / Σratio)`` rows, drawn from a seeded permutation of
-its rows and cycling through it again when it needs more rows than it has; the mix is then shuffled
-with the same seed, so the same recipe always yields the same rows in the same order. ``train sft`` passes
-``fit`` (``tansaku.trainer.length``): rows over ``max_length`` are dropped or fitted per source before mixing.
+Mixing (``mix_datasets``, with ``datasets.interleave_datasets``): each source gets
+``round(mix_size × ratio / Σratio)`` rows (at least 1), drawn from a seeded permutation of its rows and cycling
+through a fresh permutation when it needs more rows than it has; ``interleave_datasets`` then draws the
+sources in proportion to those counts (``probabilities``, ``seed``) with ``stopping_strategy=
+"all_exhausted_without_replacement"``, so every drawn row appears exactly once and the per-source counts are
+exactly today's. The mix is index-based: the sources' rows are one Arrow table and the mix is an index
+mapping over it (``Dataset.select``), never a copy of the rows; ``streaming=True`` gives an
+``IterableDataset`` that yields the mix lazily (for ``max_steps`` runs). Same seed → same rows, same order.
+
+Differences from the list-based mix of earlier versions (``mix_by_ratio``, still used for RL prompts): the
+order comes from ``interleave_datasets``' seeded source draws, not one uniform shuffle of the whole mix, so
+runs of one source are as likely as the probabilities make them; a seed gives a different (but fixed) order
+than before. ``train sft`` passes ``fit`` (``tansaku.trainer.length``): rows over ``max_length`` are dropped
+or fitted per source before mixing (that pass reads each source's rows once, whole).
 """
 
 from __future__ import annotations
@@ -113,12 +124,13 @@ def as_trained(loaded: list[tuple[DataSource, list[dict]]]) -> list[tuple[DataSo
     return out
 
 
-def mix_sources(sources: list[DataSource], mix_size: int | None = None, seed: int = 42,
-                fit: Callable[[DataSource, list[dict]], list[dict]] | None = None) -> list[dict]:
+def mix_dataset(sources: list[DataSource], mix_size: int | None = None, seed: int = 42,
+                fit: Callable[[DataSource, list[dict]], list[dict]] | None = None, streaming: bool = False):
     """Read, normalize and mix SFT sources by ratio (see the module docstring); deterministic for a seed.
 
     ``fit(source, rows)`` returns the rows to keep (``train sft``: the ``overlong`` policy), before mixing, so
-    the ratios hold among rows that are trained whole."""
+    the ratios hold among rows that are trained whole. Returns a ``datasets.Dataset`` (``IterableDataset``
+    with ``streaming=True``) with columns ``messages`` and ``tools``."""
     groups, loaded = [], load_sources(sources)
     for src, rows in (as_trained(loaded) if fit is not None else loaded):
         if fit is not None:
@@ -127,7 +139,53 @@ def mix_sources(sources: list[DataSource], mix_size: int | None = None, seed: in
                 raise RecipeError(f"data source {src.path} ({src.split}): no row fits max_length; raise max_length "
                                   "or use overlong: fit")
         groups.append((src, rows))
-    return mix_by_ratio([rows for _, rows in groups], [src.ratio for src, _ in groups], mix_size, seed)
+    # One Arrow table for all sources: every source then has the same features, which interleaving requires.
+    table = to_dataset([r for _, rows in groups for r in rows], keep_tools=True)
+    parts, start = [], 0
+    for _, rows in groups:
+        parts.append(table.select(range(start, start + len(rows))))
+        start += len(rows)
+    return mix_datasets(parts, [src.ratio for src, _ in groups], mix_size, seed, streaming)
+
+
+def mix_sources(sources: list[DataSource], mix_size: int | None = None, seed: int = 42,
+                fit: Callable[[DataSource, list[dict]], list[dict]] | None = None) -> list[dict]:
+    """``mix_dataset`` as plain rows, message keys that Arrow filled with None removed again."""
+    return [{**row, "messages": [{k: v for k, v in m.items() if v is not None} for m in row["messages"]]}
+            for row in mix_dataset(sources, mix_size, seed, fit)]
+
+
+def quotas(sizes: list[int], ratios: list[float], total: int | None = None) -> list[int]:
+    """Rows per source: ``round(total × ratio / Σratio)``, at least 1; ``total`` defaults to Σsizes.
+
+    >>> quotas([6, 4], [3, 1], 40)
+    [30, 10]
+    """
+    total = total or sum(sizes)
+    return [max(1, round(total * ratio / sum(ratios))) for ratio in ratios]
+
+
+def cycled_indices(size: int, count: int, rng: random.Random) -> list[int]:
+    """``count`` indices into ``size`` rows: seeded permutations, a fresh one per cycle (see ``_draw``)."""
+    return _draw(list(range(size)), count, rng)
+
+
+def mix_datasets(parts: list, ratios: list[float], total: int | None = None, seed: int = 42,
+                 streaming: bool = False):
+    """Mix ``datasets.Dataset`` parts (same features) by ratio with ``datasets.interleave_datasets``.
+
+    Each part is first cut or cycled to its quota (``quotas``) through an index mapping; the interleave then
+    takes every one of those rows once (``all_exhausted_without_replacement``), drawing parts with
+    probabilities proportional to their quotas."""
+    from datasets import interleave_datasets
+
+    rng = random.Random(seed)
+    counts = quotas([len(p) for p in parts], ratios, total)
+    sized = [part.select(cycled_indices(len(part), count, rng)) for part, count in zip(parts, counts)]
+    if streaming:
+        sized = [part.to_iterable_dataset() for part in sized]
+    return interleave_datasets(sized, probabilities=[c / sum(counts) for c in counts], seed=seed,
+                               stopping_strategy="all_exhausted_without_replacement")
 
 
 def mix_by_ratio(groups: list[list], ratios: list[float], total: int | None = None, seed: int = 42) -> list:

@@ -4,8 +4,16 @@
 
 Values from YAML and from ``--set key=value`` are coerced to the field's type (``1e-7`` is a float even
 though YAML 1.1 reads it as a string; ``none``/``null`` clears an optional field). Dotted keys reach into
-nested sections and list items. Unknown keys fail with the closest valid name. ``trl:`` holds any other
-TRL config key, checked against ``SFTConfig``/``GRPOConfig`` when the TRL config is built.
+nested sections and list items. Unknown keys fail with the closest valid name. Keys that are also fields of
+TRL's config (``SFTConfig`` for sft, ``GRPOConfig`` for rl: ``learning_rate``, ``bf16``, ``report_to`` …) and
+every key under ``trl:`` (any other TRL config key) are read by TRL's own ``HfArgumentParser``
+(``typed_config.coerce_trl_fields``), so they mean exactly what they mean in TRL; tansaku's additions
+(``tasks``, ``data``/``mix_size``, ``lora``, ``weights_dtype``, ``overlong``, ``prompts_per_step``, the NeMo-RL
+aliases) are coerced by ``typed_config`` on top.
+
+Data paths are relative to the working directory; one missing there but shipped with tansaku (``examples/…``,
+what the tiny recipes use) resolves to the shipped file (``shipped_path``). An RL task with ``index: auto``
+and a ``corpus`` searches ``<output_dir>/index/<task>``, which ``train rl`` builds once (``rl.ensure_indexes``).
 
 The RL recipe also accepts the NeMo-RL names used by the seed recipe (see ``NEMO_RL_KEYS``); they are
 renamed before validation, and giving both spellings with different values is an error:
@@ -23,6 +31,7 @@ renamed before validation, and giving both spellings with different values is an
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +41,13 @@ import yaml
 
 from tansaku.core.heldout import TEST as HELDOUT_SPLIT
 from tansaku.core.tiny_model import tiny_model_dir
-from tansaku.trainer.typed_config import RecipeError, apply_override, build
+from tansaku.trainer.typed_config import (
+    RecipeError,
+    apply_override,
+    build,
+    coerce_trl_fields,
+    trl_field_names,
+)
 
 NEMO_RL_KEYS = {
     "policy_kl_penalty": "beta",
@@ -48,6 +63,7 @@ ALGORITHM_DEFAULTS = {
     "grpo": {"importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": 0.28, "loss_type": "dapo"},
     "gspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4, "loss_type": "grpo"},
 }
+AUTO_INDEX = "auto"  # tasks.N.index: build <output_dir>/index/<task> from tasks.N.corpus when absent
 OVERLONG = ("drop", "fit", "error")  # what `train sft` does with rows longer than max_length
 WEIGHTS_DTYPES = ("float32", "bfloat16", "float16")
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -80,7 +96,8 @@ class RLTask:
     data: str
     ratio: float = 1.0
     split: str = "train"
-    index: str | None = None  # search index folder or OpenSearch URL
+    index: str | None = None  # search index folder or OpenSearch URL; "auto": built from `corpus` (rl.ensure_indexes)
+    corpus: str | None = None  # documents (.jsonl or dataset folder) the "auto" index is built from, once
     max_rows: int | None = None
     reward_weights: dict[str, float] = field(default_factory=dict)  # overrides of the task's weights
 
@@ -226,6 +243,8 @@ def validate(recipe) -> None:
         _check(task.ratio > 0, f"tasks.{i}.ratio: must be > 0 (got {task.ratio})")
         _check_train_split(f"tasks.{i}", task.split)
         _check(bool(task.index), f"tasks.{i}.index: the search index (folder or OpenSearch target) is required")
+        _check(task.index != AUTO_INDEX or bool(task.corpus),
+               f"tasks.{i}.index: 'auto' builds the index from the task's corpus; set tasks.{i}.corpus")
     names = [t.name for t in recipe.tasks]
     _check(len(set(names)) == len(names), f"tasks: each task name once (got {names}); merge their datasets")
     _check(recipe.gradient_accumulation_steps == 1,
@@ -269,6 +288,16 @@ def batch_plan(recipe: RLRecipe, processes: int | None = None) -> dict[str, int]
 # --------------------------------------------------------------------------- loading
 
 RECIPE_KINDS = {"sft": SFTRecipe, "rl": RLRecipe}
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `tansaku` package: the repository root, or site-packages
+TRL_CONFIG_NAMES = {"sft": "SFTConfig", "rl": "GRPOConfig"}  # the TRL config each kind's TRL keys belong to
+
+
+def trl_config_class(kind: str):
+    """TRL's config class of a recipe kind (imported here so ``trl`` loads only when a recipe does)."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import trl
+
+    return getattr(trl, TRL_CONFIG_NAMES[kind])
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None, kind: str | None = None):
@@ -296,9 +325,31 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, kind: str 
         data = _rename_nemo_keys(data)
     for assignment in overrides or []:
         apply_override(data, assignment, NEMO_RL_KEYS if kind == "rl" else None)
-    recipe = build(RECIPE_KINDS[kind], data)
+    config_cls = trl_config_class(kind)
+    shared = {f.name for f in dataclasses.fields(RECIPE_KINDS[kind])} & trl_field_names(config_cls)
+    recipe = build(RECIPE_KINDS[kind], coerce_trl_fields(config_cls, data, shared))
     validate(recipe)
+    for src in getattr(recipe, "data", []):
+        src.path = shipped_path(src.path)
+    for task in getattr(recipe, "tasks", []):
+        task.data = shipped_path(task.data)
+        task.corpus = task.corpus and shipped_path(task.corpus)
+        if task.index == AUTO_INDEX:
+            task.index = auto_index_dir(recipe.output_dir, task.name)
     return recipe
+
+
+def shipped_path(path: str) -> str:
+    """A relative path missing from the working directory but shipped with tansaku (``examples/…`` of the tiny
+    recipes, in a wheel as ``tansaku/examples``) → the shipped file; anything else is returned unchanged."""
+    if Path(path).is_absolute() or Path(path).exists() or not (PACKAGE_ROOT / path).exists():
+        return path
+    return str(PACKAGE_ROOT / path)
+
+
+def auto_index_dir(output_dir: str, task_name: str) -> str:
+    """Where ``index: auto`` lives: inside the run's own output folder, so the run can prove it made it."""
+    return str(Path(output_dir) / "index" / task_name)
 
 
 def resolve_model(name: str) -> str:

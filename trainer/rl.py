@@ -14,6 +14,10 @@ loss, and every reward component of the task is its own TRL reward function (log
 other tasks' rows, which TRL skips. The first reward function also logs each completion's ``tool_variant``
 (a column of ``completions/*.parquet``) and the metric ``tools/distinct_description_variants``.
 
+A task with ``index: auto`` and a ``corpus`` (documents: a .jsonl file or a dataset folder) searches
+``<output_dir>/index/<task>``, built from the corpus before anything else when it is not there yet
+(``ensure_indexes``), so ``train rl --config trainer/recipes/rl-tiny.yaml`` needs no manual step.
+
 Before step 1 the readiness check (``tansaku.envs.evaluate.run_eval`` + ``check_rl_readiness``) samples the model
 on each task and refuses to start when pass@k ≈ 0 or every group has zero reward variance
 (``skip_readiness=True`` / ``--skip-readiness`` to bypass). Algorithm, NeMo-RL key and batch mapping:
@@ -27,8 +31,11 @@ import os
 from pathlib import Path
 
 from tansaku.core.llm import as_client
+from tansaku.core.store import StoreError, read_records
 from tansaku.envs.environments import episode_variant, variant_factories
 from tansaku.envs.evaluate import check_rl_readiness, load_rows, run_eval
+from tansaku.envs.search import build_index
+from tansaku.envs.search.embedded import build_embedded
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.data import mix_by_ratio
 from tansaku.trainer.monitor import RewardWatchCallback
@@ -37,18 +44,51 @@ from tansaku.trainer.recipes import (
     RecipeError,
     RLRecipe,
     RLTask,
+    auto_index_dir,
     batch_plan,
     load_recipe,
     resolve_model,
 )
 from tansaku.trainer.report import plot_learning_curves, write_run_report
 from tansaku.trainer.sft import (
+    check_reporters,
     make_trl_config,
     peft_config,
     resume_checkpoint,
     training_args,
     write_recipe_copy,
 )
+
+INDEX_META = "tansaku_index.json"  # written last by an index build: its presence means a finished index
+
+
+def ensure_indexes(recipe: RLRecipe) -> list[str]:
+    """Build each task's ``index: auto`` folder from its ``corpus`` when absent; return the folders built.
+
+    A folder that exists without ``tansaku_index.json`` was not made by a finished build: refused, not overwritten.
+    """
+    built = []
+    for spec in recipe.tasks:
+        if not spec.corpus or spec.index != auto_index_dir(recipe.output_dir, spec.name):
+            continue
+        index = Path(spec.index)
+        if (index / INDEX_META).is_file():
+            continue
+        if index.exists() and any(index.iterdir()):
+            raise RecipeError(f"task {spec.name}: {index} exists but is not a finished index; remove it to rebuild")
+        corpus = Path(spec.corpus)
+        if not corpus.exists():
+            raise RecipeError(f"task {spec.name}: corpus {corpus} not found")
+        if corpus.is_dir():
+            build_index(corpus, index)
+        else:  # a document .jsonl/.parquet file: the rows themselves (build_index reads dataset folders)
+            try:
+                rows = read_records(corpus)
+            except StoreError as exc:
+                raise RecipeError(f"task {spec.name}: corpus {exc}") from None
+            build_embedded(rows, index, source_name=str(corpus), quiet=True)
+        built.append(str(index))
+    return built
 
 
 def task_rows(spec: RLTask, task) -> list[dict]:
@@ -275,6 +315,8 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
     ``run_report.json`` and ``learning_curves.png`` (``tansaku.trainer.report``) are in the recipe's ``output_dir``.
     """
     recipe = load_recipe(config_path, overrides, kind="rl")
+    check_reporters(recipe)
+    ensure_indexes(recipe)
     resume = resume_checkpoint(recipe)
     judge = as_client(judge)
     readiness = [] if skip_readiness or resume else check_readiness(recipe, resolve_model(recipe.model), judge)

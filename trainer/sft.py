@@ -10,6 +10,11 @@ sources are mixed by ratio (``tansaku.trainer.data``); LoRA on all linear layers
 No row is truncated: rows longer than ``max_length`` are dropped, fitted or refused (``overlong``,
 ``tansaku.trainer.length``), counted per source in ``output_dir/tansaku_data_report.json``.
 
+``report_to: [trackio]`` (the GPU recipes' default) needs the ``track`` extra
+(``pip install 'tansaku[track]'``); ``check_reporters`` refuses to start without it in one line, where
+transformers would fail deep inside the Trainer. Other loggers (wandb, tensorboard …) pass through to
+transformers unchanged.
+
 The helpers here (``training_args``, ``make_trl_config``, ``peft_config``, ``resume_checkpoint``) map the
 recipe fields shared with ``train rl`` onto TRL config keys.
 """
@@ -18,11 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import json
 import os
 from pathlib import Path
 
-from tansaku.trainer.data import mix_sources, to_dataset
+from tansaku.trainer.data import mix_dataset
 from tansaku.trainer.length import apply_overlong, write_report
 from tansaku.trainer.recipes import RecipeError, SFTRecipe, TrainCommon, load_recipe, resolve_model
 from tansaku.trainer.report import plot_loss_curve
@@ -33,6 +39,19 @@ SHARED_KEYS = (
     "max_grad_norm", "num_train_epochs", "max_steps", "gradient_accumulation_steps", "gradient_checkpointing",
     "bf16", "use_cpu", "seed", "logging_steps", "save_steps", "save_total_limit",
 )
+
+
+# Loggers tansaku ships an extra for: report_to name → (module to import, extra that installs it).
+REPORTER_EXTRAS = {"trackio": ("trackio", "track")}
+
+
+def check_reporters(recipe: TrainCommon) -> None:
+    """Refuse a ``report_to`` logger whose package is missing, naming the extra that installs it."""
+    for name in recipe.report_to:
+        module, extra = REPORTER_EXTRAS.get(name, (None, None))
+        if module and importlib.util.find_spec(module) is None:
+            raise RecipeError(f"report_to: {name} is not installed; pip install 'tansaku[{extra}]' "
+                              f"(or set report_to: [])")
 
 
 def training_args(recipe: TrainCommon) -> dict:
@@ -132,10 +151,12 @@ def sft_dataset(recipe: SFTRecipe, processing_class):
         sources.append({"path": src.path, "split": src.split, **stats})
         return kept
 
-    rows = mix_sources(recipe.data, recipe.mix_size, recipe.seed, fit=fit)
+    dataset = mix_dataset(recipe.data, recipe.mix_size, recipe.seed, fit=fit)
     write_report(recipe.output_dir, {"max_length": recipe.max_length, "overlong": recipe.overlong,
-                                     "model": recipe.model, "sources": sources, "mixed_rows": len(rows)})
-    return to_dataset(rows)
+                                     "model": recipe.model, "sources": sources, "mixed_rows": len(dataset)})
+    if all(tools is None for tools in dataset["tools"]):  # no tool schemas: TRL renders without a tools column
+        dataset = dataset.remove_columns("tools")
+    return dataset
 
 
 def run_sft(config_path: str | os.PathLike, overrides: list[str] | None = None) -> dict:
@@ -146,6 +167,7 @@ def run_sft(config_path: str | os.PathLike, overrides: list[str] | None = None) 
     (or LoRA adapter) and ``loss_curve.png`` (``tansaku.trainer.report``) are saved there too.
     """
     recipe = load_recipe(config_path, overrides, kind="sft")
+    check_reporters(recipe)
     resume = resume_checkpoint(recipe)
     trainer = build_sft_trainer(recipe)
     write_recipe_copy(recipe, recipe.output_dir)

@@ -6,6 +6,14 @@
 Kept apart from ``recipes.py`` (which holds the recipe fields and their cross-field checks) so each stays
 short; every failure is a ``RecipeError`` naming the key and what was expected.
 
+Keys that are TRL config fields (``learning_rate``, ``bf16``, ``lr_scheduler_type``, ``trl.*`` …) are coerced by
+``transformers.HfArgumentParser`` over the TRL config class (``coerce_trl_fields``): the same parser that
+``TrlParser`` / ``--learning_rate 3e-5`` uses, so a value means exactly what it means on TRL's command line
+(``bf16: yes`` is True, ``lr_scheduler_type`` must be one of transformers' schedulers, ``max_steps: 1e3`` is
+refused as TRL refuses it). Only parsing, never the config's ``__post_init__`` (``bf16`` on a CPU machine
+must still load). ``none``/``null`` clears a field the recipe declares optional (``per_device_train_batch_size:
+null`` = derived from the batch plan); mappings pass through.
+
 >>> from dataclasses import dataclass
 >>> @dataclass
 ... class Demo:
@@ -21,8 +29,10 @@ tansaku.trainer.typed_config.RecipeError: recipe: unknown key 'stpes' (did you m
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from typing import Any
@@ -127,6 +137,87 @@ def build(cls, data: dict, where: str = "recipe"):
             raise RecipeError(f"{where}: unknown key '{key}'{hint}")
         kwargs[key] = _coerce(value, hints[key], f"{where}.{key}" if where != "recipe" else key)
     return cls(**kwargs)
+
+
+# --------------------------------------------------------------------------- TRL's own parser
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """argparse exits the process on a bad value; a recipe error must name the key instead."""
+
+    def error(self, message):
+        raise argparse.ArgumentError(None, message)
+
+
+@functools.cache
+def _trl_parser(config_cls):
+    from transformers import HfArgumentParser
+
+    class Parser(HfArgumentParser, _RaisingParser):
+        pass
+
+    parser = Parser(config_cls)
+    return parser, {action.dest: action for action in parser._actions}
+
+
+def trl_field_names(config_cls) -> set[str]:
+    return set(_trl_parser(config_cls)[1])
+
+
+def _expected(action) -> str:
+    if action.choices:
+        return "one of " + ", ".join(map(str, action.choices))
+    return "bool" if getattr(action.type, "__name__", "") == "string_to_bool" else getattr(action.type, "__name__", "str")
+
+
+def _as_arg(value: Any, action) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and action.type is int:  # YAML 3.0 for an int field
+        return str(int(value))
+    return str(value)
+
+
+def _parse_one(config_cls, key: str, args: list[str], value: Any, where: str):
+    parser, actions = _trl_parser(config_cls)
+    try:
+        namespace, _ = parser.parse_known_args([f"--{key}", *args])
+    except argparse.ArgumentError as exc:
+        raise RecipeError(f"{where}: expected {_expected(actions[key])}, got {value!r} "
+                          f"(TRL {config_cls.__name__}: {exc.message})") from None
+    return getattr(namespace, key)
+
+
+def coerce_trl_value(config_cls, key: str, value: Any, where: str) -> Any:
+    """``value`` as TRL's ``HfArgumentParser`` reads ``--key value`` for ``config_cls``."""
+    action = _trl_parser(config_cls)[1][key]
+    if value is None or isinstance(value, dict):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("none", "null", "~"):
+        return None  # kept only where the recipe field is optional (``build`` refuses null elsewhere)
+    if isinstance(value, list):
+        if action.nargs in ("+", "*"):
+            return _parse_one(config_cls, key, [_as_arg(v, action) for v in value], value, where)
+        return [coerce_trl_value(config_cls, key, v, f"{where}.{i}") for i, v in enumerate(value)]
+    return _parse_one(config_cls, key, [_as_arg(value, action)], value, where)
+
+
+def coerce_trl_fields(config_cls, data: dict, shared: set[str], section: str = "trl") -> dict:
+    """``data`` with the recipe keys in ``shared`` and every key of ``data[section]`` coerced by TRL's parser.
+
+    An unknown ``section`` key fails with the closest ``config_cls`` field names."""
+    names = trl_field_names(config_cls)
+    out = {key: coerce_trl_value(config_cls, key, value, key) if key in shared else value
+           for key, value in data.items()}
+    extra = out.get(section)
+    if isinstance(extra, dict):
+        for key in extra:
+            if key not in names:
+                close = difflib.get_close_matches(str(key), sorted(names), n=3)
+                hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+                raise RecipeError(f"{section}.{key}: not a {config_cls.__name__} field{hint}")
+        out[section] = {k: coerce_trl_value(config_cls, k, v, f"{section}.{k}") for k, v in extra.items()}
+    return out
 
 
 # --------------------------------------------------------------------------- overrides

@@ -6,8 +6,11 @@
     data = parse_json(results[0].content, schema)   # raises LLMBadJSON → drop with reason llm_bad_json
     answers = ask_json(client, requests, schema)     # [dict | Drop("llm_error") | Drop("llm_bad_json"), …]
 
-Specs: ``http:MODEL@URL[,URL…]``, ``vllm:MODEL``, ``transformers:PATH`` (``transformers:tiny``),
-``scripted:PATH.jsonl``. Backend modules import their heavy libraries only when used.
+Specs: ``http:MODEL@URL[,URL…]`` (``http:MODEL`` → ``OPENAI_BASE_URL``), ``vllm:MODEL``,
+``transformers:PATH`` (a folder, a Hub id ``ORG/NAME`` or ``tiny``; a bare folder or Hub id means
+``transformers:`` too), ``scripted:PATH.jsonl``. Backend modules
+import their heavy libraries only when used. The command line's ``--no-cache`` / ``--api-key`` /
+``--extra-body`` reach every client built here through ``settings.DEFAULTS``.
 
 Every backend returns the generated text as it is in ``ChatResult.content`` (a server's own parsers'
 output, if any, apart in ``server_reasoning`` / ``server_tool_calls``); ``tansaku.core.parsing`` is the one
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 from tansaku.core.errors import InputError, MissingInputError
@@ -25,8 +29,13 @@ from tansaku.core.parsing import LLMBadJSON, parse_json
 
 from .base import ChatRequest, ChatResult, LLMClient
 from .cache import ResponseCache, default_cache_path
+from .identity import is_hub_id
 from .json_calls import ask_json, checked_json, json_answer, json_answers, raise_if_all_unusable
 from .scripted import ScriptedLLM
+from .settings import DEFAULTS, cache_disabled
+
+# MODEL@URL where URL starts with a scheme: the first such '@' ends the model id, so URLs may carry user:pass@.
+_MODEL_AT_URL = re.compile(r"^(?P<model>.+?)@(?P<urls>https?://.+)$")
 
 __all__ = [
     "ChatRequest", "ChatResult", "LLMBadJSON", "LLMClient", "ResponseCache", "ScriptedLLM", "as_client",
@@ -36,6 +45,8 @@ __all__ = [
 
 
 def _open_cache(cache, default_on: bool) -> ResponseCache | None:
+    if cache == "default" and cache_disabled():  # --no-cache / TANSAKU_NO_CACHE=1
+        return None
     if isinstance(cache, ResponseCache):
         return cache
     if cache is True or (cache == "default" and default_on):
@@ -51,16 +62,19 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
     backend's constructor (e.g. ``max_concurrency=32``, ``batch_size=4``, ``tensor_parallel_size=8``).
     """
     kind, _, rest = spec.partition(":")
+    if not rest and (Path(spec).expanduser().exists() or (spec.count("/") == 1 and is_hub_id(spec))):
+        # a bare folder or ORG/NAME Hub id: what `--model` takes everywhere
+        kind, rest = "transformers", spec
     if not rest:
         raise InputError(f"LLM spec {spec!r} must look like http:MODEL@URL, vllm:MODEL, transformers:PATH "
                          "or scripted:PATH.jsonl")
     if kind == "http":
-        model, at, urls = rest.rpartition("@")
-        if not at or not model or not urls:
-            raise InputError(f"http spec {spec!r} must be http:MODEL@URL[,URL…]")
         from .http_backend import HTTPClient
 
-        return HTTPClient(model, [u for u in urls.split(",") if u], cache=_open_cache(cache, True), **options)
+        model, urls = _http_target(spec, rest)
+        if DEFAULTS.extra_body is not None:
+            options.setdefault("extra_body", DEFAULTS.extra_body)
+        return HTTPClient(model, urls, cache=_open_cache(cache, True), **options)
     if kind == "vllm":
         from .vllm_backend import VLLMClient
 
@@ -74,6 +88,24 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
             return _scripted_from_python(rest, cache=_open_cache(cache, False), **options)
         return ScriptedLLM(rest, cache=_open_cache(cache, False), **options)
     raise InputError(f"unknown LLM backend {kind!r} in spec {spec!r} (http, vllm, transformers, scripted)")
+
+
+def _http_target(spec: str, rest: str) -> tuple[str, list[str]]:
+    """``MODEL@URL[,URL…]`` → (model, URLs); ``MODEL`` alone → the ``OPENAI_BASE_URL`` server."""
+    match = _MODEL_AT_URL.match(rest)
+    if match:
+        model, urls = match["model"], re.split(r",(?=https?://)", match["urls"])
+    elif "@" in rest:  # MODEL@host:port without a scheme: plain http, as before
+        model, _, text = rest.rpartition("@")
+        urls = [u if "://" in u else f"http://{u}" for u in text.split(",") if u]
+    elif os.environ.get("OPENAI_BASE_URL"):
+        model, urls = rest, [os.environ["OPENAI_BASE_URL"]]
+    else:
+        raise InputError(f"http spec {spec!r} names no server: use http:MODEL@URL[,URL…] or set OPENAI_BASE_URL")
+    urls = [u.strip() for u in urls if u.strip()]
+    if not model or not urls:
+        raise InputError(f"http spec {spec!r} must be http:MODEL@URL[,URL…]")
+    return model, urls
 
 
 def as_client(spec_or_client, cache: ResponseCache | str | os.PathLike | bool | None = "default", **options):

@@ -40,7 +40,8 @@ class ChatRequest:
         return self.temperature == 0 or self.seed is not None or self.sample_index is not None
 
     def cache_key(self, model: str) -> str:
-        """sha256 of a canonical JSON of everything that determines the answer; no backend in it."""
+        """sha256 of a canonical JSON of everything that determines the answer. ``model``: the client's
+        ``cache_identity()`` (weights, server identity, backend settings) as text."""
         payload = {
             "model": model,
             "messages": self.messages,
@@ -113,6 +114,21 @@ class LLMClient:
         self.params = dict(params or {})
         self._lock = threading.Lock()
         self._stats = {"hits": 0, "misses": 0, "errors": 0, "requests": 0}
+        self._identity: str | None = None
+
+    def cache_identity(self) -> dict | str | None:
+        """What, besides the request, determines the answer: the cache keys on it. None: unknown right now
+        (e.g. no server answered), so this call neither reads nor writes the cache. Backends override it."""
+        return self.model
+
+    def _cache_model(self) -> str | None:
+        if self._identity is None:
+            identity = self.cache_identity()
+            if identity is None:
+                return None
+            self._identity = identity if isinstance(identity, str) else json.dumps(
+                identity, sort_keys=True, ensure_ascii=False, default=str)
+        return self._identity
 
     def _generate(self, requests: list[ChatRequest]) -> list[ChatResult]:
         raise NotImplementedError
@@ -120,9 +136,10 @@ class LLMClient:
     def chat(self, requests: list[ChatRequest]) -> list[ChatResult]:
         """Answer every request, in order. Never raises for a model/server problem: see ``ChatResult.error``."""
         results: list[ChatResult | None] = [None] * len(requests)
-        keys: list[str | None] = [r.cache_key(self.model) if self.cache is not None and r.cacheable else None
+        identity = self._cache_model() if self.cache is not None else None
+        keys: list[str | None] = [r.cache_key(identity) if identity is not None and r.cacheable else None
                                   for r in requests]
-        if self.cache is not None:
+        if identity is not None:
             found = self.cache.get_many([k for k in keys if k is not None])
             for i, key in enumerate(keys):
                 if key is not None and key in found:
@@ -137,7 +154,7 @@ class LLMClient:
                 fresh = [ChatResult(error=f"{type(exc).__name__}: {exc}") for _ in todo]
             for i, result in zip(todo, fresh):
                 results[i] = result
-            if self.cache is not None:
+            if identity is not None:
                 self.cache.put_many(
                     [(keys[i], results[i].to_json()) for i in todo if keys[i] is not None and results[i].ok]
                 )

@@ -1,12 +1,19 @@
 """OpenAI-compatible HTTP backend (vLLM / SGLang / ``transformers serve`` / any endpoint).
 
-Spec: ``http:MODEL@URL[,URL…]`` (URL is the server root or its ``/v1``). Requests go out
+Spec: ``http:MODEL@URL[,URL…]`` (URL is the server root or its ``/v1``; ``user:pass@host`` URLs work) or
+``http:MODEL`` (the server is ``OPENAI_BASE_URL``). Keys follow the ``openai`` client: ``OPENAI_API_KEY``
+unless ``api_key`` (one key, or one per base URL) or ``--api-key`` says otherwise. Requests go out
 concurrently through ``openai.AsyncOpenAI`` on a private event loop in a background thread, so the
 sync ``chat()`` also works when called from code that already runs an event loop.
 
 - at most ``max_concurrency`` requests in flight (a semaphore around each HTTP call);
 - retries on 408/429/5xx, timeouts and connection errors, with exponential backoff and full jitter;
-  a retry goes to the next base URL, so a dead server is skipped;
+  a retry goes to the next base URL, so a dead server is skipped; a server's ``Retry-After`` (as the
+  ``openai`` client reads it) keeps requests off that server for that long, and they fail over meanwhile;
+- ``extra_body`` goes into every request body (vLLM's ``chat_template_kwargs``, ``guided_json``, ``top_k``…);
+- the cache keys on the model id plus what the servers say they serve (``GET /v1/models``: vLLM's ``root``
+  is the weights path), or on the endpoints when they say nothing, plus ``extra_body``: a new checkpoint
+  served under the same ``--served-model-name`` is never answered from the old one's cache;
 - base URLs are used round-robin, which is how synthesis scales out over several GPU servers;
 - ``json_schema`` is sent as ``response_format={"type": "json_schema", …}`` (vLLM/SGLang guided
   decoding); pass ``structured_output=False`` for servers that reject it (``transformers serve``);
@@ -19,20 +26,32 @@ sync ``chat()`` also works when called from code that already runs an event loop
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import itertools
 import random
 import threading
+import time
 
 from tansaku.core.errors import InputError
 
 from .base import ChatRequest, ChatResult, LLMClient
+from .settings import api_base, key_for
 
 RETRY_STATUS = {408, 429}
+MAX_RETRY_AFTER = 120.0  # a server asking for longer than this is treated as down for that long, no more
 
 
-def _api_base(url: str) -> str:
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
+def retry_after_seconds(headers) -> float | None:
+    """Seconds a response asks the client to wait (``retry-after-ms``, ``retry-after`` seconds or date)."""
+    if headers is None:
+        return None
+    for name, divisor in (("retry-after-ms", 1000), ("retry-after", 1)):
+        try:
+            return max(0.0, float(headers.get(name)) / divisor)
+        except (TypeError, ValueError):
+            continue
+    parsed = email.utils.parsedate_tz(headers.get("retry-after") or "")
+    return max(0.0, email.utils.mktime_tz(parsed) - time.time()) if parsed else None
 
 
 class HTTPClient(LLMClient):
@@ -48,28 +67,30 @@ class HTTPClient(LLMClient):
         max_retries: int = 4,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
-        api_key: str = "EMPTY",
+        api_key: str | dict[str, str] | None = None,
         structured_output: bool = True,
         extra_body: dict | None = None,
     ):
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
             raise InputError("HTTP backend needs at least one base URL")
-        self.base_urls = [_api_base(u) for u in urls]
+        self.base_urls = [api_base(u) for u in urls]
         super().__init__(model, cache, params={
-            "base_urls": self.base_urls, "max_concurrency": max_concurrency, "timeout": timeout,
-            "max_retries": max_retries, "structured_output": structured_output,
+            "base_urls": [_without_password(u) for u in self.base_urls], "max_concurrency": max_concurrency,
+            "timeout": timeout, "max_retries": max_retries, "structured_output": structured_output,
+            "extra_body": extra_body,
         })
         self.max_concurrency = max_concurrency
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
-        self.api_key = api_key
+        self.api_keys = [key_for(u, api_key) for u in self.base_urls]
         self.structured_output = structured_output
         self.extra_body = extra_body
         self.retries = 0  # total retried attempts, for reports
         self._rr = itertools.count()
+        self._not_before = [0.0] * len(self.base_urls)  # monotonic time each server's Retry-After ends
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._clients = None
@@ -90,16 +111,45 @@ class HTTPClient(LLMClient):
         future = asyncio.run_coroutine_threadsafe(self.achat_uncached(requests), self._ensure_loop())
         return future.result()
 
-    async def achat_uncached(self, requests: list[ChatRequest]) -> list[ChatResult]:
-        """Async entry (no cache): must run on this client's loop, as ``chat`` arranges."""
+    def _ensure_clients(self) -> None:
         if self._clients is None:
             from openai import AsyncOpenAI
 
-            # Created inside the loop that uses them: httpx async pools belong to one loop.
-            self._clients = [AsyncOpenAI(base_url=u, api_key=self.api_key, timeout=self.timeout, max_retries=0)
-                             for u in self.base_urls]
+            # Created inside the loop that uses them: httpx async pools belong to one loop. max_retries=0:
+            # retrying is done here, across servers (the openai client would retry the same one).
+            self._clients = [AsyncOpenAI(base_url=u, api_key=k, timeout=self.timeout, max_retries=0)
+                             for u, k in zip(self.base_urls, self.api_keys)]
             self._semaphore = asyncio.Semaphore(self.max_concurrency)
+
+    async def achat_uncached(self, requests: list[ChatRequest]) -> list[ChatResult]:
+        """Async entry (no cache): must run on this client's loop, as ``chat`` arranges."""
+        self._ensure_clients()
         return list(await asyncio.gather(*(self._one(r) for r in requests)))
+
+    # --- cache identity ---------------------------------------------------------------------------
+    async def _served_roots(self) -> tuple[int, list[str]]:
+        """(servers that answered ``/v1/models``, the ``root`` each reports for this model id)."""
+        self._ensure_clients()
+        answered, roots = 0, set()
+        for client in self._clients:
+            try:
+                listing = await client.with_options(timeout=min(self.timeout, 10.0)).models.list()
+            except Exception:  # noqa: BLE001 - a server without /v1/models or down: it reports nothing
+                continue
+            answered += 1
+            for entry in listing.data:
+                root = getattr(entry, "root", None) or (entry.model_extra or {}).get("root")
+                if entry.id == self.model and root:
+                    roots.add(str(root))
+        return answered, sorted(roots)
+
+    def cache_identity(self) -> dict | None:
+        answered, roots = asyncio.run_coroutine_threadsafe(self._served_roots(), self._ensure_loop()).result()
+        if not answered:
+            return None  # nobody to ask what is served: neither read nor write the cache this time
+        served = {"roots": roots} if roots else {"endpoints": sorted(_without_password(u) for u in self.base_urls)}
+        return {"backend": self.backend, "model": self.model, **served, "extra_body": self.extra_body,
+                "structured_output": self.structured_output}
 
     def _kwargs(self, req: ChatRequest) -> dict:
         kwargs = {"model": self.model, "messages": req.messages, "max_tokens": req.max_tokens,
@@ -121,9 +171,10 @@ class HTTPClient(LLMClient):
 
         kwargs = self._kwargs(req)
         last_error = ""
-        first = next(self._rr)  # round-robin start; each retry moves to the following URL
+        index = next(self._rr)  # round-robin start; each retry moves to the following URL
         for attempt in range(self.max_retries + 1):
-            client = self._clients[(first + attempt) % len(self._clients)]
+            index = await self._next_open(index if attempt == 0 else index + 1)
+            client = self._clients[index]
             try:
                 async with self._semaphore:
                     response = await client.chat.completions.create(**kwargs)
@@ -132,6 +183,10 @@ class HTTPClient(LLMClient):
                 last_error = f"HTTP {exc.status_code} from {client.base_url}: {_short(exc.message)}"
                 if exc.status_code not in RETRY_STATUS and exc.status_code < 500:
                     return ChatResult(error=last_error)  # a bad request stays bad: do not retry
+                wait = retry_after_seconds(getattr(exc.response, "headers", None))
+                if wait:
+                    slot = index % len(self._clients)
+                    self._not_before[slot] = max(self._not_before[slot], time.monotonic() + min(wait, MAX_RETRY_AFTER))
             except (openai.APITimeoutError, openai.APIConnectionError) as exc:
                 last_error = f"{type(exc).__name__} at {client.base_url}: {_short(str(exc))}"
             except Exception as exc:  # malformed response body and the like
@@ -141,6 +196,18 @@ class HTTPClient(LLMClient):
                 # full jitter: spreads the retries of many concurrent requests over the window
                 await asyncio.sleep(random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** attempt)))
         return ChatResult(error=f"gave up after {self.max_retries + 1} attempts: {last_error}")
+
+    async def _next_open(self, start: int) -> int:
+        """The first server from ``start`` on whose Retry-After has ended; when none has, wait for the
+        earliest one (the server asked for it) rather than hammer it."""
+        count = len(self._not_before)
+        now = time.monotonic()
+        for step in range(count):
+            if self._not_before[(start + step) % count] <= now:
+                return (start + step) % count
+        soonest = min(range(count), key=lambda i: self._not_before[i])
+        await asyncio.sleep(max(0.0, self._not_before[soonest] - now))
+        return soonest
 
     def close(self) -> None:
         if self._loop is None:
@@ -172,6 +239,15 @@ def _to_result(response) -> ChatResult:
     return ChatResult(content=message.content or "", server_reasoning=reasoning,
                       server_tool_calls=[tc.model_dump() for tc in (message.tool_calls or [])],
                       finish_reason=choice.finish_reason)
+
+
+def _without_password(url: str) -> str:
+    """A URL fit for manifests and logs: ``user:pass@`` becomes ``user:***@``."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
 
 
 def _short(text: str, limit: int = 300) -> str:

@@ -1,6 +1,7 @@
 """Local transformers backend (CPU): batched ``generate`` with left padding.
 
-Spec: ``transformers:PATH`` or ``transformers:tiny`` (the tiny test model from ``tansaku.core.tiny_model``).
+Spec: ``transformers:PATH``, ``transformers:ORG/NAME`` (a Hub id, through the HF cache) or
+``transformers:tiny`` (the tiny test model from ``tansaku.core.tiny_model``).
 Requests are grouped by sampling settings and generated ``batch_size`` at a time. The result's ``content``
 is the decoded generation as it is (``<think>`` and ``<tool_call>`` blocks included, nothing repaired):
 ``tansaku.core.parsing`` reads it, as transformers' ``parse_response`` reads the same tokens in TRL.
@@ -14,23 +15,12 @@ is appended to the system prompt as an instruction and callers parse with ``pars
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
-from pathlib import Path
 
-from tansaku.core.errors import MissingInputError
 from tansaku.core.parsing import to_hf
 
 from .base import ChatRequest, ChatResult, LLMClient
-
-
-def weights_fingerprint(folder: Path) -> str:
-    """Short hash of the weight files' names, sizes and modification times (``mv`` keeps them, retraining not)."""
-    digest = hashlib.sha256()
-    for file in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")) if folder.is_dir() else []:
-        stat = file.stat()
-        digest.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:12]
+from .identity import local_model_identity, resolve_model, weights_fingerprint  # noqa: F401 - re-exported
 
 
 class TransformersClient(LLMClient):
@@ -42,19 +32,21 @@ class TransformersClient(LLMClient):
 
             self.path, model_name = tiny_model_dir(), TINY_MODEL_NAME
         else:
-            self.path = Path(path)
-            if not self.path.exists():
-                raise MissingInputError(f"transformers model folder not found: {self.path}")
-            model_name = f"{self.path.name}@{weights_fingerprint(self.path)}"
-        # The cache key uses the model's name, not where it sits on disk, so cache entries survive a move; the
-        # weights' fingerprint keeps a retrained model in a folder of the same name (every demo's ``rl``) from
-        # being answered with the previous model's cached generations.
+            # A local folder or a Hub id (resolved through the HF cache; offline mode honoured).
+            self.path = resolve_model(path)
+            model_name = path
         super().__init__(model_name, cache, params={"batch_size": batch_size, "dtype": dtype, "device": device})
         self.batch_size = batch_size
         self.dtype = dtype
         self.device = device
         self._model = None
         self._tokenizer = None
+
+    def cache_identity(self) -> dict:
+        # Keyed on where the weights are and what is in them, never on the folder's basename: ``A/model`` and
+        # ``B/model``, or a model retrained in place (every demo's ``rl``), must not share answers. dtype
+        # changes the numbers, batch size and device do not (beyond float noise).
+        return {"backend": self.backend, **local_model_identity(self.path), "dtype": self.dtype}
 
     def _load(self):
         if self._model is None:

@@ -11,8 +11,10 @@ is the generated text as it is; ``tansaku.core.parsing`` reads it (no parsing or
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from .base import ChatRequest, ChatResult, LLMClient
+from .identity import cached_snapshot, is_hub_id, local_model_identity
 
 
 class VLLMClient(LLMClient):
@@ -22,6 +24,15 @@ class VLLMClient(LLMClient):
         super().__init__(model, cache, params={"engine": engine_kwargs})
         self.engine_kwargs = engine_kwargs
         self._llm = None
+
+    def cache_identity(self) -> dict:
+        # A local folder: its resolved path and weights; a Hub id: the cached snapshot (its commit) when there
+        # is one. Engine settings (dtype, quantization, max_model_len…) change answers, so they are keyed too.
+        folder = Path(self.model).expanduser()
+        if not folder.exists() and is_hub_id(self.model):
+            folder = cached_snapshot(self.model) or folder
+        weights = local_model_identity(folder) if folder.exists() else {"hub_id": self.model}
+        return {"backend": self.backend, "model": self.model, **weights, "engine": self.engine_kwargs}
 
     def _engine(self):
         if self._llm is None:

@@ -27,12 +27,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+
 from tansaku.core.engine import batch_stage, global_stage, map_stage
+from tansaku.core.features import PROMPT, QUESTION_COLUMNS, STRINGS
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
+from tansaku.core.licenses import input_license, license_card
 from tansaku.core.llm import as_client, raise_if_all_unusable
 from tansaku.core.options import check_fraction, check_limit, require_document_dataset
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import open_index, require_index
+from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.deepresearch import PROMPTS
 from tansaku.pipelines.deepresearch.clarify import make_clarify_stage_fn, select_for_clarification
 from tansaku.pipelines.deepresearch.demo_llm import demo_llm
@@ -41,7 +46,16 @@ from tansaku.pipelines.deepresearch.keywords import KeywordConfig, keyword_group
 from tansaku.pipelines.deepresearch.quality import make_quality_stage_fn
 from tansaku.pipelines.deepresearch.rubric import make_rubric_stage_fn
 
-PIPELINE_VERSION = "1"
+PIPELINE_VERSION = "2"  # 2: prompt and task columns, declared column types
+_RUBRIC_ITEM = pa.struct([("id", pa.string()), ("criterion", pa.string()), ("weight", pa.float64()),
+                          ("scale", pa.string()), ("kind", pa.string()), ("entities", STRINGS),
+                          ("source_doc_ids", STRINGS)])
+# Columns whose inferred type would depend on the rows (no clarification drawn, no unconfirmed doc…).
+COLUMN_TYPES = {**QUESTION_COLUMNS, "dialogue": PROMPT, "rubric": pa.list_(_RUBRIC_ITEM),
+                "clarify_question": pa.string(), "clarify_answer": pa.string(), "clarify_status": pa.string(),
+                "quality_score": pa.float64(), "quality_scores": pa.list_(pa.float64()),
+                **{name: STRINGS for name in ("entities", "supporting_doc_ids", "searched_doc_ids",
+                                              "unconfirmed_doc_ids", "search_queries")}}
 DEMO_SPEC = "scripted:deepresearch"
 
 
@@ -60,7 +74,9 @@ def deepresearch_stages(llm, backend, *, clarify_share: float = 0.5, limit: int 
         yield from (found[:limit] if limit is not None else found)
 
     def finish(r: dict) -> dict:
-        return {"id": f"dr-{r['group_id']}", **r}
+        # prompt: TRL's conversational column, the system + user turns (with any clarifying Q/A) `train rl` builds.
+        row = {"id": f"dr-{r['group_id']}", **r, "task": "deepresearch"}
+        return {**row, "prompt": TASKS["deepresearch"].build_prompt(row)}
 
     return [
         global_stage("keywords", groups, params={"config": keyword_config.to_dict(), "limit": limit}),
@@ -80,12 +96,13 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
                        limit: int | None = None, seed: int = 0, quiet: bool = False,
                        keyword_config: KeywordConfig = KeywordConfig(), quality_threshold: float = 3.5,
                        name: str | None = None, keep_rejected: bool = True,
-                       heldout_share: float = DEFAULT_SHARE) -> dict:
+                       heldout_share: float = DEFAULT_SHARE, license: str | None = None) -> dict:
     """Build the deepresearch dataset in ``out``; returns its manifest (a rerun with the same ``out`` resumes).
 
     ``keep_rejected`` (on: few rows, each an expensive LLM/agent result) writes every dropped instruction with
     its stage and reason as the ``rejected`` split. ``heldout_share``: share of instructions (key ``id``, one
-    per keyword group) that form the ``test`` split (``tansaku.core.heldout``)."""
+    per keyword group) that form the ``test`` split (``tansaku.core.heldout``). ``license``: the card's license id
+    (default: the corpus card's license keys; ``unknown`` when it declares none)."""
 
     check_fraction("--clarify-share", clarify_share, 0, 1)
     check_limit(limit)
@@ -109,8 +126,10 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
         stages=deepresearch_stages(client, backend, clarify_share=clarify_share, limit=limit, seed=seed,
                                    keyword_config=keyword_config, quality_threshold=quality_threshold),
         llm=client, parents=[corpus_manifest.get("version", "")], chunk_size=64, quiet=quiet,
-        keep_rejected=keep_rejected, heldout=heldout, card={"pretty_name": "tansaku deepresearch instructions",
-              "license": "other", "task_categories": ["text-generation"], "tags": ["deep-research", "rubric"],
+        keep_rejected=keep_rejected, heldout=heldout, column_types=COLUMN_TYPES,
+        card={"pretty_name": "tansaku deepresearch instructions",
+              **(license_card(license) if license else input_license(corpus) or {"license": "unknown"}),
+              "task_categories": ["text-generation"], "tags": ["deep-research", "rubric"],
               "description": "Japanese report instructions that need several articles of the corpus, each with "
                              "the supporting doc ids its writer confirmed through search, an optional "
                              "clarifying question and user answer (`dialogue`), and a per-instruction rubric "

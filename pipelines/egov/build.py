@@ -27,9 +27,13 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
+import pyarrow as pa
+
 from tansaku.core.engine import Drop, Stage, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.features import QUESTION_COLUMNS, STRINGS
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
+from tansaku.core.licenses import license_card
 from tansaku.core.llm import as_client, raise_if_all_unusable
 from tansaku.core.options import check_count, check_fraction, check_limit
 from tansaku.core.ownership import refuse_foreign
@@ -47,18 +51,29 @@ from tansaku.pipelines.egov.parse import (
 
 log = logging.getLogger(__name__)
 ARTICLES_VERSION = "2"  # 2: one revision per law (unique article ids)
-QUESTIONS_VERSION = "1"
+QUESTIONS_VERSION = "2"  # 2: prompt and task columns, declared column types
 MIN_ARTICLE_CHARS = 40  # shorter articles give the LLM generator too little to ask about
 KEYWORD_FIELDS = ["law_id", "law_title", "law_type", "era"]
+# e-Gov data is published under the government's terms of use (公共データ利用規約 PDL 1.0: attribution).
+EGOV_LICENSE = {"license": "other", "license_name": "e-gov-terms",
+                "license_link": "https://www.digital.go.jp/resources/open_data/public_data_license_v1.0"}
+# The question rows' Features, the same with or without --llm / an index (judge scores, ranks may be null).
+QUESTION_TYPES = {**QUESTION_COLUMNS, "id": pa.string(), "question": pa.string(), "choices": STRINGS,
+                  "answer_index": pa.int64(), "answer": pa.string(), "explanation": pa.string(),
+                  "generator": pa.string(), "article_id": pa.string(),
+                  "article_title": pa.string(), "law_id": pa.string(), "law_title": pa.string(),
+                  "law_abbrev": pa.string(), "law_kana": pa.string(), "quality": pa.float64(),
+                  "quality_detail": pa.struct([(k, pa.float64()) for k in generate.RUBRIC]), "judge": pa.string(),
+                  "retrieval_rank": pa.int64()}
 ARTICLE_CARD = {
-    "pretty_name": "e-Gov law articles", "license": "other", "task_categories": ["text-retrieval"],
+    "pretty_name": "e-Gov law articles", **EGOV_LICENSE, "task_categories": ["text-retrieval"],
     "description": "One record per article (条) of e-Gov 法令標準XML laws, with nested paragraphs and items, "
                    "supplementary provisions flagged; a document dataset for the search index.",
     "limitations": ["Statute text is not copyrightable (著作権法第13条); e-Gov data terms ask for attribution.",
                     "Tables are flattened to text lines; figures and forms are dropped."],
 }
 QUESTION_CARD = {
-    "pretty_name": "e-Gov four-choice law questions", "license": "other",
+    "pretty_name": "e-Gov four-choice law questions", **EGOV_LICENSE,
     "task_categories": ["question-answering", "multiple-choice"],
     "description": "Four-choice questions about single law articles for agentic search (task egov_mcq). "
                    "Questions and choices name no law and no article number; the search tool must find it.",
@@ -166,10 +181,18 @@ def _leak_audit(rows: Iterator[dict]) -> Iterator[dict | Drop]:
         yield Drop("leak_in_final_rows", record=row) if leak.row_leaks(row) else row
 
 
+def _with_prompt(row: dict) -> dict:
+    """TRL's conversational ``prompt`` (the system + user turns ``train rl`` builds for the row), the task, and
+    the judge's rubric scores as a typed struct rather than JSON text."""
+    detail = row.get("quality_detail")
+    detail = json.loads(detail) if isinstance(detail, str) else detail
+    return {**row, "quality_detail": detail, "task": "egov_mcq", "prompt": TASKS["egov_mcq"].build_prompt(row)}
+
+
 def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: int = 0, quiet: bool = False,
                per_article: int = 2, judge_threshold: float = 0.75, retrieval: bool = True, retrieval_k: int = 20,
                max_retrieval_rank: int | None = None, dedup_threshold: float = 0.85, keep_rejected: bool = True,
-               heldout_share: float = DEFAULT_SHARE) -> dict:
+               heldout_share: float = DEFAULT_SHARE, license: str | None = None) -> dict:
     """Build ``out/articles`` and the question dataset at ``out``; return the question manifest.
 
     ``llm``: an LLM spec or client (then the LLM generator and judge are used; else cloze questions).
@@ -179,6 +202,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     ``keep_rejected``: write the dropped questions (and articles) with their stage and reason as ``rejected``.
     ``heldout_share``: share of articles whose questions form the ``test`` split (``tansaku.core.heldout``); the
     key is ``article_id``, so the cloze questions of one article never sit on both sides.
+    ``license``: the question card's license id instead of the e-Gov terms (``EGOV_LICENSE``).
     """
     # Every option is checked before the article dataset and index are built (hours on a full dump).
     check_limit(limit)
@@ -188,6 +212,8 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     check_fraction("judge_threshold", judge_threshold, 0, 1)
     check_fraction("dedup_threshold", dedup_threshold, 0, 1)
     heldout = HeldOut(heldout_share, "article_id", seed)
+    question_card = QUESTION_CARD if license is None else {**QUESTION_CARD, "license_name": None,
+                                                           "license_link": None, **license_card(license)}
     laws = [Path(p) for p in (laws if isinstance(laws, (list, tuple)) else [laws])]
     if missing := [str(p) for p in laws if not p.exists()]:  # a typo must not build an empty dataset
         raise MissingInputError(f"--laws {', '.join(missing)}: no such file or folder")
@@ -229,7 +255,8 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     task = TASKS["egov_mcq"]
     stages += [global_stage("balance", lambda rows: generate.balance_positions(rows, seed)),
                map_stage("gold_check", _gold_check, params={"task": task.name, "task_version": task.version}),
-               global_stage("leak_audit", _leak_audit)]
+               global_stage("leak_audit", _leak_audit),
+               map_stage("prompt", _with_prompt, params={"task": task.name, "task_version": task.version})]
 
     config = {"generator": "cloze" if client is None else "llm", "limit": limit, "per_article": per_article,
               "judge_threshold": judge_threshold if client is not None else None,
@@ -240,7 +267,8 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
         out=out, name="egov-mcq", pipeline="egov_mcq", pipeline_version=QUESTIONS_VERSION, config=config,
         seed=seed, inputs=[describe_input(articles_dir, art_manifest["splits"].get("train", 0))
                            | {"version": art_manifest["version"]}],
-        source=lambda: islice(iter_rows(articles_dir), limit), stages=stages, card=QUESTION_CARD,
+        source=lambda: islice(iter_rows(articles_dir), limit), stages=stages, column_types=QUESTION_TYPES,
+        card=question_card,
         llm=client, parents=[str(articles_dir)], chunk_size=200, quiet=quiet, keep_rejected=keep_rejected,
         heldout=heldout)
     manifest["articles"] = {"path": str(articles_dir), "rows": art_manifest["splits"].get("train", 0),

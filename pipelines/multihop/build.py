@@ -12,18 +12,22 @@ records as they stand (chains already carry ``derivations``). Without ``llm`` qu
 templates and the quality loop is skipped (``quality`` = None); without ``policy`` the agent check is
 skipped (``pass_rate`` = None); both are recorded in the manifest config. A run that reaches
 ``prefilter`` needs ``corpus`` or ``index``; with a corpus and no index an embedded index is built into the
-work folder. Every finished row's gold answer scores 1.0 under the ``multihop_qa`` answer reward.
+work folder. Every finished row's gold answer scores 1.0 under the ``multihop_qa`` answer reward, and carries
+TRL's ``prompt`` column; ``COLUMN_TYPES`` fixes the finished rows' Features whatever the options.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
+
+import pyarrow as pa
 
 from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError
+from tansaku.core.features import DERIVATIONS, QUESTION_COLUMNS, STRINGS, derivation_structs
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
+from tansaku.core.licenses import input_license, license_card
 from tansaku.core.llm import as_client, raise_if_all_unusable
 from tansaku.core.options import check_count, check_fraction, check_k_m, check_limit, require_document_dataset
 from tansaku.core.store import build_dataset, describe_input, iter_rows
@@ -33,10 +37,21 @@ from tansaku.envs.tasks import TASKS, gold_failures
 from tansaku.pipelines.multihop import cardinality, chains, quality, questions, solvability
 from tansaku.pipelines.multihop import triples as sources
 
-PIPELINE_VERSION = "1"
+PIPELINE_VERSION = "2"  # 2: prompt column, derivations as structs, typed quality
 STAGES = ("triples", "link", "cardinality", "chains", "questions", "quality", "prefilter", "solve", "finalize")
 SEARCHING = ("prefilter", "solve", "finalize")
 PROMPT_VERSIONS = sorted(p.name for p in (Path(__file__).with_name("prompts")).glob("*.md"))
+_VERDICT = pa.struct([("ambiguous", pa.bool_()), ("natural", pa.int64()), ("single_answer", pa.bool_()),
+                      ("time_dependent", pa.bool_()), ("reasons", STRINGS)])
+# The finished rows' Features: the same whatever the options (no --llm: quality null; no --policy: pass_rate null).
+COLUMN_TYPES = {
+    **QUESTION_COLUMNS, "qid": pa.string(), "type": pa.string(), "question": pa.string(), "answer": pa.string(),
+    "derivations": DERIVATIONS, "page_ids": STRINGS, "time_dependent": pa.bool_(), "aliases": STRINGS,
+    "pass_rate": pa.float64(), "hop_doc_ids": STRINGS, "generator": pa.string(), "bridge": pa.string(),
+    "chain_id": pa.string(),
+    "quality": pa.struct([("rounds", pa.int64()), ("scores", _VERDICT), ("reasons", STRINGS), ("failed", STRINGS)]),
+}
+DEFAULT_LICENSE = {"license": "cc-by-sa-4.0"}  # Wikipedia's text license, when the input declares none
 
 
 def corpus_index(corpus: str | Path) -> sources.ArticleIndex:
@@ -63,16 +78,17 @@ def document_triples(docs: list[dict], llm, seed: int) -> list:
 
 
 def final_row(record: dict) -> dict:
-    """The output row: JEMHopQA fields, then ours."""
+    """The output row: JEMHopQA fields, then ours; ``prompt`` is the system + user turns ``train rl`` builds."""
     qid = hashlib.md5(f"{record['chain_id']}\x1f{record['question']}".encode()).hexdigest()
-    return {
+    row = {
         "qid": qid, "type": "compositional", "question": record["question"], "answer": record["answer"],
-        "derivations": record["derivations"], "page_ids": record["page_ids"],
+        "derivations": derivation_structs(chains.derivations_of(record)), "page_ids": record["page_ids"],
         "time_dependent": bool(record.get("time_dependent", False)),
         "aliases": list(record.get("answer_aliases") or []), "pass_rate": record.get("pass_rate"),
-        "hop_doc_ids": record["hop_doc_ids"], "generator": record["generator"], "quality": json.dumps(record.get("quality"), ensure_ascii=False),
+        "hop_doc_ids": record["hop_doc_ids"], "generator": record["generator"], "quality": record.get("quality"),
         "bridge": record["bridge"], "chain_id": record["chain_id"], "task": "multihop_qa",
     }
+    return {**row, "prompt": TASKS["multihop_qa"].build_prompt(row)}
 
 
 def gold_check(rows: list[dict]) -> list[dict | Drop]:
@@ -86,7 +102,7 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
                    caps: chains.Caps = chains.Caps(), max_rounds: int = 2, quiet: bool = False,
                    chunk_size: int = 1000, triples=None, min_natural: int = 3, question_temperature: float = 0.7,
                    prefilter_size: int = 10, keep_rejected: bool = False,
-                   heldout_share: float = DEFAULT_SHARE) -> dict:
+                   heldout_share: float = DEFAULT_SHARE, license: str | None = None) -> dict:
     """Run the multihop pipeline into the dataset folder ``out`` and return its manifest.
     ``triples`` (alias ``triples_path``): a JSONL or JEMHopQA file to start from instead of the corpus.
     ``min_natural`` (quality judge's naturalness bar), ``question_temperature`` and ``prefilter_size`` (top
@@ -94,7 +110,8 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
     fingerprint. ``keep_rejected`` is off by default: most drops are triples, many on a full Wikipedia.
     ``heldout_share``: share of bridge entities whose questions form the ``test`` split (``tansaku.core.heldout``).
     The key is ``bridge``, not ``qid``/``chain_id``: chains through the same bridge share hop-2 facts (often the
-    answer), so a question trained on would give away its test sibling."""
+    answer), so a question trained on would give away its test sibling.
+    ``license``: the card's license (default: the corpus card's, else Wikipedia's CC BY-SA 4.0)."""
     check_limit(limit)
     check_k_m(k, m)
     check_count("max_rounds", max_rounds, 0)
@@ -185,11 +202,12 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
         out=out, name=out.name, pipeline="multihop", pipeline_version=PIPELINE_VERSION, config=config, seed=seed,
         inputs=inputs, source=source, stages=[all_stages[n] for n in names], llm=llm, quiet=quiet,
         chunk_size=chunk_size, keep_rejected=keep_rejected,
+        column_types=COLUMN_TYPES if "finalize" in names else None,  # earlier stages write working records
         heldout=heldout if "questions" in names else None,  # records before it are triples/chains, not questions
         card={"description": "Two-hop Japanese questions built from (subject, relation, object) triples: hop 1's "
                              "object is hop 2's subject; the bridge entity is never named in the question.",
               "pretty_name": f"tansaku multihop: {Path(out).name}", "task_categories": ["question-answering"],
-              "license": "cc-by-sa-4.0",
+              **(license_card(license) if license else input_license(corpus) or DEFAULT_LICENSE),
               "limitations": [
                   "Only hops whose answer is unique in the triple statistics (1:1, N:1) are kept; relations that "
                   "are 1:N in the world but look unique in a small corpus can still give ambiguous questions.",

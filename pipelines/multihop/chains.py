@@ -17,7 +17,7 @@ Every candidate pair is kept or dropped with the first rule it breaks:
 rules on a chunk of pairs at a time and returns row numbers, drop reasons and only the columns asked for
 (1M triples, ~2M pairs: ~1.5 s and ~200 MB peak on 2 busy cores; ``python bench/multihop.py``).
 :func:`chain_stage` wraps it for the engine, gathers full columns only for the kept pairs and emits chain
-records with JEMHopQA-style ``derivations`` (a JSON string).
+records with JEMHopQA-style ``derivations`` (a JSON string; finished rows hold structs).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from tansaku.core.engine import Drop
+from tansaku.core.errors import InputError
+from tansaku.core.features import derivation_lists
 
 TRIPLE_COLUMNS = ("triple_id", "subject", "relation", "object", "subject_key", "object_key", "subject_id",
                   "object_id", "subject_title", "object_title", "doc_id", "source", "evidence")
@@ -43,6 +45,15 @@ class Caps:
     per_subject: int | None = 3
     per_bridge: int | None = 10
     per_relation_pair: int | None = 50
+
+    @classmethod
+    def from_options(cls, max_per_subject: int, max_per_bridge: int) -> Caps:
+        """``--max-per-subject N`` / ``--max-per-bridge N``: chains kept per subject / bridge entity; 0 = no cap
+        (with given triples a user keeps every chain they gave)."""
+        for name, value in (("--max-per-subject", max_per_subject), ("--max-per-bridge", max_per_bridge)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"{name} {value!r}: give a whole number ≥ 0 (0 = no cap)")
+        return cls(per_subject=max_per_subject or None, per_bridge=max_per_bridge or None)
 
 
 def triples_frame(triples: Iterable[dict]):
@@ -179,10 +190,11 @@ def pair_columns(triples, pairs, names: Sequence[str]) -> list:
 
 
 def derivations_of(record: dict) -> list:
-    """A record's derivations as a list. They are stored as a JSON string: parquet cannot hold the mixed
-    ``[s, r, [o…]]`` lists of the JEMHopQA format."""
+    """A record's derivations as JEMHopQA's ``[[s, r, [o…]]…]``. Chain records store them as a JSON string,
+    finished rows as ``{subject, relation, objects}`` structs (``tansaku.core.features``): parquet cannot
+    hold the mixed lists."""
     value = record["derivations"]
-    return json.loads(value) if isinstance(value, str) else value
+    return derivation_lists(json.loads(value) if isinstance(value, str) else value)
 
 
 CHAIN_RECORD_COLUMNS = ("chain_id", "subject_1", "relation_1", "object_1", "subject_title_1", "object_title_1",

@@ -2,7 +2,9 @@
 
 * :func:`import_jemhopqa` — ``synth import jemhopqa PATH --out DIR``: a JEMHopQA JSON file (list of
   ``{qid, type, question, answer, derivations, page_ids, time_dependent}``) becomes a dataset for the
-  ``multihop_qa`` task, one row per question, the original fields kept as they are.
+  ``multihop_qa`` task, one row per question, the original fields kept (``derivations`` as
+  ``{subject, relation, objects}`` structs) plus TRL's ``prompt``. The dev file (``dev_*.json``) is the
+  ``validation`` split; any other file is ``train`` plus a held-out ``test``. License: CC BY-SA 4.0.
 * :func:`chain_recall` — feed every derivation of a file as input triples through linking, cardinality
   and the chain join, then check that each compositional question's (hop 1, hop 2) comes out as a
   chain; every miss is named by the stage and rule that lost it.
@@ -20,15 +22,22 @@ from pathlib import Path
 
 from tansaku.core.engine import Drop, map_stage
 from tansaku.core.errors import InputError
+from tansaku.core.features import derivation_structs
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
+from tansaku.core.licenses import license_card
 from tansaku.core.store import StoreError, build_dataset, describe_input, read_records
+from tansaku.envs.tasks import TASKS
+from tansaku.pipelines.multihop.build import COLUMN_TYPES
 from tansaku.pipelines.multihop.cardinality import judge_hops, relation_stats
 from tansaku.pipelines.multihop.chains import Caps, join_chains, triples_frame
 from tansaku.pipelines.multihop.entities import display_name, entity_key, exact_key
 from tansaku.pipelines.multihop.triples import index_from_triples, link_triple, read_triples_file
 
-IMPORT_VERSION = "1"
+IMPORT_VERSION = "2"  # 2: derivations as structs, prompt column, dev file → validation
+JEMHOPQA_LICENSE = "cc-by-sa-4.0"
 FIELDS = ("qid", "type", "question", "answer", "derivations", "page_ids", "time_dependent")
+# Declared Features: the multihop ones, for the columns JEMHopQA shares with them.
+IMPORT_TYPES = {name: COLUMN_TYPES[name] for name in (*FIELDS, "task", "generator", "prompt")}
 
 
 class JEMHopQAError(InputError):
@@ -61,32 +70,43 @@ def to_eval_row(item: dict) -> dict | Drop:
         return Drop("malformed_page_ids", item, f"qid {item['qid']}: page_ids must be a list")
     if not all(isinstance(item[f], (str, int, float)) for f in ("qid", "question", "answer")):
         return Drop("malformed_fields", item, f"qid {item['qid']}: qid, question and answer must be text")
-    return {
+    row = {
         "qid": str(item["qid"]), "type": str(item.get("type") or ""), "question": str(item["question"]),
         "answer": str(item["answer"]),
-        # A JSON string: parquet cannot hold the mixed [s, r, [o…]] lists.
-        "derivations": json.dumps([[str(s), str(r), [str(o) for o in objs]] for s, r, objs in derivations],
-                                  ensure_ascii=False),
+        # Structs: parquet cannot hold the mixed [s, r, [o…]] lists.
+        "derivations": derivation_structs(derivations),
         "page_ids": [str(p) for p in page_ids],
         "time_dependent": bool(item.get("time_dependent", False)),
         "task": "multihop_qa", "generator": "jemhopqa",
     }
+    return {**row, "prompt": TASKS["multihop_qa"].build_prompt(row)}
+
+
+def is_dev_file(path: str | Path) -> bool:
+    """JEMHopQA's dev file (``dev_ver1.2.json``): its questions are the ``validation`` split."""
+    return Path(path).stem.lower().startswith("dev")
 
 
 def import_jemhopqa(path: str | Path, out: str | Path, quiet: bool = False, heldout_share: float = DEFAULT_SHARE,
-                    seed: int = 0) -> dict:
-    """Write the JEMHopQA file ``path`` as a ``multihop_qa`` dataset into ``out``: ``heldout_share`` of the
-    questions (key ``qid``; ``tansaku.core.heldout``) form the ``test`` split, the rest ``train``."""
+                    seed: int = 0, license: str | None = None) -> dict:
+    """Write the JEMHopQA file ``path`` as a ``multihop_qa`` dataset into ``out``: the dev file is the
+    ``validation`` split; of any other file ``heldout_share`` of the questions (key ``qid``;
+    ``tansaku.core.heldout``) form the ``test`` split, the rest ``train``. ``license``: the card's license id
+    (default: JEMHopQA's CC BY-SA 4.0)."""
 
     heldout = HeldOut(heldout_share, "qid", seed)  # checks the share before anything is read
+    dev = is_dev_file(path)
     items = load_items(path)
     return build_dataset(
         out=out, name=f"jemhopqa-{Path(path).stem}", pipeline="import-jemhopqa", pipeline_version=IMPORT_VERSION,
-        config={"task": "multihop_qa"}, seed=seed, inputs=[describe_input(path, len(items))],
-        source=items, stages=[map_stage("to_eval_row", to_eval_row)],
+        config={"task": "multihop_qa", "split": "validation" if dev else "train+test"}, seed=seed,
+        inputs=[describe_input(path, len(items))], source=items, stages=[map_stage("to_eval_row", to_eval_row)],
         card={"description": "JEMHopQA (Ishii et al.) questions imported for evaluation with the multihop_qa "
-                             "task. License: CC BY-SA 4.0 (see the original repository)."},
-        quiet=quiet, heldout=heldout)
+                             "task. License: CC BY-SA 4.0 (see the original repository).",
+              "pretty_name": f"JEMHopQA {Path(path).stem}", **license_card(license or JEMHOPQA_LICENSE),
+              "task_categories": ["question-answering"]},
+        quiet=quiet, column_types=IMPORT_TYPES,
+        **({"split_of": lambda row: "validation"} if dev else {"heldout": heldout}))
 
 
 # ---------------------------------------------------------------- recall of the chain stage

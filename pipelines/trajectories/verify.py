@@ -101,7 +101,8 @@ def replay_violation(messages: list[dict], environment_factory, row: dict | None
     else ``(reason, call)`` with reason ``replay_mismatch``, ``replay_missing_result`` or ``replay_unexecutable``.
     """
     environment = environment_factory()
-    environment.reset(**(row or {}))
+    # The episode's own prompt turns stand in for a row's prompt (the environment refuses a row without one).
+    environment.reset(**{"prompt": [m for m in messages if m.get("role") in ("system", "user")], **(row or {})})
     functions = tool_methods(environment)
     for name, args, result in call_pairs(messages):
         call = f"{name}({args[:120]})"

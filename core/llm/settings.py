@@ -1,0 +1,95 @@
+"""Defaults for every client built from a spec string in this process: what the command line's
+``--no-cache``, ``--api-key`` and ``--extra-body`` set (``tansaku.core.llm.cli_options``).
+
+Commands hand spec strings (``--llm``, ``--teacher``, ``--judge``…) down to pipelines, which build the
+clients; the options reach them here instead of through every pipeline's signature. An option given to
+``from_spec`` directly wins over these defaults. ``TANSAKU_NO_CACHE=1`` also turns the cache off.
+
+>>> parse_api_keys(["sk-all", "http://gpu2:8000=sk-two"])
+{'*': 'sk-all', 'http://gpu2:8000/v1': 'sk-two'}
+>>> load_extra_body('{"chat_template_kwargs": {"enable_thinking": false}}')
+{'chat_template_kwargs': {'enable_thinking': False}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tansaku.core.errors import InputError, MissingInputError
+
+
+@dataclass
+class SpecDefaults:
+    no_cache: bool = False
+    api_keys: dict[str, str] = field(default_factory=dict)  # "*" → every endpoint; base URL → that one
+    extra_body: dict | None = None
+
+
+DEFAULTS = SpecDefaults()
+
+
+def api_base(url: str) -> str:
+    """The OpenAI API root of a server URL (its ``/v1``)."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def cache_disabled() -> bool:
+    return DEFAULTS.no_cache or os.environ.get("TANSAKU_NO_CACHE", "").lower() in {"1", "true", "yes"}
+
+
+def _read_value(text: str, what: str) -> str:
+    """``@FILE`` → the file's text (keeps secrets out of ``ps`` and shell history), else the text itself."""
+    if not text.startswith("@"):
+        return text
+    path = Path(text[1:]).expanduser()
+    if not path.is_file():
+        raise MissingInputError(f"{what} file not found: {path}")
+    return path.read_text(encoding="utf-8")
+
+
+def parse_api_keys(values: list[str] | None) -> dict[str, str]:
+    """``KEY`` (every endpoint) or ``URL=KEY`` (that endpoint), each possibly ``@FILE``."""
+    keys: dict[str, str] = {}
+    for value in values or []:
+        if value.startswith(("http://", "https://")):
+            url, eq, key = value.partition("=")
+            if not eq or not key:
+                raise InputError(f"--api-key {url}: give it as URL=KEY")
+            keys[api_base(url)] = _read_value(key, "API key").strip()
+        else:
+            keys["*"] = _read_value(value, "API key").strip()
+    return keys
+
+
+def load_extra_body(text: str | None) -> dict | None:
+    """``--extra-body``: a JSON object, or ``@FILE`` with a YAML/JSON mapping."""
+    if text is None or not text.strip():
+        return None
+    import yaml
+
+    source = _read_value(text.strip(), "--extra-body")
+    try:
+        data = json.loads(source) if not text.startswith("@") else yaml.safe_load(source)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0]
+        raise InputError(f"--extra-body is not valid {'JSON' if not text.startswith('@') else 'YAML'}: {first}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"--extra-body must be a mapping (e.g. '{{\"top_k\": 20}}'), got {type(data).__name__}")
+    return data
+
+
+def key_for(base_url: str, explicit: str | dict[str, str] | None) -> str:
+    """The bearer key for one endpoint: explicit per-endpoint > explicit default > CLI per-endpoint >
+    CLI default > ``OPENAI_API_KEY`` > ``EMPTY`` (what vLLM accepts when it runs without ``--api-key``)."""
+    for source in (explicit, DEFAULTS.api_keys):
+        if isinstance(source, str):
+            return source
+        if source:
+            found = source.get(api_base(base_url)) or source.get("*")
+            if found:
+                return found
+    return os.environ.get("OPENAI_API_KEY") or "EMPTY"

@@ -1,0 +1,227 @@
+"""``synth push`` without the network: every pipeline's card meets the Hub's metadata rules (checked offline,
+``data_cards.card_problems``), egov's ``articles`` is a config, a dry run lists exactly the files that would
+upload (no index, no lock files, no checkpoints), uploaded manifests and cards hold no absolute local path,
+and offline mode, an unchosen visibility or a card the Hub would reject end in one line (exit 2).
+
+Run: pytest tests/test_hub_push.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from huggingface_hub import DatasetCard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from tansaku.cli import synth_app
+from tansaku.core.hub import local_name, upload_plan
+from tansaku.data_cards import HUB_LICENSES, card_problems, render_card
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "teacher_script.py"
+LICENSE_NAME_PROBLEM = "license: other needs a license_name"
+PIPELINES = ["corpus", "multihop", "egov", "egov/articles", "sft", "deepresearch"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One tiny dataset of every pipeline, built with the rule-based and scripted paths (no model)."""
+    from tansaku.envs.search import build_index
+    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.deepresearch.build import build_deepresearch
+    from tansaku.pipelines.egov.build import build_egov
+    from tansaku.pipelines.multihop.build import build_multihop
+    from tansaku.pipelines.multihop.chains import Caps
+    from tansaku.pipelines.trajectories.build import build_trajectories
+
+    base = tmp_path_factory.mktemp("hub")
+    build_corpus(ROOT / "examples" / "miniwiki.jsonl", base / "corpus", fmt="jsonl", quiet=True)
+    build_index(base / "corpus", base / "index")
+    build_multihop(corpus=base / "corpus", out=base / "multihop", quiet=True, caps=Caps(None, None, None))
+    build_egov([ROOT / "examples" / "laws"], base / "egov", quiet=True)
+    build_trajectories(base / "multihop", base / "sft", teacher=f"scripted:{SCRIPT}:respond_compact",
+                       index=base / "index", n=1, limit=4, quiet=True)
+    build_deepresearch(base / "corpus", base / "index", base / "deepresearch", "scripted:deepresearch", quiet=True)
+    return base
+
+
+def _give_license(folder: Path, name: str = "egov-terms") -> None:
+    """What a build with a propagated license writes: `other` with its id and link."""
+    card = DatasetCard.load(folder / "README.md")
+    card.data.license_name, card.data.license_link = name, "https://laws.e-gov.go.jp/terms/"
+    card.save(folder / "README.md")
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_every_pipeline_card_meets_the_hub_rules(built, name):
+    folder = built / name
+    card = DatasetCard.load(folder / "README.md")
+    meta = card.data.to_dict()
+    assert meta["license"] in HUB_LICENSES and meta["configs"][0]["config_name"] == "default"
+    problems = card_problems(meta, folder)
+    # The only problem allowed is the one `synth push` refuses: an `other` license without its id.
+    expected = [p for p in problems if p.startswith(LICENSE_NAME_PROBLEM)]
+    assert problems == expected and (expected == []) == (meta["license"] != "other" or "license_name" in meta)
+    for config in meta["configs"]:  # every declared file set exists
+        assert all(list(folder.glob(f["path"])) for f in config["data_files"]), config
+
+
+def test_egov_card_declares_articles_as_a_config(built, tmp_path):
+    from datasets import load_dataset
+
+    configs = {c["config_name"]: c for c in DatasetCard.load(built / "egov" / "README.md").data.configs}
+    assert set(configs) >= {"default", "articles"}
+    assert configs["articles"]["data_files"] == [{"split": "train", "path": "articles/data/train-*.parquet"}]
+    articles = load_dataset(str(built / "egov"), "articles", cache_dir=str(tmp_path))
+    manifest = json.loads((built / "egov" / "articles" / "manifest.json").read_text())
+    assert len(articles["train"]) == manifest["splits"]["train"] > 0
+
+
+def _data_files(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.glob("**/data/*.parquet")}
+
+
+def test_dry_run_lists_exactly_the_files_that_would_upload(built, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", None)  # any network use fails the test
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a dry run needs no network
+    folder = built / "egov"
+    _give_license(folder)
+    (folder / ".work").mkdir(exist_ok=True)  # a leftover checkpoint never uploads
+    (folder / ".work" / "chunk.partial").write_text("x")
+    result = CliRunner().invoke(synth_app, ["push", str(folder), "--repo-id", "me/egov", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    listed = result.stdout.split()
+    expected = _data_files(folder) | {"README.md", "manifest.json", "articles/README.md", "articles/manifest.json"}
+    assert sorted(listed) == listed and set(listed) == expected and len(listed) == len(expected)
+    assert (folder / "index").is_dir() and any(f.suffix == ".lock" for f in (folder / "index").iterdir())
+
+    result = CliRunner().invoke(synth_app, ["push", str(folder), "--repo-id", "me/egov", "--dry-run",
+                                            "--include-index"])
+    with_index = set(result.stdout.split())
+    index_files = {f"index/{f.name}" for f in (folder / "index").iterdir() if not f.name.endswith(".lock")}
+    assert result.exit_code == 0 and with_index == expected | index_files and "index/meta.json" in with_index
+
+
+def test_uploaded_manifests_and_cards_hold_no_absolute_path(built):
+    _give_license(built / "egov")
+    plan = upload_plan(built / "egov")
+    assert str(built) in (built / "egov" / "manifest.json").read_text()  # the local manifest keeps them
+    for rel in ("manifest.json", "README.md", "articles/manifest.json", "articles/README.md"):
+        assert str(built) not in plan[rel].decode() and "/tmp" not in plan[rel].decode(), rel
+    manifest = json.loads(plan["manifest.json"])
+    local = json.loads((built / "egov" / "manifest.json").read_text())
+    assert manifest["parents"] == ["articles"]
+    assert [i["sha256"] for i in manifest["inputs"]] == [i["sha256"] for i in local["inputs"]]
+    assert {k: v for k, v in manifest.items() if k not in ("inputs", "parents", "config", "stages")} == \
+        {k: v for k, v in local.items() if k not in ("inputs", "parents", "config", "stages")}
+    card = DatasetCard(plan["README.md"].decode())
+    assert card_problems(card.data.to_dict(), built / "egov") == []
+
+
+class FakeHub:
+    """Records what push would send to the Hub."""
+
+    calls: list = []
+
+    def __init__(self, token=None):
+        pass
+
+    def create_repo(self, repo_id, **kw):
+        FakeHub.calls.append(("create_repo", repo_id, kw))
+
+    def create_commit(self, repo_id, operations, **kw):
+        FakeHub.calls.append(("create_commit", repo_id, sorted(op.path_in_repo for op in operations)))
+
+
+def test_push_sends_the_dry_run_files_with_the_chosen_visibility(built, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHub)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    FakeHub.calls = []
+    folder = built / "multihop"
+    result = CliRunner().invoke(synth_app, ["push", str(folder), "--repo-id", "me/mh", "--private"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().endswith("https://huggingface.co/datasets/me/mh")
+    assert FakeHub.calls[0] == ("create_repo", "me/mh", {"repo_type": "dataset", "private": True, "exist_ok": True})
+    assert FakeHub.calls[1][2] == sorted(upload_plan(folder)) == sorted(_data_files(folder) |
+                                                                         {"README.md", "manifest.json"})
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--repo-id", "me/mh"], {}, "pass --private or --public"),
+    (["--repo-id", "me/mh", "--public"], {"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set"),
+])
+def test_push_refuses_in_one_line(built, monkeypatch, args, env, message):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", None)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = CliRunner().invoke(synth_app, ["push", str(built / "multihop"), *args])
+    assert result.exit_code == 2 and message in result.output and result.output.count("\n") == 1, result.output
+
+
+def test_push_refuses_a_card_the_hub_would_reject(built, tmp_path, monkeypatch):
+    import shutil
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", None)
+    folder = tmp_path / "corpus"
+    shutil.copytree(built / "corpus", folder)
+    card = DatasetCard.load(folder / "README.md")
+    card.data.license = "other"
+    card.data.license_name = None
+    card.save(folder / "README.md")
+    result = CliRunner().invoke(synth_app, ["push", str(folder), "--repo-id", "me/c", "--private"])
+    assert result.exit_code == 2 and LICENSE_NAME_PROBLEM in result.output, result.output
+    result = CliRunner().invoke(synth_app, ["push", str(folder), "--repo-id", "me/c", "--dry-run"])
+    assert result.exit_code == 2 and LICENSE_NAME_PROBLEM in result.output, result.output
+
+
+MANIFEST = {"name": "t", "version": "v", "pipeline": "p", "pipeline_version": "1", "created_at": "now",
+            "code": {"commit": None, "dirty": None}, "splits": {"train": 1}, "stages": [], "llm": None,
+            "inputs": [], "parents": [], "config": {}, "seed": 0}
+
+
+GOOD_NAMES = ["egov-terms", "my-license-1.0", "jemhopqa", "cc-by-sa-4.0+egov"]
+BAD_NAMES = ["", "My License", "日本の規約", "-leading-dash", "with space"]
+PLAIN_TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(license=st.one_of(st.sampled_from(sorted(HUB_LICENSES)), st.just("other"), PLAIN_TEXT),
+       license_name=st.one_of(st.none(), st.sampled_from(GOOD_NAMES + BAD_NAMES)),
+       link=st.one_of(st.none(), st.just("https://example.org/terms")))
+def test_rendered_cards_are_flagged_exactly_when_the_hub_would_reject_them(tmp_path_factory, license,
+                                                                           license_name, link):
+    root = tmp_path_factory.mktemp("card")
+    (root / "data").mkdir()
+    (root / "data" / "train-00000-of-00001.parquet").write_bytes(b"")
+    card = {"license": license, "license_name": license_name, "license_link": link}
+    meta = DatasetCard(render_card(MANIFEST, [{"q": "x"}], card)).data.to_dict()
+    assert meta["license"] == license
+    assert meta.get("license_name") == (license_name or None) and meta.get("license_link") == link
+    problems = card_problems(meta, root)
+    bad_license = license not in HUB_LICENSES
+    bad_name = license == "other" and license_name not in GOOD_NAMES
+    assert any("not a Hub license id" in p for p in problems) == bad_license
+    assert any(p.startswith(LICENSE_NAME_PROBLEM) for p in problems) == bad_name
+    assert len(problems) == bad_license + bad_name  # the data files exist: no config problem
+
+
+@settings(max_examples=60, deadline=None)
+@given(parts=st.lists(st.text(st.characters(whitelist_categories=("L", "N")), min_size=1, max_size=6),
+                      min_size=1, max_size=4))
+def test_local_names_are_relative_to_the_dataset(tmp_path_factory, parts):
+    root = tmp_path_factory.mktemp("ds")
+    name = local_name(str(root.joinpath(*parts)), root)
+    assert name == "/".join(parts) and not name.startswith("/")
+    assert local_name("/nowhere/near/" + "/".join(parts), root) == parts[-1]
