@@ -304,6 +304,8 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
         "per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "gradient_checkpointing": True,
         "max_steps": sizes.sft_steps, "bf16": True, "weights_dtype": "bfloat16", "use_cpu": True, "seed": 42,
         "logging_steps": 1, "save_steps": 4, "report_to": [],
+        # AdamW, not Adafactor: with Adafactor the same 12 steps left held-out pass@1 at 0.00 (0.19 with AdamW)
+        # and 69 % of episodes ending in an answer (100 %), for 0.3 GB less peak memory.
     }, f"train sft --config {out / 'recipes' / 'sft.yaml'}")
     t = time.time()
     sft, memory = ({"output_dir": str(sft_dir), "skipped": "already trained"}, {}) if _trained(sft_dir) else \
