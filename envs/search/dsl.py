@@ -383,3 +383,14 @@ def highlight_texts(q: dict) -> list[str]:
                 out += highlight_texts(c)
         return out
     return []
+
+
+def plain_text_query(text: str) -> dict:
+    """``text`` as a plain multi_match query. A generated question or entity name is words, never the query
+    DSL: passed as a string, one that starts with ``[`` or ``{`` would be parsed as JSON DSL and refused. Cut to the
+    DSL's limit of characters per query text, which a long question would otherwise exceed.
+
+    >>> plain_text_query('{"match_all": {}}')["multi_match"]["query"]
+    '{"match_all": {}}'
+    """
+    return {"multi_match": {"query": text[:MAX_TEXT_CHARS], "fields": list(TEXT_FIELDS), "type": "most_fields"}}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tansaku.core.engine import Drop, rng_for
 from tansaku.core.llm import ChatRequest, ask_json
-from tansaku.envs.search.dsl import MAX_TEXT_CHARS, TEXT_FIELDS
+from tansaku.envs.search.dsl import plain_text_query
 
 PROMPTS = Path(__file__).with_name("prompts")
 GENERATE_PROMPT = "mcq_generate_v1"
@@ -216,17 +216,6 @@ def search_query_of(question: str) -> str:
     quoted = re.findall(r"「([^」]{6,})」", question)
     text = max(quoted, key=len) if quoted else question
     return text.replace("【　　】", " ").strip()
-
-
-def plain_text_query(text: str) -> dict:
-    """``text`` as a plain multi_match query. A generated question is words, never the query DSL: passed
-    as a string, one that starts with ``[`` or ``{`` would be parsed as JSON DSL and refused. Cut to the
-    DSL's limit of characters per query text, which a long question would otherwise exceed.
-
-    >>> plain_text_query('{"match_all": {}}')["multi_match"]["query"]
-    '{"match_all": {}}'
-    """
-    return {"multi_match": {"query": text[:MAX_TEXT_CHARS], "fields": list(TEXT_FIELDS), "type": "most_fields"}}
 
 
 def retrieval_rank(backend, question: str, article_id: str, k: int = 20) -> int | None:

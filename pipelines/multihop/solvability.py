@@ -15,16 +15,13 @@ from __future__ import annotations
 from tansaku.core.engine import Drop
 from tansaku.envs.rollout import run_rollouts
 from tansaku.envs.search import QueryError
-from tansaku.envs.search.dsl import MAX_TEXT_CHARS, TEXT_FIELDS
+from tansaku.envs.search.dsl import plain_text_query
 from tansaku.envs.tasks import TASKS
 
 
 def _retrieved(backend, text: str, doc_id: str, size: int) -> bool:
-    # A question or entity name is words, never the query DSL: as a plain string, one starting with "[" or
-    # "{" would be read as JSON. Cut to the DSL's characters-per-text limit, which a long question exceeds.
-    query = {"multi_match": {"query": text[:MAX_TEXT_CHARS], "fields": list(TEXT_FIELDS), "type": "most_fields"}}
     try:
-        hits = backend.search(query, size=size).hits
+        hits = backend.search(plain_text_query(text), size=size).hits
     except QueryError:
         return False
     return any(h.doc_id == doc_id for h in hits)
