@@ -124,11 +124,16 @@ def refuse_foreign(folder: str | Path, option: str) -> Path:
     interrupted (the store checks its recipe later), so a refused run leaves nothing in someone else's folder."""
     folder = require_named(folder, option)
     refuse_other_kind(folder, option, "dataset")
-    ours = is_dataset(folder) or work_recipe(folder) is not None  # finished, or interrupted (resumes)
-    if not ours and (foreign := foreign_entries(folder, "dataset")):
-        raise InputError(f"{option} {folder} is not empty and no tansaku build made it (it holds "
-                         f"{describe(foreign)}); choose a new or empty folder for {option}")
+    if not (is_dataset(folder) or work_recipe(folder) is not None):  # finished, or interrupted (resumes)
+        refuse_foreign_entries(folder, option)
     return folder
+
+
+def refuse_foreign_entries(folder: Path, option: str, error: type[Exception] = InputError) -> None:
+    """``error`` (one line naming a few of them) when ``folder`` holds anything no tansaku build made."""
+    if foreign := foreign_entries(folder, "dataset"):
+        raise error(f"{option} {folder} is not empty and no tansaku build made it (it holds "
+                    f"{describe(foreign)}); choose a new or empty folder for {option}")
 
 
 def describe(names: list[str], limit: int = 3) -> str:

@@ -204,9 +204,8 @@ def _check_out(out: Path, recipe: dict, fp: str) -> dict | None:
                              f"{describe_changes(old, recipe)}; rerun with the original options to resume it, "
                              "or remove the folder or choose another --out")
         return None
-    if foreign := ownership.foreign_entries(out, "dataset"):  # not provably ours (another tool's, the user's): never touch it
-        raise StoreError(f"--out {out} is not empty and no tansaku build made it (it holds {ownership.describe(foreign)}); "
-                         "choose a new or empty folder for --out")
+    # not provably ours (another tool's, the user's): never touch it
+    ownership.refuse_foreign_entries(out, "--out", StoreError)
     return None
 
 
