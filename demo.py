@@ -202,7 +202,8 @@ def _trained_numbers(result: dict, steps: int) -> dict:
 
 
 def evaluate_model(task: str, dataset: Path, model_dir: Path, index: Path, **options) -> dict:
-    """``train eval`` of a model folder, generating in bf16 (~2x faster than fp32 on CPU); runs in a child."""
+    """``train eval`` of a model folder, generating in bf16 (~2x faster than fp32 on CPU). The answer cache keys
+    on the weights, so checkpoints in folders of the same name never share answers (also used by bench/)."""
     client = from_spec(f"transformers:{model_dir}", dtype="bfloat16", batch_size=16)
     return run_eval(task, dataset, client, index, **options)
 

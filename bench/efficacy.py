@@ -40,9 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from tansaku.core.llm import from_spec
-from tansaku.demo import EXAMPLES
-from tansaku.envs.evaluate import run_eval
+from tansaku.demo import EXAMPLES, evaluate_model
 from tansaku.envs.search import build_index
 from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.corpus import build_corpus
@@ -89,11 +87,8 @@ def evaluate(label: str, model_dir: Path, out: Path, args) -> dict:
     if (report_dir / "report.json").exists():
         report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
     else:
-        # bf16 generation is ~2× faster on this CPU; no response cache (models in folders of the same name
-        # would share entries: the cache keys on the folder name).
-        client = from_spec(f"transformers:{model_dir}", cache=False, dtype="bfloat16", batch_size=16)
-        report = run_eval(TASK, out / "multihop", client, out / "index", split="test", k=args.eval_k,
-                          limit=args.eval_rows, out_dir=report_dir, max_tokens=args.max_tokens, seed=0)
+        report = evaluate_model(TASK, out / "multihop", model_dir, out / "index", split="test", k=args.eval_k,
+                                limit=args.eval_rows, out_dir=report_dir, max_tokens=args.max_tokens, seed=0)
     return {"pass@1": report["pass@1"], "reward": report["mean_total_reward"],
             "tool_calls": report["mean_tool_calls"], **behaviour(report_dir)}
 

@@ -38,10 +38,8 @@ import yaml
 
 from tansaku.core.heldout import heldout_split
 from tansaku.core.jsonl import iter_jsonl
-from tansaku.core.llm import from_spec
 from tansaku.core.tiny_model import tiny_model_dir
-from tansaku.demo import EXAMPLES
-from tansaku.envs.evaluate import run_eval
+from tansaku.demo import EXAMPLES, evaluate_model
 from tansaku.envs.retention import answer_loglik, retention, self_answers
 from tansaku.envs.search import build_index
 from tansaku.envs.tasks import TASKS
@@ -125,9 +123,8 @@ def agentic_eval(name: str, model_dir: Path, out: Path, args) -> dict:
     report_path = out / "eval" / name / "report.json"
     if report_path.exists():
         return json.loads(report_path.read_text(encoding="utf-8"))
-    client = from_spec(f"transformers:{model_dir}", cache=False, dtype="bfloat16", batch_size=16)
-    return run_eval(TASK, out / "multihop", client, out / "index", split="test", k=1, limit=args.eval_rows,
-                    out_dir=report_path.parent, max_tokens=160, seed=0)
+    return evaluate_model(TASK, out / "multihop", model_dir, out / "index", split="test", k=1,
+                          limit=args.eval_rows, out_dir=report_path.parent, max_tokens=160, seed=0)
 
 
 def main(argv: list[str] | None = None) -> dict:
