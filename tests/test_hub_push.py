@@ -143,7 +143,9 @@ def test_push_sends_the_dry_run_files_with_the_chosen_visibility(built, monkeypa
     import huggingface_hub
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeHub)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # CI runs offline; huggingface_hub read it at import
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     FakeHub.calls = []
     folder = built / "multihop"
     result = CliRunner().invoke(synth_app, ["push", str(folder), "--repo-id", "me/mh", "--private"])

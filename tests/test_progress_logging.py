@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -70,6 +71,7 @@ def test_corpus_build_logs_per_stage_lines_off_a_terminal(tmp_path, caplog, ever
 
 def test_default_frequency_still_gives_a_start_and_a_final_line(tmp_path, caplog, monkeypatch):
     monkeypatch.delenv("TANSAKU_LOG_EVERY", raising=False)
+    monkeypatch.delenv("TANSAKU_QUIET", raising=False)  # CI sets it for its own output
     caplog.set_level(logging.INFO, logger="tansaku")
     manifest = build_corpus(EXAMPLES / "miniwiki.jsonl", tmp_path / "corpus")
     by_stage = _check_against_manifest(caplog, manifest)
@@ -201,7 +203,7 @@ def test_lines_are_bounded_one_per_stage_per_interval_plus_finals(updates):
     old = log.level
     log.setLevel(logging.INFO)
     try:
-        with BuildProgress("p", every=1e9) as progress:  # nothing is due again within the test
+        with mock.patch.dict(os.environ, {"TANSAKU_QUIET": "0"}), BuildProgress("p", every=1e9) as progress:  # nothing is due again within the test
             for name, n in updates:
                 progress(StageStats(name, received=n), 100)
             for name in sorted({name for name, _ in updates}):
