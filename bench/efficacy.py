@@ -133,7 +133,7 @@ def gspo(out: Path, sft_dir: Path, seed: int, args, start: float) -> Path:
         # one completion per micro-batch: a 1.3k-token row's fp32 logits over 49k tokens are 250 MB each
         "per_device_train_batch_size": 1,
         "beta": 0.0, "max_completion_length": args.rl_completion, "max_tool_calling_iterations": 3,
-        "temperature": 0.9, "learning_rate": args.rl_lr, "max_steps": args.rl_steps, "bf16": True,
+        "temperature": args.rl_temperature, "learning_rate": args.rl_lr, "max_steps": args.rl_steps, "bf16": True,
         "use_cpu": True, "seed": seed, "save_steps": 1000, "logging_steps": 1, "log_completions": True,
         "report_to": [],
     })
@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
     # A compact episode (3 turns + 2 tool results) measures 630–700 tokens after the prompt.
     parser.add_argument("--rl-completion", type=int, default=768, help="tokens of the whole multi-turn completion")
     parser.add_argument("--rl-lr", type=float, default=3e-5)
+    parser.add_argument("--rl-temperature", type=float, default=0.9, help="sampling temperature of GSPO rollouts")
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="GSPO seeds (none: SFT only)")
     parser.add_argument("--eval-rows", type=int, default=48, help="held-out questions per evaluation")
     parser.add_argument("--eval-k", type=int, default=1)

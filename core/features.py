@@ -8,6 +8,13 @@ without ``--policy``, ``retrieval_rank`` without an index) would come out typed 
 still typed ``null`` becomes ``string``, ``list<null>`` ``list<string>`` (Arrow and the Hub viewer handle an all-null string column; a
 ``null``-typed one breaks concatenation with any later build).
 
+Three columns stay JSON text on purpose. ``tools`` of SFT rows: TRL's own convention (``SFTTrainer`` runs
+``json.loads`` on a string ``tools``), and Arrow would merge the tools' different ``parameters`` schemas into one
+struct, filling every tool with the others' properties as nulls that chat templates then render. A corpus's
+``meta``: it carries the input's own metadata, whose keys the user chooses per row. e-Gov ``paragraphs``: a
+recursive tree (items hold subitems to any depth) that Arrow cannot type. Everything with fixed keys is typed:
+e-Gov articles' ``meta`` (``pipelines.egov.parse.ARTICLE_META``), ``quality_detail``, ``derivations``, ``prompt``.
+
     from tansaku.core.features import DERIVATIONS, PROMPT, declare, derivation_structs
     schema = declare(inferred, {"pass_rate": pa.float64(), "prompt": PROMPT})
     derivation_structs([["本A", "著者", ["作家B"]]])   # [{"subject": "本A", "relation": "著者", "objects": ["作家B"]}]

@@ -45,9 +45,9 @@ def test_v3_law_fields_and_structure(library):
     assert (r["article_num"], r["article_title"], r["caption"], r["is_suppl"]) == ("3_2", "第三条の二", "（臨時休館）", False)
     assert r["title"] == "架空図書館運営法 第三条の二"
     assert r["text"].startswith("（臨時休館）\n第三条の二\u3000館長は、蔵書点検のため")
-    meta = json.loads(r["meta"])
+    meta = r["meta"]
     assert meta["path"] == ["第一章\u3000総則"] and meta["abbrev"] == ["図運法"] and meta["parser"] == "ja-law-parser"
-    assert json.loads(library["506AC0000000901-4"]["meta"])["path"] == ["第二章\u3000資料の貸出し", "第一節\u3000通則"]
+    assert library["506AC0000000901-4"]["meta"]["path"] == ["第二章\u3000資料の貸出し", "第一節\u3000通則"]
 
 
 def test_items_subitems_columns_and_proviso(library):
@@ -66,7 +66,7 @@ def test_items_subitems_columns_and_proviso(library):
 def test_ruby_base_in_text_reading_in_meta(library):
     r = library["506AC0000000901-2"]
     assert "事務を掌る者" in r["text"] and "つかさど" not in r["text"]
-    assert json.loads(r["meta"])["ruby"] == [{"base": "掌", "reading": "つかさど"}]
+    assert r["meta"]["ruby"] == [{"base": "掌", "reading": "つかさど"}]
 
 
 def test_table_and_list_flattened(library):
@@ -80,18 +80,18 @@ def test_suppl_provisions_flagged(library):
     s0, s1 = library["506AC0000000901-s0-p"], library["506AC0000000901-s1-1"]
     assert s0["is_suppl"] and s1["is_suppl"]
     assert "一年を経過した日から施行する" in s0["text"]
-    assert json.loads(s1["meta"])["amend_law_num"] == "令和七年法律第九百五号"
+    assert s1["meta"]["amend_law_num"] == "令和七年法律第九百五号"
 
 
 def test_deviant_article_falls_back_to_lxml(library):
     r = library["506AC0000000901-7"]  # Paragraph without ParagraphNum: ja-law-parser refuses it
-    meta = json.loads(r["meta"])
+    meta = r["meta"]
     assert meta["parser"] == "lxml" and "ParagraphNum" in meta["fallback_reason"]
-    assert "資料を毀損した利用者は" in r["text"] and json.loads(r["meta"])["ruby"][0]["reading"] == "き"
+    assert "資料を毀損した利用者は" in r["text"] and r["meta"]["ruby"][0]["reading"] == "き"
 
 
 def test_deleted_article_kept_and_flagged(library):
-    meta = json.loads(library["506AC0000000901-8"]["meta"])
+    meta = library["506AC0000000901-8"]["meta"]
     assert meta["is_deleted"] and library["506AC0000000901-8"]["text"] == "第八条\u3000削除"
 
 
@@ -109,7 +109,7 @@ def test_api_v2_wrapper():
     assert not skips and [r["id"] for r in records] == [
         "507AC0000000902-1", "507AC0000000902-2", "507AC0000000902-3", "507AC0000000902-s0-p"]
     assert records[0]["law_title"] == "架空港湾清掃法" and records[0]["promulgation_date"] == "2025-03-31"
-    assert json.loads(records[0]["meta"])["abbrev"] == ["港清法"]
+    assert records[0]["meta"]["abbrev"] == ["港清法"]
 
 
 def test_old_bulk_format_with_datainfo_and_delete():
@@ -117,7 +117,7 @@ def test_old_bulk_format_with_datainfo_and_delete():
     assert not skips
     assert [r["law_id"] for r in records] == ["418AC0000000903"] * 3
     assert records[0]["promulgation_date"] == "2006-06-15"
-    assert [json.loads(r["meta"])["is_deleted"] for r in records] == [False, True, False]
+    assert [r["meta"]["is_deleted"] for r in records] == [False, True, False]
 
 
 def test_broken_file_is_skipped_not_fatal():
@@ -182,11 +182,11 @@ def test_realdata_every_article_is_one_record(path):
     assert not skips
     main = [r for r in records if not r["is_suppl"]]
     assert len(main) == len(root.xpath("/Law/LawBody/MainProvision//Article"))
-    suppl_articles = [r for r in records if r["is_suppl"] and json.loads(r["meta"])["kind"] == "article"]
+    suppl_articles = [r for r in records if r["is_suppl"] and r["meta"]["kind"] == "article"]
     assert len(suppl_articles) == len(root.xpath("/Law/LawBody/SupplProvision//Article"))
     assert len({r["id"] for r in records}) == len(records)
     # every record was read by ja-law-parser, and the lxml walk gives the same structure
-    assert {json.loads(r["meta"])["parser"] for r in records} == {"ja-law-parser"}
+    assert {r["meta"]["parser"] for r in records} == {"ja-law-parser"}
     for el in root.xpath("/Law/LawBody/MainProvision//Article"):
         jlp, _ = extract_article(el)
         lx, _ = extract_article(el, prefer="lxml")

@@ -9,7 +9,6 @@ sentence changed, so the kept revision can be told apart.
 
 from __future__ import annotations
 
-import json
 import shutil
 import zipfile
 from datetime import date
@@ -72,7 +71,7 @@ def test_build_drops_older_revision_articles_with_a_named_reason(tmp_path):
     (parse,) = manifest["stages"]
     assert parse["dropped"] == {"duplicate_law_revision": len(rows)}
     assert "新版" in article_one(rows)["text"] and not any("旧版" in r["text"] for r in rows)
-    assert all("20260401" in json.loads(r["meta"])["source_file"] for r in rows)
+    assert all("20260401" in r["meta"]["source_file"] for r in rows)
 
 
 def test_api_v2_revision_date_beats_file_order(tmp_path):

@@ -97,8 +97,8 @@ def test_readiness_gate_refuses_runs_without_learning_signal(tmp_path, index_dir
     """Never correct → pass@k = 0; always correct → every group has zero variance; mixed → ready."""
     from tansaku.core.llm import ScriptedLLM
     from tansaku.envs.evaluate import NotReadyForRL
+    from tansaku.trainer.readiness import check_readiness
     from tansaku.trainer.recipes import load_recipe
-    from tansaku.trainer.rl import check_readiness
 
     rows = {json.loads(line)["question"]: json.loads(line)["answer"]
             for line in (ENV_FIXTURES / "multihop.jsonl").read_text(encoding="utf-8").splitlines()}
@@ -234,3 +234,50 @@ def test_grpo_step_shows_each_row_its_tool_variant_and_counts_failed_calls(tmp_p
     assert sorted(parquet["tool_variant"].to_list()) == sorted(v for _, v in first_turn)
     tool_contents = [m["content"] for c in parquet["completion"].to_list() for m in c if m["role"] == "tool"]
     assert tool_contents and all(t.startswith("{'error': \"no document with doc_id 'nope'") for t in tool_contents)
+
+
+# ---------------------------------------------------------------- readiness goes through the training backend
+
+
+@pytest.mark.parametrize("overrides, spec, options", [
+    (["use_cpu=true", "bf16=true"], "transformers:/m", {"dtype": "bfloat16", "device": "cpu"}),
+    (["use_cpu=true", "bf16=false"], "transformers:/m", {"dtype": "float32", "device": "cpu"}),
+    (["use_cpu=false", "use_vllm=true", "bf16=true", "vllm_gpu_memory_utilization=0.4"], "vllm:/m",
+     {"dtype": "bfloat16", "gpu_memory_utilization": 0.4}),
+    (["use_cpu=false", "use_vllm=true", "vllm_mode=server", "model=Qwen/Qwen3-1.7B"],
+     "http:Qwen/Qwen3-1.7B@http://localhost:8000/v1", {}),
+    (["use_cpu=false", "use_vllm=true", "vllm_mode=server", "vllm_server_base_url=http://gpu7:8001/"],
+     "http:/m@http://gpu7:8001/v1", {}),
+    (["use_vllm=false", "readiness.model=http:judge@http://h:1"], "http:judge@http://h:1", {}),
+])
+def test_readiness_samples_through_the_backend_training_generates_with(tmp_path, overrides, spec, options):
+    from tansaku.trainer.readiness import readiness_model, readiness_options
+    from tansaku.trainer.recipes import load_recipe
+
+    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", *overrides])
+    assert readiness_model(recipe, "/m") == spec  # "/m": where resolve_model found the recipe's model
+    assert readiness_options(recipe) == options
+
+
+def test_readiness_against_a_trl_vllm_server_posts_chat_completions_to_it(tmp_path, index_dir):
+    """``trl vllm-serve`` is vLLM's OpenAI server: the check's rollouts reach it as chat completions for the
+    recipe's model (here a canned server, whose answers are never right: the check refuses, after asking)."""
+    import urllib.request
+
+    from tansaku.core.llm.canned_server import ServerThread
+    from tansaku.envs.evaluate import NotReadyForRL
+    from tansaku.trainer.readiness import check_readiness
+    from tansaku.trainer.recipes import load_recipe
+
+    with ServerThread("trl") as url:
+        recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.index={index_dir}", FIXTURE_DATA,
+                                      "use_cpu=false", "use_vllm=true", "vllm_mode=server",
+                                      f"vllm_server_base_url={url}", "model=Org/served-name",
+                                      "readiness.rows=2", "readiness.k=1", "readiness.max_tokens=32"])
+        with pytest.raises(NotReadyForRL, match="pass@1 = 0.000"):
+            check_readiness(recipe, "unused-local-path")
+        with urllib.request.urlopen(f"{url}/stats", timeout=5) as resp:
+            assert json.loads(resp.read())["requests"] >= 2
+        with urllib.request.urlopen(f"{url}/stats/last", timeout=5) as resp:
+            assert json.loads(resp.read())["body"]["model"] == "Org/served-name"
+    assert (tmp_path / "readiness" / "multihop_qa" / "report.json").is_file()

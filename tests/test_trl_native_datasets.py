@@ -258,3 +258,34 @@ def test_declare_types_null_columns_and_adds_declared_ones(columns, declared):
         inferred = columns.get(field.name)
         expected = declared.get(field.name) or {"null": "str", "nulls": "strs"}.get(inferred, inferred)
         assert field.type == kinds[expected]
+
+
+@pytest.mark.slow
+def test_plain_grpo_trainer_rolls_out_the_datasets_own_prompts(datasets, tiny_model_path, tmp_path, monkeypatch):
+    """A TRL user's run, no tansaku trainer: ``GRPOTrainer(train_dataset=load_dataset(folder), environment_factory=…)``.
+    The questions the model was prompted with are the dataset's own user turns, never TRL's empty default."""
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import load_dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tansaku.envs.search import build_index
+
+    folder, task_name = datasets["multihop"]
+    task = TASKS[task_name]
+    build_index(folder.parent / "corpus", tmp_path / "index")
+    train = load_dataset(str(folder), split="train").select(range(2))
+    questions = {row["prompt"][-1]["content"] for row in train}
+    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                      max_completion_length=32, max_tool_calling_iterations=1, use_cpu=True, report_to=[],
+                      logging_steps=1, save_strategy="no", reward_weights=task.weights(), temperature=1.0)
+    trainer = GRPOTrainer(model=str(tiny_model_path), processing_class=AutoTokenizer.from_pretrained(tiny_model_path),
+                          args=args, reward_funcs=task.reward_functions(), train_dataset=train,
+                          environment_factory=make_environment_factory(task, tmp_path / "index"))
+    trainer.train()
+    prompted = list(trainer._logs["prompt"])  # what TRL logged as each rollout's prompt (its own bookkeeping)
+    assert len(prompted) == 2  # one step: 2 rollouts (1 prompt × 2 generations)
+    for messages in prompted:
+        user = [m["content"] for m in messages if m["role"] == "user"]
+        assert user and user[-1] in questions
+        assert messages[0]["role"] == "system" and messages[0]["content"] == train[0]["prompt"][0]["content"]

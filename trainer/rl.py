@@ -18,7 +18,8 @@ A task with ``index: auto`` and a ``corpus`` (documents: a .jsonl file or a data
 ``<output_dir>/index/<task>``, built from the corpus before anything else when it is not there yet
 (``ensure_indexes``), so ``train rl --config trainer/recipes/rl-tiny.yaml`` needs no manual step.
 
-Before step 1 the readiness check (``tansaku.envs.evaluate.run_eval`` + ``check_rl_readiness``) samples the model
+Before step 1 the readiness check (``tansaku.trainer.readiness``: ``run_eval`` through the backend training
+generates with — the TRL vLLM server, a colocated vLLM engine, or transformers in the training dtype) samples the model
 on each task and refuses to start when pass@k ≈ 0 or every group has zero reward variance
 (``skip_readiness=True`` / ``--skip-readiness`` to bypass). Algorithm, NeMo-RL key and batch mapping:
 ``tansaku.trainer.recipes`` (module docstring).
@@ -33,12 +34,13 @@ from pathlib import Path
 from tansaku.core.llm import as_client
 from tansaku.core.store import StoreError, read_records
 from tansaku.envs.environments import episode_variant, variant_factories
-from tansaku.envs.evaluate import check_rl_readiness, load_rows, run_eval
+from tansaku.envs.evaluate import load_rows
 from tansaku.envs.search import build_index
 from tansaku.envs.search.embedded import build_embedded
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.data import mix_by_ratio
 from tansaku.trainer.monitor import RewardWatchCallback
+from tansaku.trainer.readiness import check_readiness
 from tansaku.trainer.recipes import (
     ALGORITHM_DEFAULTS,
     RecipeError,
@@ -254,25 +256,6 @@ def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):
     if recipe.vllm_server_base_url:
         kwargs["vllm_server_base_url"] = recipe.vllm_server_base_url
     return make_trl_config(GRPOConfig, recipe, kwargs)
-
-
-def check_readiness(recipe: RLRecipe, model_path: str, judge=None, client=None) -> list[dict]:
-    """Run ``tansaku.envs.evaluate`` per task and raise ``NotReadyForRL`` when one gives no learning signal.
-
-    The rollouts use ``client`` if given, else ``readiness.model`` (an LLM spec), else
-    ``transformers:<model_path>``; each report is written to ``<output_dir>/readiness/<task>/``.
-    """
-
-    spec_r = recipe.readiness
-    model = client or spec_r.model or f"transformers:{model_path}"
-    reports = []
-    for task in recipe.tasks:
-        report = run_eval(task.name, task.data, model, task.index, split=spec_r.split or task.split,
-                          k=spec_r.k, limit=spec_r.rows, max_tokens=spec_r.max_tokens, seed=recipe.seed,
-                          out_dir=Path(recipe.output_dir) / "readiness" / task.name, judge=judge)
-        check_rl_readiness(report, min_pass_at_k=spec_r.min_pass_at_k)
-        reports.append(report)
-    return reports
 
 
 def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None):

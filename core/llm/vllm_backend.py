@@ -41,6 +41,22 @@ class VLLMClient(LLMClient):
             self._llm = LLM(model=self.model, **self.engine_kwargs)
         return self._llm
 
+    def close(self) -> None:
+        """Drop the engine so its GPU memory can go back (``train rl``'s readiness check closes its engine
+        before a colocated trainer starts its own)."""
+        import gc
+
+        self._llm = None
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:
+            pass
+        super().close()
+
     @staticmethod
     def _sampling_params(req: ChatRequest):
         from vllm import SamplingParams

@@ -29,6 +29,14 @@ class DatasetError(InputError):
     """The folder is not a readable document dataset."""
 
 
+def _meta_text(meta) -> str:
+    """The index stores a document's metadata as JSON text: a corpus's is text already, a struct column
+    (e-Gov articles) arrives as a dict."""
+    if not meta:
+        return ""
+    return meta if isinstance(meta, str) else json.dumps(meta, ensure_ascii=False, sort_keys=True)
+
+
 def keyword_fields_of(dataset_dir: str | Path) -> list[str]:
     """Keyword columns the dataset declares (``manifest.json`` → ``config.keyword_fields``)."""
     path = Path(dataset_dir) / "manifest.json"
@@ -97,7 +105,7 @@ def chunk_document(row: dict, max_chars: int = 800, keyword_fields: Iterable[str
             "source": str(row.get("source") or ""),
             "url": row.get("url"),
             # The parent's metadata rides on the first chunk only (get() reads it from there).
-            "meta": (row.get("meta") or "") if pos == 0 else "",
+            "meta": _meta_text(row.get("meta")) if pos == 0 else "",
             "keywords": keywords,
         })
         start = end

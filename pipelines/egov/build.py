@@ -42,7 +42,9 @@ from tansaku.envs.search import build_index, open_index
 from tansaku.envs.tasks import TASKS, gold_failures
 from tansaku.pipelines.egov import cloze, generate, leak
 from tansaku.pipelines.egov.parse import (
+    ARTICLE_META,
     Skip,
+    article_meta,
     list_law_sources,
     parse_law_bytes,
     read_law_source,
@@ -50,7 +52,7 @@ from tansaku.pipelines.egov.parse import (
 )
 
 log = logging.getLogger(__name__)
-ARTICLES_VERSION = "2"  # 2: one revision per law (unique article ids)
+ARTICLES_VERSION = "3"  # 2: one revision per law (unique article ids); 3: meta a struct, not JSON text
 QUESTIONS_VERSION = "2"  # 2: prompt and task columns, declared column types
 MIN_ARTICLE_CHARS = 40  # shorter articles give the LLM generator too little to ask about
 KEYWORD_FIELDS = ["law_id", "law_title", "law_type", "era"]
@@ -122,13 +124,14 @@ def build_articles(laws: list[Path], out: Path, seed: int = 0, quiet: bool = Fal
         out=out, name="egov-articles", pipeline="egov_articles", pipeline_version=ARTICLES_VERSION,
         config={"keyword_fields": KEYWORD_FIELDS, "parser": "ja-law-parser, lxml fallback"}, seed=seed,
         inputs=[describe_input(p) for p in laws if Path(p).exists()], source=sources,
-        stages=[_parse_stage(skips)], card=ARTICLE_CARD, chunk_size=50, quiet=quiet)
+        stages=[_parse_stage(skips)], card=ARTICLE_CARD, chunk_size=50, quiet=quiet,
+        column_types={"meta": ARTICLE_META})
     manifest["skipped"] = [{"source": s.source, "reason": s.reason, "message": s.message} for s in skips]
     return manifest
 
 
 def _question_row(article: dict, q: dict, k: int) -> dict:
-    meta = json.loads(article.get("meta") or "{}")
+    meta = article_meta(article)
     return {"id": f"{article['id']}-q{k}", **q, "article_id": article["id"], "article_title": article["article_title"],
             "law_id": article["law_id"], "law_title": article["law_title"],
             "law_abbrev": ",".join(meta.get("abbrev", [])), "law_kana": meta.get("kana", ""),
@@ -140,7 +143,7 @@ def _cloze_stage(seed: int, per_article: int) -> Stage:
         articles = list(articles)  # distractors come from sibling articles: needs the whole law
         pools = cloze.law_pools(articles)
         for article in articles:
-            if json.loads(article.get("meta") or "{}").get("is_deleted"):
+            if article_meta(article).get("is_deleted"):
                 yield Drop("deleted_article", record=article)
                 continue
             qs = cloze.cloze_questions(article, pools.get(article["law_id"], {"units": {}, "terms": []}),
@@ -155,7 +158,7 @@ def _cloze_stage(seed: int, per_article: int) -> Stage:
 
 def _llm_stages(client, seed: int) -> list[Stage]:
     def eligible(article: dict) -> dict | Drop:
-        if json.loads(article.get("meta") or "{}").get("is_deleted"):
+        if article_meta(article).get("is_deleted"):
             return Drop("deleted_article")
         return article if len(article["text"]) >= MIN_ARTICLE_CHARS else Drop("article_too_short")
 

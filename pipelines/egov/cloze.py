@@ -20,6 +20,7 @@ import re
 from collections import defaultdict
 
 from tansaku.core.engine import rng_for
+from tansaku.pipelines.egov.parse import article_meta
 
 _K = "〇一二三四五六七八九十百千万"
 PERIOD = re.compile(rf"(?<![{_K}年月])(?<!令和)(?<!平成)(?<!昭和)(?<!大正)(?<!明治)([{_K}]+)(年|箇月|か月|月|週間|日|時間)(?![{_K}])(?!曜)")
@@ -122,7 +123,7 @@ def definition_items(article: dict) -> list[tuple[str, str]]:
 
 
 def _usable(article: dict) -> bool:
-    meta = json.loads(article.get("meta") or "{}")
+    meta = article_meta(article)
     return not meta.get("is_deleted") and bool(article.get("text"))
 
 

@@ -34,6 +34,7 @@ from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 from lxml import etree
 
 from tansaku.pipelines.egov.extract import ExtractError, extract_article, flatten_lines, ruby_readings
@@ -43,6 +44,14 @@ ERA_OFFSETS = {"Meiji": 1867, "Taisho": 1911, "Showa": 1925, "Heisei": 1988, "Re
 LAW_ID = re.compile(r"^\d{3}[A-Z0-9]{9,14}$")
 HIERARCHY = {"Part": "PartTitle", "Chapter": "ChapterTitle", "Section": "SectionTitle",
              "Subsection": "SubsectionTitle", "Division": "DivisionTitle"}
+# The ``meta`` column of an article row, typed (``article_meta`` reads it, and the JSON text older builds wrote).
+ARTICLE_META = pa.struct([
+    ("source_file", pa.string()), ("parser", pa.string()), ("path", pa.list_(pa.string())),
+    ("abbrev", pa.list_(pa.string())), ("kana", pa.string()),
+    ("ruby", pa.list_(pa.struct([("base", pa.string()), ("reading", pa.string())]))),
+    ("is_deleted", pa.bool_()), ("kind", pa.string()), ("suppl_label", pa.string()),
+    ("amend_law_num", pa.string()), ("fallback_reason", pa.string()),
+])
 _KANJI_DIGITS = {c: i for i, c in enumerate("〇一二三四五六七八九")}
 _KANJI_UNITS = {"十": 10, "百": 100, "千": 1000}
 
@@ -295,21 +304,26 @@ def _record(el, k, prov, meta: dict, source: str, prefer: str) -> dict:
     doc_title = " ".join(p for p in (meta["law_title"], label if is_article else "", article_title) if p)
     record_meta = {"source_file": source, "parser": content["parser"], "path": path,
                    "abbrev": meta["abbrev"], "kana": meta["kana"], "ruby": ruby_readings(el),
-                   "is_deleted": deleted, "kind": "article" if is_article else "paragraphs"}
-    if k is not None:
-        record_meta |= {"suppl_label": label, "amend_law_num": prov.get("AmendLawNum")}
-    if fallback_why and prefer == "ja-law-parser":
-        record_meta["fallback_reason"] = fallback_why
+                   "is_deleted": deleted, "kind": "article" if is_article else "paragraphs",
+                   "suppl_label": label if k is not None else None,
+                   "amend_law_num": prov.get("AmendLawNum") if k is not None else None,
+                   "fallback_reason": fallback_why if fallback_why and prefer == "ja-law-parser" else None}
     return {
         "id": meta["law_id"] + (f"-s{k}" if k is not None else "") + (f"-{num}" if num else "-p"),
         "title": unicodedata.normalize("NFKC", doc_title), "text": text,
         "url": f"https://laws.e-gov.go.jp/law/{meta['law_id']}", "source": "egov",
-        "meta": json.dumps(record_meta, ensure_ascii=False),
+        "meta": record_meta,
         "law_id": meta["law_id"], "law_num": meta["law_num"], "law_title": meta["law_title"],
         "law_type": meta["law_type"], "era": meta["era"], "promulgation_date": meta["promulgation_date"],
         "article_num": num, "article_title": article_title, "caption": content["caption"] or "",
         "paragraphs": json.dumps(content["paragraphs"], ensure_ascii=False), "is_suppl": k is not None,
     }
+
+
+def article_meta(article: dict) -> dict:
+    """An article row's ``meta`` as a dict (a struct since articles version 3; JSON text before)."""
+    meta = article.get("meta") or {}
+    return json.loads(meta) if isinstance(meta, str) else dict(meta)
 
 
 def norm_label(text: str | None) -> str:
