@@ -4,7 +4,8 @@
     for n, row in iter_jsonl(path, on_bad="yield"):          # a bad line arrives as BadLine(reason, where)
     for n, row in iter_jsonl(path, error=StoreError):        # raise the caller's own error class
 
-Blank lines are skipped and ``.gz`` files are read through gzip. Lines are the file's own ``\\n`` lines,
+Blank lines are skipped; ``.gz``, ``.bz2`` and ``.zst`` files are decompressed as a stream
+(``open_compressed``: a 10 GB dump is never held in memory). Lines are the file's own ``\\n`` lines,
 never ``str.splitlines()``, which also breaks at U+2028 and other separators that JSON strings may hold.
 
 >>> import tempfile, pathlib
@@ -20,7 +21,9 @@ tansaku.core.errors.InputError: ...x.jsonl:4: not valid JSON (Expecting property
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import io
 import json
 import os
 import zlib
@@ -29,7 +32,70 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import zstandard
+
 from tansaku.core.errors import InputError, MissingInputError
+
+COMPRESSED = (".gz", ".bz2", ".zst", ".zstd")
+# What a truncated or foreign compressed file raises while it is read: the file is bad, not a line.
+DECOMPRESSION_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error, zstandard.ZstdError, OSError)
+
+
+def open_compressed(path: str | os.PathLike):
+    """``path`` opened for binary reading, decompressed as a stream by its suffix (``.gz``, ``.bz2``,
+    ``.zst``/``.zstd``; anything else as it is). Lines come out one at a time: memory stays one buffer."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        return gzip.open(path, "rb")
+    if suffix == ".bz2":
+        return bz2.open(path, "rb")
+    if suffix in (".zst", ".zstd"):
+        return io.BufferedReader(_ZstdFrames(open(path, "rb")), buffer_size=CHUNK)
+    return open(path, "rb")
+
+
+CHUNK = 1 << 17
+
+
+class _ZstdFrames(io.RawIOBase):
+    """A zstd file decompressed frame after frame (``pzstd`` and ``zstd -T`` write several), raising
+    ``ZstdError`` when it ends inside a frame: zstandard's ``stream_reader`` returns a truncated dump's
+    partial data without a word, which would build a silently shorter corpus."""
+
+    def __init__(self, raw):
+        self._raw, self._zstd = raw, zstandard.ZstdDecompressor()
+        self._frame, self._fed, self._out = self._zstd.decompressobj(), False, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._out:
+            chunk = self._raw.read(CHUNK)
+            if not chunk:
+                if self._fed and not self._frame.eof:
+                    raise zstandard.ZstdError("the file ends inside a frame (truncated?)")
+                return 0
+            while chunk:
+                if self._frame.eof:  # the previous frame ended: what follows is the next one
+                    self._frame, self._fed = self._zstd.decompressobj(), False
+                self._out += self._frame.decompress(chunk)
+                self._fed = True
+                chunk = self._frame.unused_data if self._frame.eof else b""
+        n = min(len(buffer), len(self._out))
+        buffer[:n], self._out = self._out[:n], self._out[n:]
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def unreadable(path: Path, exc: Exception) -> str:
+    """The one line a truncated or foreign compressed file gets."""
+    kind = {".gz": "gzip", ".bz2": "bzip2"}.get(path.suffix.lower(), "zstandard")
+    return f"{path}: not a readable {kind} file ({exc})"
 
 
 @dataclass(frozen=True)
@@ -69,7 +135,7 @@ def iter_jsonl(path: str | os.PathLike, *, on_bad: Literal["raise", "yield"] = "
     ``objects``: a value that is not a JSON object is a bad line too. A bad line (not JSON, not UTF-8, nested
     too deeply) raises ``error`` (message ``"PATH:LINE: …"``) or, with ``on_bad="yield"``, comes as
     ``(line number, BadLine)`` so the caller can drop it with its reason. A missing file raises
-    ``MissingInputError``; a folder or an unreadable gzip file raises ``error``.
+    ``MissingInputError``; a folder or an unreadable compressed file raises ``error``.
     """
     path = Path(path)
     if path.is_dir():
@@ -77,7 +143,7 @@ def iter_jsonl(path: str | os.PathLike, *, on_bad: Literal["raise", "yield"] = "
     if not path.is_file():
         raise MissingInputError(f"{path}: no such file")
     try:
-        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+        with open_compressed(path) as f:
             for number, raw in enumerate(f, 1):
                 value, bad = _parse(raw, number, path)
                 if value is _BLANK:
@@ -90,5 +156,7 @@ def iter_jsonl(path: str | os.PathLike, *, on_bad: Literal["raise", "yield"] = "
                 if on_bad == "raise":
                     raise error(bad.where)
                 yield number, bad
-    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # a truncated or foreign .gz: the file, not a line
-        raise error(f"{path}: not a readable gzip file ({exc})") from None
+    except DECOMPRESSION_ERRORS as exc:  # a truncated or foreign archive: the file, not a line
+        if path.suffix.lower() not in COMPRESSED:
+            raise
+        raise error(unreadable(path, exc)) from None

@@ -5,6 +5,9 @@ after every Python reference to the model is dropped: glibc keeps freed heap pag
 allocator and thread pools keep their own, and trainers hold reference cycles (callbacks ↔ trainer) that live
 until the next garbage collection. Steps run one after another in one process therefore add up. The honest
 way to give all of it back is to run the step in a child process and let it exit: ``run_isolated``.
+Before spawning, the parent hands its freed heap pages back (``malloc_trim``), and the child runs with
+``MALLOC_ARENA_MAX=2`` (unless set): glibc otherwise gives each of torch's threads its own arena, and one demo
+GSPO step peaked at 3,651 MB with the default arenas, 3,426 MB with two (measured 2026-11-30).
 
 ``RSSMeter`` samples the resident memory of this process and its live descendants in a background thread,
 so each step's peak can be reported; ``maxrss_mb`` reads the kernel's high-water marks (``getrusage``:
@@ -18,6 +21,9 @@ sampled numbers are 0 and ``getrusage`` still works.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import importlib
 import multiprocessing
 import os
@@ -121,6 +127,31 @@ class RSSMeter:
             self._thread.join()
 
 
+CHILD_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2"}  # defaults only: a value the user set is kept
+
+
+@contextlib.contextmanager
+def _child_environment():
+    """``CHILD_ENVIRONMENT`` in ``os.environ`` while the child is spawned (it copies the environment then)."""
+    added = {k: v for k, v in CHILD_ENVIRONMENT.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+def trim_heap() -> bool:
+    """Give glibc's freed heap pages back to the system (``malloc_trim(0)``); False where there is no glibc."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        return bool(libc is not None and hasattr(libc, "malloc_trim") and libc.malloc_trim(0))
+    except OSError:
+        return False
+
+
 def _resolve(target):
     """A callable, or ``"package.module:function"`` imported here (so only the child pays for the import)."""
     if not isinstance(target, str):
@@ -145,7 +176,8 @@ def run_isolated(fn, *args, **kwargs):
     exits. An exception in ``fn`` is raised here (with the child's traceback as its cause).
     """
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+    trim_heap()
+    with _child_environment(), ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
         try:
             return pool.submit(_call_measured, fn, args, kwargs).result()
         except BrokenProcessPool:

@@ -8,8 +8,12 @@ Input formats, detected from the path unless ``--format`` says:
 
 - ``jsonl``: one ``{"id", "title", "text"[, "url"]}`` object per line; any other keys (``source_text``,
   ``outgoing_link``, ``redirect``, ``category`` …) are kept in ``meta`` for later stages.
-- ``cirrus``: Wikimedia CirrusSearch content dumps (``*-cirrussearch-content.json[.gz]``): lines alternate
-  an index action and a page; links, headings, categories and wikitext go to ``meta``.
+- ``cirrus``: Wikimedia CirrusSearch dumps (``*-cirrussearch-content.json[.gz]``, the ``general`` dump too:
+  pages outside the article namespace are dropped with a reason): lines alternate an index action and a page;
+  links, headings, categories and wikitext go to ``meta``.
+
+``jsonl`` and ``cirrus`` files may be ``.gz``, ``.bz2`` or ``.zst``: they are decompressed as a stream
+(``tansaku.core.jsonl.open_compressed``), never held in memory.
 - ``wac``: the WikipediaAnnotatedCorpus raw ``org/`` sentence files (parenthetical sentences are put back
   in place; splits from ``id/*.id``).
 - ``jaquad``: JaQuAD SQuAD-style JSON files; one document per article title.
@@ -19,8 +23,8 @@ Everything streams: memory is bounded by one chunk of records plus 16 bytes per 
 
 from __future__ import annotations
 
-import gzip
 import hashlib
+import io
 import json
 import re
 import unicodedata
@@ -30,7 +34,14 @@ from urllib.parse import quote
 
 from tansaku.core.engine import Drop, global_stage, map_stage
 from tansaku.core.errors import InputError
-from tansaku.core.jsonl import BadLine, iter_jsonl
+from tansaku.core.jsonl import (
+    COMPRESSED,
+    DECOMPRESSION_ERRORS,
+    BadLine,
+    iter_jsonl,
+    open_compressed,
+    unreadable,
+)
 from tansaku.core.options import check_count
 from tansaku.core.store import build_dataset, describe_input
 
@@ -78,12 +89,16 @@ def wiki_url(title: str, lang: str = "ja") -> str:
 # ---------------------------------------------------------------- readers (each yields raw records)
 
 
-def _open_text(path: Path):
-    # Only used to sniff the first line: a bad byte there must not stop format detection (the reader
-    # reports it as a bad line with file:line), and a BOM must not hide the '{"index"' of a cirrus dump.
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace")
-    return open(path, encoding="utf-8-sig", errors="replace")
+def _first_line(path: Path) -> str:
+    # Only used to sniff the format: a bad byte there must not stop detection (the reader reports it as a
+    # bad line with file:line), and a BOM must not hide the '{"index"' of a cirrus dump.
+    try:
+        with io.TextIOWrapper(open_compressed(path), encoding="utf-8-sig", errors="replace") as f:
+            return f.readline()
+    except DECOMPRESSION_ERRORS as exc:
+        if path.suffix.lower() not in COMPRESSED:
+            raise
+        raise CorpusInputError(unreadable(path, exc)) from None
 
 
 def _json_objects(path: Path) -> Iterator[tuple[int, dict]]:
@@ -220,10 +235,10 @@ def detect_format(path: Path) -> str:
     name = path.name
     if "cirrussearch" in name:
         return "cirrus"
-    if name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
-        with _open_text(path) as f:
-            first = f.readline()
-        return "cirrus" if first.lstrip().startswith('{"index"') else "jsonl"
+    compressed = path.suffix.lower() in COMPRESSED
+    base = name[: -len(path.suffix)] if compressed else name
+    if base.endswith((".jsonl", ".ndjson")) or (compressed and base.endswith(".json")):
+        return "cirrus" if _first_line(path).lstrip().startswith('{"index"') else "jsonl"
     if name.endswith(".json"):
         return "jaquad"
     raise CorpusInputError(f"{path}: cannot tell the format; pass --format one of {', '.join(FORMATS)}")

@@ -19,14 +19,8 @@ from hypothesis import strategies as st
 
 from tansaku.core.store import iter_rows
 from tansaku.pipelines.egov.build import build_articles
-from tansaku.pipelines.egov.parse import (
-    Skip,
-    iter_articles,
-    list_law_sources,
-    read_law_source,
-    split_source,
-    superseded_revisions,
-)
+from tansaku.pipelines.egov.parse import iter_articles, superseded_revisions
+from tansaku.pipelines.egov.sources import Skip, list_law_sources, read_law_source, split_source
 
 FIX = Path(__file__).parent / "fixtures" / "egov"
 LIBRARY = FIX / "506AC0000000901_20250401_000000000000000.xml"

@@ -18,6 +18,14 @@ def test_run_isolated_runs_in_another_process_and_reports_its_peak():
     assert by_name == os.path.join("a", "b")
 
 
+def test_child_gets_two_malloc_arenas_unless_the_user_chose(monkeypatch):
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert run_isolated(os.getenv, "MALLOC_ARENA_MAX")[0] == "2"
+    assert "MALLOC_ARENA_MAX" not in os.environ  # the parent's own environment is left as it was
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
+    assert run_isolated(os.getenv, "MALLOC_ARENA_MAX")[0] == "8"
+
+
 def test_run_isolated_raises_the_step_error_and_names_a_dead_child():
     with pytest.raises(ValueError):
         run_isolated(int, "not a number")

@@ -41,15 +41,8 @@ from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import build_index, open_index
 from tansaku.envs.tasks import TASKS, gold_failures
 from tansaku.pipelines.egov import cloze, generate, leak
-from tansaku.pipelines.egov.parse import (
-    ARTICLE_META,
-    Skip,
-    article_meta,
-    list_law_sources,
-    parse_law_bytes,
-    read_law_source,
-    superseded_revisions,
-)
+from tansaku.pipelines.egov.parse import ARTICLE_META, article_meta, parse_law_bytes, superseded_revisions
+from tansaku.pipelines.egov.sources import Skip, list_law_sources, read_law_source
 
 log = logging.getLogger(__name__)
 ARTICLES_VERSION = "3"  # 2: one revision per law (unique article ids); 3: meta a struct, not JSON text

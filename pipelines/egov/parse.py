@@ -11,8 +11,8 @@ one revision of a law to the next, so questions and search results keep pointing
 When several files hold the same law (revisions of it, e.g. ``LAWID_20230401_….xml`` and
 ``LAWID_20240401_….xml``), only the newest revision is read — the current text is what users of e-Gov
 data expect — and the articles of the others are dropped as ``duplicate_law_revision`` (see
-:func:`superseded_revisions`). ``archive.zip!member`` names a zip member only when ``archive.zip`` is an
-existing zip file; a law file named ``…!rev.xml`` is a plain file.
+:func:`superseded_revisions`). Inputs (folders, zips, zips in zips) are listed and read by
+``tansaku.pipelines.egov.sources``.
 
     python -m tansaku.pipelines.egov.parse ../shared/data/egov            # prints counts per law and skips
 
@@ -27,17 +27,22 @@ import json
 import re
 import sys
 import unicodedata
-import zipfile
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from copy import deepcopy
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 from lxml import etree
 
 from tansaku.pipelines.egov.extract import ExtractError, extract_article, flatten_lines, ruby_readings
+from tansaku.pipelines.egov.sources import (
+    Skip,
+    iter_law_files,
+    list_law_sources,
+    read_law_source,
+    split_source,
+)
 from tansaku.pipelines.egov.xml_safety import MAX_XML_BYTES, UnsafeXMLError, parse_xml_bytes
 
 ERA_OFFSETS = {"Meiji": 1867, "Taisho": 1911, "Showa": 1925, "Heisei": 1988, "Reiwa": 2018}
@@ -54,15 +59,6 @@ ARTICLE_META = pa.struct([
 ])
 _KANJI_DIGITS = {c: i for i, c in enumerate("〇一二三四五六七八九")}
 _KANJI_UNITS = {"十": 10, "百": 100, "千": 1000}
-
-
-@dataclass(frozen=True)
-class Skip:
-    """Something that was not turned into a record, and why (``reason`` is a short stable name)."""
-
-    source: str
-    reason: str
-    message: str
 
 
 def kanji_to_int(text: str) -> int | None:
@@ -97,76 +93,6 @@ def article_num_from_title(title: str) -> str | None:
         return None
     nums = [kanji_to_int(m.group(1))] + [kanji_to_int(b) for b in m.group(2).split("の")[1:]]
     return "_".join(str(n) for n in nums) if None not in nums else None
-
-
-# ---------------------------------------------------------------- inputs
-
-
-def list_law_sources(paths: Iterable[str | Path], max_bytes: int = MAX_XML_BYTES) -> Iterator[str | Skip]:
-    """Names of every ``.xml`` in the folders, zip files (``zip!member``) and files given, sorted; nothing
-    is read yet, so the list is cheap and stable (it is the resumable pipeline's source)."""
-    for path in paths:
-        path = Path(path)
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.suffix.lower() in (".xml", ".zip") and p.is_file())
-            yield from list_law_sources(files, max_bytes)
-        elif path.suffix.lower() == ".zip":
-            try:
-                with zipfile.ZipFile(path) as zf:
-                    for info in sorted(zf.infolist(), key=lambda i: i.filename):
-                        if not info.is_dir() and info.filename.lower().endswith(".xml"):
-                            yield f"{path}!{info.filename}"
-            except (zipfile.BadZipFile, OSError) as e:
-                yield Skip(str(path), "bad_zip", f"{path}: not a readable zip file: {e}")
-        elif path.is_file():
-            yield str(path)
-        else:
-            yield Skip(str(path), "missing_file", f"{path}: no such file or folder")
-
-
-def split_source(name: str) -> tuple[str, str | None]:
-    """``archive.zip!member`` → (archive, member); any other name → (name, None).
-
-    ``!`` only separates a member when the part before it is an existing zip file: a law file may itself be
-    named ``…!rev.xml``.
-
-    >>> split_source("laws/a!rev.xml")
-    ('laws/a!rev.xml', None)
-    """
-    for i, ch in enumerate(name):
-        if ch == "!" and name[:i].lower().endswith(".zip") and Path(name[:i]).is_file():
-            return name[:i], name[i + 1:]
-    return name, None
-
-
-def read_law_source(name: str, max_bytes: int = MAX_XML_BYTES) -> bytes | Skip:
-    """The bytes of a name from :func:`list_law_sources`, size-checked before reading or inflating."""
-    zip_path, member = split_source(name)
-    bang = member is not None
-    try:
-        if not bang:
-            size = Path(name).stat().st_size
-            if size > max_bytes:
-                return Skip(name, "too_large", f"{name}: {size:,} bytes is over the limit of {max_bytes:,}")
-            return Path(name).read_bytes()
-        with zipfile.ZipFile(zip_path) as zf:
-            info = zf.getinfo(member)
-            if info.file_size > max_bytes:  # checked before inflating: zip bombs stay compressed
-                return Skip(name, "too_large", f"{name}: {info.file_size:,} bytes is over the limit of {max_bytes:,}")
-            with zf.open(info) as f:
-                data = f.read(max_bytes + 1)
-            if len(data) > max_bytes:
-                return Skip(name, "too_large", f"{name}: inflates past {max_bytes:,} bytes")
-            return data
-    except (OSError, KeyError, zipfile.BadZipFile) as e:
-        return Skip(name, "unreadable_file", f"{name}: cannot be read: {e}")
-
-
-def iter_law_files(paths: Iterable[str | Path], max_bytes: int = MAX_XML_BYTES) -> Iterator[tuple[str, bytes] | Skip]:
-    """``(source name, bytes)`` for every law file under ``paths``, or a Skip saying why not."""
-    for name in list_law_sources(paths, max_bytes):
-        data = name if isinstance(name, Skip) else read_law_source(name, max_bytes)
-        yield data if isinstance(data, Skip) else (name, data)
 
 
 # ---------------------------------------------------------------- law metadata
