@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -50,6 +51,8 @@ KeepRejected = Annotated[bool | None, typer.Option("--keep-rejected/--no-keep-re
 HeldoutShare = Annotated[float, typer.Option("--heldout-share", help="Share of questions held out as the 'test' split (train on 'train', eval on 'test'; 0: none).")]
 LLM = Annotated[str | None, typer.Option("--llm", help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
 License = Annotated[str | None, typer.Option("--license", help="Hub license id for the card (default: the input's license).")]
+Shard = Annotated[str | None, typer.Option("--shard", help="Build shard I of N (I/N): its part of the parsing/normalizing segment, into its own --out; merge with --from-shards.")]
+FromShards = Annotated[list[Path] | None, typer.Option("--from-shards", help="Finished shards (0 … N-1) of this same build, merged and finished here: the folder holding them, or each shard folder (repeat the option).")]
 
 
 def _rejected(keep_rejected: bool | None) -> dict:
@@ -57,7 +60,25 @@ def _rejected(keep_rejected: bool | None) -> dict:
     return {} if keep_rejected is None else {"keep_rejected": keep_rejected}
 
 
+@contextmanager
+def _sharding(shard: str | None, from_shards: list[Path] | None):
+    """``tansaku.core.shards.PLAN`` for the duration of one build command."""
+    from tansaku.core import shards
+
+    shards.set_plan(shard, from_shards)
+    try:
+        yield
+    finally:
+        shards.set_plan()
+
+
 def _print_manifest(manifest: dict, out: Path) -> None:
+    if "shard" in manifest:
+        s = manifest["shard"]
+        typer.echo(f"shard {s['shard']}/{s['of']} of {manifest['name']} → {out}: its chunks of "
+                   f"{s['input_chunks']} committed; merge: the same command with --out D --from-shards …",
+                   err=True)
+        return
     table = Table(title=f"{manifest['name']} v{manifest['version']} → {out}")
     for col in ("stage", "received", "kept", "dropped"):
         table.add_column(col)
@@ -87,12 +108,15 @@ def build_corpus(
     format: Annotated[str, typer.Option("--format", help="auto | jsonl | cirrus | wac | jaquad")] = "auto",
     min_chars: Annotated[int, typer.Option("--min-chars", help="Drop documents shorter than this.")] = 1,
     keep_rejected: KeepRejected = None,
+    shard: Shard = None,
+    from_shards: FromShards = None,
     quiet: Quiet = False,
 ):
     """Normalize a document collection into a document dataset (id, title, text, url, source, meta)."""
     from tansaku.pipelines.corpus import build_corpus as run
 
-    manifest = run(input, out, fmt=format, min_chars=min_chars, quiet=quiet, **_rejected(keep_rejected))
+    with _sharding(shard, from_shards):
+        manifest = run(input, out, fmt=format, min_chars=min_chars, quiet=quiet, **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -139,16 +163,19 @@ def build_multihop(
     max_per_subject: Annotated[int, typer.Option("--max-per-subject", help="Chains kept per subject entity (0 = no cap).")] = 3,
     max_per_bridge: Annotated[int, typer.Option("--max-per-bridge", help="Chains kept per bridge entity (0 = no cap).")] = 10,
     license: License = None,
+    shard: Shard = None,
+    from_shards: FromShards = None,
     quiet: Quiet = False,
 ):
     """Wikipedia triples → 2-hop chains → questions → quality loop → solvability filter."""
     from tansaku.pipelines.multihop.build import build_multihop as run
     from tansaku.pipelines.multihop.chains import Caps
 
-    manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k, m=m,
-                   until=until, limit=limit, seed=seed, quiet=quiet, heldout_share=heldout_share,
-                   caps=Caps.from_options(max_per_subject, max_per_bridge), license=license,
-                   **_rejected(keep_rejected))
+    with _sharding(shard, from_shards):
+        manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k,
+                       m=m, until=until, limit=limit, seed=seed, quiet=quiet, heldout_share=heldout_share,
+                       caps=Caps.from_options(max_per_subject, max_per_bridge), license=license,
+                       **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 

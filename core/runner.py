@@ -90,6 +90,8 @@ class PipelineResult:
     stats: list[StageStats]
     resumed_chunks: int = 0
     rejected_files: list[Path] = field(default_factory=list)
+    input_chunks: int = 0  # chunks the first segment cut the input into (a shard run reports it)
+    first_segment: str = ""  # that segment's folder name under the work dir
 
     def rows(self) -> Iterator[Record]:
         for path in self.output_files:
@@ -123,6 +125,7 @@ def run_pipeline(
     chunk_size: int = 1000,
     progress: Progress | None = None,
     keep_rejected: bool = False,
+    shard: Callable[[int], bool] | None = None,
 ) -> PipelineResult:
     """Run ``stages`` over ``source``, checkpointing into ``work_dir`` (see the module docstring).
 
@@ -132,6 +135,8 @@ def run_pipeline(
     shows them) when its segment starts, after each committed chunk and, for a global stage, after each
     record it reads; ``total`` is what the stage will receive when known. ``keep_rejected``: also
     write every dropped record (``result.rejected()``); a work dir must be resumed with the same setting.
+    ``shard(chunk) -> bool``: run only the first segment (record-local), and of it only the chunks ``shard``
+    accepts (``tansaku.core.shards``); the segment is left unfinished for the merge to complete.
     """
     names = [s.name for s in stages]
     if len(set(names)) != len(names):
@@ -147,6 +152,15 @@ def run_pipeline(
 
     # Records the next segment receives: known for a sized source, then the previous segment's output.
     total: int | None = len(source) if isinstance(source, Sized) else None
+    if shard is not None:
+        segment = _segments(stages)[0]
+        if not segment[0].local:
+            raise ValueError(f"cannot shard: the first stage {segment[0].name!r} is global (needs every record)")
+        seg_dir = work / f"segment-00-{segment[0].name}"
+        files, seg_rejected, resumed, chunks = _run_local_segment(
+            segment, inputs(), seg_dir, chunk_size, stats_by_name, _Report(progress, total), keep_rejected, shard)
+        _Report(progress, total)([stats_by_name[s.name] for s in segment], final=True)
+        return PipelineResult(files, all_stats[:len(segment)], resumed, seg_rejected, chunks, seg_dir.name)
     for k, segment in enumerate(_segments(stages)):
         seg_dir = work / f"segment-{k:02d}-{segment[0].name}"
         done_marker = seg_dir / "done.json"
@@ -159,8 +173,9 @@ def run_pipeline(
             rejected += [seg_dir / name for name in done.get("rejected", [])]
             resumed += len(files)
         elif segment[0].local:
-            files, seg_rejected, n_resumed = _run_local_segment(segment, inputs(), seg_dir, chunk_size,
-                                                                stats_by_name, _Report(progress, total), keep_rejected)
+            files, seg_rejected, n_resumed, _ = _run_local_segment(segment, inputs(), seg_dir, chunk_size,
+                                                                   stats_by_name, _Report(progress, total),
+                                                                   keep_rejected)
             rejected += seg_rejected
             resumed += n_resumed
         else:
@@ -192,7 +207,8 @@ def _reader(files: list[Path]) -> Callable[[], Iterator[Record]]:
     return lambda: (r for path in files for r in _read_jsonl(path))
 
 
-def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False):
+def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False,
+                       shard=None):
     seg_dir.mkdir(parents=True, exist_ok=True)
     files, rejected, resumed = [], [], 0
     it = iter(records)
@@ -204,6 +220,9 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, rep
         chunk = list(islice(it, chunk_size))
         if not chunk:
             break
+        if shard is not None and not shard(i):  # another shard's chunk: read past it
+            i += 1
+            continue
         out_path = seg_dir / f"chunk-{i:06d}.jsonl"
         stats_path = seg_dir / f"chunk-{i:06d}.stats.json"
         rejected_path = seg_dir / f"chunk-{i:06d}.rejected.jsonl"
@@ -227,12 +246,13 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, rep
         if keep_rejected and rejected_path.exists():
             rejected.append(rejected_path)
         i += 1
-    _write_atomic_json(
-        seg_dir / "done.json",
-        {"files": [f.name for f in files], "stats": [s.as_dict() for s in seg_totals.values()],
-         "rejected": [f.name for f in rejected]},
-    )
-    return files, rejected, resumed
+    if shard is None:
+        _write_atomic_json(
+            seg_dir / "done.json",
+            {"files": [f.name for f in files], "stats": [s.as_dict() for s in seg_totals.values()],
+             "rejected": [f.name for f in rejected]},
+        )
+    return files, rejected, resumed, i
 
 
 def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False):

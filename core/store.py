@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import tansaku
-from tansaku.core import ownership
+from tansaku.core import ownership, shards
 from tansaku.core.engine import Record, Stage
 from tansaku.core.errors import MissingInputError, TansakuError
 from tansaku.core.features import declare
@@ -253,6 +253,17 @@ def build_dataset(
         work = out / ".work"
         work.mkdir(parents=True, exist_ok=True)
         _write_json(work / "recipe.json", recipe)  # before any checkpoint: proves whose checkpoints they are
+
+        plan = shards.PLAN
+        if plan.index is not None:  # one shard of the build: its part of the first segment, no dataset yet
+            with progress:
+                result = run_pipeline(source, stages, work, chunk_size=chunk_size, progress=progress,
+                                      keep_rejected=keep_rejected, shard=plan.runs)
+            marker = shards.write_shard_marker(work, plan, fp, result.first_segment, result.input_chunks)
+            return {"name": name, "version": None, "pipeline": pipeline, "shard": marker, "stages": result.stages,
+                    "splits": {}}
+        if plan.merge_from and not any(work.glob("segment-00-*/done.json")):
+            shards.adopt_shards(work, fp, plan.merge_from)
 
         started = time.time()
         with progress:  # a bar or log lines per stage

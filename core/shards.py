@@ -1,0 +1,142 @@
+"""A build as N independent shards on any scheduler, and the merge that equals the single-machine build.
+
+    synth build corpus --input dump.json.zst --out shards/s0 --shard 0/4     # … one per Slurm array task /
+    synth build corpus --input dump.json.zst --out shards/s3 --shard 3/4     #     Kubernetes job index
+    synth build corpus --input dump.json.zst --out corpus --from-shards shards     # the folder holding them
+    # or name each: --from-shards shards/s0 --from-shards shards/s1 …
+
+No scheduler of tansaku's own: a shard is one process that any scheduler can start, with no shared state but
+its input and its own ``--out``. The engine's chunk checkpoints are the unit of work (``tansaku.core.runner``:
+chunk ``c`` holds input records ``[c·size, (c+1)·size)``, so a chunk's content depends only on the input and
+the recipe). Shard ``i`` of ``N`` runs the pipeline's first record-local segment (parsing, normalizing, triple
+extraction: the CPU and I/O side) over the chunks ``c`` with ``c % N == i`` and commits them exactly as a
+single run would; its folder holds ``.work/recipe.json`` (the same recipe and fingerprint as the single build)
+and ``.work/shard.json`` (which shard, how many chunks the input has). A shard is resumable like any build.
+
+The merge is the same build command with ``--from-shards``: it checks that every shard was made from the same
+recipe, that the shards are ``0 … N-1`` of one ``N`` and all finished, copies their committed chunks into its
+own work folder and runs the pipeline, which finds the first segment already done. The global stages (dedup,
+cardinality, chain join, balancing) then run once, over the merged chunks in input order, on the merging
+machine, followed by the rest of the pipeline. Rows, funnel and ``version`` equal those of the single build
+(tested: 4 shards as processes against one process). LLM-bound stages spread over many endpoints instead
+(``http:MODEL@URL1,URL2,…``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from tansaku.core.engine import StageStats
+from tansaku.core.errors import InputError
+from tansaku.core.jsonl import iter_jsonl
+
+
+class ShardError(InputError):
+    """Shards that cannot be merged (other recipe, missing or unfinished shards): one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What this build does: everything (the default), one shard (``index`` of ``of``), or the merge."""
+
+    index: int | None = None
+    of: int | None = None
+    merge_from: tuple[Path, ...] = ()
+
+    def runs(self, chunk: int) -> bool:
+        return self.index is None or chunk % self.of == self.index  # type: ignore[operator]
+
+
+PLAN = ShardPlan()  # set by the CLI's --shard / --from-shards (tansaku.cli); build_dataset reads it
+SHARD_FILE = "shard.json"
+_SPEC = re.compile(r"^(\d+)/(\d+)$")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/8"`` → ``(2, 8)``; anything else is one clear line.
+
+    >>> parse_shard("0/4")
+    (0, 4)
+    """
+    match = _SPEC.match(text.strip())
+    if not match or not 0 <= int(match[1]) < int(match[2]):
+        raise InputError(f"--shard {text!r}: give I/N with 0 <= I < N (e.g. 0/4 for the first of four shards)")
+    return int(match[1]), int(match[2])
+
+
+def set_plan(shard: str | None = None, merge_from: list[Path] | None = None) -> ShardPlan:
+    """Set ``PLAN`` from the CLI options (both at once is refused)."""
+    global PLAN
+    if shard and merge_from:
+        raise InputError("--shard and --from-shards do not go together: build the shards, then merge them")
+    index, of = parse_shard(shard) if shard else (None, None)
+    PLAN = ShardPlan(index, of, tuple(folder for p in merge_from or () for folder in _shard_folders(Path(p))))
+    return PLAN
+
+
+def _shard_folders(path: Path) -> list[Path]:
+    """A shard folder as it is; a folder that holds shard folders (and is none itself) → those, sorted."""
+    if (path / ".work" / SHARD_FILE).is_file() or not path.is_dir():
+        return [path]
+    inner = sorted(p for p in path.iterdir() if (p / ".work" / SHARD_FILE).is_file())
+    return inner or [path]
+
+
+def write_shard_marker(work: Path, plan: ShardPlan, fingerprint: str, segment: str, chunks: int) -> dict:
+    """``work/shard.json`` once the shard's chunks are all committed: its index, ``N``, the input's chunk count."""
+    marker = {"shard": plan.index, "of": plan.of, "fingerprint": fingerprint, "segment": segment,
+              "input_chunks": chunks, "complete": True}
+    tmp = work / (SHARD_FILE + ".tmp")
+    tmp.write_text(json.dumps(marker, indent=1), encoding="utf-8")
+    os.replace(tmp, work / SHARD_FILE)
+    return marker
+
+
+def adopt_shards(work: Path, fingerprint: str, shard_dirs: tuple[Path, ...]) -> int:
+    """Copy the shards' committed first-segment chunks into ``work`` and mark that segment done; return
+    the number of chunks. Refuses shards of another recipe, a missing or unfinished shard, or a gap."""
+    markers = []
+    for folder in shard_dirs:
+        marker_file = folder / ".work" / SHARD_FILE
+        if not marker_file.is_file():
+            raise ShardError(f"{folder}: not a finished shard (no .work/{SHARD_FILE}); run its --shard build to the end")
+        marker = json.loads(marker_file.read_text(encoding="utf-8"))
+        if marker["fingerprint"] != fingerprint:
+            raise ShardError(f"{folder}: a shard of another recipe (inputs, config or seed differ from this build)")
+        markers.append((folder, marker))
+    ofs = {m["of"] for _, m in markers}
+    indices = sorted(m["shard"] for _, m in markers)
+    if len(ofs) != 1 or indices != list(range(next(iter(ofs)))):
+        raise ShardError(f"--from-shards needs shards 0 … N-1 of one N exactly once; got {indices} of {sorted(ofs)}")
+    segment, chunks = markers[0][1]["segment"], markers[0][1]["input_chunks"]
+    seg_dir = work / segment
+    seg_dir.mkdir(parents=True, exist_ok=True)
+    files, rejected, totals = [], [], {}
+    for c in range(chunks):
+        folder = next(f for f, m in markers if c % m["of"] == m["shard"])
+        src, stem = folder / ".work" / segment, f"chunk-{c:06d}"
+        for suffix in (".jsonl", ".rejected.jsonl", ".stats.json"):  # the stats file last: it is the commit marker
+            if (src / (stem + suffix)).exists():
+                shutil.copyfile(src / (stem + suffix), seg_dir / (stem + suffix))
+        if not (seg_dir / f"{stem}.stats.json").exists():
+            raise ShardError(f"{folder}: chunk {c} of its shard is not committed; rerun that shard")
+        files.append(f"{stem}.jsonl")
+        if (seg_dir / f"{stem}.rejected.jsonl").exists():
+            rejected.append(f"{stem}.rejected.jsonl")
+        for stats in json.loads((seg_dir / f"{stem}.stats.json").read_text(encoding="utf-8")):
+            totals.setdefault(stats["name"], StageStats(stats["name"])).add(stats)
+    done = {"files": files, "stats": [t.as_dict() for t in totals.values()], "rejected": rejected}
+    (seg_dir / "done.json").write_text(json.dumps(done, ensure_ascii=False, indent=1), encoding="utf-8")
+    return chunks
+
+
+def shard_rows(folder: Path) -> int:
+    """Rows a finished shard committed (for its summary line)."""
+    marker = json.loads((folder / ".work" / SHARD_FILE).read_text(encoding="utf-8"))
+    seg_dir = folder / ".work" / marker["segment"]
+    return sum(1 for path in sorted(seg_dir.glob("chunk-*[0-9].jsonl")) for _ in iter_jsonl(path, objects=False))
