@@ -57,7 +57,7 @@ def ours(data: bytes, prefer: str) -> int:
     from tansaku.pipelines.egov.parse import parse_law_bytes
 
     records = [r for r in parse_law_bytes(data, "bench.xml", prefer=prefer) if isinstance(r, dict)]
-    return sum(1 for r in records if json.loads(r["meta"])["kind"] == "article")
+    return sum(1 for r in records if r["meta"]["kind"] == "article")
 
 
 def instant_llm(request) -> str:

@@ -16,6 +16,11 @@ real dump). Each measured step runs in its own process (peak RSS = that step's `
 
 Targets (issue 17, 2 cores): corpus + index peak RSS ≤ 2 GB at 1M documents; docs/s flat (± 20 %) from 10k
 to 1M; search p50 at 1M ≤ 1.0× bm25s. The table prints each size's row and the ratio to its peer.
+
+Laws (``--laws 90 900 9000``): the two real laws of ../shared/data/egov replicated under new law ids into one
+e-Gov-style bulk zip — 行政手続法 (110 kB, a typical law) for 99 in 100, 民法 (1.5 MB) for the rest — then
+``build_articles`` (the article dataset: stream the zip, parse, records, parquet) against ja-law-parser alone
+parsing the same members and joining every article's text, each in its own process.
 """
 
 from __future__ import annotations
@@ -136,6 +141,62 @@ def measure(n: int, tmp: Path) -> dict:
     return result
 
 
+EGOV = ROOT.parent / "shared" / "data" / "egov"
+
+
+def write_laws(path: Path, n: int) -> None:
+    """``n`` laws in a bulk zip, each member named like e-Gov's ``LAWID_DATE_AMEND.xml`` with its own id."""
+    import zipfile
+
+    small = (EGOV / "405AC0000000088_20240401_504AC0100000052.xml").read_bytes()  # 行政手続法
+    large = (EGOV / "129AC0000000089_20230614_505AC0000000053.xml").read_bytes()  # 民法
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for i in range(n):
+            zf.writestr(f"all_xml/9{i % 100:02d}AC{i:010d}_20240401_000000000000000.xml",
+                        large if i % 100 == 99 else small)
+
+
+def law_child(step: str, src: str, out: str) -> dict:
+    import zipfile
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from egov_parse import jlp_alone
+
+    from tansaku.pipelines.egov.build import build_articles
+
+    t0 = time.perf_counter()
+    if step == "articles":
+        laws = len(zipfile.ZipFile(src).namelist())
+        build_articles([Path(src)], Path(out), quiet=True)
+    else:
+        with zipfile.ZipFile(src) as zf:
+            names = zf.namelist()
+            laws = sum(1 for name in names if jlp_alone(zf.read(name)) >= 0)
+    seconds = time.perf_counter() - t0
+    return {"laws": laws, "seconds": seconds, "laws_per_s": laws / seconds, "peak_rss_mb": peak_rss_mb()}
+
+
+def measure_laws(n: int, tmp: Path) -> dict:
+    bulk = tmp / f"laws-{n}.zip"
+    write_laws(bulk, n)
+    ours = run_child("articles", bulk, tmp / f"articles-{n}")
+    peer = run_child("jlp", bulk, "-")
+    shutil.rmtree(tmp / f"articles-{n}", ignore_errors=True)
+    bulk.unlink()
+    return {"laws": n, "ours": ours, "peer": peer}
+
+
+def laws_table(results: list[dict]) -> str:
+    lines = ["| laws | build_articles s | laws/s | peak RSS MB | ja-law-parser alone s | laws/s | peak RSS MB | "
+             "time vs peer |", "|" + "---|" * 8]
+    for r in results:
+        o, p = r["ours"], r["peer"]
+        lines.append(f"| {r['laws']:,} | {o['seconds']:.1f} | {o['laws_per_s']:.1f} | {o['peak_rss_mb']:.0f} | "
+                     f"{p['seconds']:.1f} | {p['laws_per_s']:.1f} | {p['peak_rss_mb']:.0f} | "
+                     f"{o['seconds'] / p['seconds']:.2f}x |")
+    return "\n".join(lines)
+
+
 def table(results: list[dict]) -> str:
     base = results[0]
     lines = ["| docs | corpus s | corpus docs/s (vs first) | corpus RSS MB | corpus disk MB | index s | index docs/s "
@@ -155,22 +216,30 @@ def table(results: list[dict]) -> str:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps(child(*sys.argv[2:5])))
+        step = sys.argv[2]
+        print(json.dumps((law_child if step in ("articles", "jlp") else child)(*sys.argv[2:5])))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--docs", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--laws", type=int, nargs="*", default=[90, 900, 9000])
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
     args = parser.parse_args()
-    results = []
+    results, laws = [], []
     with tempfile.TemporaryDirectory(prefix="tansaku-scale-") as tmp:
+        for n in args.laws:
+            started = time.time()
+            laws.append(measure_laws(n, Path(tmp)))
+            print(f"[{n:,} laws measured in {time.time() - started:.0f} s]", flush=True)
+            print(laws_table(laws), flush=True)
         for n in args.docs:
             started = time.time()
             results.append(measure(n, Path(tmp)))
             print(f"[{n:,} docs measured in {time.time() - started:.0f} s]", flush=True)
             print(table(results), flush=True)
     if args.out:
-        args.out.write_text(json.dumps(results, indent=1), encoding="utf-8")
-    print(f"\nmedian corpus docs/s {statistics.median(r['corpus']['docs_per_s'] for r in results):,.0f}")
+        args.out.write_text(json.dumps({"documents": results, "laws": laws}, indent=1), encoding="utf-8")
+    if results:
+        print(f"\nmedian corpus docs/s {statistics.median(r['corpus']['docs_per_s'] for r in results):,.0f}")
 
 
 if __name__ == "__main__":
