@@ -34,6 +34,7 @@ from pathlib import Path
 from tansaku.core.engine import StageStats
 from tansaku.core.errors import InputError
 from tansaku.core.jsonl import iter_jsonl
+from tansaku.core.runner import run_pipeline
 
 
 class ShardError(InputError):
@@ -97,9 +98,21 @@ def write_shard_marker(work: Path, plan: ShardPlan, fingerprint: str, segment: s
     return marker
 
 
+def run_shard(source, stages, work: Path, fingerprint: str, chunk_size: int, progress, keep_rejected: bool) -> dict:
+    """This shard's chunks of the first segment (``PLAN``), committed under ``work``, and its marker; returns
+    ``{"version": None, "shard": marker, "stages": …, "splits": {}}`` (a shard is no dataset yet)."""
+    result = run_pipeline(source, stages, work, chunk_size=chunk_size, progress=progress,
+                          keep_rejected=keep_rejected, shard=PLAN.runs)
+    marker = write_shard_marker(work, PLAN, fingerprint, result.first_segment, result.input_chunks)
+    return {"version": None, "shard": marker, "stages": result.stages, "splits": {}}
+
+
 def adopt_shards(work: Path, fingerprint: str, shard_dirs: tuple[Path, ...]) -> int:
     """Copy the shards' committed first-segment chunks into ``work`` and mark that segment done; return
-    the number of chunks. Refuses shards of another recipe, a missing or unfinished shard, or a gap."""
+    the number of chunks (0 with no shards, or when a resumed merge already did it). Refuses shards of
+    another recipe, a missing or unfinished shard, or a gap."""
+    if not shard_dirs or any(work.glob("segment-00-*/done.json")):
+        return 0
     markers = []
     for folder in shard_dirs:
         marker_file = folder / ".work" / SHARD_FILE
