@@ -33,7 +33,6 @@ from pathlib import Path
 
 from tansaku.core.engine import StageStats
 from tansaku.core.errors import InputError
-from tansaku.core.jsonl import iter_jsonl
 from tansaku.core.runner import run_pipeline
 
 
@@ -147,9 +146,3 @@ def adopt_shards(work: Path, fingerprint: str, shard_dirs: tuple[Path, ...]) -> 
     (seg_dir / "done.json").write_text(json.dumps(done, ensure_ascii=False, indent=1), encoding="utf-8")
     return chunks
 
-
-def shard_rows(folder: Path) -> int:
-    """Rows a finished shard committed (for its summary line)."""
-    marker = json.loads((folder / ".work" / SHARD_FILE).read_text(encoding="utf-8"))
-    seg_dir = folder / ".work" / marker["segment"]
-    return sum(1 for path in sorted(seg_dir.glob("chunk-*[0-9].jsonl")) for _ in iter_jsonl(path, objects=False))
