@@ -51,7 +51,7 @@ KeepRejected = Annotated[bool | None, typer.Option("--keep-rejected/--no-keep-re
 HeldoutShare = Annotated[float, typer.Option("--heldout-share", help="Share of questions held out as the 'test' split (train on 'train', eval on 'test'; 0: none).")]
 LLM = Annotated[str | None, typer.Option("--llm", help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
 License = Annotated[str | None, typer.Option("--license", help="Hub license id for the card (default: the input's license).")]
-Shard = Annotated[str | None, typer.Option("--shard", help="Build shard I of N (I/N): its part of the parsing/normalizing segment, into its own --out; merge with --from-shards.")]
+Shard = Annotated[str | None, typer.Option("--shard", help="Build shard I of N (I/N): its part of the build's first record-local stages, into its own --out; merge with --from-shards.")]
 FromShards = Annotated[list[Path] | None, typer.Option("--from-shards", help="Finished shards (0 … N-1) of this same build, merged and finished here: the folder holding them, or each shard folder (repeat the option).")]
 
 
@@ -133,13 +133,16 @@ def build_egov(
     heldout_share: HeldoutShare = 0.2,
     keep_rejected: KeepRejected = None,
     license: License = None,
+    shard: Shard = None,
+    from_shards: FromShards = None,
     quiet: Quiet = False,
 ):
     """e-Gov law XML → article records + 4-choice questions (no law names, no article numbers)."""
     from tansaku.pipelines.egov.build import build_egov as run
 
-    manifest = run(laws, out, llm=llm, index=index, limit=limit, seed=seed, quiet=quiet, heldout_share=heldout_share,
-                   license=license, **_rejected(keep_rejected))
+    with _sharding(shard, from_shards):
+        manifest = run(laws, out, llm=llm, index=index, limit=limit, seed=seed, quiet=quiet,
+                       heldout_share=heldout_share, license=license, **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -193,13 +196,16 @@ def build_trajectories(
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     limit: Limit = None,
     seed: Seed = 0,
+    shard: Shard = None,
+    from_shards: FromShards = None,
     quiet: Quiet = False,
 ):
     """Teacher rollouts → correct only → Japanese reasoning → scenario rewrites → mixed SFT chat set."""
     from tansaku.pipelines.trajectories.build import build_trajectories as run
 
-    manifest = run(dataset, out, teacher, index, translator=translator, general=general, ratio=ratio, n=n,
-                   seed=seed, limit=limit, quiet=quiet)
+    with _sharding(shard, from_shards):
+        manifest = run(dataset, out, teacher, index, translator=translator, general=general, ratio=ratio, n=n,
+                       seed=seed, limit=limit, quiet=quiet)
     _print_manifest(manifest, out)
 
 
@@ -217,13 +223,16 @@ def build_deepresearch(
     heldout_share: HeldoutShare = 0.2,
     keep_rejected: KeepRejected = None,
     license: License = None,
+    shard: Shard = None,
+    from_shards: FromShards = None,
     quiet: Quiet = False,
 ):
     """Multi-article report instructions, confirmed by search, with a rubric each and clarifying Q/A."""
     from tansaku.pipelines.deepresearch.build import build_deepresearch as run
 
-    manifest = run(corpus, index, out, llm, clarify_share=clarify_share, limit=limit, seed=seed, quiet=quiet,
-                   heldout_share=heldout_share, license=license, **_rejected(keep_rejected))
+    with _sharding(shard, from_shards):
+        manifest = run(corpus, index, out, llm, clarify_share=clarify_share, limit=limit, seed=seed, quiet=quiet,
+                       heldout_share=heldout_share, license=license, **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 

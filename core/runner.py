@@ -135,8 +135,9 @@ def run_pipeline(
     shows them) when its segment starts, after each committed chunk and, for a global stage, after each
     record it reads; ``total`` is what the stage will receive when known. ``keep_rejected``: also
     write every dropped record (``result.rejected()``); a work dir must be resumed with the same setting.
-    ``shard(chunk) -> bool``: run only the first segment (record-local), and of it only the chunks ``shard``
-    accepts (``tansaku.core.shards``); the segment is left unfinished for the merge to complete.
+    ``shard(chunk) -> bool``: run the stages up to the first record-local segment, and of that segment only the
+    chunks ``shard`` accepts (``tansaku.core.shards``); the segment is left unfinished for the merge to complete.
+    Global stages before it run whole in every shard (deterministic, and cheap next to what is sharded).
     """
     names = [s.name for s in stages]
     if len(set(names)) != len(names):
@@ -152,18 +153,18 @@ def run_pipeline(
 
     # Records the next segment receives: known for a sized source, then the previous segment's output.
     total: int | None = len(source) if isinstance(source, Sized) else None
-    if shard is not None:
-        segment = _segments(stages)[0]
-        if not segment[0].local:
-            raise ValueError(f"cannot shard: the first stage {segment[0].name!r} is global (needs every record)")
-        seg_dir = work / f"segment-00-{segment[0].name}"
-        files, seg_rejected, resumed, chunks = _run_local_segment(
-            segment, inputs(), seg_dir, chunk_size, stats_by_name, _Report(progress, total), keep_rejected, shard)
-        _Report(progress, total)([stats_by_name[s.name] for s in segment], final=True)
-        return PipelineResult(files, all_stats[:len(segment)], resumed, seg_rejected, chunks, seg_dir.name)
-    for k, segment in enumerate(_segments(stages)):
+    segments = _segments(stages)
+    if shard is not None and not any(segment[0].local for segment in segments):
+        raise ValueError("cannot shard: every stage is global (needs every record)")
+    for k, segment in enumerate(segments):
         seg_dir = work / f"segment-{k:02d}-{segment[0].name}"
         done_marker = seg_dir / "done.json"
+        if shard is not None and segment[0].local:  # this shard's chunks of the first record-local segment; stop
+            files, seg_rejected, resumed, chunks = _run_local_segment(
+                segment, inputs(), seg_dir, chunk_size, stats_by_name, _Report(progress, total), keep_rejected, shard)
+            _Report(progress, total)([stats_by_name[s.name] for s in segment], final=True)
+            upto = names.index(segment[-1].name) + 1
+            return PipelineResult(files, all_stats[:upto], resumed, seg_rejected, chunks, seg_dir.name)
         if done_marker.exists():
             # A finished segment (local or global): reuse its files and counts as they are.
             done = json.loads(done_marker.read_text(encoding="utf-8"))

@@ -8,18 +8,25 @@
 No scheduler of tansaku's own: a shard is one process that any scheduler can start, with no shared state but
 its input and its own ``--out``. The engine's chunk checkpoints are the unit of work (``tansaku.core.runner``:
 chunk ``c`` holds input records ``[c·size, (c+1)·size)``, so a chunk's content depends only on the input and
-the recipe). Shard ``i`` of ``N`` runs the pipeline's first record-local segment (parsing, normalizing, triple
-extraction: the CPU and I/O side) over the chunks ``c`` with ``c % N == i`` and commits them exactly as a
-single run would; its folder holds ``.work/recipe.json`` (the same recipe and fingerprint as the single build)
-and ``.work/shard.json`` (which shard, how many chunks the input has). A shard is resumable like any build.
+the recipe). Shard ``i`` of ``N`` runs the pipeline's first record-local segment over the chunks ``c`` with
+``c % N == i`` and commits them exactly as a single run would (global stages before that segment run whole in
+every shard: they are deterministic and cheap next to what is sharded); its folder holds ``.work/recipe.json``
+(the same recipe and fingerprint as the single build) and ``.work/shard.json`` (which shard, how many chunks the
+input has). A shard is resumable like any build. What each build shards:
+
+    corpus         parsing and normalizing documents (the CPU and I/O side of a dump)
+    multihop       corpus → infobox triples (then cardinality, chain join, questions run on the merge)
+    egov           law XML → articles (``--out/articles``); the question build runs on the merge
+    trajectories   teacher rollouts, correct-only, the three rewrites, verify, format: everything but the mix
+    deepresearch   keyword groups (whole, in each shard), then instructions, single-page and quality checks
 
 The merge is the same build command with ``--from-shards``: it checks that every shard was made from the same
 recipe, that the shards are ``0 … N-1`` of one ``N`` and all finished, copies their committed chunks into its
-own work folder and runs the pipeline, which finds the first segment already done. The global stages (dedup,
-cardinality, chain join, balancing) then run once, over the merged chunks in input order, on the merging
-machine, followed by the rest of the pipeline. Rows, funnel and ``version`` equal those of the single build
-(tested: 4 shards as processes against one process). LLM-bound stages spread over many endpoints instead
-(``http:MODEL@URL1,URL2,…``).
+own work folder and runs the pipeline, which finds that segment already done. The global stages (dedup,
+cardinality, chain join, balancing, the general-data mix) then run once, over the merged chunks in input
+order, on the merging machine, followed by the rest of the pipeline. Rows, funnel and ``version`` equal those
+of the single build (tested: 4 shards as processes against one process, and each pipeline above). LLM-bound
+stages also spread over many endpoints within one process (``http:MODEL@URL1,URL2,…``).
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tansaku.core.engine import StageStats
@@ -46,10 +54,25 @@ class ShardPlan:
 
     index: int | None = None
     of: int | None = None
-    merge_from: tuple[Path, ...] = ()
+    merge_from: tuple[Path, ...] = ()  # as given: shard folders, or folders holding them
+    sub: str = ""  # a build nested in each shard's --out (e-Gov's articles): where its shard folder lies
 
     def runs(self, chunk: int) -> bool:
         return self.index is None or chunk % self.of == self.index  # type: ignore[operator]
+
+    def under(self, sub: str) -> ShardPlan:
+        """The plan for a build nested at ``--out/sub`` (the shards' folders are ``…/sub`` too)."""
+        return replace(self, sub=sub)
+
+    def shard_folders(self) -> list[Path]:
+        """Each ``merge_from`` as it is when it is a shard, else the shards inside it (sorted by name)."""
+        found = []
+        for path in self.merge_from:
+            if _is_shard(path / self.sub) or not path.is_dir():
+                found.append(path / self.sub)  # (a missing one is refused by adopt_shards, by name)
+                continue
+            found += sorted(p / self.sub for p in path.iterdir() if _is_shard(p / self.sub)) or [path / self.sub]
+        return found
 
 
 PLAN = ShardPlan()  # set by the CLI's --shard / --from-shards (tansaku.cli); build_dataset reads it
@@ -75,16 +98,24 @@ def set_plan(shard: str | None = None, merge_from: list[Path] | None = None) -> 
     if shard and merge_from:
         raise InputError("--shard and --from-shards do not go together: build the shards, then merge them")
     index, of = parse_shard(shard) if shard else (None, None)
-    PLAN = ShardPlan(index, of, tuple(folder for p in merge_from or () for folder in _shard_folders(Path(p))))
+    PLAN = ShardPlan(index, of, tuple(Path(p) for p in merge_from or ()))
     return PLAN
 
 
-def _shard_folders(path: Path) -> list[Path]:
-    """A shard folder as it is; a folder that holds shard folders (and is none itself) → those, sorted."""
-    if (path / ".work" / SHARD_FILE).is_file() or not path.is_dir():
-        return [path]
-    inner = sorted(p for p in path.iterdir() if (p / ".work" / SHARD_FILE).is_file())
-    return inner or [path]
+@contextmanager
+def nested_at(sub: str):
+    """Shard (or merge) only the build a pipeline nests at ``--out/sub`` inside this block; what the pipeline
+    builds after it runs whole (e-Gov: the articles are sharded, the questions are one build on the merge)."""
+    global PLAN
+    PLAN = PLAN.under(sub)
+    try:
+        yield PLAN
+    finally:
+        PLAN = ShardPlan()
+
+
+def _is_shard(folder: Path) -> bool:
+    return (folder / ".work" / SHARD_FILE).is_file()
 
 
 def write_shard_marker(work: Path, plan: ShardPlan, fingerprint: str, segment: str, chunks: int) -> dict:
@@ -106,11 +137,11 @@ def run_shard(source, stages, work: Path, fingerprint: str, chunk_size: int, pro
     return {"version": None, "shard": marker, "stages": result.stages, "splits": {}}
 
 
-def adopt_shards(work: Path, fingerprint: str, shard_dirs: tuple[Path, ...]) -> int:
+def adopt_shards(work: Path, fingerprint: str, shard_dirs: list[Path]) -> int:
     """Copy the shards' committed first-segment chunks into ``work`` and mark that segment done; return
     the number of chunks (0 with no shards, or when a resumed merge already did it). Refuses shards of
     another recipe, a missing or unfinished shard, or a gap."""
-    if not shard_dirs or any(work.glob("segment-00-*/done.json")):
+    if not shard_dirs:
         return 0
     markers = []
     for folder in shard_dirs:
@@ -127,6 +158,8 @@ def adopt_shards(work: Path, fingerprint: str, shard_dirs: tuple[Path, ...]) -> 
         raise ShardError(f"--from-shards needs shards 0 … N-1 of one N exactly once; got {indices} of {sorted(ofs)}")
     segment, chunks = markers[0][1]["segment"], markers[0][1]["input_chunks"]
     seg_dir = work / segment
+    if (seg_dir / "done.json").exists():  # a resumed merge: adopted already
+        return 0
     seg_dir.mkdir(parents=True, exist_ok=True)
     files, rejected, totals = [], [], {}
     for c in range(chunks):

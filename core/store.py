@@ -263,7 +263,7 @@ def build_dataset(
             with progress:
                 return {"name": name, "pipeline": pipeline, **shards.run_shard(source, stages, work, fp, chunk_size,
                                                                               progress, keep_rejected)}
-        shards.adopt_shards(work, fp, shards.PLAN.merge_from)  # the merge of shards (when there are any)
+        shards.adopt_shards(work, fp, shards.PLAN.shard_folders())  # the merge of shards (when there are any)
 
         started = time.time()
         with progress:  # a bar or log lines per stage

@@ -1,5 +1,6 @@
 """Builds as N independent shards, merged into the single-machine build (issue 17): 4 shards run as separate
-processes give the same rows, funnel and ``version`` as one process; bad merges are one line and exit 2."""
+processes give the same rows, funnel and ``version`` as one process; so do the sharded multihop, e-Gov,
+trajectory and deepresearch builds; bad merges are one line and exit 2."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,10 +17,17 @@ from typer.testing import CliRunner
 from tansaku.cli import synth_app
 from tansaku.core import shards
 from tansaku.core.store import read_manifest, read_rows
+from tansaku.envs.search import build_index
 from tansaku.pipelines.corpus import build_corpus
+from tansaku.pipelines.deepresearch.build import build_deepresearch
+from tansaku.pipelines.egov import build as egov_build
 from tansaku.pipelines.multihop.build import build_multihop
+from tansaku.pipelines.multihop.chains import Caps
+from tansaku.pipelines.trajectories.build import build_trajectories
 
-MINIWIKI = Path(__file__).parent / "fixtures" / "miniwiki" / "miniwiki.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
+MINIWIKI = ROOT / "tests" / "fixtures" / "miniwiki" / "miniwiki.jsonl"
+GENERAL = ROOT / "tests" / "fixtures" / "sft" / "general.jsonl"
 runner = CliRunner()
 
 
@@ -104,3 +113,67 @@ def test_a_shard_resumes_and_a_finished_merge_is_returned_as_it_is(documents, tm
     assert runner.invoke(synth_app, merge).exit_code == 0
     first = read_manifest(tmp_path / "m")
     assert runner.invoke(synth_app, merge).exit_code == 0 and read_manifest(tmp_path / "m") == first
+
+
+def _shards_then_merge(folder: Path, n: int, build) -> dict:
+    """``build(out)`` as shards 0 … n-1 of ``n`` under ``folder``, then merged from that folder; the merge's
+    manifest."""
+    try:
+        for i in range(n):
+            shards.set_plan(f"{i}/{n}")
+            part = build(folder / f"s{i}")
+            assert part["shard"]["shard"] == i and part["version"] is None
+        assert part["shard"]["input_chunks"] > n  # every shard had chunks to do
+        shards.set_plan(merge_from=[folder])
+        return build(folder.parent / "merged")
+    finally:
+        shards.set_plan()
+
+
+def test_sharded_egov_equals_the_single_build(tmp_path, monkeypatch):
+    """The articles are sharded (law files); the questions are built once, on the merge."""
+    monkeypatch.setattr(egov_build, "LAWS_PER_CHUNK", 3)
+    law = (ROOT / "tests" / "fixtures" / "egov" / "506AC0000000901_20250401_000000000000000.xml").read_bytes()
+    laws = tmp_path / "all_xml.zip"
+    with zipfile.ZipFile(laws, "w") as zf:  # 10 laws, each under its own id, as in e-Gov's bulk zip
+        for i in range(10):
+            zf.writestr(f"all_xml/9{i:02d}AC{i:010d}_20240401_000000000000000.xml", law)
+    single = egov_build.build_egov(laws, tmp_path / "single", quiet=True)
+    merged = _shards_then_merge(tmp_path / "shards", 3, lambda out: egov_build.build_egov(laws, out, quiet=True))
+    assert merged["version"] == single["version"] and _funnel(merged) == _funnel(single)
+    assert read_manifest(tmp_path / "merged" / "articles")["version"] == \
+        read_manifest(tmp_path / "single" / "articles")["version"]
+    assert merged["articles"]["rows"] == single["articles"]["rows"] > 10
+
+
+def test_sharded_trajectories_equal_the_single_build(tmp_path):
+    """Teacher rollouts and rewrites are sharded; the general-data mix runs once, on the merge."""
+    build_corpus(ROOT / "examples" / "miniwiki.jsonl", tmp_path / "corpus", fmt="jsonl", quiet=True)
+    build_index(tmp_path / "corpus", tmp_path / "index")
+    build_multihop(corpus=tmp_path / "corpus", out=tmp_path / "multihop", quiet=True, caps=Caps(None, None, None))
+    script = ROOT / "examples" / "teacher_script.py"
+
+    def build(out):
+        return build_trajectories(tmp_path / "multihop", out, teacher=f"scripted:{script}", index=tmp_path / "index",
+                                  translator=f"scripted:{script}:rewrite", general=GENERAL, ratio=0.5, n=2,
+                                  limit=24, seed=1, quiet=True, chunk_size=4)
+
+    single = build(tmp_path / "single")
+    merged = _shards_then_merge(tmp_path / "shards", 2, build)
+    assert merged["version"] == single["version"] and _funnel(merged) == _funnel(single)
+    assert merged["splits"] == single["splits"] and merged["splits"]["train"] > 0
+
+
+def test_sharded_deepresearch_equals_the_single_build(tmp_path):
+    """The keyword groups run whole in each shard; the LLM stages after them are sharded."""
+    build_corpus(ROOT / "tests" / "fixtures" / "deepresearch" / "wiki.jsonl", tmp_path / "corpus", quiet=True)
+    build_index(tmp_path / "corpus", tmp_path / "index")
+
+    def build(out):
+        return build_deepresearch(tmp_path / "corpus", tmp_path / "index", out, "scripted:deepresearch",
+                                  quiet=True, chunk_size=2)
+
+    single = build(tmp_path / "single")
+    merged = _shards_then_merge(tmp_path / "shards", 2, build)
+    assert merged["version"] == single["version"] and _funnel(merged) == _funnel(single)
+    assert sum(merged["splits"].values()) > 0

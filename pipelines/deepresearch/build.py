@@ -34,7 +34,7 @@ from tansaku.core.features import PROMPT, QUESTION_COLUMNS, STRINGS
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
 from tansaku.core.licenses import input_license, license_card
 from tansaku.core.llm import as_client, raise_if_all_unusable
-from tansaku.core.options import check_fraction, check_limit, require_document_dataset
+from tansaku.core.options import check_count, check_fraction, check_limit, require_document_dataset
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import open_index, require_index
 from tansaku.envs.tasks import TASKS
@@ -96,8 +96,10 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
                        limit: int | None = None, seed: int = 0, quiet: bool = False,
                        keyword_config: KeywordConfig = KeywordConfig(), quality_threshold: float = 3.5,
                        name: str | None = None, keep_rejected: bool = True,
-                       heldout_share: float = DEFAULT_SHARE, license: str | None = None) -> dict:
+                       heldout_share: float = DEFAULT_SHARE, license: str | None = None,
+                       chunk_size: int = 64) -> dict:
     """Build the deepresearch dataset in ``out``; returns its manifest (a rerun with the same ``out`` resumes).
+    ``chunk_size``: records per checkpoint (documents, then keyword groups; the unit a ``--shard`` takes).
 
     ``keep_rejected`` (on: few rows, each an expensive LLM/agent result) writes every dropped instruction with
     its stage and reason as the ``rejected`` split. ``heldout_share``: share of instructions (key ``id``, one
@@ -106,6 +108,7 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
 
     check_fraction("--clarify-share", clarify_share, 0, 1)
     check_limit(limit)
+    check_count("chunk_size", chunk_size)
     check_fraction("quality_threshold", quality_threshold, 0, None)
     heldout = HeldOut(heldout_share, "id", seed)
     # Fails fast on a folder that is no dataset, a broken manifest or a question dataset given as --corpus.
@@ -125,7 +128,7 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
         config=config, seed=seed, inputs=inputs, source=lambda: iter_rows(corpus),
         stages=deepresearch_stages(client, backend, clarify_share=clarify_share, limit=limit, seed=seed,
                                    keyword_config=keyword_config, quality_threshold=quality_threshold),
-        llm=client, parents=[corpus_manifest.get("version", "")], chunk_size=64, quiet=quiet,
+        llm=client, parents=[corpus_manifest.get("version", "")], chunk_size=chunk_size, quiet=quiet,
         keep_rejected=keep_rejected, heldout=heldout, column_types=COLUMN_TYPES,
         card={"pretty_name": "tansaku deepresearch instructions",
               **(license_card(license) if license else input_license(corpus) or {"license": "unknown"}),

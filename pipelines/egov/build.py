@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tansaku.core import shards
 from tansaku.core.engine import Drop, Stage, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.features import QUESTION_COLUMNS, STRINGS
@@ -47,6 +48,7 @@ from tansaku.pipelines.egov.sources import Skip, list_law_sources, read_law_sour
 log = logging.getLogger(__name__)
 ARTICLES_VERSION = "3"  # 2: one revision per law (unique article ids); 3: meta a struct, not JSON text
 QUESTIONS_VERSION = "2"  # 2: prompt and task columns, declared column types
+LAWS_PER_CHUNK = 50  # law files per checkpoint of the article build (and the unit a --shard takes)
 MIN_ARTICLE_CHARS = 40  # shorter articles give the LLM generator too little to ask about
 KEYWORD_FIELDS = ["law_id", "law_title", "law_type", "era"]
 # e-Gov data is published under the government's terms of use (公共データ利用規約 PDL 1.0: attribution).
@@ -117,7 +119,7 @@ def build_articles(laws: list[Path], out: Path, seed: int = 0, quiet: bool = Fal
         out=out, name="egov-articles", pipeline="egov_articles", pipeline_version=ARTICLES_VERSION,
         config={"keyword_fields": KEYWORD_FIELDS, "parser": "ja-law-parser, lxml fallback"}, seed=seed,
         inputs=[describe_input(p) for p in laws if Path(p).exists()], source=sources,
-        stages=[_parse_stage(skips)], card=ARTICLE_CARD, chunk_size=50, quiet=quiet,
+        stages=[_parse_stage(skips)], card=ARTICLE_CARD, chunk_size=LAWS_PER_CHUNK, quiet=quiet,
         column_types={"meta": ARTICLE_META})
     manifest["skipped"] = [{"source": s.source, "reason": s.reason, "message": s.message} for s in skips]
     return manifest
@@ -217,7 +219,10 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
         raise InputError(f"--laws {', '.join(map(str, laws))}: no law XML files (*.xml, or *.xml inside a zip)")
     out = refuse_foreign(out, "--out")  # before out/articles and out/index are written into it
     articles_dir = out / "articles"
-    art_manifest = build_articles(laws, articles_dir, seed=seed, quiet=quiet)
+    with shards.nested_at("articles"):  # --shard / --from-shards apply to the articles (tansaku.core.shards)
+        art_manifest = build_articles(laws, articles_dir, seed=seed, quiet=quiet)
+    if "shard" in art_manifest:  # one shard: its articles are done; the questions are built on the merge
+        return art_manifest
     client = as_client(llm)
 
     backend, index_path = None, None

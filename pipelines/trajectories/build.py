@@ -60,11 +60,13 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
                        n: int = 4, seed: int = 0, limit: int | None = None, quiet: bool = False, *,
                        task: str | None = None, temperature: float = 0.7, max_tokens: int = 1024,
                        system_prompt: str = AGENTIC_SYSTEM_PROMPT, catalog: str | Path | None = None,
-                       name: str | None = None) -> dict:
-    """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring)."""
+                       name: str | None = None, chunk_size: int = 64) -> dict:
+    """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring).
+    ``chunk_size``: questions per checkpoint (what an interruption costs; the unit a ``--shard`` takes)."""
 
     # Checked before the teacher stage: a bad --ratio used to fail only after every rollout was paid for.
     check_count("--n", n)
+    check_count("chunk_size", chunk_size)
     check_limit(limit)
     check_fraction("--ratio", ratio, 0, None)
     check_fraction("temperature", temperature, 0, None)
@@ -123,7 +125,7 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
         out=out, name=name or f"trajectories-{Path(dataset).name}", pipeline="trajectories",
         pipeline_version=PIPELINE_VERSION, config=config, seed=seed, inputs=inputs,
         source=question_source(dataset, limit), stages=stages, llm=teacher_client, keep_rejected=True,
-        summarize=summarize, card=trajectory_card,
+        summarize=summarize, card=trajectory_card, chunk_size=chunk_size,
         parents=[dataset_manifest.get("version")] if dataset_manifest.get("version") else [], quiet=quiet)
 
 
