@@ -9,6 +9,7 @@ error paths, and contract tests against a live cluster when OPENSEARCH_URL is se
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import uuid
 from pathlib import Path
@@ -151,9 +152,13 @@ class FakeIndices:
     def create(self, index, body):
         self.created.append(index)
         self.existing[index] = body["mappings"]
+        self.settings = body["settings"]
 
     def refresh(self, index):
         pass
+
+    def put_settings(self, index, body):
+        self.existing[index].setdefault("_settings", []).append(body)
 
 
 class FakeCluster:
@@ -176,3 +181,47 @@ def test_rebuild_replaces_only_an_index_tansaku_built(monkeypatch):
     assert first["chunks"] > 0 and ours.indices.existing["wiki"]["_meta"] == {"tansaku": {"analyzer": "kuromoji"}}
     build_opensearch(fixture.fixture_rows(), "wiki", client=ours, analyzer="kuromoji", overwrite=True)
     assert ours.indices.deleted == ["wiki"] and ours.indices.created == ["wiki", "wiki"]
+
+
+class BusyCluster(FakeCluster):
+    """A cluster whose write queue is full at first: the first bulk request of each passage is answered 429
+    (rejected, retry later) for every other passage; one passage is refused for good (400)."""
+
+    def __init__(self):
+        super().__init__({})
+        from opensearchpy.serializer import JSONSerializer
+
+        self.transport = type("Transport", (), {"serializer": JSONSerializer()})()
+        self.seen, self.requests, self.stored = set(), 0, {}
+
+    def bulk(self, body, **kw):
+        self.requests += 1
+        lines = [json.loads(line) for line in body.strip().split("\n")]
+        items = []
+        for action, doc in zip(lines[::2], lines[1::2]):
+            _id = action["index"]["_id"]
+            busy = _id not in self.seen and len(self.seen) % 2 == 0
+            self.seen.add(_id)
+            status = 400 if doc["position"] == 0 and doc["doc_id"] == "doc-bad" else 429 if busy else 201
+            if status == 201:
+                self.stored[_id] = doc
+            items.append({"index": {"_id": _id, "status": status, **({"error": "x"} if status >= 400 else {})}})
+        return {"errors": any(i["index"]["status"] >= 400 for i in items), "items": items}
+
+
+def test_bulk_load_retries_rejected_batches_and_counts_what_still_fails(monkeypatch):
+    """The real ``streaming_bulk`` against a busy cluster: 429s are sent again after a backoff (slept here
+    for nothing), a refused passage is counted with its error, refreshes are off while loading and back after."""
+    from opensearchpy.helpers import actions
+
+    slept = []
+    monkeypatch.setattr(actions.time, "sleep", slept.append)
+    rows = [*fixture.fixture_rows(), {"id": "doc-bad", "title": "壊れた", "text": "本文。" * 10}]
+    cluster = BusyCluster()
+    meta = build_opensearch(rows, "wiki", client=cluster, analyzer="kuromoji")
+    expected = {a["_id"] for a in bulk_actions(rows, "wiki")}
+    assert meta["failed"] == 1 and len(meta["errors"]) == 1 and meta["errors"][0]["index"]["status"] == 400
+    assert set(cluster.stored) == expected - {"doc-bad#0"} and meta["chunks"] == len(expected) - 1
+    assert slept and cluster.requests > 1  # the rejected half was sent again, after a backoff
+    assert cluster.indices.settings["refresh_interval"] == "-1"  # created without refreshes …
+    assert cluster.indices.existing["wiki"]["_settings"] == [{"index": {"refresh_interval": None}}]  # … reset after

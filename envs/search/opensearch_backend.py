@@ -109,6 +109,12 @@ def search_body(canonical: dict, size: int, timeout_ms: int, collapse: bool = Tr
     return body
 
 
+# streaming_bulk, not parallel_bulk: only streaming_bulk retries a rejected (429) batch with backoff; the
+# cluster's own shards and ingest threads give the parallelism. 500 passages (~0.5 MB) per request.
+BULK = {"chunk_size": 500, "max_chunk_bytes": 10 * 2**20, "max_retries": 6, "initial_backoff": 2, "max_backoff": 60,
+        "raise_on_error": False, "raise_on_exception": True}
+
+
 def build_opensearch(rows: Iterable[dict], index: str, keyword_fields: Iterable[str] = (),
                      analyzer: str = "auto", chunk_chars: int = 800, client=None, overwrite: bool = False) -> dict:
     """Create ``index`` with Japanese analysis and stream the passages in with ``streaming_bulk``."""
@@ -126,17 +132,24 @@ def build_opensearch(rows: Iterable[dict], index: str, keyword_fields: Iterable[
             raise InputError(f"OpenSearch index {index!r} exists and tansaku did not build it (no _meta."
                              f"{TANSAKU_META} in its mapping); choose another --index name")
         client.indices.delete(index=index)
-    client.indices.create(index=index, body=index_body(keyword_fields, analyzer))
-    t0, ok, errors = time.perf_counter(), 0, []
-    actions = bulk_actions(rows, index, keyword_fields, chunk_chars)
-    for success, info in helpers.streaming_bulk(client, actions, chunk_size=500, raise_on_error=False,
-                                                max_retries=3):
+    body = index_body(keyword_fields, analyzer)
+    # No refreshes while loading (OpenSearch's bulk-indexing advice): the segments are built once, at the end.
+    body["settings"]["refresh_interval"] = "-1"
+    client.indices.create(index=index, body=body)
+    t0, ok, failed, errors = time.perf_counter(), 0, 0, []
+    actions = bulk_actions(rows, index, keyword_fields, chunk_chars)  # a generator: the corpus is never held
+    # Backpressure: a cluster that answers 429 (its write queue full) gets the same batch again after 2, 4, …
+    # up to 60 s; a passage that still fails is counted and its first errors kept, the load goes on.
+    for success, info in helpers.streaming_bulk(client, actions, **BULK):
         if success:
             ok += 1
-        elif len(errors) < 20:
-            errors.append(info)
+        else:
+            failed += 1
+            if len(errors) < 20:
+                errors.append(info)
+    client.indices.put_settings(index=index, body={"index": {"refresh_interval": None}})  # back to the default
     client.indices.refresh(index=index)
-    return {"backend": "opensearch", "index": index, "analyzer": analyzer, "chunks": ok,
+    return {"backend": "opensearch", "index": index, "analyzer": analyzer, "chunks": ok, "failed": failed,
             "errors": errors, "keyword_fields": keyword_fields, "build_seconds": round(time.perf_counter() - t0, 3)}
 
 
