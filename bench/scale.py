@@ -2,6 +2,7 @@
 
     python bench/scale.py                          # 10k, 100k, 1M documents (needs ../shared/data)
     python bench/scale.py --docs 10000 100000      # smaller sizes
+    python bench/scale.py --docs --laws --triples 1000000 5000000 20000000   # only the chain join
 
 The documents are jawiki-like: sentences of the real WikipediaAnnotatedCorpus leads (../shared/data)
 recombined under invented titles, with the number of sentences per document drawn from the real leads, so
@@ -21,6 +22,9 @@ Laws (``--laws 90 900 9000``): the two real laws of ../shared/data/egov replicat
 e-Gov-style bulk zip — 行政手続法 (110 kB, a typical law) for 99 in 100, 民法 (1.5 MB) for the rest — then
 ``build_articles`` (the article dataset: stream the zip, parse, records, parquet) against ja-law-parser alone
 parsing the same members and joining every article's text, each in its own process.
+
+Triples (``--triples``): the multihop chain stage against a plain-Python dict join; see ``bench/scale_chains.py``.
+Target: peak RSS ≤ 4 GB at 20M triples.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import zstandard
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+import scale_chains  # noqa: E402 - bench/scale_chains.py
 from search import Bm25sPeer, peer_tokenizers, timed, wac_rows  # noqa: E402 - bench/search.py's peer
 
 
@@ -217,14 +222,24 @@ def table(results: list[dict]) -> str:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         step = sys.argv[2]
-        print(json.dumps((law_child if step in ("articles", "jlp") else child)(*sys.argv[2:5])))
+        if step in scale_chains.METHODS:
+            print(json.dumps(scale_chains.chain_child(step, int(sys.argv[3]))))
+        else:
+            print(json.dumps((law_child if step in ("articles", "jlp") else child)(*sys.argv[2:5])))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--laws", type=int, nargs="*", default=[90, 900, 9000])
+    parser.add_argument("--triples", type=int, nargs="*", default=[1_000_000, 5_000_000, 20_000_000])
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
     args = parser.parse_args()
-    results, laws = [], []
+    results, laws, chains = [], [], []
+    for n in args.triples:
+        started = time.time()
+        chains.append({"triples": n, **{m: run_child(m, n, "-") for m in scale_chains.METHODS}})
+        assert chains[-1]["nocaps"]["kept"] == chains[-1]["python"]["kept"], chains[-1]  # the same rules
+        print(f"[{n:,} triples measured in {time.time() - started:.0f} s]", flush=True)
+        print(scale_chains.table(chains), flush=True)
     with tempfile.TemporaryDirectory(prefix="tansaku-scale-") as tmp:
         for n in args.laws:
             started = time.time()
@@ -237,7 +252,7 @@ def main() -> None:
             print(f"[{n:,} docs measured in {time.time() - started:.0f} s]", flush=True)
             print(table(results), flush=True)
     if args.out:
-        args.out.write_text(json.dumps({"documents": results, "laws": laws}, indent=1), encoding="utf-8")
+        args.out.write_text(json.dumps({"documents": results, "laws": laws, "triples": chains}, indent=1), encoding="utf-8")
     if results:
         print(f"\nmedian corpus docs/s {statistics.median(r['corpus']['docs_per_s'] for r in results):,.0f}")
 

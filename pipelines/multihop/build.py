@@ -37,7 +37,7 @@ from tansaku.envs.tasks import TASKS, gold_failures
 from tansaku.pipelines.multihop import cardinality, chains, quality, questions, solvability
 from tansaku.pipelines.multihop import triples as sources
 
-PIPELINE_VERSION = "2"  # 2: prompt column, derivations as structs, typed quality
+PIPELINE_VERSION = "3"  # 2: prompt column, derivations as structs, typed quality; 3: hops judged in input order
 STAGES = ("triples", "link", "cardinality", "chains", "questions", "quality", "prefilter", "solve", "finalize")
 SEARCHING = ("prefilter", "solve", "finalize")
 PROMPT_VERSIONS = sorted(p.name for p in (Path(__file__).with_name("prompts")).glob("*.md"))

@@ -18,12 +18,15 @@ Run alone: ``python -m tansaku.pipelines.multihop.cardinality TRIPLES.jsonl`` pr
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import polars as pl
 
 from tansaku.core.engine import Drop
 from tansaku.core.llm import ChatRequest, ask_json
+from tansaku.pipelines.multihop import spill
 from tansaku.pipelines.multihop.triples import index_from_triples, link_triple, read_triples_file
 
 DEFAULT_THRESHOLD = 0.9
@@ -52,19 +55,51 @@ def value_classes(triples: list[dict]) -> dict[tuple[str, str, str], str]:
     return classes
 
 
-def relation_stats(triples: list[dict], threshold: float = DEFAULT_THRESHOLD) -> dict[str, dict]:
-    """Per relation: counts, the two to-one shares and the class (``1:1``, ``N:1``, ``1:N``, ``N:N``)."""
+GROUP = ["subject_key", "relation"]
+JUDGED = ("triple_id", "object")  # strings read by the judgement
+NAMES = ("relation", "subject_key", "object_key", "object_id")  # dictionary-encoded
+REASONS = pl.Enum(["relation_1:N", "relation_N:N", "multi_valued", "llm_not_single_valued", "duplicate_triple",
+                   "granularity_variant"])
+CLASSES = pl.Enum(["1:1", "N:1", "1:N", "N:N"])
 
-    if not triples:
+
+def hop_frame(triples: list[dict]) -> pl.DataFrame:
+    """The columns the judgement reads, from triple dicts (``filter_unique_hops`` reads them from its spill)."""
+    cat = spill.categorical()
+    return (pl.from_dicts(triples, schema={c: pl.String for c in (*JUDGED, *NAMES)})
+            .with_columns(pl.col(c).cast(cat) for c in NAMES))
+
+
+def with_values(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with ``value``: each row's value class (:func:`value_classes`), computed in Python only for
+    the (subject, relation) groups that have several objects — the rest are their own value."""
+    names = frame.select(NAMES).schema
+    several = (frame.group_by(GROUP).agg(pl.col("object_key").unique())
+               .filter(pl.col("object_key").list.len() > 1).explode("object_key"))
+    keyed = [dict(zip(("subject_key", "relation", "object_key"), key))
+             for key in several.select(pl.col(c).cast(pl.String) for c in (*GROUP, "object_key")).iter_rows()]
+    classes = value_classes(keyed)
+    table = pl.DataFrame([{**k, "value": classes[k["subject_key"], k["relation"], k["object_key"]]} for k in keyed],
+                         schema={"subject_key": pl.String, "relation": pl.String, "object_key": pl.String,
+                                 "value": pl.String}).cast({c: names["object_key"] for c in ("value", *GROUP,
+                                                                                            "object_key")})
+    return (frame.join(table, on=[*GROUP, "object_key"], how="left", maintain_order="left")
+            .with_columns(pl.coalesce("value", "object_key").alias("value")))
+
+
+def relation_stats(triples: list[dict] | pl.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> dict[str, dict]:
+    """Per relation: counts, the two to-one shares and the class (``1:1``, ``N:1``, ``1:N``, ``N:N``).
+    ``triples``: dicts, or a frame from :func:`with_values`."""
+
+    frame = triples if isinstance(triples, pl.DataFrame) else with_values(hop_frame(triples))
+    if frame.is_empty():
         return {}
-    value_of = value_classes(triples)
-    pairs = pl.DataFrame({"r": [t["relation"] for t in triples], "s": [t["subject_key"] for t in triples],
-                          "o": [value_of[t["subject_key"], t["relation"], t["object_key"]] for t in triples]}).unique()
+    pairs = frame.select(r="relation", s="subject_key", o="value").unique()
     per_s = pairs.group_by("r", "s").agg(pl.len().alias("n"))
     per_o = pairs.group_by("r", "o").agg(pl.len().alias("n"))
     s_side = per_s.group_by("r").agg(pl.len().alias("subjects"), (pl.col("n") == 1).mean().alias("subject_to_one"))
     o_side = per_o.group_by("r").agg(pl.len().alias("objects"), (pl.col("n") == 1).mean().alias("object_to_one"))
-    table = s_side.join(o_side, on="r")
+    table = s_side.join(o_side, on="r").with_columns(pl.col("r").cast(pl.String))
     stats = {}
     for row in table.iter_rows(named=True):
         left = "1" if row["object_to_one"] >= threshold else "N"
@@ -89,47 +124,77 @@ def confirm_with_llm(relations: list[str], llm, seed: int = 0) -> dict[str, bool
     return verdicts
 
 
+def verdicts(frame: pl.DataFrame, stats: dict[str, dict], confirmed: dict[str, bool | None] | None = None
+             ) -> pl.DataFrame:
+    """Per row of ``frame`` (from :func:`with_values`), in order: ``reason`` (null = kept), ``cls`` (its
+    relation's class) and, for a kept hop, ``aliases`` (the other spellings of its value).
+
+    A (subject, relation) group is dropped whole when its relation is 1:N or N:N, when it has several values,
+    or when the LLM said the relation has several; otherwise one hop is kept — a linked spelling first (it can
+    be a bridge), else the longest, then the smallest triple id — and the others are ``duplicate_triple``
+    (the same key) or ``granularity_variant`` (another spelling of the value)."""
+    confirmed = confirmed or {}
+    relation = frame.schema["relation"]
+    table = pl.DataFrame({"relation": list(stats), "cls": [v["class"] for v in stats.values()],
+                          "llm_no": [confirmed.get(r) is False for r in stats]},
+                         schema={"relation": pl.String, "cls": CLASSES, "llm_no": pl.Boolean}
+                         ).cast({"relation": relation})
+    rank = [pl.col("object_id").is_null(), pl.col("object").str.len_chars(), pl.col("triple_id")]
+    frame = frame.with_row_index("_row").join(table, on="relation", how="left", maintain_order="left").with_columns(
+        group_reason=pl.when(pl.col("cls").is_in(["1:N", "N:N"]))
+        .then(pl.concat_str(pl.lit("relation_"), pl.col("cls").cast(pl.String)))
+        .when(pl.col("value").n_unique().over(GROUP) > 1).then(pl.lit("multi_valued"))
+        .when(pl.col("llm_no")).then(pl.lit("llm_not_single_valued")),
+        best=pl.col("_row") == pl.col("_row").sort_by(rank, descending=[False, True, False]).first().over(GROUP),
+        best_key=pl.col("object_key").sort_by(rank, descending=[False, True, False]).first().over(GROUP))
+    reason = (pl.when(pl.col("group_reason").is_not_null()).then(pl.col("group_reason"))
+              .when(pl.col("best")).then(None)
+              .when(pl.col("object_key") == pl.col("best_key")).then(pl.lit("duplicate_triple"))
+              .otherwise(pl.lit("granularity_variant"))).cast(REASONS)
+    frame = frame.select("_row", *GROUP, "object", "best", reason.alias("reason"), "cls")
+    # Aliases: only groups with several rows have any (a small share of a dump's triples).
+    kept_groups = frame.filter(pl.len().over(GROUP) > 1, pl.col("reason").is_null().any().over(GROUP))
+    aliases = (kept_groups.group_by(GROUP).agg(
+        pl.col("object").cast(pl.String).unique().alias("objects"),
+        pl.col("object").filter(pl.col("best")).first().cast(pl.String).alias("kept"),
+        pl.col("_row").filter(pl.col("best")).first())
+        .select("_row", pl.col("objects").list.set_difference(pl.concat_list("kept")).list.sort().alias("aliases")))
+    return (frame.select("_row", "reason", "cls").join(aliases, on="_row", how="left", maintain_order="left")
+            .with_columns(pl.when(pl.col("reason").is_null()).then(pl.col("aliases").fill_null(pl.lit([], pl.List(pl.String)))))
+            .drop("_row"))
+
+
 def judge_hops(rows: list[dict], stats: dict[str, dict], confirmed: dict[str, bool | None] | None = None
                ) -> Iterator[tuple[dict, str | None]]:
-    """``(triple, None)`` for each kept hop (annotated), ``(triple, reason)`` for each dropped one."""
-    confirmed = confirmed or {}
-    value_of = value_classes(rows)
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for t in rows:
-        groups.setdefault((t["subject_key"], t["relation"]), []).append(t)
-    for (s, r), group in groups.items():
-        cls = stats[r]["class"]
-        reason = None
-        if cls in ("1:N", "N:N"):
-            reason = f"relation_{cls}"
-        elif len({value_of[s, r, t["object_key"]] for t in group}) > 1:
-            reason = "multi_valued"
-        elif confirmed.get(r) is False:
-            reason = "llm_not_single_valued"
-        if reason:
-            yield from ((t, reason) for t in group)
-            continue
-        # One hop per (subject, relation): a linked spelling first (it can be a bridge), else the longest;
-        # the other spellings of the same value become answer aliases.
-        best = min(group, key=lambda t: (t.get("object_id") is None, -len(t["object"]), t["triple_id"]))
-        aliases = sorted({t["object"] for t in group} - {best["object"]})
-        for t in group:
-            if t is not best:
-                yield t, "duplicate_triple" if t["object_key"] == best["object_key"] else "granularity_variant"
-        yield {**best, "cardinality": cls, "object_aliases": aliases}, None
+    """``(triple, None)`` for each kept hop (annotated), ``(triple, reason)`` for each dropped one, in order."""
+    judged = verdicts(with_values(hop_frame(rows)), stats, confirmed)
+    for t, (reason, cls, aliases) in zip(rows, judged.iter_rows()):
+        yield ({**t, "cardinality": cls, "object_aliases": aliases}, None) if reason is None else (t, reason)
 
 
 def filter_unique_hops(triples: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, llm=None,
                        min_support: int = 3, seed: int = 0) -> Iterator[dict | Drop]:
-    """The global stage: annotate each triple with its relation's class and drop non-unique hops."""
-    rows = list(triples)
-    stats = relation_stats(rows, threshold)
-    confirmed: dict[str, bool | None] = {}
-    if llm is not None:
-        weak = sorted(r for r, s in stats.items() if s["subjects"] < min_support and s["class"] in ("1:1", "N:1"))
-        confirmed = confirm_with_llm(weak, llm, seed) if weak else {}
-    for triple, reason in judge_hops(rows, stats, confirmed):
-        yield triple if reason is None else Drop(reason, record=triple)
+    """The global stage: annotate each triple with its relation's class and drop non-unique hops, in input
+    order. The triples are spilled to parquet (``tansaku.pipelines.multihop.spill``) and judged on a
+    dictionary-encoded frame of six columns; the records are read back a row group at a time."""
+    with tempfile.TemporaryDirectory(prefix="tansaku-hops-") as tmp:
+        path = Path(tmp) / "triples.parquet"
+        spill.spill(triples, path)
+        frame = with_values(spill.columns(path, JUDGED, NAMES))
+        stats = relation_stats(frame, threshold)
+        confirmed: dict[str, bool | None] = {}
+        if llm is not None:
+            weak = sorted(r for r, s in stats.items() if s["subjects"] < min_support and s["class"] in ("1:1", "N:1"))
+            confirmed = confirm_with_llm(weak, llm, seed) if weak else {}
+        judged = verdicts(frame, stats, confirmed)
+        del frame
+        done = 0
+        for batch in spill.records(path):
+            rows = batch.drop("cardinality", "object_aliases").iter_rows(named=True)
+            for row, (reason, cls, aliases) in zip(rows, judged.slice(done, batch.height).iter_rows()):
+                yield {**row, "cardinality": cls, "object_aliases": aliases} if reason is None else Drop(reason,
+                                                                                                       record=row)
+            done += batch.height
 
 
 def main(argv: list[str]) -> None:

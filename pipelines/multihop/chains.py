@@ -23,14 +23,17 @@ records with JEMHopQA-style ``derivations`` (a JSON string; finished rows hold s
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
 from tansaku.core.engine import Drop
 from tansaku.core.errors import InputError
 from tansaku.core.features import derivation_lists
+from tansaku.pipelines.multihop import spill
 
 TRIPLE_COLUMNS = ("triple_id", "subject", "relation", "object", "subject_key", "object_key", "subject_id",
                   "object_id", "subject_title", "object_title", "doc_id", "source", "evidence")
@@ -57,11 +60,10 @@ class Caps:
 
 
 def triples_frame(triples: Iterable[dict]):
-    rows = list(triples)
-    columns = {c: [t.get(c) for t in rows] for c in TRIPLE_COLUMNS}
-    columns["object_aliases"] = [t.get("object_aliases") or [] for t in rows]
-    return pl.DataFrame(columns, schema={**{c: pl.String for c in TRIPLE_COLUMNS},
-                                         "object_aliases": pl.List(pl.String)})
+    """Triple records as a frame of :data:`TRIPLE_COLUMNS` + ``object_aliases`` (other keys are left out)."""
+    frame = pl.from_dicts(list(triples), schema={**{c: pl.String for c in TRIPLE_COLUMNS},
+                                                 "object_aliases": pl.List(pl.String)})
+    return frame.with_columns(pl.col("object_aliases").fill_null(pl.lit([], pl.List(pl.String))))
 
 
 def join_chains(triples, caps: Caps = Caps(), seed: int = 0, require_linked_bridge: bool = True,
@@ -137,8 +139,10 @@ def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool):
         r1_code, r2_code = relation_code.gather(hop1), relation_code.gather(hop2)
         chunk = pl.DataFrame({"answer_is_s1": answer_is_s1, "loop_1": self_loop.gather(hop1),
                               "loop_2": self_loop.gather(hop2), "r1_code": r1_code, "r2_code": r2_code,
-                              "s1": subject.gather(hop1), "r1": relation_names.gather(r1_code),
-                              "r2": relation_names.gather(r2_code), "answer": answer.gather(hop2),
+                              "s1": subject.gather(hop1).cast(pl.String),
+                              "r1": relation_names.gather(r1_code).cast(pl.String),
+                              "r2": relation_names.gather(r2_code).cast(pl.String),
+                              "answer": answer.gather(hop2).cast(pl.String),
                               "unlinked": unlinked.gather(hop1), "id_1": triple_id.gather(hop1),
                               "id_2": triple_id.gather(hop2)})
         chunks.append(chunk.select(drop.alias("drop"), order.alias("_order")))
@@ -221,21 +225,39 @@ def chain_record(row: dict) -> dict:
     }
 
 
+RECORD_BATCH = 100_000  # kept chains whose columns are read back and turned into records at once
+JOIN_COLUMNS = ("subject", "relation", "object", "subject_key", "object_key", "object_id")  # + triple_id
+
+
 def chain_stage(triples: Iterable[dict], caps: Caps = Caps(), seed: int = 0, limit: int | None = None,
                 require_linked_bridge: bool = True) -> Iterator[dict | Drop]:
     """The global stage: triples in, one Drop per rejected pair, then the chain records in the seeded order.
-    Only the kept pairs (up to ``limit``) get their columns gathered and turned into Python dicts."""
 
-    frame = triples_frame(triples)
-    pairs = join_chains(frame, caps, seed, require_linked_bridge, columns=())
-    for reason, count in pairs.get_column("drop").drop_nulls().value_counts(sort=True).iter_rows():
-        drop = Drop(reason)
-        for _ in range(count):
-            yield drop
-    kept = pairs.filter(pl.col("drop").is_null())
-    if limit is not None and kept.height > limit:
-        drop = Drop("over_limit")
-        for _ in range(kept.height - limit):
-            yield drop
-        kept = kept.head(limit)
-    yield from map(chain_record, kept.hstack(pair_columns(frame, kept, CHAIN_RECORD_COLUMNS)).iter_rows(named=True))
+    Memory stays bounded by the join, not by the triples' text: the records are spilled to a parquet file
+    (``tansaku.pipelines.multihop.spill``), joined on a dictionary-encoded frame of the few columns the rules
+    need, and the kept chains get their full columns read back from the file :data:`RECORD_BATCH` at a time
+    (20M triples: ``python bench/scale.py --triples``)."""
+
+    with tempfile.TemporaryDirectory(prefix="tansaku-chains-") as tmp:
+        path = Path(tmp) / "triples.parquet"
+        spill.spill(triples, path)
+        # The columns the rules and caps read, names dictionary-encoded: 20M triples join in a few GB.
+        pairs = join_chains(spill.columns(path, ["triple_id"], JOIN_COLUMNS), caps, seed, require_linked_bridge,
+                            columns=())
+        for reason, count in pairs.get_column("drop").drop_nulls().value_counts(sort=True).iter_rows():
+            drop = Drop(reason)
+            for _ in range(count):
+                yield drop
+        kept = pairs.filter(pl.col("drop").is_null()).select("row_1", "row_2")
+        del pairs
+        if limit is not None and kept.height > limit:
+            drop = Drop("over_limit")
+            for _ in range(kept.height - limit):
+                yield drop
+            kept = kept.head(limit)
+        for batch in kept.iter_slices(RECORD_BATCH):
+            rows = pl.concat([batch.get_column("row_1"), batch.get_column("row_2")]).unique().sort()
+            hops = spill.rows_at(path, rows)  # row k of hops = row rows[k] of the file
+            local = batch.select(pl.col(f"row_{hop}").map_batches(rows.search_sorted) for hop in (1, 2))
+            yield from map(chain_record,
+                           local.hstack(pair_columns(hops, local, CHAIN_RECORD_COLUMNS)).iter_rows(named=True))
