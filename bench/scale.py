@@ -237,7 +237,7 @@ def main() -> None:
     for n in args.triples:
         started = time.time()
         chains.append({"triples": n, **{m: run_child(m, n, "-") for m in scale_chains.METHODS}})
-        assert chains[-1]["nocaps"]["kept"] == chains[-1]["python"]["kept"], chains[-1]  # the same rules
+        assert chains[-1]["join"]["kept"] == chains[-1]["python"]["kept"], chains[-1]  # the same rules
         print(f"[{n:,} triples measured in {time.time() - started:.0f} s]", flush=True)
         print(scale_chains.table(chains), flush=True)
     with tempfile.TemporaryDirectory(prefix="tansaku-scale-") as tmp:

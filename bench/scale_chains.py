@@ -13,7 +13,8 @@ Each method runs in its own process and reports its whole peak RSS (``VmHWM``, i
   ``chain_stage`` with the default caps: the triple dicts stream in (from a generator; the build reads them
   from its JSONL checkpoints), each stage spills them to parquet and works on a dictionary-encoded frame, and
   every kept hop and chain becomes a record (consumed and counted);
-- ``chain_stage`` without caps: the same rules, so its kept count must equal the peer's (asserted);
+- the join alone as ``chain_stage`` runs it (spill, ``join_frame``, ``join_chains``) without caps and without
+  records: the same rules as the peer, so its kept count must equal the peer's (asserted);
 - the peer: the triples as tuples in a list and a dict-of-lists join applying the same four rules
   (``bench/multihop.python_join``), no records.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,8 +58,9 @@ def triples(n: int, seed: int = 0) -> Iterator[dict]:
 
 def chain_child(method: str, n: int) -> dict:
     """One method over ``n`` triples in this process; the clock starts after the imports."""
+    from tansaku.pipelines.multihop import spill
     from tansaku.pipelines.multihop.cardinality import filter_unique_hops
-    from tansaku.pipelines.multihop.chains import Caps, chain_stage
+    from tansaku.pipelines.multihop.chains import Caps, chain_stage, join_chains, join_frame
 
     t0 = time.perf_counter()
     if method == "python":
@@ -70,11 +73,15 @@ def chain_child(method: str, n: int) -> dict:
                  t["object_id"] is not None) for t in triples(n)]
         kept, drops = python_join(rows)
         kept, dropped = len(kept), sum(drops.values())
+    elif method == "join":
+        with tempfile.TemporaryDirectory(prefix="tansaku-bench-") as tmp:
+            spill.spill(triples(n), Path(tmp) / "triples.parquet")
+            pairs = join_chains(join_frame(Path(tmp) / "triples.parquet"), Caps(None, None, None), columns=())
+            kept = pairs.get_column("drop").null_count()
+            dropped = pairs.height - kept
     else:
-        hops = (t for t in filter_unique_hops(triples(n)) if isinstance(t, dict))
-        stage = chain_stage(hops, Caps()) if method == "stages" else chain_stage(triples(n), Caps(None, None, None))
         kept = dropped = 0
-        for item in stage:
+        for item in chain_stage((t for t in filter_unique_hops(triples(n)) if isinstance(t, dict)), Caps()):
             if isinstance(item, dict):
                 kept += 1
             else:
@@ -85,7 +92,7 @@ def chain_child(method: str, n: int) -> dict:
             "kept": kept, "pairs": kept + dropped}
 
 
-METHODS = {"stages": "cardinality → chain_stage (default caps)", "nocaps": "chain_stage, no caps",
+METHODS = {"stages": "cardinality → chain_stage (default caps)", "join": "spill + join_chains, no caps",
            "python": "python dict join (peer)"}
 
 

@@ -50,7 +50,7 @@ def test_cloze_build_writes_both_datasets(fixture_build):
     assert not {r["article_id"] for r in train} & {r["article_id"] for r in test}
     assert f"**Held-out split:** `test` ({len(test)} rows)" in (out / "README.md").read_text(encoding="utf-8")
     check_rows(rows)
-    assert {r["generator"] for r in rows} == {"cloze"}
+    assert {r["generator"] for r in rows} == {"rules"}
     assert all(r["retrieval_rank"] is None or 1 <= r["retrieval_rank"] <= 20 for r in rows)
     assert sum(r["retrieval_rank"] == 1 for r in rows) >= len(rows) // 2
     stages = {s["name"]: s for s in manifest["stages"]}

@@ -41,13 +41,14 @@ from tansaku.core.ownership import refuse_foreign
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import build_index, open_index
 from tansaku.envs.tasks import TASKS, gold_failures
-from tansaku.pipelines.egov import cloze, generate, leak
+from tansaku.pipelines.egov import cloze, generate, leak, statements
 from tansaku.pipelines.egov.parse import ARTICLE_META, article_meta, parse_law_bytes, superseded_revisions
 from tansaku.pipelines.egov.sources import Skip, list_law_sources, read_law_source
 
 log = logging.getLogger(__name__)
 ARTICLES_VERSION = "3"  # 2: one revision per law (unique article ids); 3: meta a struct, not JSON text
-QUESTIONS_VERSION = "2"  # 2: prompt and task columns, declared column types
+QUESTIONS_VERSION = "3"  # 2: prompt and task columns, declared column types; 3: actor/effect/true_statement kinds
+RULE_KINDS = ("term", "number", "actor", "effect", "true_statement")  # without --llm (cloze, statements)
 LAWS_PER_CHUNK = 50  # law files per checkpoint of the article build (and the unit a --shard takes)
 MIN_ARTICLE_CHARS = 40  # shorter articles give the LLM generator too little to ask about
 KEYWORD_FIELDS = ["law_id", "law_title", "law_type", "era"]
@@ -133,22 +134,24 @@ def _question_row(article: dict, q: dict, k: int) -> dict:
             "quality": None, "retrieval_rank": None}
 
 
-def _cloze_stage(seed: int, per_article: int) -> Stage:
+def _rules_stage(seed: int, per_article: int) -> Stage:
     def run(articles: Iterator[dict]) -> Iterator[dict | Drop]:
         articles = list(articles)  # distractors come from sibling articles: needs the whole law
-        pools = cloze.law_pools(articles)
+        pools, statement_pools = cloze.law_pools(articles), statements.law_statement_pools(articles)
         for article in articles:
             if article_meta(article).get("is_deleted"):
                 yield Drop("deleted_article", record=article)
                 continue
-            qs = cloze.cloze_questions(article, pools.get(article["law_id"], {"units": {}, "terms": []}),
-                                       seed, per_article)
+            targets = (cloze.cloze_targets(article, pools.get(article["law_id"], {"units": {}, "terms": []}))
+                       + statements.statement_targets(article, statement_pools[article["law_id"]]))
+            qs = cloze.questions_from_targets(article, targets, seed, per_article)
             if not qs:
-                yield Drop("no_cloze_target", record=article)
+                yield Drop("no_rule_target", record=article)
             for k, q in enumerate(qs):
                 yield _question_row(article, q, k)
 
-    return global_stage("generate", run, params={"generator": "cloze", "per_article": per_article})
+    return global_stage("generate", run, params={"generator": "rules", "per_article": per_article,
+                                                 "kinds": list(RULE_KINDS)})
 
 
 def _llm_stages(client, seed: int) -> list[Stage]:
@@ -193,7 +196,8 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
                heldout_share: float = DEFAULT_SHARE, license: str | None = None) -> dict:
     """Build ``out/articles`` and the question dataset at ``out``; return the question manifest.
 
-    ``llm``: an LLM spec or client (then the LLM generator and judge are used; else cloze questions).
+    ``llm``: an LLM spec or client (then the LLM generator and judge are used; else the rule-based kinds,
+    ``RULE_KINDS``).
     ``index``: an existing search index for the retrieval signal (default: build ``out/index``).
     ``limit``: use at most this many articles for question generation (the article dataset is complete).
     ``max_retrieval_rank``: drop questions whose article is not in the top N for its own text.
@@ -242,7 +246,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
                 results.append(row | {"retrieval_rank": rank})
         return results
 
-    stages = [_cloze_stage(seed, per_article)] if client is None else _llm_stages(client, seed)
+    stages = [_rules_stage(seed, per_article)] if client is None else _llm_stages(client, seed)
     stages.append(map_stage("leak_filter", _leak_filter))
     if client is not None:
         by_id = {a["id"]: a for a in iter_rows(articles_dir)}
@@ -259,7 +263,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
                global_stage("leak_audit", _leak_audit),
                map_stage("prompt", _with_prompt, params={"task": task.name, "task_version": task.version})]
 
-    config = {"generator": "cloze" if client is None else "llm", "limit": limit, "per_article": per_article,
+    config = {"generator": "rules" if client is None else "llm", "limit": limit, "per_article": per_article,
               "judge_threshold": judge_threshold if client is not None else None,
               "prompts": [generate.GENERATE_PROMPT, generate.JUDGE_PROMPT] if client is not None else [],
               "retrieval_index": index_path, "retrieval_k": retrieval_k, "max_retrieval_rank": max_retrieval_rank,

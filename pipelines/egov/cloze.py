@@ -1,6 +1,6 @@
 """Deterministic four-choice cloze questions from article records; needs no LLM.
 
-Targets, in order of preference, at most one per sentence:
+Targets (``kind`` ``term`` or ``number``), at most one per sentence:
   * defined terms: ``「館長」とは…をいう`` / ``（以下「計画」という。）`` / definition lists (term　definition),
     distractors = other terms defined in the same law;
   * periods: ``十五日``, ``六月``, ``二十年``, ``三週間`` (not dates such as ``十月一日``);
@@ -26,10 +26,11 @@ _K = "〇一二三四五六七八九十百千万"
 PERIOD = re.compile(rf"(?<![{_K}年月])(?<!令和)(?<!平成)(?<!昭和)(?<!大正)(?<!明治)([{_K}]+)(年|箇月|か月|月|週間|日|時間)(?![{_K}])(?!曜)")
 COUNT = re.compile(rf"(?<![{_K}第])([{_K}]+)(万円|円|人|冊|回|歳|名|個|倍|件)")
 DEFINED = re.compile(r"「([^「」]{2,15})」とは")
-DEFINED_LATER = re.compile(r"以下「([^「」]{2,15})」という")
+DEFINED_LATER = re.compile(r"以下(?:この[章節款条項]において)?「([^「」]{2,15})」という")
 # The generator's own guard; the independent check over the final rows is tansaku.pipelines.egov.leak.
 _REFERENCE = re.compile(rf"第[{_K}0-9０-９]+[条項号編章節款目]|条の[{_K}0-9０-９]+|[{_K}]+[条項](?!件)")
 BLANK = "【　　】"
+RARE_KINDS = ("term", "number")
 MIN_SENTENCE, MAX_SENTENCE = 15, 220
 
 
@@ -205,39 +206,48 @@ def _targets(article: dict) -> list[dict]:
         unit = "" if kind == "term" else match.group(2)
         start = match.start(1) if kind == "term" else match.start()
         blanked = sentence[:start] + BLANK + sentence[start + len(answer):]
-        found.append({"kind": kind, "answer": answer, "unit": unit, "context": sentence,
+        found.append({"kind": "term" if kind == "term" else "number", "answer": answer, "unit": unit, "context": sentence,
                       "stem": f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n「{blanked}」"})
     return found
 
 
-def cloze_questions(article: dict, pool: dict, seed: int = 0, per_article: int = 2) -> list[dict]:
-    """Up to ``per_article`` questions for one article (answer first in ``choices``; balancing comes later)."""
+def cloze_targets(article: dict, pool: dict) -> list[dict]:
+    """The article's cloze candidates that found three distractors (``kind``, ``answer``, ``distractors``,
+    ``context``, ``stem``)."""
     if not _usable(article):
         return []
     pos = pool.get("position", {}).get(article["id"], 0)
+    targets = [{**t, "distractors": _distractors(t["kind"], t["answer"], t["unit"], pool, pos, t["context"])}
+               for t in _targets(article)]
+    return [t for t in targets if len(t["distractors"]) == 3]
+
+
+def questions_from_targets(article: dict, targets: list[dict], seed: int = 0, per_article: int = 2) -> list[dict]:
+    """Up to ``per_article`` question rows from an article's candidates of any kind (answer first in
+    ``choices``; balancing comes later): different kinds first — the rare ones (:data:`RARE_KINDS`: few
+    articles have them) before the rest, which come in an order drawn from the seed and the article id — so
+    every kind an article allows gets its share."""
+    caption = article.get("caption") or ""
+    hint = f"（見出し：{caption.strip('（）')}）\n" if caption else ""
     rows = []
-    for t in _targets(article):
-        distractors = _distractors(t["kind"], t["answer"], t["unit"], pool, pos, t["context"])
-        if len(distractors) < 3:
-            continue
-        caption = article.get("caption") or ""
-        hint = f"（見出し：{caption.strip('（）')}）\n" if caption else ""
-        question = t["stem"].replace("\n", "\n" + hint, 1) if hint else t["stem"]
+    for t in targets:
+        question = t["stem"].replace("\n", "\n" + hint, 1) if "\n" in t["stem"] else t["stem"] + "\n" + hint
         rows.append({
-            "question": question, "choices": [t["answer"], *distractors], "answer_index": 0,
-            "answer": t["answer"], "kind": t["kind"], "generator": "cloze",
+            "question": question.rstrip("\n"), "choices": [t["answer"], *t["distractors"]], "answer_index": 0,
+            "answer": t["answer"], "kind": t["kind"], "generator": "rules",
             "explanation": f"{article['law_title']}{article['article_title']}の規定による。原文は「{t['context']}」。",
         })
-    rng = rng_for(seed, "cloze", article["id"])
-    # Prefer different kinds, then random; the order is fixed by the seed and the article id.
-    rng.shuffle(rows)
-    rows.sort(key=lambda r: {"term": 0, "period": 1, "count": 2}[r["kind"]])
+    rng_for(seed, "cloze", article["id"]).shuffle(rows)
+    rows.sort(key=lambda r: r["kind"] not in RARE_KINDS)  # stable: the drawn order within each group
     picked, seen_kinds = [], set()
     for row in rows:
-        if row["kind"] not in seen_kinds or len(rows) <= per_article:
+        if row["kind"] not in seen_kinds:
             picked.append(row)
             seen_kinds.add(row["kind"])
-    for row in rows:
-        if row not in picked:
-            picked.append(row)
+    picked += [row for row in rows if row not in picked]
     return picked[:per_article]
+
+
+def cloze_questions(article: dict, pool: dict, seed: int = 0, per_article: int = 2) -> list[dict]:
+    """Up to ``per_article`` cloze questions for one article."""
+    return questions_from_targets(article, cloze_targets(article, pool), seed, per_article)

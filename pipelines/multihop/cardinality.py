@@ -56,35 +56,45 @@ def value_classes(triples: list[dict]) -> dict[tuple[str, str, str], str]:
 
 
 GROUP = ["subject_key", "relation"]
-JUDGED = ("triple_id", "object")  # strings read by the judgement
-NAMES = ("relation", "subject_key", "object_key", "object_id")  # dictionary-encoded
 REASONS = pl.Enum(["relation_1:N", "relation_N:N", "multi_valued", "llm_not_single_valued", "duplicate_triple",
                    "granularity_variant"])
 CLASSES = pl.Enum(["1:1", "N:1", "1:N", "N:N"])
 
 
-def hop_frame(triples: list[dict]) -> pl.DataFrame:
-    """The columns the judgement reads, from triple dicts (``filter_unique_hops`` reads them from its spill)."""
+def judged_columns(source: Path | pl.DataFrame, seed: int = 0) -> pl.DataFrame:
+    """What the judgement reads, from the spilled file (or a frame of triple columns): names dictionary-
+    encoded, the object's length, whether it is linked, and the seeded hash of the triple id (the tie-break)."""
     cat = spill.categorical()
-    return (pl.from_dicts(triples, schema={c: pl.String for c in (*JUDGED, *NAMES)})
-            .with_columns(pl.col(c).cast(cat) for c in NAMES))
+    return spill.load(source, *(pl.col(c).cast(cat) for c in ("relation", "subject_key", "object_key", "object")),
+                      pl.col("object").str.len_chars().alias("object_len"),
+                      pl.col("object_id").is_null().alias("unlinked"),
+                      pl.col("triple_id").hash(seed).alias("triple_hash"))
+
+
+def hop_frame(triples: list[dict], seed: int = 0) -> pl.DataFrame:
+    """:func:`judged_columns` of triple dicts (``filter_unique_hops`` reads them from its spill)."""
+    keys = ("triple_id", "object", "relation", "subject_key", "object_key", "object_id")
+    return judged_columns(pl.from_dicts(triples, schema={c: pl.String for c in keys}), seed)
+
+
+def _repeated_groups(frame: pl.DataFrame) -> pl.Series:
+    """Row numbers of the rows whose (subject, relation) group has more than one row. The two dictionary codes
+    packed into one 8-byte key: hashing numbers costs a fraction of hashing a struct of two columns."""
+    key = pl.col("subject_key").to_physical().cast(pl.UInt64) * 2**32 + pl.col("relation").to_physical().cast(pl.UInt64)
+    return frame.select(key.is_duplicated()).to_series().arg_true()
 
 
 def with_values(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with ``value``: each row's value class (:func:`value_classes`), computed in Python only for
-    the (subject, relation) groups that have several objects — the rest are their own value."""
-    names = frame.select(NAMES).schema
-    several = (frame.group_by(GROUP).agg(pl.col("object_key").unique())
-               .filter(pl.col("object_key").list.len() > 1).explode("object_key"))
-    keyed = [dict(zip(("subject_key", "relation", "object_key"), key))
-             for key in several.select(pl.col(c).cast(pl.String) for c in (*GROUP, "object_key")).iter_rows()]
+    the (subject, relation) groups that have several rows — every other row is its own value."""
+    at = _repeated_groups(frame)
+    several = frame.select(pl.col(c).gather(at).cast(pl.String) for c in (*GROUP, "object_key"))
+    keyed = [dict(zip(("subject_key", "relation", "object_key"), key)) for key in several.iter_rows()]
     classes = value_classes(keyed)
-    table = pl.DataFrame([{**k, "value": classes[k["subject_key"], k["relation"], k["object_key"]]} for k in keyed],
-                         schema={"subject_key": pl.String, "relation": pl.String, "object_key": pl.String,
-                                 "value": pl.String}).cast({c: names["object_key"] for c in ("value", *GROUP,
-                                                                                            "object_key")})
-    return (frame.join(table, on=[*GROUP, "object_key"], how="left", maintain_order="left")
-            .with_columns(pl.coalesce("value", "object_key").alias("value")))
+    values = pl.Series([classes[k["subject_key"], k["relation"], k["object_key"]] for k in keyed], dtype=pl.String)
+    value = frame.get_column("object_key").scatter(at, values.cast(frame.schema["object_key"])) if len(at) else (
+        frame.get_column("object_key"))
+    return frame.with_columns(value.alias("value"))
 
 
 def relation_stats(triples: list[dict] | pl.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> dict[str, dict]:
@@ -94,12 +104,16 @@ def relation_stats(triples: list[dict] | pl.DataFrame, threshold: float = DEFAUL
     frame = triples if isinstance(triples, pl.DataFrame) else with_values(hop_frame(triples))
     if frame.is_empty():
         return {}
-    pairs = frame.select(r="relation", s="subject_key", o="value").unique()
-    per_s = pairs.group_by("r", "s").agg(pl.len().alias("n"))
-    per_o = pairs.group_by("r", "o").agg(pl.len().alias("n"))
+    # Distinct (relation, subject, value) as two packed 8-byte keys: (relation, subject) and (relation, value).
+    r = pl.col("relation").to_physical().cast(pl.UInt64) * 2**32
+    pairs = frame.select(rs=r + pl.col("subject_key").to_physical(), ro=r + pl.col("value").to_physical()).unique()
+    per_s = pairs.group_by("rs").agg(pl.len().alias("n")).select((pl.col("rs") // 2**32).alias("r"), "n")
+    per_o = pairs.group_by("ro").agg(pl.len().alias("n")).select((pl.col("ro") // 2**32).alias("r"), "n")
+    relation = frame.get_column("relation").unique()
+    names = dict(zip(relation.to_physical().to_list(), relation.cast(pl.String).to_list()))
     s_side = per_s.group_by("r").agg(pl.len().alias("subjects"), (pl.col("n") == 1).mean().alias("subject_to_one"))
     o_side = per_o.group_by("r").agg(pl.len().alias("objects"), (pl.col("n") == 1).mean().alias("object_to_one"))
-    table = s_side.join(o_side, on="r").with_columns(pl.col("r").cast(pl.String))
+    table = s_side.join(o_side, on="r").with_columns(pl.col("r").replace_strict(names, return_dtype=pl.String))
     stats = {}
     for row in table.iter_rows(named=True):
         left = "1" if row["object_to_one"] >= threshold else "N"
@@ -125,75 +139,108 @@ def confirm_with_llm(relations: list[str], llm, seed: int = 0) -> dict[str, bool
 
 
 def verdicts(frame: pl.DataFrame, stats: dict[str, dict], confirmed: dict[str, bool | None] | None = None
-             ) -> pl.DataFrame:
-    """Per row of ``frame`` (from :func:`with_values`), in order: ``reason`` (null = kept), ``cls`` (its
-    relation's class) and, for a kept hop, ``aliases`` (the other spellings of its value).
+             ) -> tuple[pl.DataFrame, dict[int, list[str]]]:
+    """Per row of ``frame`` (from :func:`with_values`), in order: ``reason`` (null = kept) and ``cls`` (its
+    relation's class); and, by row number, the ``aliases`` of each kept hop that has any (the other spellings
+    of its value).
 
     A (subject, relation) group is dropped whole when its relation is 1:N or N:N, when it has several values,
     or when the LLM said the relation has several; otherwise one hop is kept — a linked spelling first (it can
-    be a bridge), else the longest, then the smallest triple id — and the others are ``duplicate_triple``
-    (the same key) or ``granularity_variant`` (another spelling of the value)."""
+    be a bridge), else the longest, then the smallest seeded id hash — and the others are ``duplicate_triple``
+    (the same key) or ``granularity_variant`` (another spelling of the value). Most groups are one row:
+    only the repeated ones are ranked."""
     confirmed = confirmed or {}
-    relation = frame.schema["relation"]
     table = pl.DataFrame({"relation": list(stats), "cls": [v["class"] for v in stats.values()],
                           "llm_no": [confirmed.get(r) is False for r in stats]},
                          schema={"relation": pl.String, "cls": CLASSES, "llm_no": pl.Boolean}
-                         ).cast({"relation": relation})
-    rank = [pl.col("object_id").is_null(), pl.col("object").str.len_chars(), pl.col("triple_id")]
-    frame = frame.with_row_index("_row").join(table, on="relation", how="left", maintain_order="left").with_columns(
-        group_reason=pl.when(pl.col("cls").is_in(["1:N", "N:N"]))
-        .then(pl.concat_str(pl.lit("relation_"), pl.col("cls").cast(pl.String)))
+                         ).cast({"relation": frame.schema["relation"]})
+    by_relation = frame.select("relation").join(table, on="relation", how="left", maintain_order="left")
+    cls = by_relation.get_column("cls")
+    reason = by_relation.select(
+        pl.when(pl.col("cls").is_in(["1:N", "N:N"])).then(pl.concat_str(pl.lit("relation_"), pl.col("cls").cast(pl.String)))
+        .when(pl.col("llm_no")).then(pl.lit("llm_not_single_valued")).cast(REASONS)).to_series()
+    at = _repeated_groups(frame)
+    if not len(at):
+        return pl.DataFrame({"reason": reason, "cls": cls}), {}
+    rank = [pl.col("unlinked"), pl.col("object_len"), pl.col("triple_hash")]
+    best_first = dict(descending=[False, True, False])
+    groups = frame[at].with_columns(_row=at, _reason=reason.gather(at)).with_columns(
+        # the relation's class first, then several values, then the LLM's word
+        group_reason=pl.when(pl.col("_reason").cast(pl.String).str.starts_with("relation_"))
+        .then(pl.col("_reason").cast(pl.String))
         .when(pl.col("value").n_unique().over(GROUP) > 1).then(pl.lit("multi_valued"))
-        .when(pl.col("llm_no")).then(pl.lit("llm_not_single_valued")),
-        best=pl.col("_row") == pl.col("_row").sort_by(rank, descending=[False, True, False]).first().over(GROUP),
-        best_key=pl.col("object_key").sort_by(rank, descending=[False, True, False]).first().over(GROUP))
-    reason = (pl.when(pl.col("group_reason").is_not_null()).then(pl.col("group_reason"))
-              .when(pl.col("best")).then(None)
-              .when(pl.col("object_key") == pl.col("best_key")).then(pl.lit("duplicate_triple"))
-              .otherwise(pl.lit("granularity_variant"))).cast(REASONS)
-    frame = frame.select("_row", *GROUP, "object", "best", reason.alias("reason"), "cls")
-    # Aliases: only groups with several rows have any (a small share of a dump's triples).
-    kept_groups = frame.filter(pl.len().over(GROUP) > 1, pl.col("reason").is_null().any().over(GROUP))
-    aliases = (kept_groups.group_by(GROUP).agg(
-        pl.col("object").cast(pl.String).unique().alias("objects"),
-        pl.col("object").filter(pl.col("best")).first().cast(pl.String).alias("kept"),
-        pl.col("_row").filter(pl.col("best")).first())
-        .select("_row", pl.col("objects").list.set_difference(pl.concat_list("kept")).list.sort().alias("aliases")))
-    return (frame.select("_row", "reason", "cls").join(aliases, on="_row", how="left", maintain_order="left")
-            .with_columns(pl.when(pl.col("reason").is_null()).then(pl.col("aliases").fill_null(pl.lit([], pl.List(pl.String)))))
-            .drop("_row"))
+        .otherwise(pl.col("_reason").cast(pl.String)),
+        best=pl.col("_row") == pl.col("_row").sort_by(rank, **best_first).first().over(GROUP),
+        best_key=pl.col("object_key").sort_by(rank, **best_first).first().over(GROUP))
+    decided = groups.select("_row", *GROUP, "object", "best", (
+        pl.when(pl.col("group_reason").is_not_null()).then(pl.col("group_reason"))
+        .when(pl.col("best")).then(None)
+        .when(pl.col("object_key") == pl.col("best_key")).then(pl.lit("duplicate_triple"))
+        .otherwise(pl.lit("granularity_variant"))).cast(REASONS).alias("reason"))
+    reason = reason.scatter(at, decided.get_column("reason"))
+    kept = decided.filter(pl.col("reason").is_null().any().over(GROUP))
+    aliases = kept.group_by(GROUP).agg(pl.col("object").cast(pl.String).unique().alias("objects"),
+                                      pl.col("object").filter(pl.col("best")).first().cast(pl.String).alias("kept"),
+                                      pl.col("_row").filter(pl.col("best")).first())
+    found = {row: sorted(set(objects) - {best}) for objects, best, row in
+             aliases.select("objects", "kept", "_row").iter_rows()}
+    return pl.DataFrame({"reason": reason, "cls": cls}), {row: a for row, a in found.items() if a}
+
+
+BUCKET_ROWS = 2_000_000  # triples judged at once: a dump's relations are split into buckets of about this many
+
+
+def relation_buckets(frame: pl.DataFrame) -> list[pl.Series]:
+    """Row numbers of ``frame`` split by relation into buckets of about :data:`BUCKET_ROWS` rows. Every
+    judgement is within one relation, so the buckets are judged one after another and memory follows the
+    bucket, not the dump (a relation is never split: one with more rows makes a larger bucket)."""
+    k = max(1, -(-frame.height // BUCKET_ROWS))
+    if k == 1:
+        return [pl.Series(range(frame.height), dtype=pl.UInt32)] if frame.height else []
+    bucket = frame.get_column("relation").to_physical() % k
+    return [at for b in range(k) if len(at := (bucket == b).arg_true())]
 
 
 def judge_hops(rows: list[dict], stats: dict[str, dict], confirmed: dict[str, bool | None] | None = None
                ) -> Iterator[tuple[dict, str | None]]:
     """``(triple, None)`` for each kept hop (annotated), ``(triple, reason)`` for each dropped one, in order."""
-    judged = verdicts(with_values(hop_frame(rows)), stats, confirmed)
-    for t, (reason, cls, aliases) in zip(rows, judged.iter_rows()):
-        yield ({**t, "cardinality": cls, "object_aliases": aliases}, None) if reason is None else (t, reason)
+    judged, aliases = verdicts(with_values(hop_frame(rows)), stats, confirmed)
+    for k, (t, (reason, cls)) in enumerate(zip(rows, judged.iter_rows())):
+        yield ({**t, "cardinality": cls, "object_aliases": aliases.get(k, [])}, None) if reason is None else (t, reason)
 
 
 def filter_unique_hops(triples: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, llm=None,
                        min_support: int = 3, seed: int = 0) -> Iterator[dict | Drop]:
     """The global stage: annotate each triple with its relation's class and drop non-unique hops, in input
     order. The triples are spilled to parquet (``tansaku.pipelines.multihop.spill``) and judged on a
-    dictionary-encoded frame of six columns; the records are read back a row group at a time."""
+    dictionary-encoded frame of seven columns; the records are read back a row group at a time."""
     with tempfile.TemporaryDirectory(prefix="tansaku-hops-") as tmp:
         path = Path(tmp) / "triples.parquet"
         spill.spill(triples, path)
-        frame = with_values(spill.columns(path, JUDGED, NAMES))
-        stats = relation_stats(frame, threshold)
+        frame = judged_columns(path, seed)
+        buckets = relation_buckets(frame)
+        stats: dict[str, dict] = {}
+        for at in buckets:
+            stats |= relation_stats(with_values(frame[at]), threshold)
         confirmed: dict[str, bool | None] = {}
         if llm is not None:
             weak = sorted(r for r, s in stats.items() if s["subjects"] < min_support and s["class"] in ("1:1", "N:1"))
             confirmed = confirm_with_llm(weak, llm, seed) if weak else {}
-        judged = verdicts(frame, stats, confirmed)
+        reason, cls = pl.repeat(None, frame.height, dtype=REASONS, eager=True), pl.repeat(None, frame.height,
+                                                                                         dtype=CLASSES, eager=True)
+        aliases: dict[int, list[str]] = {}
+        for at in buckets:
+            part, found = verdicts(with_values(frame[at]), stats, confirmed)
+            reason, cls = reason.scatter(at, part.get_column("reason")), cls.scatter(at, part.get_column("cls"))
+            aliases |= {at[row]: objects for row, objects in found.items()}
+        judged = pl.DataFrame({"reason": reason, "cls": cls})
         del frame
         done = 0
         for batch in spill.records(path):
             rows = batch.drop("cardinality", "object_aliases").iter_rows(named=True)
-            for row, (reason, cls, aliases) in zip(rows, judged.slice(done, batch.height).iter_rows()):
-                yield {**row, "cardinality": cls, "object_aliases": aliases} if reason is None else Drop(reason,
-                                                                                                       record=row)
+            for k, (row, (reason, cls)) in enumerate(zip(rows, judged.slice(done, batch.height).iter_rows()), done):
+                yield ({**row, "cardinality": cls, "object_aliases": aliases.get(k, [])} if reason is None
+                       else Drop(reason, record=row))
             done += batch.height
 
 

@@ -84,14 +84,22 @@ def join_chains(triples, caps: Caps = Caps(), seed: int = 0, require_linked_brid
     drop, order = _rules_and_order(triples, pairs, seed, require_linked_bridge)
     # Repeated triple ids repeat chain ids (and their hashes); then row numbers break the ties. A one-key
     # sort is about half the cost of the three-key one, so the tie break is only added when needed.
-    ids = triples.get_column("triple_id")
-    tie_break = ["row_1", "row_2"] if ids.null_count() or ids.n_unique() < len(ids) else []
+    ids = _triple_hashes(triples, seed)
+    tie_break = ["row_1", "row_2"] if ids.n_unique() < len(ids) else []
     pairs = pairs.with_columns(drop, order).sort("_order", *tie_break).drop("_order")
     if any(cap is not None for cap in (caps.per_subject, caps.per_bridge, caps.per_relation_pair)):
         pairs = pairs.with_columns(_apply_caps(triples, pairs, caps))
     if columns is None:
         columns = ["chain_id", *(f"{c}_{hop}" for hop in (1, 2) for c in triples.columns)]
     return pairs.hstack(pair_columns(triples, pairs, columns))
+
+
+def _triple_hashes(triples, seed: int):
+    """The seeded hash of each triple id (``triple_hash`` when the frame carries it already, as the stage's
+    does: it never holds the id strings)."""
+    if "triple_hash" in triples.columns:
+        return triples.get_column("triple_hash")
+    return triples.get_column("triple_id").hash(seed)
 
 
 RULE_CHUNK = 1 << 17  # pairs whose strings are gathered at once (2 MB per string column; as fast as 2M)
@@ -113,8 +121,9 @@ def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool):
     relation_code = triples.select("relation").join(relation_names.to_frame().with_row_index("code"),
                                                     on="relation", how="left",
                                                     maintain_order="left").get_column("code")
-    unlinked = triples.get_column("object_id").is_null() & require_linked_bridge
-    subject, answer, triple_id = (triples.get_column(c) for c in ("subject", "object", "triple_id"))
+    unlinked = (triples.get_column("unlinked") if "unlinked" in triples.columns
+                else triples.get_column("object_id").is_null()) & require_linked_bridge
+    subject, answer, triple_hash = triples.get_column("subject"), triples.get_column("object"), _triple_hashes(triples, seed)
     a = pl.col("answer")
     # answer_key == s1_key is a leak too, but the cycle rule before it already takes those pairs.
     leak = (pl.col("s1").str.contains(a, literal=True) | pl.col("r1").str.contains(a, literal=True)
@@ -125,8 +134,9 @@ def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool):
             .when(leak).then(pl.lit("answer_in_question", reason))
             .when(pl.col("unlinked")).then(pl.lit("bridge_not_linked", reason))
             .otherwise(pl.lit(None, reason)))
-    # The same hash of the same "id1:id2" string as ever, so the seeded order (and the caps) do not move.
-    order = pl.concat_str("id_1", "id_2", separator=":").hash(seed)
+    # The seeded hash of the pair of triple-id hashes: the order (and so the caps) depends on the ids and the
+    # seed only, and 8-byte numbers stand in for the id strings.
+    order = pl.struct("id_1", "id_2").hash(seed)
     chunks = []
     for start in range(0, pairs.height, RULE_CHUNK):
         hop1 = pairs.get_column("row_1").slice(start, RULE_CHUNK)
@@ -143,8 +153,8 @@ def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool):
                               "r1": relation_names.gather(r1_code).cast(pl.String),
                               "r2": relation_names.gather(r2_code).cast(pl.String),
                               "answer": answer.gather(hop2).cast(pl.String),
-                              "unlinked": unlinked.gather(hop1), "id_1": triple_id.gather(hop1),
-                              "id_2": triple_id.gather(hop2)})
+                              "unlinked": unlinked.gather(hop1), "id_1": triple_hash.gather(hop1),
+                              "id_2": triple_hash.gather(hop2)})
         chunks.append(chunk.select(drop.alias("drop"), order.alias("_order")))
     if not chunks:
         return pl.Series("drop", [], reason), pl.Series("_order", [], pl.UInt64)
@@ -226,7 +236,15 @@ def chain_record(row: dict) -> dict:
 
 
 RECORD_BATCH = 100_000  # kept chains whose columns are read back and turned into records at once
-JOIN_COLUMNS = ("subject", "relation", "object", "subject_key", "object_key", "object_id")  # + triple_id
+JOIN_NAMES = ("subject", "relation", "object", "subject_key", "object_key")  # dictionary-encoded for the join
+
+
+def join_frame(path: Path, seed: int = 0):
+    """The columns of spilled triples that the rules and caps read: names dictionary-encoded, whether the
+    bridge is linked, and the seeded hash of the triple id (what the order needs of it)."""
+    cat = spill.categorical()
+    return spill.load(path, *(pl.col(c).cast(cat) for c in JOIN_NAMES),
+                      pl.col("object_id").is_null().alias("unlinked"), pl.col("triple_id").hash(seed).alias("triple_hash"))
 
 
 def chain_stage(triples: Iterable[dict], caps: Caps = Caps(), seed: int = 0, limit: int | None = None,
@@ -241,9 +259,7 @@ def chain_stage(triples: Iterable[dict], caps: Caps = Caps(), seed: int = 0, lim
     with tempfile.TemporaryDirectory(prefix="tansaku-chains-") as tmp:
         path = Path(tmp) / "triples.parquet"
         spill.spill(triples, path)
-        # The columns the rules and caps read, names dictionary-encoded: 20M triples join in a few GB.
-        pairs = join_chains(spill.columns(path, ["triple_id"], JOIN_COLUMNS), caps, seed, require_linked_bridge,
-                            columns=())
+        pairs = join_chains(join_frame(path, seed), caps, seed, require_linked_bridge, columns=())
         for reason, count in pairs.get_column("drop").drop_nulls().value_counts(sort=True).iter_rows():
             drop = Drop(reason)
             for _ in range(count):

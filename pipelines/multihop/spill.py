@@ -2,9 +2,9 @@
 numbers and dictionary-encoded names instead of millions of Python dicts.
 
 A global stage receives its records as an iterator (``tansaku.core.runner`` reads them from the previous
-segment's checkpoints); :func:`spill` writes them :data:`SPILL_ROWS` at a time, the stage works on the few
-columns it needs (:func:`columns`), and reads whole records back in file order (:func:`records`) or by row
-number (:func:`rows_at`). The file lives in a temporary folder (``$TMPDIR``) that the stage removes.
+segment's checkpoints); :func:`spill` writes them :data:`SPILL_ROWS` at a time, the stage computes the few
+columns it needs (:func:`load`: names as :func:`categorical`, ids as hashes), and reads whole records back in
+file order (:func:`records`) or by row number (:func:`rows_at`). The file lives in a temporary folder (``$TMPDIR``) that the stage removes.
 """
 
 from __future__ import annotations
@@ -51,17 +51,17 @@ def categorical() -> pl.Categorical:
     return pl.Categorical(pl.Categories.random())
 
 
-def columns(path: Path, strings: Iterable[str], names: Iterable[str]) -> pl.DataFrame:
-    """The ``strings`` columns as they are and the ``names`` columns dictionary-encoded (4 bytes a value,
-    each distinct string once, one dictionary for all of them so equal names compare equal)."""
-    cat = categorical()
-    return pl.scan_parquet(path).select(*strings, *(pl.col(c).cast(cat) for c in names)).collect()
+def load(source: Path | pl.DataFrame, *exprs: pl.Expr) -> pl.DataFrame:
+    """``exprs`` over the spilled file (or a frame of the same columns), computed by polars' streaming engine
+    so only the results are held, never the file's strings."""
+    frame = pl.scan_parquet(source) if isinstance(source, Path) else source.lazy()
+    return frame.select(*exprs).collect(engine="streaming")
 
 
 def rows_at(path: Path, rows: pl.Series) -> pl.DataFrame:
     """Rows ``rows`` (sorted, distinct row numbers) of the file, in that order, in one streaming pass."""
     return (pl.scan_parquet(path).with_row_index("_row").filter(pl.col("_row").is_in(rows.implode()))
-            .drop("_row").collect())
+            .drop("_row").collect(engine="streaming"))
 
 
 def records(path: Path) -> Iterator[pl.DataFrame]:
