@@ -165,6 +165,7 @@ def build_multihop(
     keep_rejected: KeepRejected = None,
     max_per_subject: Annotated[int, typer.Option("--max-per-subject", help="Chains kept per subject entity (0 = no cap).")] = 3,
     max_per_bridge: Annotated[int, typer.Option("--max-per-bridge", help="Chains kept per bridge entity (0 = no cap).")] = 10,
+    relations: Annotated[Path | None, typer.Option("--relations", help="JSON table merged over the built-in relation names and phrasings (pipelines/multihop/relations.json).")] = None,
     license: License = None,
     shard: Shard = None,
     from_shards: FromShards = None,
@@ -178,7 +179,7 @@ def build_multihop(
         manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k,
                        m=m, until=until, limit=limit, seed=seed, quiet=quiet, heldout_share=heldout_share,
                        caps=Caps.from_options(max_per_subject, max_per_bridge), license=license,
-                       **_rejected(keep_rejected))
+                       relations=relations, **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 

@@ -1,6 +1,7 @@
 """A scripted teacher and rewriter for the laptop demo of ``synth build trajectories`` (no GPU, no model).
 
-``respond(request)`` is a small rule-based search agent: it reads the question (``「S」のR1…R2は…``) and the
+``respond(request)`` is a small rule-based search agent: it reads the question (the multihop templates run
+backwards: ``tansaku.pipelines.multihop.questions.template_parts``) and the
 tool results already in the conversation, and decides the next real tool call (search, a bool query,
 open_doc, a broader search) or the final ``{{answer}}``. Relation values are read from result text with a
 table of patterns written for the example mini-wiki (``examples/miniwiki.jsonl``); when it cannot find a
@@ -28,6 +29,9 @@ from __future__ import annotations
 import json
 import re
 
+from tansaku.pipelines.multihop.questions import template_parts
+from tansaku.pipelines.multihop.relations import DEFAULT
+
 W = r"[^\s、。『』「」（）()【】]"  # one "word" character of an entity name
 PATTERNS = {
     "県庁所在地": [rf"県庁所在地は({W}{{1,6}}?[市町村])"],
@@ -45,7 +49,6 @@ PATTERNS = {
     "出版社": [rf"({W}{{2,8}}?)から\d{{4}}年に刊行", rf"({W}{{2,8}}?)刊"],
     "設計者": [rf"({W}{{2,8}}?)の設計"],
 }
-QUESTION = re.compile(r"「(.+?)」の(.+?)(?:について、その|に当たるものの|の)(.+?)は(?:誰|何|どこ|いつ)")
 HIT = re.compile(r"doc_id: (\S+) \| title: ([^\n]+)\n([^\n]*)")
 
 
@@ -57,9 +60,11 @@ def _value(relation: str, entity: str, text: str) -> str | None:
         header, _, body = text.partition("\n")
         own = [body] if f"title: {entity} |" in header else []
     # "<relation>は<value>。" (examples/make_miniwiki.py states every field so) first, then the prose patterns.
-    generic = rf"{re.escape(relation)}は({W}+?)[。、]"
+    # The question names the canonical relation (出生地); the page may write any of its spellings (出身地).
+    spellings = [relation, *DEFAULT.table.get(relation, {}).get("variants", [])]
+    generic = [rf"{re.escape(name)}は({W}+?)[。、]" for name in spellings]
     for body in own:
-        for pattern in [generic, *PATTERNS.get(relation, [])]:
+        for pattern in [*generic, *(p for name in spellings for p in PATTERNS.get(name, []))]:
             match = re.search(pattern, body)
             if match and match.group(1) != entity:
                 return match.group(1)
@@ -88,13 +93,13 @@ def respond_compact(request) -> dict:
 def respond(request, bool_queries: bool = True) -> dict:
     """The next assistant turn of the rule-based demo agent."""
     question = next(m["content"] for m in request.messages if m.get("role") == "user")
-    match = QUESTION.search(question)
+    parts = template_parts(question.strip())
     history = _history(request.messages)
-    if not match:
+    if not parts:
         if not history:
             return _call("search", "I cannot split this question; I will search for it as a whole.", query=question)
         return {"reasoning": "The results do not settle it; I give up.", "content": "{{不明}}"}
-    subject, r1, r2 = match.groups()
+    subject, r1, r2 = parts
     hops, entity, hop, tries, opened = [(subject, r1), (None, r2)], subject, 0, [], set()
     for name, args, result in history:
         if name == "open_doc":
@@ -205,8 +210,7 @@ def _compact_step(step: dict, i: int, bridge: str | None, parts: tuple[str, str,
 def rewrite_compact(request) -> str:
     """One short Japanese sentence per step (the compact style); tool calls echoed unchanged."""
     payload = _payload(request)
-    match = QUESTION.search(payload.get("question") or "")
-    parts = match.groups() if match else None
+    parts = template_parts((payload.get("question") or "").strip())
     steps = payload["steps"]
     searches = [c["arguments"].get("query") for s in steps for c in s.get("tool_calls") or []
                 if c.get("name") == "search" and isinstance(c.get("arguments"), dict)]

@@ -36,6 +36,7 @@ from tansaku.envs.search import build_index, open_index, require_index
 from tansaku.envs.tasks import TASKS, gold_failures
 from tansaku.pipelines.multihop import cardinality, chains, quality, questions, solvability
 from tansaku.pipelines.multihop import triples as sources
+from tansaku.pipelines.multihop.relations import Relations
 
 PIPELINE_VERSION = "3"  # 2: prompt column, derivations as structs, typed quality; 3: hops judged in input order
 STAGES = ("triples", "link", "cardinality", "chains", "questions", "quality", "prefilter", "solve", "finalize")
@@ -102,7 +103,8 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
                    caps: chains.Caps = chains.Caps(), max_rounds: int = 2, quiet: bool = False,
                    chunk_size: int = 1000, triples=None, min_natural: int = 3, question_temperature: float = 0.7,
                    prefilter_size: int = 10, keep_rejected: bool = False,
-                   heldout_share: float = DEFAULT_SHARE, license: str | None = None) -> dict:
+                   heldout_share: float = DEFAULT_SHARE, license: str | None = None,
+                   relations: str | Path | None = None) -> dict:
     """Run the multihop pipeline into the dataset folder ``out`` and return its manifest.
     ``triples`` (alias ``triples_path``): a JSONL or JEMHopQA file to start from instead of the corpus.
     ``min_natural`` (quality judge's naturalness bar), ``question_temperature`` and ``prefilter_size`` (top
@@ -111,7 +113,8 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
     ``heldout_share``: share of bridge entities whose questions form the ``test`` split (``tansaku.core.heldout``).
     The key is ``bridge``, not ``qid``/``chain_id``: chains through the same bridge share hop-2 facts (often the
     answer), so a question trained on would give away its test sibling.
-    ``license``: the card's license (default: the corpus card's, else Wikipedia's CC BY-SA 4.0)."""
+    ``license``: the card's license (default: the corpus card's, else Wikipedia's CC BY-SA 4.0).
+    ``relations``: a JSON table merged over ``relations.json`` (canonical relation names and their phrasing)."""
     check_limit(limit)
     check_k_m(k, m)
     check_count("max_rounds", max_rounds, 0)
@@ -119,6 +122,7 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
     check_count("prefilter_size", prefilter_size)
     check_fraction("question_temperature", question_temperature, 0, None)
     heldout = HeldOut(heldout_share, "bridge", seed)
+    table = Relations.load(Path(relations) if relations is not None else None)
 
     triples_path = triples if triples is not None else triples_path
     if until is not None and until not in STAGES:
@@ -168,7 +172,9 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
 
     all_stages = {
         "triples": first,
-        "link": map_stage("link", lambda t: sources.link_triple(t, article_index)),
+        "link": map_stage("link", lambda t: sources.link_triple({**t, "relation": table.canonical(t["relation"])},
+                                                                article_index),
+                          params={"relations": table.version}),
         "cardinality": global_stage("cardinality", lambda ts: cardinality.filter_unique_hops(ts, llm=llm, seed=seed),
                                     params={"threshold": cardinality.DEFAULT_THRESHOLD, "min_support": 3}, llm=llm),
         "chains": global_stage("chains", lambda ts: chains.chain_stage(ts, caps, seed, limit,
@@ -176,8 +182,8 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
                                params={"caps": caps_params, "limit": limit, "require_linked_bridge": True}),
         "questions": (batch_stage("questions", lambda cs: questions.generate_llm(cs, llm, seed, question_temperature),
                                   batch_size=32, params={"temperature": question_temperature}, llm=llm)
-                      if llm is not None else map_stage("questions", lambda c: questions.generate_template(c, seed),
-                                                        params={"generator": "template"})),
+                      if llm is not None else map_stage("questions", lambda c: questions.generate_template(c, seed, table),
+                                                        params={"generator": "template", "relations": table.version})),
         "quality": (batch_stage("quality", lambda rs: quality.quality_loop(rs, llm, max_rounds, min_natural, seed=seed),
                                 32, params={"max_rounds": max_rounds, "min_natural": min_natural}, llm=llm)
                     if llm is not None else map_stage("quality", lambda r: {**r, "quality": None})),

@@ -1,11 +1,13 @@
 """Stage 4: a question for each 2-hop chain — by template (no LLM) or by an LLM.
 
-The template generator always works, so the embedded default (no ``--llm``) still yields a dataset:
+The template generator always works, so the embedded default (no ``--llm``) still yields a dataset. Its
+frames (:data:`FRAMES`: a hop-1 bridge phrase inside a hop-2 question) are chosen per relation pair from the
+phrasings of ``relations.json`` (:func:`frames_for`):
 
     >>> chain = {"chain_id": "c1", "subject": "ノルウェイの森", "bridge": "村上春樹", "answer": "京都府",
     ...          "relations": ["著者", "出身地"]}
     >>> template_question(chain, seed=0)["question"]
-    '「ノルウェイの森」の著者の出身地はどこですか？'
+    '「ノルウェイの森」を書いた人物について、その人物はどこで生まれましたか？'
 
 The LLM generator asks for natural Japanese that names the start entity, never the bridge entity
 and never the answer (prompt: ``prompts/question.v1.md``); every question, whichever generator wrote
@@ -14,25 +16,56 @@ it, passes :func:`question_problem` (``bridge_named``, ``answer_leaked``, ``subj
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
 from pathlib import Path
 
 from tansaku.core.engine import Drop, rng_for
 from tansaku.core.llm import ChatRequest, ask_json
 from tansaku.pipelines.multihop.chains import derivations_of
 from tansaku.pipelines.multihop.entities import display_name, entity_key
+from tansaku.pipelines.multihop.relations import DEFAULT, KIND_NOUN, WH, Phrase, Relations, guess_kind
 
 PROMPTS = Path(__file__).with_name("prompts")
 QUESTION_PROMPT = "question.v1.md"
 QUESTION_SCHEMA = {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}
 
-_WHERE = ("地", "所在地", "出身", "本社", "本拠地", "場所", "国", "国籍", "都道府県", "県", "都市", "州")
-_WHEN = ("年", "年月日", "日", "時期", "時代", "設立", "開業", "開館", "創業", "開通", "開港")
-_WHO = ("者", "人", "長", "知事", "監督", "妻", "夫", "配偶者", "師匠", "父", "母", "主宰", "選手")
-TEMPLATES = (
-    "「{s}」の{r1}の{r2}は{wh}",
-    "「{s}」の{r1}について、その{r2}は{wh}",
-    "「{s}」の{r1}に当たるものの{r2}は{wh}",
-)
+# A question is a bridge phrase (hop 1 from the subject) inside a final phrase (hop 2, asking for the answer).
+BRIDGES = {
+    "clause": lambda s, p: p.of.format(S=s),                                    # 「X」を書いた人物
+    "noun": lambda s, p: f"{s}の{p.name}",                                       # 「X」の著者
+    "known": lambda s, p: f"{s}の{p.name}として知られる{KIND_NOUN[p.kind]}",      # 「X」の著者として知られる人物
+}
+FINALS = {
+    "ask": lambda b, p, p1: p.ask.format(S=b),                                   # …はどこで生まれましたか？
+    "wh": lambda b, p, p1: f"{p.of.format(S=b)}は{WH[p.kind]}",                  # …が生まれた場所はどこですか？
+    "answer": lambda b, p, p1: f"{p.of.format(S=b)}を答えてください。",           # …が生まれた場所を答えてください。
+    "about": lambda b, p, p1: f"{b}について、{p.ask.format(S='その' + KIND_NOUN[p1.kind])}",  # …について、その人物は…
+}
+FRAMES = tuple((b, f) for b in BRIDGES for f in FINALS)  # 12 frames
+
+
+def frames_for(first: Phrase, second: Phrase) -> list[tuple[str, str]]:
+    """The frames that read well for a relation pair.
+
+    * ``clause`` needs a hop-1 clause (「…を書いた人物」); ``known`` and ``about`` need a bridge that is a
+      person, organisation or work (「…として知られる人物」, 「その組織は」);
+    * no 「「X」の著者の職業は何ですか」 chains of の when hop 1 can be said as a clause instead.
+
+    >>> from tansaku.pipelines.multihop.relations import DEFAULT
+    >>> len(frames_for(DEFAULT.phrase("著者"), DEFAULT.phrase("出生地"))), frames_for(DEFAULT.phrase("血液型"), DEFAULT.phrase("色"))
+    (12, [('noun', 'ask'), ('noun', 'wh'), ('noun', 'answer')])
+    """
+    allowed = []
+    for bridge, final in FRAMES:
+        if bridge == "clause" and not first.verbal:
+            continue
+        if (bridge == "known" or final == "about") and first.kind not in ("person", "org", "work"):
+            continue
+        if bridge in ("noun", "known") and first.verbal and not second.verbal and final != "about":
+            continue  # 「X」の著者の職業は… : 「X」を書いた人物の職業は… reads better
+        allowed.append((bridge, final))
+    return allowed
 
 
 def wh_word(relation: str) -> str:
@@ -41,13 +74,7 @@ def wh_word(relation: str) -> str:
     >>> [wh_word(r) for r in ("出身地", "設立年", "監督", "血液型")]
     ['どこですか？', 'いつですか？', '誰ですか？', '何ですか？']
     """
-    if relation.endswith(_WHERE):
-        return "どこですか？"
-    if relation.endswith(_WHEN):
-        return "いつですか？"
-    if relation.endswith(_WHO):
-        return "誰ですか？"
-    return "何ですか？"
+    return WH[guess_kind(relation)]
 
 
 def _key(text: str) -> str:
@@ -72,17 +99,52 @@ def question_problem(question: str, chain: dict) -> str | None:
     return None
 
 
-def template_question(chain: dict, seed: int = 0) -> dict:
-    """The chain with a template question (variant drawn per chain from ``seed``)."""
-    r1, r2 = chain["relations"]
-    wh = wh_word(r2)
-    pattern = rng_for(seed, "template", chain["chain_id"]).choice(TEMPLATES)
-    text = pattern.format(s=display_name(chain["subject"]), r1=r1, r2=r2, wh=wh)
+# The same clause twice reads clumsily: 「Xがある場所がある都道府県」, 「…が設立された年に設立された…」.
+REPEATED_CLAUSE = re.compile(r"(がある|された|した|生まれた|亡くなった)[^？。]*\1")
+
+
+def template_question(chain: dict, seed: int = 0, relations: Relations = DEFAULT) -> dict:
+    """The chain with a template question: a frame that reads well for its relation pair (and does not say
+    one clause twice), drawn per chain from ``seed``."""
+    first, second = (relations.phrase(r) for r in chain["relations"])
+    subject = f"「{display_name(chain['subject'])}」"
+    texts = [FINALS[final](BRIDGES[bridge](subject, first), second, first) for bridge, final in frames_for(first, second)]
+    text = rng_for(seed, "template", chain["chain_id"]).choice([t for t in texts if not REPEATED_CLAUSE.search(t)]
+                                                                 or texts)
     return {**chain, "question": text, "generator": "template"}
 
 
-def generate_template(chain: dict, seed: int = 0) -> dict | Drop:
-    out = template_question(chain, seed)
+_NOUNS = re.compile(r"の([^「」、。？の]{1,12}?)(?=として|について|の|は|が|を|がある)")
+
+
+@lru_cache(maxsize=4096)
+def template_parts(question: str, relations: Relations = DEFAULT) -> tuple[str, str, str] | None:
+    """``(subject, relation 1, relation 2)`` of a template question, or None: the templates run backwards
+    (every frame of every relation pair the table knows, plus the nouns the question itself names) — what
+    a scripted agent needs to know which two hops to search.
+
+    >>> template_parts("「ノルウェイの森」を書いた人物が生まれた場所を答えてください。")
+    ('ノルウェイの森', '著者', '出生地')
+    """
+    match = re.match(r"「(.+?)」", question)
+    if not match:
+        return None
+    subject = match.group(1)
+    names = [*relations.table, *dict.fromkeys(_NOUNS.findall(question[match.end() - 1:]))]
+    for r1 in names:
+        for r2 in names:
+            if r1 != r2 and question in _renderings(subject, r1, r2, relations):
+                return subject, r1, r2
+    return None
+
+
+def _renderings(subject: str, r1: str, r2: str, relations: Relations) -> list[str]:
+    first, second = relations.phrase(r1), relations.phrase(r2)
+    return [FINALS[f](BRIDGES[b](f"「{subject}」", first), second, first) for b, f in frames_for(first, second)]
+
+
+def generate_template(chain: dict, seed: int = 0, relations: Relations = DEFAULT) -> dict | Drop:
+    out = template_question(chain, seed, relations)
     problem = question_problem(out["question"], chain)
     return Drop(problem) if problem else out
 
