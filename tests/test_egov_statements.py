@@ -100,6 +100,17 @@ def test_true_statement_has_one_true_sentence_and_three_checked_falsehoods(law):
     assert flips == {"duty": 1, "number": 1, "actor": 1}  # one of each kind of change before any repeat
 
 
+def test_a_sentence_leaning_on_the_one_before_is_quoted_with_it(law):
+    articles, pool = law
+    main = "灯台の所有者は、灯台の管理を灯台管理人に委託することができる。"
+    leaning = article(30, "委託の解除", [main, "この場合において、灯台管理人が点検を怠ったときは、灯台の所有者は、委託を解除することができる。"])
+    (effect,) = [t for t in statements.statement_targets(leaning, pool) if t["kind"] == "effect"]
+    assert effect["stem"].endswith(f"「{main}この場合において、灯台管理人が点検を怠ったときは、【　　】。」")
+    assert effect["answer"] == "灯台の所有者は、委託を解除することができる"
+    alone = article(31, "委託の解除", ["この場合において、灯台管理人が点検を怠ったときは、灯台の所有者は、委託を解除することができる。"])
+    assert statements.statement_targets(alone, pool) == []  # nothing to lean on: never quoted
+
+
 def test_pointers_fragments_and_supplementary_provisions_are_never_quoted(law):
     articles, pool = law
     assert statements.statement_targets(articles[6], pool) == []  # 前条の規定による: not standalone

@@ -29,6 +29,8 @@ DEFINED = re.compile(r"「([^「」]{2,15})」とは")
 DEFINED_LATER = re.compile(r"以下(?:この[章節款条項]において)?「([^「」]{2,15})」という")
 # The generator's own guard; the independent check over the final rows is tansaku.pipelines.egov.leak.
 _REFERENCE = re.compile(rf"第[{_K}0-9０-９]+[条項号編章節款目]|条の[{_K}0-9０-９]+|[{_K}]+[条項](?!件)")
+# Sentences that lean on the one before them (its exception, its case).
+_LEANS = re.compile(r"ただし|この場合")
 BLANK = "【　　】"
 RARE_KINDS = ("term", "number")
 MIN_SENTENCE, MAX_SENTENCE = 15, 220
@@ -187,8 +189,13 @@ def _targets(article: dict) -> list[dict]:
     for term, definition in definition_items(article):
         found.append({"kind": "term", "answer": term, "unit": "", "context": definition,
                       "stem": f"次の説明に当てはまる、法令上の用語として正しいものはどれか。\n「{definition}」"})
-    for sentence in sentences_of(article):
+    sentences = sentences_of(article)
+    for i, sentence in enumerate(sentences):
         if not MIN_SENTENCE <= len(sentence) <= MAX_SENTENCE or _REFERENCE.search(sentence):
+            continue
+        # ただし…, この場合… lean on the sentence before: it is quoted with them, so the blank can be answered.
+        before = sentences[i - 1] if i and _LEANS.match(sentence) and not _REFERENCE.search(sentences[i - 1]) else ""
+        if _LEANS.match(sentence) and not before:
             continue
         match, kind, answer = None, None, ""
         for k, pattern in (("term", DEFINED), ("term", DEFINED_LATER), ("period", PERIOD), ("count", COUNT)):
@@ -205,8 +212,11 @@ def _targets(article: dict) -> list[dict]:
             continue
         unit = "" if kind == "term" else match.group(2)
         start = match.start(1) if kind == "term" else match.start()
-        blanked = sentence[:start] + BLANK + sentence[start + len(answer):]
-        found.append({"kind": "term" if kind == "term" else "number", "answer": answer, "unit": unit, "context": sentence,
+        blanked = before + sentence[:start] + BLANK + sentence[start + len(answer):]
+        if before and before.count(answer):  # the sentence before gives the value away
+            continue
+        found.append({"kind": "term" if kind == "term" else "number", "answer": answer, "unit": unit,
+                      "context": before + sentence,
                       "stem": f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n「{blanked}」"})
     return found
 

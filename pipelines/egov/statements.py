@@ -18,6 +18,7 @@ Every kind keeps to sentences without article references (the leak checker's rul
 
 from __future__ import annotations
 
+import os
 import re
 from collections import defaultdict
 
@@ -43,8 +44,8 @@ ACTOR = (re.compile(r"^([^、。「」（）()\s]{2,20}?)は、"),
 PERSON = re.compile(r"(者|人|庁|裁判所|大臣|知事|長|機関|官|員|主|政府|法人|会社|組合|委員会)$")
 GENERIC_ACTORS = {"当事者", "各当事者", "第三者", "相手方", "何人", "本人", "者", "その者", "他人"}
 # A statement must stand alone: no pointer to another provision or to the sentence before.
-NOT_STANDALONE = re.compile(r"前[項条号段各]|次[項条号]|同[項条号]|後段|^この場合|^ただし|^前[二三四五六七八九]|"
-                            r"次に掲げる|各号")
+NOT_STANDALONE = re.compile(r"前[項条号段各]|次[項条号]|同[項条号]|後段|^前[二三四五六七八九]|次に掲げる|各号")
+LEANS = re.compile(r"^(ただし|この場合)")  # on the sentence before: quoted with it in a stem, never a choice
 FRAGMENT = ("とき。", "こと。", "もの。", "者。", "場合。")  # the items (号) of a list, not statements
 DUTY = re.compile(r"(なければならない|てはならない|ことができる|ことができない|ものとする|を要する|を要しない|"
                   r"義務を負う|責任を負う|責任を負わない)。$")
@@ -88,11 +89,13 @@ def _actor(sentence: str) -> tuple[int, str] | None:
     return None
 
 
-def _clean(sentence: str, longest: int = MAX_STEM) -> bool:
+def _clean(sentence: str, longest: int = MAX_STEM, leaning: bool = False) -> bool:
     """A standalone provision sentence without article references, ``longest`` characters at most (a stem
-    may quote :data:`MAX_STEM`, a choice of 「正しいものはどれか」 only :data:`MAX_STATEMENT`)."""
+    may quote :data:`MAX_STEM`, a choice of 「正しいものはどれか」 only :data:`MAX_STATEMENT`); ``leaning``: a
+    ただし/この場合 sentence is allowed (its stem quotes the sentence before it too)."""
     return (MIN_SENTENCE <= len(sentence) <= longest and not _REFERENCE.search(sentence)
-            and not NOT_STANDALONE.search(sentence) and not sentence.endswith(FRAGMENT))
+            and not NOT_STANDALONE.search(sentence) and not sentence.endswith(FRAGMENT)
+            and (leaning or not LEANS.match(sentence)))
 
 
 def law_statement_pools(articles: list[dict]) -> dict[str, dict]:
@@ -132,6 +135,13 @@ def _unrelated(answer: str, sentence: str):
     return lambda v: v not in answer and answer not in v and v not in sentence
 
 
+def _other_actor(actor: str, sentence: str):
+    """:func:`_unrelated`, and not the same head noun either (各所有者 / 土地の所有者, 各組合員 / 脱退した組合員:
+    often the same person in context, so the "wrong" actor would be arguable)."""
+    unrelated = _unrelated(actor, sentence)
+    return lambda v: unrelated(v) and len(os.path.commonprefix([v[::-1], actor[::-1]])) < 2
+
+
 def perturbations(sentence: str, pool: dict, pos: int) -> list[tuple[str, str]]:
     """``(flip, perturbed sentence)`` for each change that makes ``sentence`` say something the law does
     not: the perturbed text must occur nowhere in the law's text.
@@ -146,7 +156,7 @@ def perturbations(sentence: str, pool: dict, pos: int) -> list[tuple[str, str]]:
             out.append((flip, sentence[:match.start()] + replacement + sentence[match.end():]))
     if found := _actor(sentence):
         start, actor = found
-        for other in _nearest(pool.get("actors", []), pos, _unrelated(actor, sentence), 2):
+        for other in _nearest(pool.get("actors", []), pos, _other_actor(actor, sentence), 2):
             out.append(("actor", sentence[:start] + other + sentence[start + len(actor):]))
     for pattern in (PERIOD, COUNT):
         for match in pattern.finditer(sentence):
@@ -190,21 +200,24 @@ def statement_targets(article: dict, pool: dict) -> list[dict]:
     pos = pool.get("position", {}).get(article["id"], 0)
     sentences = sentences_of(article)
     found = []
-    for sentence in sentences:
-        if not _clean(sentence):
+    for i, sentence in enumerate(sentences):
+        # ただし…, この場合… are quoted after the sentence they lean on (the blank stays in theirs).
+        leans = bool(LEANS.match(sentence))
+        before = sentences[i - 1] if leans and i and _clean(sentences[i - 1]) else ""
+        if not _clean(sentence, leaning=bool(before)):
             continue
         if at := _actor(sentence):
             start, actor = at
-            others = _nearest(pool["actors"], pos, _unrelated(actor, sentence), 3)
+            others = _nearest(pool["actors"], pos, _other_actor(actor, sentence), 3)
             found.append({"kind": "actor", "answer": actor, "distractors": others, "context": sentence,
                           "stem": f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n"
-                                  f"「{sentence[:start]}{BLANK}{sentence[start + len(actor):]}」"})
+                                  f"「{before}{sentence[:start]}{BLANK}{sentence[start + len(actor):]}」"})
         if (match := CONDITION.match(sentence)) and not GENERIC_EFFECT.search(match.group(2)):
             effect, unrelated = match.group(2), _unrelated(match.group(2), sentence)
             others = _nearest(pool["effects"], pos, lambda v, u=unrelated: u(v) and v not in article["text"], 3)
             found.append({"kind": "effect", "answer": effect, "distractors": others, "context": sentence,
                           "stem": f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n"
-                                  f"「{match.group(1)}、{BLANK}。」"})
+                                  f"「{before}{match.group(1)}、{BLANK}。」"})
     if statement := _true_statement(article, sentences, pool, pos):
         found.append(statement)
     return [t for t in found if len(t["distractors"]) == 3]
