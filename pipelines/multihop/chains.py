@@ -67,7 +67,7 @@ def triples_frame(triples: Iterable[dict]):
 
 
 def join_chains(triples, caps: Caps = Caps(), seed: int = 0, require_linked_bridge: bool = True,
-                columns: Sequence[str] | None = None):
+                columns: Sequence[str] | None = None, names=None):
     """All 2-hop pairs of ``triples`` (a polars DataFrame with :data:`TRIPLE_COLUMNS`) in the seeded order:
     ``row_1`` / ``row_2`` (the hops' row numbers in ``triples``), ``drop`` (the first rule a pair breaks,
     an Enum of :data:`RULES` + :data:`CAP_RULES`; null = kept) and the named ``columns``: an input column
@@ -80,13 +80,23 @@ def join_chains(triples, caps: Caps = Caps(), seed: int = 0, require_linked_brid
     keys = triples.lazy().select("subject_key", "object_key").with_row_index("row")
     pairs = keys.select(pl.col("row").alias("row_1"), pl.col("object_key").alias("_bridge")).join(
         keys.select(pl.col("row").alias("row_2"), pl.col("subject_key").alias("_bridge")),
-        on="_bridge", how="inner").select("row_1", "row_2").collect()
-    drop, order = _rules_and_order(triples, pairs, seed, require_linked_bridge)
+        on="_bridge", how="inner").select("row_1", "row_2").collect(engine="streaming")
+    drop, order = _rules_and_order(triples, pairs, seed, require_linked_bridge, names)
     # Repeated triple ids repeat chain ids (and their hashes); then row numbers break the ties. A one-key
     # sort is about half the cost of the three-key one, so the tie break is only added when needed.
     ids = _triple_hashes(triples, seed)
     tie_break = ["row_1", "row_2"] if ids.n_unique() < len(ids) else []
-    pairs = pairs.with_columns(drop, order).sort("_order", *tie_break).drop("_order")
+    # One permutation, then each column through it in turn: sorting the frame whole would hold a sorted copy
+    # of every column at once (at 20M triples, ~40M pairs, that copy is the peak).
+    by = pl.DataFrame([order, *(pairs.get_column(c) for c in tie_break)]) if tie_break else order.to_frame()
+    permutation = by.select(pl.arg_sort_by(by.columns)).to_series()
+    del by, order
+    columns_sorted = {}
+    for name in ("row_1", "row_2"):
+        columns_sorted[name] = pairs.get_column(name).gather(permutation)
+        pairs = pairs.drop(name)
+    pairs = pl.DataFrame({**columns_sorted, "drop": drop.gather(permutation)})
+    del columns_sorted, drop, permutation
     if any(cap is not None for cap in (caps.per_subject, caps.per_bridge, caps.per_relation_pair)):
         pairs = pairs.with_columns(_apply_caps(triples, pairs, caps))
     if columns is None:
@@ -105,7 +115,7 @@ def _triple_hashes(triples, seed: int):
 RULE_CHUNK = 1 << 17  # pairs whose strings are gathered at once (2 MB per string column; as fast as 2M)
 
 
-def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool):
+def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool, names=None):
     """The ``drop`` reason of each pair under :data:`RULES` and its seeded ``_order`` (the hash of its
     chain id), computed a chunk of pairs at a time so only one chunk's strings exist at once."""
 
@@ -118,6 +128,8 @@ def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool):
     subject_hash, object_hash = subject_key.hash(), object_key.hash()
     # Relations are few: compare their codes, and gather names from the small table of distinct ones.
     relation_names = triples.get_column("relation").unique(maintain_order=True)
+    # Names may be strings, categoricals, or codes into ``names`` (the stage's own dictionary: join_frame).
+    text = (lambda codes: names.gather(codes)) if names is not None else (lambda values: values.cast(pl.String))
     relation_code = triples.select("relation").join(relation_names.to_frame().with_row_index("code"),
                                                     on="relation", how="left",
                                                     maintain_order="left").get_column("code")
@@ -149,16 +161,14 @@ def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool):
         r1_code, r2_code = relation_code.gather(hop1), relation_code.gather(hop2)
         chunk = pl.DataFrame({"answer_is_s1": answer_is_s1, "loop_1": self_loop.gather(hop1),
                               "loop_2": self_loop.gather(hop2), "r1_code": r1_code, "r2_code": r2_code,
-                              "s1": subject.gather(hop1).cast(pl.String),
-                              "r1": relation_names.gather(r1_code).cast(pl.String),
-                              "r2": relation_names.gather(r2_code).cast(pl.String),
-                              "answer": answer.gather(hop2).cast(pl.String),
+                              "s1": text(subject.gather(hop1)), "r1": text(relation_names.gather(r1_code)),
+                              "r2": text(relation_names.gather(r2_code)), "answer": text(answer.gather(hop2)),
                               "unlinked": unlinked.gather(hop1), "id_1": triple_hash.gather(hop1),
                               "id_2": triple_hash.gather(hop2)})
         chunks.append(chunk.select(drop.alias("drop"), order.alias("_order")))
     if not chunks:
         return pl.Series("drop", [], reason), pl.Series("_order", [], pl.UInt64)
-    both = pl.concat(chunks)
+    both = pl.concat(chunks, rechunk=False)  # the chunks as they are: a rechunk would copy ~40M pairs at 20M
     return both.get_column("drop"), both.get_column("_order")
 
 
@@ -240,11 +250,19 @@ JOIN_NAMES = ("subject", "relation", "object", "subject_key", "object_key")  # d
 
 
 def join_frame(path: Path, seed: int = 0):
-    """The columns of spilled triples that the rules and caps read: names dictionary-encoded, whether the
-    bridge is linked, and the seeded hash of the triple id (what the order needs of it)."""
-    cat = spill.categorical()
-    return spill.load(path, *(pl.col(c).cast(cat) for c in JOIN_NAMES),
-                      pl.col("object_id").is_null().alias("unlinked"), pl.col("triple_id").hash(seed).alias("triple_hash"))
+    """The columns of spilled triples that the rules and caps read, and the names they stand for: every name
+    as a 4-byte code into one sorted dictionary of the distinct names (a polars categorical costs ~140 bytes a
+    distinct name, this ~30), whether the bridge is linked, and the seeded hash of the triple id (all the order
+    needs of it). Returns ``(frame, names)``; ``join_chains(frame, …, names=names)``."""
+    scan = pl.scan_parquet(path)
+    names = pl.concat([scan.select(pl.col(c).alias("name")) for c in JOIN_NAMES]).unique().sort("name").collect(
+        engine="streaming").get_column("name")
+    codes = [scan.select(pl.col(c).alias("name")).join(names.to_frame().lazy().with_row_index("code"), on="name",
+                                                       how="left", maintain_order="left")
+             .select(pl.col("code").alias(c)).collect(engine="streaming") for c in JOIN_NAMES]
+    rest = spill.load(path, pl.col("object_id").is_null().alias("unlinked"),
+                      pl.col("triple_id").hash(seed).alias("triple_hash"))
+    return pl.concat([*codes, rest], how="horizontal"), names
 
 
 def chain_stage(triples: Iterable[dict], caps: Caps = Caps(), seed: int = 0, limit: int | None = None,
@@ -259,7 +277,9 @@ def chain_stage(triples: Iterable[dict], caps: Caps = Caps(), seed: int = 0, lim
     with tempfile.TemporaryDirectory(prefix="tansaku-chains-") as tmp:
         path = Path(tmp) / "triples.parquet"
         spill.spill(triples, path)
-        pairs = join_chains(join_frame(path, seed), caps, seed, require_linked_bridge, columns=())
+        frame, names = join_frame(path, seed)
+        pairs = join_chains(frame, caps, seed, require_linked_bridge, columns=(), names=names)
+        del frame, names
         for reason, count in pairs.get_column("drop").drop_nulls().value_counts(sort=True).iter_rows():
             drop = Drop(reason)
             for _ in range(count):
