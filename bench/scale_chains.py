@@ -76,7 +76,8 @@ def chain_child(method: str, n: int) -> dict:
     elif method == "join":
         with tempfile.TemporaryDirectory(prefix="tansaku-bench-") as tmp:
             spill.spill(triples(n), Path(tmp) / "triples.parquet")
-            pairs = join_chains(join_frame(Path(tmp) / "triples.parquet"), Caps(None, None, None), columns=())
+            frame, names = join_frame(Path(tmp) / "triples.parquet")
+            pairs = join_chains(frame, Caps(None, None, None), columns=(), names=names)
             kept = pairs.get_column("drop").null_count()
             dropped = pairs.height - kept
     else:
