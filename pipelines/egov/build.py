@@ -10,7 +10,7 @@ itself (the questions). An embedded search index over the articles is built at `
 Article ids are unique: of several files holding one law only the newest revision is kept, the other
 files' articles are dropped as ``duplicate_law_revision`` (parse.py).
 
-Question stages: generate (cloze without an LLM, the LLM generator with one) → leak_filter →
+Question stages: generate (rule-based kinds without an LLM — cloze.py, statements.py — the LLM generator with one) → leak_filter →
 judge (LLM only: rubric score ≥ threshold) → dedup → retrieval → balance (answer positions) →
 gold_check (``tansaku.envs.tasks`` egov_mcq reward must give the gold 1.0) → leak_audit (independent checker
 over the final rows; it must drop 0). Each stage's thresholds are its ``params`` (in the manifest and the
@@ -75,8 +75,11 @@ QUESTION_CARD = {
     "task_categories": ["question-answering", "multiple-choice"],
     "description": "Four-choice questions about single law articles for agentic search (task egov_mcq). "
                    "Questions and choices name no law and no article number; the search tool must find it.",
-    "limitations": ["Cloze questions test recall of periods, numbers and defined terms only.",
-                    "Distractors are other values from the same law; a few may be valid in other contexts."],
+    "limitations": ["Without an LLM the questions are rule-based (column `kind`): the actor of a duty or power, the "
+                    "effect of a condition, one true statement among three perturbed ones, numbers and defined "
+                    "terms; they test what the article says, not its reasons.",
+                    "Distractors are other values from the same law (or perturbations checked to occur nowhere in "
+                    "it); a few may be valid in other contexts."],
 }
 
 
@@ -203,7 +206,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     ``max_retrieval_rank``: drop questions whose article is not in the top N for its own text.
     ``keep_rejected``: write the dropped questions (and articles) with their stage and reason as ``rejected``.
     ``heldout_share``: share of articles whose questions form the ``test`` split (``tansaku.core.heldout``); the
-    key is ``article_id``, so the cloze questions of one article never sit on both sides.
+    key is ``article_id``, so the questions of one article never sit on both sides.
     ``license``: the question card's license id instead of the e-Gov terms (``EGOV_LICENSE``).
     """
     # Every option is checked before the article dataset and index are built (hours on a full dump).

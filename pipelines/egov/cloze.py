@@ -29,8 +29,8 @@ DEFINED = re.compile(r"「([^「」]{2,15})」とは")
 DEFINED_LATER = re.compile(r"以下(?:この[章節款条項]において)?「([^「」]{2,15})」という")
 # The generator's own guard; the independent check over the final rows is tansaku.pipelines.egov.leak.
 _REFERENCE = re.compile(rf"第[{_K}0-9０-９]+[条項号編章節款目]|条の[{_K}0-9０-９]+|[{_K}]+[条項](?!件)")
-# Sentences that lean on the one before them (its exception, its case).
-_LEANS = re.compile(r"ただし|この場合")
+# Sentences that lean on the one before them (its exception, its case): quoted together with it.
+LEANS = re.compile(r"ただし|この場合")
 BLANK = "【　　】"
 RARE_KINDS = ("term", "number")
 MIN_SENTENCE, MAX_SENTENCE = 15, 220
@@ -148,10 +148,12 @@ def law_pools(articles: list[dict]) -> dict[str, dict]:
     return dict(pools)
 
 
-def _nearest_distinct(pool: list[tuple[int, str]], pos: int, exclude: set[str], n: int) -> list[str]:
+def nearest_values(pool: list[tuple[int, str]], pos: int, keep, n: int) -> list[str]:
+    """Up to ``n`` distinct values of ``pool`` ((position, value) pairs) that ``keep`` accepts, the nearest
+    articles to ``pos`` first (the distractors of every rule-based kind)."""
     out: list[str] = []
     for _, value in sorted(pool, key=lambda pv: (abs(pv[0] - pos), pv[0], pv[1])):
-        if value not in exclude and value not in out:
+        if value not in out and keep(value):
             out.append(value)
             if len(out) == n:
                 break
@@ -173,8 +175,8 @@ def _distractors(kind: str, answer: str, unit: str, pool: dict, pos: int, senten
     exclude = {answer} | ({answer} if kind == "term" else {v for v in re.findall(
         rf"[{_K}]+{re.escape(unit)}", sentence)})
     if kind == "term":
-        return _nearest_distinct(pool["terms"], pos, exclude, 3)
-    picks = _nearest_distinct(pool["units"].get(unit, []), pos, exclude, 3)
+        return nearest_values(pool["terms"], pos, lambda v: v not in exclude, 3)
+    picks = nearest_values(pool["units"].get(unit, []), pos, lambda v: v not in exclude, 3)
     for extra in _number_neighbours(answer, unit):
         if len(picks) == 3:
             break
@@ -194,8 +196,8 @@ def _targets(article: dict) -> list[dict]:
         if not MIN_SENTENCE <= len(sentence) <= MAX_SENTENCE or _REFERENCE.search(sentence):
             continue
         # ただし…, この場合… lean on the sentence before: it is quoted with them, so the blank can be answered.
-        before = sentences[i - 1] if i and _LEANS.match(sentence) and not _REFERENCE.search(sentences[i - 1]) else ""
-        if _LEANS.match(sentence) and not before:
+        before = sentences[i - 1] if i and LEANS.match(sentence) and not _REFERENCE.search(sentences[i - 1]) else ""
+        if LEANS.match(sentence) and not before:
             continue
         match, kind, answer = None, None, ""
         for k, pattern in (("term", DEFINED), ("term", DEFINED_LATER), ("period", PERIOD), ("count", COUNT)):

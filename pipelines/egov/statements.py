@@ -27,11 +27,13 @@ from tansaku.pipelines.egov.cloze import (
     _REFERENCE,
     BLANK,
     COUNT,
+    LEANS,
     MIN_SENTENCE,
     PERIOD,
     _number_neighbours,
     _usable,
     kanji_number,
+    nearest_values,
     sentences_of,
 )
 
@@ -45,7 +47,6 @@ PERSON = re.compile(r"(者|人|庁|裁判所|大臣|知事|長|機関|官|員|�
 GENERIC_ACTORS = {"当事者", "各当事者", "第三者", "相手方", "何人", "本人", "者", "その者", "他人"}
 # A statement must stand alone: no pointer to another provision or to the sentence before.
 NOT_STANDALONE = re.compile(r"前[項条号段各]|次[項条号]|同[項条号]|後段|^前[二三四五六七八九]|次に掲げる|各号")
-LEANS = re.compile(r"^(ただし|この場合)")  # on the sentence before: quoted with it in a stem, never a choice
 FRAGMENT = ("とき。", "こと。", "もの。", "者。", "場合。")  # the items (号) of a list, not statements
 DUTY = re.compile(r"(なければならない|てはならない|ことができる|ことができない|ものとする|を要する|を要しない|"
                   r"義務を負う|責任を負う|責任を負わない)。$")
@@ -120,16 +121,6 @@ def law_statement_pools(articles: list[dict]) -> dict[str, dict]:
     return dict(pools)
 
 
-def _nearest(pool: list[tuple[int, str]], pos: int, keep, n: int) -> list[str]:
-    out: list[str] = []
-    for _, value in sorted(pool, key=lambda pv: (abs(pv[0] - pos), pv[0], pv[1])):
-        if value not in out and keep(value):
-            out.append(value)
-            if len(out) == n:
-                break
-    return out
-
-
 def _unrelated(answer: str, sentence: str):
     """A distractor that is not the answer, not part of it (債権者 / 組合の債権者) and not in the sentence."""
     return lambda v: v not in answer and answer not in v and v not in sentence
@@ -156,7 +147,7 @@ def perturbations(sentence: str, pool: dict, pos: int) -> list[tuple[str, str]]:
             out.append((flip, sentence[:match.start()] + replacement + sentence[match.end():]))
     if found := _actor(sentence):
         start, actor = found
-        for other in _nearest(pool.get("actors", []), pos, _other_actor(actor, sentence), 2):
+        for other in nearest_values(pool.get("actors", []), pos, _other_actor(actor, sentence), 2):
             out.append(("actor", sentence[:start] + other + sentence[start + len(actor):]))
     for pattern in (PERIOD, COUNT):
         for match in pattern.finditer(sentence):
@@ -208,13 +199,13 @@ def statement_targets(article: dict, pool: dict) -> list[dict]:
             continue
         if at := _actor(sentence):
             start, actor = at
-            others = _nearest(pool["actors"], pos, _other_actor(actor, sentence), 3)
+            others = nearest_values(pool["actors"], pos, _other_actor(actor, sentence), 3)
             found.append({"kind": "actor", "answer": actor, "distractors": others, "context": sentence,
                           "stem": f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n"
                                   f"「{before}{sentence[:start]}{BLANK}{sentence[start + len(actor):]}」"})
         if (match := CONDITION.match(sentence)) and not GENERIC_EFFECT.search(match.group(2)):
             effect, unrelated = match.group(2), _unrelated(match.group(2), sentence)
-            others = _nearest(pool["effects"], pos, lambda v, u=unrelated: u(v) and v not in article["text"], 3)
+            others = nearest_values(pool["effects"], pos, lambda v, u=unrelated: u(v) and v not in article["text"], 3)
             found.append({"kind": "effect", "answer": effect, "distractors": others, "context": sentence,
                           "stem": f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n"
                                   f"「{before}{match.group(1)}、{BLANK}。」"})

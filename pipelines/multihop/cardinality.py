@@ -18,7 +18,6 @@ Run alone: ``python -m tansaku.pipelines.multihop.cardinality TRIPLES.jsonl`` pr
 from __future__ import annotations
 
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -214,14 +213,16 @@ def filter_unique_hops(triples: Iterable[dict], threshold: float = DEFAULT_THRES
     """The global stage: annotate each triple with its relation's class and drop non-unique hops, in input
     order. The triples are spilled to parquet (``tansaku.pipelines.multihop.spill``) and judged on a
     dictionary-encoded frame of seven columns; the records are read back a row group at a time."""
-    with tempfile.TemporaryDirectory(prefix="tansaku-hops-") as tmp:
-        path = Path(tmp) / "triples.parquet"
-        spill.spill(triples, path)
+    with spill.spilled(triples, "tansaku-hops-") as path:
         frame = judged_columns(path, seed)
         buckets = relation_buckets(frame)
         stats: dict[str, dict] = {}
+        value = frame.get_column("object_key").alias("value")  # each bucket's value classes, kept for the verdicts
         for at in buckets:
-            stats |= relation_stats(with_values(frame[at]), threshold)
+            part = with_values(frame[at])
+            stats |= relation_stats(part, threshold)
+            value = value.scatter(at, part.get_column("value"))
+        frame = frame.with_columns(value)
         confirmed: dict[str, bool | None] = {}
         if llm is not None:
             weak = sorted(r for r, s in stats.items() if s["subjects"] < min_support and s["class"] in ("1:1", "N:1"))
@@ -230,7 +231,7 @@ def filter_unique_hops(triples: Iterable[dict], threshold: float = DEFAULT_THRES
                                                                                          dtype=CLASSES, eager=True)
         aliases: dict[int, list[str]] = {}
         for at in buckets:
-            part, found = verdicts(with_values(frame[at]), stats, confirmed)
+            part, found = verdicts(frame[at], stats, confirmed)
             reason, cls = reason.scatter(at, part.get_column("reason")), cls.scatter(at, part.get_column("cls"))
             aliases |= {at[row]: objects for row, objects in found.items()}
         judged = pl.DataFrame({"reason": reason, "cls": cls})

@@ -23,7 +23,6 @@ records with JEMHopQA-style ``derivations`` (a JSON string; finished rows hold s
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,10 +80,10 @@ def join_chains(triples, caps: Caps = Caps(), seed: int = 0, require_linked_brid
     pairs = keys.select(pl.col("row").alias("row_1"), pl.col("object_key").alias("_bridge")).join(
         keys.select(pl.col("row").alias("row_2"), pl.col("subject_key").alias("_bridge")),
         on="_bridge", how="inner").select("row_1", "row_2").collect(engine="streaming")
-    drop, order = _rules_and_order(triples, pairs, seed, require_linked_bridge, names)
+    ids = _triple_hashes(triples, seed)
+    drop, order = _rules_and_order(triples, pairs, seed, require_linked_bridge, names, ids)
     # Repeated triple ids repeat chain ids (and their hashes); then row numbers break the ties. A one-key
     # sort is about half the cost of the three-key one, so the tie break is only added when needed.
-    ids = _triple_hashes(triples, seed)
     tie_break = ["row_1", "row_2"] if ids.n_unique() < len(ids) else []
     # One permutation, then each column through it in turn: sorting the frame whole would hold a sorted copy
     # of every column at once (at 20M triples, ~40M pairs, that copy is the peak).
@@ -115,7 +114,7 @@ def _triple_hashes(triples, seed: int):
 RULE_CHUNK = 1 << 17  # pairs whose strings are gathered at once (2 MB per string column; as fast as 2M)
 
 
-def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool, names=None):
+def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool, names, triple_hash):
     """The ``drop`` reason of each pair under :data:`RULES` and its seeded ``_order`` (the hash of its
     chain id), computed a chunk of pairs at a time so only one chunk's strings exist at once."""
 
@@ -135,7 +134,7 @@ def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool, nam
                                                     maintain_order="left").get_column("code")
     unlinked = (triples.get_column("unlinked") if "unlinked" in triples.columns
                 else triples.get_column("object_id").is_null()) & require_linked_bridge
-    subject, answer, triple_hash = triples.get_column("subject"), triples.get_column("object"), _triple_hashes(triples, seed)
+    subject, answer = triples.get_column("subject"), triples.get_column("object")
     a = pl.col("answer")
     # answer_key == s1_key is a leak too, but the cycle rule before it already takes those pairs.
     leak = (pl.col("s1").str.contains(a, literal=True) | pl.col("r1").str.contains(a, literal=True)
@@ -274,9 +273,7 @@ def chain_stage(triples: Iterable[dict], caps: Caps = Caps(), seed: int = 0, lim
     need, and the kept chains get their full columns read back from the file :data:`RECORD_BATCH` at a time
     (20M triples: ``python bench/scale.py --triples``)."""
 
-    with tempfile.TemporaryDirectory(prefix="tansaku-chains-") as tmp:
-        path = Path(tmp) / "triples.parquet"
-        spill.spill(triples, path)
+    with spill.spilled(triples, "tansaku-chains-") as path:
         frame, names = join_frame(path, seed)
         pairs = join_chains(frame, caps, seed, require_linked_bridge, columns=(), names=names)
         del frame, names

@@ -24,7 +24,7 @@ from tansaku.core.engine import Drop, rng_for
 from tansaku.core.llm import ChatRequest, ask_json
 from tansaku.pipelines.multihop.chains import derivations_of
 from tansaku.pipelines.multihop.entities import display_name, entity_key
-from tansaku.pipelines.multihop.relations import DEFAULT, KIND_NOUN, WH, Phrase, Relations, guess_kind
+from tansaku.pipelines.multihop.relations import DEFAULT, KIND_NOUN, WH, Phrase, Relations
 
 PROMPTS = Path(__file__).with_name("prompts")
 QUESTION_PROMPT = "question.v1.md"
@@ -68,15 +68,6 @@ def frames_for(first: Phrase, second: Phrase) -> list[tuple[str, str]]:
     return allowed
 
 
-def wh_word(relation: str) -> str:
-    """どこ/いつ/誰/何 from the shape of the relation name.
-
-    >>> [wh_word(r) for r in ("出身地", "設立年", "監督", "血液型")]
-    ['どこですか？', 'いつですか？', '誰ですか？', '何ですか？']
-    """
-    return WH[guess_kind(relation)]
-
-
 def _key(text: str) -> str:
     return entity_key(text)
 
@@ -106,9 +97,7 @@ REPEATED_CLAUSE = re.compile(r"(がある|された|した|生まれた|亡く�
 def template_question(chain: dict, seed: int = 0, relations: Relations = DEFAULT) -> dict:
     """The chain with a template question: a frame that reads well for its relation pair (and does not say
     one clause twice), drawn per chain from ``seed``."""
-    first, second = (relations.phrase(r) for r in chain["relations"])
-    subject = f"「{display_name(chain['subject'])}」"
-    texts = [FINALS[final](BRIDGES[bridge](subject, first), second, first) for bridge, final in frames_for(first, second)]
+    texts = _renderings(display_name(chain["subject"]), *chain["relations"], relations)
     text = rng_for(seed, "template", chain["chain_id"]).choice([t for t in texts if not REPEATED_CLAUSE.search(t)]
                                                                  or texts)
     return {**chain, "question": text, "generator": "template"}
@@ -139,6 +128,7 @@ def template_parts(question: str, relations: Relations = DEFAULT) -> tuple[str, 
 
 
 def _renderings(subject: str, r1: str, r2: str, relations: Relations) -> list[str]:
+    """The question of every frame that reads well for (r1, r2), in :data:`FRAMES` order."""
     first, second = relations.phrase(r1), relations.phrase(r2)
     return [FINALS[f](BRIDGES[b](f"「{subject}」", first), second, first) for b, f in frames_for(first, second)]
 

@@ -4,12 +4,15 @@ numbers and dictionary-encoded names instead of millions of Python dicts.
 A global stage receives its records as an iterator (``tansaku.core.runner`` reads them from the previous
 segment's checkpoints); :func:`spill` writes them :data:`SPILL_ROWS` at a time, the stage computes the few
 columns it needs (:func:`load`: names as :func:`categorical`, ids as hashes), and reads whole records back in
-file order (:func:`records`) or by row number (:func:`rows_at`). The file lives in a temporary folder (``$TMPDIR``) that the stage removes.
+file order (:func:`records`) or by row number (:func:`rows_at`). The file lives in a temporary folder
+(``$TMPDIR``) that :func:`spilled` removes when the stage is done.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -21,6 +24,15 @@ TRIPLE_KEYS = ("triple_id", "subject", "relation", "object", "subject_id", "doc_
                "object_hint", "subject_title", "subject_key", "object_key", "object_id", "object_title", "link",
                "cardinality")
 TRIPLE_SCHEMA = {**{k: pl.String for k in TRIPLE_KEYS}, "object_aliases": pl.List(pl.String)}
+
+
+@contextmanager
+def spilled(records: Iterable[dict], prefix: str) -> Iterator[Path]:
+    """``records`` spilled (:func:`spill`) into a temporary folder named ``prefix…``, removed on leaving."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        path = Path(tmp) / "triples.parquet"
+        spill(records, path)
+        yield path
 
 
 def spill(records: Iterable[dict], path: Path, schema: dict = TRIPLE_SCHEMA) -> int:
