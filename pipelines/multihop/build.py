@@ -217,7 +217,8 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
               "limitations": [
                   "Only hops whose answer is unique in the triple statistics (1:1, N:1) are kept; relations that "
                   "are 1:N in the world but look unique in a small corpus can still give ambiguous questions.",
-                  "Template questions (no --llm) are stiff Japanese; the LLM generator and judge smooth them.",
+                  "Template questions (no --llm) come from 12 fixed frames chosen per relation pair "
+                  "(relations.json); the LLM generator and judge vary and smooth them.",
                   "`pass_rate` is the share of k agent tries that solved the item with the configured policy "
                   "and search index; it is a difficulty signal for that policy only.",
                   "Facts come from the corpus as it was indexed and may be out of date (`time_dependent`)."]})
