@@ -69,7 +69,7 @@ class ShardPlan:
         found = []
         for path in self.merge_from:
             if _is_shard(path / self.sub) or not path.is_dir():
-                found.append(path / self.sub)  # (a missing one is refused by adopt_shards, by name)
+                found.append(path / self.sub)  # (a missing one is refused by check_shards, by name)
                 continue
             found += sorted(p / self.sub for p in path.iterdir() if _is_shard(p / self.sub)) or [path / self.sub]
         return found
@@ -137,25 +137,34 @@ def run_shard(source, stages, work: Path, fingerprint: str, chunk_size: int, pro
     return {"version": None, "shard": marker, "stages": result.stages, "splits": {}}
 
 
-def adopt_shards(work: Path, fingerprint: str, shard_dirs: list[Path]) -> int:
-    """Copy the shards' committed first-segment chunks into ``work`` and mark that segment done; return
-    the number of chunks (0 with no shards, or when a resumed merge already did it). Refuses shards of
-    another recipe, a missing or unfinished shard, or a gap."""
-    if not shard_dirs:
-        return 0
+def check_shards(fingerprint: str, shard_dirs: list[Path]) -> list[tuple[Path, dict]]:
+    """Each shard folder with its marker, checked before the merge writes anything: refuses shards of
+    another recipe, a missing or unfinished shard, or a gap (``[]`` with no shards: not a merge)."""
     markers = []
     for folder in shard_dirs:
         marker_file = folder / ".work" / SHARD_FILE
-        if not marker_file.is_file():
-            raise ShardError(f"{folder}: not a finished shard (no .work/{SHARD_FILE}); run its --shard build to the end")
-        marker = json.loads(marker_file.read_text(encoding="utf-8"))
-        if marker["fingerprint"] != fingerprint:
+        try:
+            marker = json.loads(marker_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise ShardError(f"{folder}: not a finished shard (no readable .work/{SHARD_FILE}); "
+                             "run its --shard build to the end") from None
+        if not isinstance(marker, dict) or marker.get("fingerprint") != fingerprint:
             raise ShardError(f"{folder}: a shard of another recipe (inputs, config or seed differ from this build)")
         markers.append((folder, marker))
+    if not markers:
+        return []
     ofs = {m["of"] for _, m in markers}
     indices = sorted(m["shard"] for _, m in markers)
     if len(ofs) != 1 or indices != list(range(next(iter(ofs)))):
         raise ShardError(f"--from-shards needs shards 0 … N-1 of one N exactly once; got {indices} of {sorted(ofs)}")
+    return markers
+
+
+def adopt_shards(work: Path, markers: list[tuple[Path, dict]]) -> int:
+    """Copy the checked shards' (``check_shards``) committed first-segment chunks into ``work`` and mark that
+    segment done; return the number of chunks (0 with no shards, or when a resumed merge already did it)."""
+    if not markers:
+        return 0
     segment, chunks = markers[0][1]["segment"], markers[0][1]["input_chunks"]
     seg_dir = work / segment
     if (seg_dir / "done.json").exists():  # a resumed merge: adopted already

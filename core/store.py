@@ -251,6 +251,7 @@ def build_dataset(
                           heldout=heldout.recipe() if heldout is not None else None)
     fp = fingerprint(recipe)
     progress = BuildProgress(pipeline, quiet=quiet)  # a bad TANSAKU_LOG_EVERY is refused before any write
+    merging = shards.check_shards(fp, shards.PLAN.shard_folders())  # --from-shards: refused before any write
     # Checked before any write (a refused folder is left untouched), then locked to the end of the build.
     with ownership.claimed(out, "--out", lambda: _check_out(out, recipe, fp)) as finished:
         if finished is not None:
@@ -263,7 +264,7 @@ def build_dataset(
             with progress:
                 return {"name": name, "pipeline": pipeline, **shards.run_shard(source, stages, work, fp, chunk_size,
                                                                               progress, keep_rejected)}
-        shards.adopt_shards(work, fp, shards.PLAN.shard_folders())  # the merge of shards (when there are any)
+        shards.adopt_shards(work, merging)  # the merge of shards (when there are any)
 
         started = time.time()
         with progress:  # a bar or log lines per stage

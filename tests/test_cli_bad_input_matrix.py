@@ -62,6 +62,10 @@ def fx(tmp_path_factory) -> Path:
     (d / "docs.jsonl").write_text('{"id": "d1", "title": "港", "text": "港の話。"}\n', encoding="utf-8")
     (d / "bad.py").write_text("def respond(:\n", encoding="utf-8")
     (d / "a_file").write_text("x", encoding="utf-8")
+    (d / "list.json").write_text("[]", encoding="utf-8")
+    (d / "relation_int.json").write_text('{"x": 5}', encoding="utf-8")
+    (d / "relation_variants.json").write_text('{"x": {"kind": "person", "of": "{S}", "ask": "{S}", "variants": [1]}}',
+                                              encoding="utf-8")
     (d / "ro").mkdir()
     if not AS_ROOT:
         (d / "ro").chmod(0o555)
@@ -76,6 +80,8 @@ MISSING = [
     (synth_app, "build corpus --input {tmp}/missing.jsonl --out {out}"),
     (synth_app, "build egov --laws {tmp}/missing --out {out}"),
     (synth_app, "build multihop --triples {tmp}/missing.jsonl --out {out} --until chains"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --relations {tmp}/missing.json"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --from-shards {tmp}/missing"),
     (synth_app, "build multihop --corpus {tmp}/missing --out {out} --until chains"),
     (synth_app, "build trajectories --dataset {tmp}/missing --out {out} --teacher scripted:{fx}/t.jsonl --index {fx}/ix"),
     (synth_app, "build deepresearch --corpus {tmp}/missing --index {fx}/ix --out {out} --llm scripted:deepresearch"),
@@ -147,6 +153,15 @@ HOSTILE = [
     (synth_app, "model prepare-tiny --dir {unw}"),
     (synth_app, "search --index {fx}/ix --size -1 港"),
     (train_app, "eval --task multihop_qa --dataset {fx}/qds --model scripted:x.jsonl --index {fx}/ix --k 0"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --relations {fx}/list.json"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --relations {fx}/relation_int.json"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --relations {fx}/relation_variants.json"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --relations {fx}/deep.jsonl"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --relations {fx}/badutf8.jsonl"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --shard 2/2"),
+    (synth_app, "build egov --laws {fx}/laws --out {out} --shard 1/0"),
+    (synth_app, "build corpus --input {fx}/docs.jsonl --out {out} --from-shards {fx}/docs"),  # not a shard
+    (synth_app, "build egov --laws {fx}/laws --out {out} --shard 0/2 --from-shards {fx}/docs"),
 ]
 CASES = [pytest.param(app, args, id=f"{kind}:{args.split(' --')[0]}:{i}")
          for kind, cases in (("missing", MISSING), ("empty", EMPTY), ("wrong_type", WRONG_TYPE),

@@ -55,6 +55,15 @@ def guess_kind(relation: str) -> str:
     return "thing"
 
 
+def _well_formed(entry) -> bool:
+    """One table entry: a dict with a known kind, two phrasings carrying {S}, string variants."""
+    if not isinstance(entry, dict):
+        return False
+    of, ask, variants = entry.get("of"), entry.get("ask"), entry.get("variants", [])
+    return (entry.get("kind") in KINDS and isinstance(of, str) and "{S}" in of and isinstance(ask, str)
+            and "{S}" in ask and isinstance(variants, list) and all(isinstance(v, str) for v in variants))
+
+
 class Relations:
     """The canonical names and phrasings of a table (the package's, or merged with a user's file)."""
 
@@ -62,9 +71,9 @@ class Relations:
         self.table = {k: v for k, v in table.items() if not k.startswith("_")}
         self.canonical_of: dict[str, str] = {}
         for name, entry in self.table.items():
-            if entry.get("kind") not in KINDS or "{S}" not in entry.get("of", "") or "{S}" not in entry.get("ask", ""):
-                raise InputError(f"relation table: {name!r} needs kind (one of {', '.join(KINDS)}) and 'of' / 'ask' "
-                                 "phrasings that contain {S}")
+            if not _well_formed(entry):
+                raise InputError(f"relation table: {name!r} needs kind (one of {', '.join(KINDS)}), 'of' / 'ask' "
+                                 "phrasings that contain {S}, and variants as a list of strings")
             for spelling in (name, *entry.get("variants", [])):
                 self.canonical_of[spelling] = name
         self.version = hashlib.sha256(json.dumps(self.table, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:12]
@@ -74,9 +83,12 @@ class Relations:
         table = json.loads(TABLE.read_text(encoding="utf-8"))
         if extra is not None:
             try:
-                table |= json.loads(Path(extra).read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError, TypeError) as e:
+                more = json.loads(Path(extra).read_text(encoding="utf-8"))
+            except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or bad UTF-8
                 raise InputError(f"--relations {extra}: not a readable JSON table of relations ({e})") from None
+            if not isinstance(more, dict):
+                raise InputError(f"--relations {extra}: the table must be a JSON object of relation name -> entry")
+            table |= more
         return cls(table)
 
     def canonical(self, relation: str) -> str:
