@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tansaku.core.cli_common import Version, friendly
-from tansaku.core.llm.cli_options import ApiKey, ExtraBody, NoCache
+from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache
 from tansaku.trainer.cli import train_app  # noqa: F401 - console script `train` = tansaku.cli:train_app
 
 synth_app = typer.Typer(help="Synthesize datasets, build search indexes, query them, publish datasets.",
@@ -128,6 +128,7 @@ def build_egov(
     llm: LLM = None,
     index: Annotated[Path | None, typer.Option("--index", help="Search index for the retrieval-rank signal.")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
+    concurrency: Concurrency = None,
     limit: Limit = None,
     seed: Seed = 0,
     heldout_share: HeldoutShare = 0.2,
@@ -158,6 +159,7 @@ def build_multihop(
     k: Annotated[int, typer.Option("--k", help="Agent tries per question.")] = 4,
     m: Annotated[int, typer.Option("--m", help="Keep questions solved at least m of k times.")] = 1,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
+    concurrency: Concurrency = None,
     until: Annotated[str | None, typer.Option("--until", help="Stop after this stage and write the records.")] = None,
     limit: Limit = None,
     seed: Seed = 0,
@@ -195,6 +197,7 @@ def build_trajectories(
     ratio: Annotated[float, typer.Option("--ratio", help="General rows per agentic row.")] = 0.5,
     n: Annotated[int, typer.Option("--n", help="Teacher tries per question.")] = 4,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
+    concurrency: Concurrency = None,
     limit: Limit = None,
     seed: Seed = 0,
     shard: Shard = None,
@@ -219,6 +222,7 @@ def build_deepresearch(
     llm: Annotated[str, typer.Option("--llm", help="LLM spec (http:…, vllm:…, transformers:…, scripted:…).")],
     clarify_share: Annotated[float, typer.Option("--clarify-share", help="Share of instructions with clarifying Q/A.")] = 0.5,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
+    concurrency: Concurrency = None,
     limit: Limit = None,
     seed: Seed = 0,
     heldout_share: HeldoutShare = 0.2,
@@ -292,6 +296,7 @@ def demo(
     llm: LLM = None,
     small: Annotated[bool, typer.Option("--small", help="Reduced sizes (what CI runs).")] = False,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
+    concurrency: Concurrency = None,
     quiet: Quiet = False,
 ):
     """The whole system end to end on the embedded default: data → index → SFT set → SFT → GSPO → eval."""

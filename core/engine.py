@@ -88,6 +88,12 @@ class Stage:
     local: bool = True
     params: dict = field(default_factory=dict)  # thresholds and knobs: part of the resume fingerprint
     llm: dict | None = None  # identity of the LLM the stage calls (llm_identity), also fingerprinted
+    # How the runner may execute it (never fingerprinted: they do not change what a stage answers).
+    # A batch stage keeps its per-batch function, so a streaming runner can call it on one record at a time;
+    # ``client`` is the LLM client it calls, whose ``slots`` tell how many records may be in flight at once.
+    batch_fn: Callable[[list[Record]], list] | None = field(default=None, compare=False, repr=False)
+    batch_size: int | None = None
+    client: Any = field(default=None, compare=False, repr=False)
 
     def recipe(self) -> dict:
         """What a rerun must match to reuse this stage's checkpoints: name, params, LLM identity."""
@@ -140,6 +146,12 @@ def _emit(out: Record | Drop | list | None) -> Iterator[Record | Drop]:
         yield out
 
 
+def emit_for(out: Record | Drop | list | None, record: Record) -> Iterator[Record | Drop]:
+    """What a stage function returned for ``record``, one item at a time (a bare Drop names ``record``)."""
+    for item in _emit(out):
+        yield _with_record(item, record)
+
+
 def map_stage(name: str, fn: Callable[[Record], Record | Drop | list[Record]], *, params: dict | None = None,
               llm: Any = None) -> Stage:
     """A record-local stage: ``fn(record)`` returns the record, a list of records (fan-out) or a Drop.
@@ -147,17 +159,29 @@ def map_stage(name: str, fn: Callable[[Record], Record | Drop | list[Record]], *
 
     def run(records: Iterator[Record]) -> Iterator[Record | Drop]:
         for record in records:
-            for out in _emit(fn(record)):
-                yield _with_record(out, record)
+            yield from emit_for(fn(record), record)
 
     return Stage(name, run, True, *_params(params, llm))
 
 
 def batch_stage(name: str, fn: Callable[[list[Record]], list], batch_size: int = 64, *,
-                params: dict | None = None, llm: Any = None) -> Stage:
+                params: dict | None = None, llm: Any = None, client: Any = None) -> Stage:
     """A record-local stage over batches (LLM calls): ``fn(batch)`` returns one result per input record,
-    each a record, a list of records or a Drop. ``batch_size`` is recorded in ``params`` (it can change
-    what an LLM answers)."""
+    each a record, a list of records or a Drop. ``batch_size`` is recorded in ``params``.
+
+    ``client``: the LLM client ``fn`` calls (default: ``llm`` when that is a client). When the client has
+    ``slots`` (an HTTP server pool), the runner streams: it calls ``fn`` on one record at a time, as many at
+    once as the client has slots, so ``fn``'s result for a record must not depend on the other records of
+    its batch (``tansaku.core.streaming``). A client with ``large_batches`` (vLLM offline) gets a whole
+    chunk per call instead."""
+    if client is None and llm is not None and not isinstance(llm, dict):
+        client = llm
+    return Stage(name, batches(name, fn, batch_size), True, *_params({**(params or {}), "batch_size": batch_size}, llm),
+                 batch_fn=fn, batch_size=batch_size, client=client)
+
+
+def batches(name: str, fn: Callable[[list[Record]], list], batch_size: int):
+    """``records -> outputs`` by calling ``fn`` on consecutive batches of ``batch_size`` records."""
 
     def run(records: Iterator[Record]) -> Iterator[Record | Drop]:
         it = iter(records)
@@ -166,10 +190,9 @@ def batch_stage(name: str, fn: Callable[[list[Record]], list], batch_size: int =
             if len(outs) != len(batch):
                 raise ValueError(f"batch stage {name!r} returned {len(outs)} results for {len(batch)} records")
             for record, out in zip(batch, outs):
-                for item in _emit(out):
-                    yield _with_record(item, record)
+                yield from emit_for(out, record)
 
-    return Stage(name, run, True, *_params({**(params or {}), "batch_size": batch_size}, llm))
+    return run
 
 
 def global_stage(name: str, fn: Callable[[Iterator[Record]], Iterable[Record | Drop]], *,
@@ -256,11 +279,3 @@ def instrumented(stage: Stage, upstream: Iterable[Record], stats: StageStats,
             yield item
         else:
             raise TypeError(f"stage {stage.name!r} yielded {type(item).__name__}; expected a dict or Drop")
-
-
-def chain_stages(stages: list[Stage], records: Iterable[Record], stats: list[StageStats],
-           reject: RejectSink | None = None) -> Iterator[Record]:
-    stream: Iterable[Record] = records
-    for stage, st in zip(stages, stats):
-        stream = instrumented(stage, stream, st, reject)
-    return iter(stream)

@@ -131,6 +131,18 @@ def stage_line(label: str, stats: StageCounts, total: int | None, seconds: float
     return f"{label} · {stats.name}{' done' if final else ''}: " + ", ".join(parts)
 
 
+def llm_part(counts: Mapping[str, int], seconds: float) -> str:
+    """What an LLM stage's calls are doing (``LLMClient.stage_stats``).
+
+    >>> llm_part({"requests": 120, "hits": 30, "tokens": 6000, "in_flight": 64}, 10.0)
+    'LLM 64 in flight, 12.0 req/s, 600 tok/s, cache hits 25%'
+    """
+    rate = (lambda n: n / seconds) if seconds > 0 else (lambda n: 0.0)
+    hits = counts["hits"] / counts["requests"] if counts["requests"] else 0.0
+    return (f"LLM {counts['in_flight']} in flight, {rate(counts['requests']):.1f} req/s, "
+            f"{rate(counts['tokens']):.0f} tok/s, cache hits {hits:.0%}")
+
+
 def _bars(*extra) -> Progress:
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), *extra,
                TimeElapsedColumn(), TimeRemainingColumn()]
@@ -153,6 +165,11 @@ class BuildProgress:
         self.tasks: dict[str, int] = {}
         self.started: dict[str, float] = {}
         self.logged: dict[str, float] = {}
+        self.clients: dict = {}  # stage name → the LLM client it calls (watch)
+
+    def watch(self, stages) -> None:
+        """Add an LLM part to the lines of the stages that call a client (``Stage.client``)."""
+        self.clients = {s.name: s.client for s in stages if getattr(s.client, "stage_stats", None) is not None}
 
     def __enter__(self) -> BuildProgress:
         _building.append(self)
@@ -180,12 +197,15 @@ class BuildProgress:
         if not final and now - self.logged.get(stats.name, -math.inf) < every:
             return
         self.logged[stats.name] = now
+        client = self.clients.get(stats.name)
+        llm = client.stage_stats(stats.name) if client is not None else None
         if self.bars is not None:
-            self._bar(stats, total, final)
+            self._bar(stats, total, final, llm)
         else:
-            log.info(stage_line(self.label, stats, total, now - started, final))
+            extra = f", {llm_part(llm, now - started)}" if llm is not None else ""
+            log.info(stage_line(self.label, stats, total, now - started, final) + extra)
 
-    def _bar(self, stats: StageCounts, total: int | None, final: bool) -> None:
+    def _bar(self, stats: StageCounts, total: int | None, final: bool, llm: Mapping[str, int] | None = None) -> None:
         assert self.bars is not None
         if stats.name not in self.tasks:
             self.tasks[stats.name] = self.bars.add_task(f"{self.label} · {stats.name}", total=total, counts="")
@@ -193,6 +213,12 @@ class BuildProgress:
         self.bars.update(self.tasks[stats.name], completed=stats.received,
                          total=stats.received if final else total,
                          counts=f"kept {stats.kept} dropped {sum(stats.dropped.values())}")
+        if llm is not None:  # a row of its own under the stage's bar: the calls it has out
+            key = f"{stats.name}\x00llm"
+            if key not in self.tasks:
+                self.tasks[key] = self.bars.add_task("  └ LLM", total=None, counts="")
+            seconds = time.monotonic() - self.started[stats.name]
+            self.bars.update(self.tasks[key], counts=llm_part(llm, seconds).removeprefix("LLM "))
 
 
 @contextmanager

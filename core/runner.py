@@ -18,14 +18,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from tansaku.core.engine import Drop, Record, Stage, StageStats, chain_stages, instrumented
+from tansaku.core.engine import Drop, Record, Stage, StageStats, instrumented
 from tansaku.core.jsonl import iter_jsonl
+from tansaku.core.streaming import ChunkEnd, run_stream
 
 # progress(stats, total, final): a stage's running counts (see ``run_pipeline``)
 Progress = Callable[[StageStats, int | None, bool], None]
@@ -208,37 +210,105 @@ def _reader(files: list[Path]) -> Callable[[], Iterator[Record]]:
     return lambda: (r for path in files for r in _read_jsonl(path))
 
 
+class _ChunkBook:
+    """Counts and dropped records of the chunks in flight, per stage; streaming stages fill it from their
+    own threads (``tansaku.core.streaming``), the committing loop empties it chunk by chunk."""
+
+    def __init__(self, segment: list[Stage]):
+        self.names = [s.name for s in segment]
+        self.counts: dict[int, list[StageStats]] = {}
+        self.drops: dict[int, dict[str, list[Drop]]] = {}
+        self.lock = threading.Lock()
+
+    def stats(self, chunk: int) -> list[StageStats]:
+        with self.lock:
+            if chunk not in self.counts:
+                self.counts[chunk] = [StageStats(n) for n in self.names]
+                self.drops[chunk] = {n: [] for n in self.names}
+            return self.counts[chunk]
+
+    def drop(self, chunk: int, stage: str, drop: Drop) -> None:
+        self.stats(chunk)
+        self.drops[chunk][stage].append(drop)  # appended by the one thread that runs ``stage``
+
+    def pop(self, chunk: int) -> tuple[list[StageStats], list[tuple[str, Drop]]]:
+        """The chunk's counts and its drops, stage by stage in input order (the same in every run)."""
+        counts = self.stats(chunk)
+        with self.lock:
+            del self.counts[chunk]
+            drops = self.drops.pop(chunk)
+        return counts, [(name, d) for name in self.names for d in drops[name]]
+
+
+class _ChunkFile:
+    """A chunk's output, written line by line as its records arrive, moved into place by ``commit``."""
+
+    def __init__(self, path: Path):
+        self.path, self.tmp = path, path.with_name(path.name + ".tmp")
+        self.file = open(self.tmp, "w", encoding="utf-8")
+
+    def write(self, record: Record) -> None:
+        self.file.write(json.dumps(record, ensure_ascii=False))
+        self.file.write("\n")
+
+    def commit(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.replace(self.tmp, self.path)
+
+
 def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False,
                        shard=None):
+    """The segment's chunks, streamed through its stages (``tansaku.core.streaming``) and committed in input
+    order: output, rejected records, then the counts file, which is the commit marker. Committed chunks are
+    read past (their records never enter the stages); ``shard(i)`` picks the chunks this run makes."""
     seg_dir.mkdir(parents=True, exist_ok=True)
-    files, rejected, resumed = [], [], 0
-    it = iter(records)
     seg_totals = {s.name: StageStats(s.name) for s in segment}
     running = [stats_by_name[s.name] for s in segment]
     report(running)
-    i = 0
-    while True:
-        chunk = list(islice(it, chunk_size))
-        if not chunk:
-            break
-        if shard is not None and not shard(i):  # another shard's chunk: read past it
+    book = _ChunkBook(segment)
+    paths = lambda i: (seg_dir / f"chunk-{i:06d}.jsonl", seg_dir / f"chunk-{i:06d}.stats.json",  # noqa: E731
+                       seg_dir / f"chunk-{i:06d}.rejected.jsonl")
+    seen = {"chunks": 0}
+    done_before: set[int] = set()
+
+    def tagged() -> Iterator:
+        it, i = iter(records), 0
+        while chunk := list(islice(it, chunk_size)):
+            if shard is None or shard(i):
+                out_path, stats_path, _ = paths(i)
+                if stats_path.exists() and out_path.exists():
+                    done_before.add(i)  # committed by an earlier run: only its end marker travels
+                else:
+                    yield from ((i, r) for r in chunk)
+                yield ChunkEnd(i)
             i += 1
+        seen["chunks"] = i
+
+    files, rejected, writer = [], [], None
+    for x in run_stream(segment, tagged(), book.stats, book.drop if keep_rejected else None):
+        if not isinstance(x, ChunkEnd):
+            chunk, record = x
+            if writer is None:
+                writer = _ChunkFile(paths(chunk)[0])
+            writer.write(record)
             continue
-        out_path = seg_dir / f"chunk-{i:06d}.jsonl"
-        stats_path = seg_dir / f"chunk-{i:06d}.stats.json"
-        rejected_path = seg_dir / f"chunk-{i:06d}.rejected.jsonl"
-        if stats_path.exists() and out_path.exists():
+        out_path, stats_path, rejected_path = paths(x.chunk)
+        if x.chunk in done_before:
             chunk_stats = json.loads(stats_path.read_text(encoding="utf-8"))
-            resumed += 1
         else:
-            local = [StageStats(s.name) for s in segment]
-            rejects = _Rejects(rejected_path) if keep_rejected else None
-            _write_atomic_jsonl(out_path, chain_stages(segment, chunk, local, rejects))
-            if rejects is not None:
+            (writer or _ChunkFile(out_path)).commit()
+            counts, drops = book.pop(x.chunk)
+            if keep_rejected:
+                rejects = _Rejects(rejected_path)
+                for stage_name, drop in drops:
+                    rejects.write(stage_name, drop)
                 rejects.commit()
-            chunk_stats = [s.as_dict() for s in local]
+            chunk_stats = [s.as_dict() for s in counts]
             # The stats file is the commit marker: written after the data (and rejected) files are in place.
             _write_atomic_json(stats_path, chunk_stats)
+        writer = None
         for s in chunk_stats:
             seg_totals[s["name"]].add(s)
             stats_by_name[s["name"]].add(s)
@@ -246,14 +316,13 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, rep
         files.append(out_path)
         if keep_rejected and rejected_path.exists():
             rejected.append(rejected_path)
-        i += 1
     if shard is None:
         _write_atomic_json(
             seg_dir / "done.json",
             {"files": [f.name for f in files], "stats": [s.as_dict() for s in seg_totals.values()],
              "rejected": [f.name for f in rejected]},
         )
-    return files, rejected, resumed, i
+    return files, rejected, len(done_before), seen["chunks"]
 
 
 def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False):

@@ -7,12 +7,11 @@
 
 ``build_dataset`` glues the engine to the store: it runs the stages with checkpoints under ``DIR/.work``
 (a rerun with the same ``--out`` resumes), writes the rows, the manifest and the card, then removes the
-work folder. The dataset ``version`` is a hash of the rows' content (every split), so the same inputs,
-config and seed give the same version.
+work folder. The dataset ``version`` hashes the rows' content (every split): same inputs, config, seed → same version.
 
 A rerun is only allowed with the same recipe (``tansaku.core.recipe``: pipeline, config, seed, inputs,
-LLM identity, every stage's name/params/LLM, chunk size, ``keep_rejected``). Otherwise ``StoreError`` says
-in one line what changed, and nothing in the folder is touched. A folder that no tansaku build made (any
+LLM identity, every stage's name/params/LLM, chunk size, ``keep_rejected``); otherwise ``StoreError`` says
+what changed in one line and nothing in the folder is touched. A folder that no tansaku build made (any
 file but a manifest or work folder of this recipe, ``tansaku.core.ownership``) is refused, never written.
 One build at a time: a second one into the same ``--out`` is refused while the first holds its lock.
 
@@ -251,8 +250,9 @@ def build_dataset(
                           heldout=heldout.recipe() if heldout is not None else None)
     fp = fingerprint(recipe)
     progress = BuildProgress(pipeline, quiet=quiet)  # a bad TANSAKU_LOG_EVERY is refused before any write
+    progress.watch(stages)  # the lines of LLM stages add requests in flight, req/s, tok/s, cache hits
     merging = shards.check_shards(fp, shards.PLAN.shard_folders())  # --from-shards: refused before any write
-    # Checked before any write (a refused folder is left untouched), then locked to the end of the build.
+    # --out is checked before any write (a refused folder is left untouched), then locked to the build's end.
     with ownership.claimed(out, "--out", lambda: _check_out(out, recipe, fp)) as finished:
         if finished is not None:
             return finished
@@ -281,9 +281,8 @@ def build_dataset(
             rows_by_split[REJECTED] = result.rejected                     # file does not load with `datasets`)
         version, counts = write_rows(out, rows_by_split, fixed_schemas={REJECTED: REJECTED_SCHEMA},
                                      column_types=column_types)
-        llm_info = None
+        llm_info = None if llm is None else llm.describe() if hasattr(llm, "describe") else dict(llm)
         if llm is not None:
-            llm_info = llm.describe() if hasattr(llm, "describe") else dict(llm)
             if hasattr(llm, "cache_stats"):
                 llm_info["cache"] = llm.cache_stats()
         manifest = {

@@ -71,7 +71,7 @@ def test_rerun_is_served_from_cache_without_calling_backend(tmp_path):
                          model=first.model)
     out2 = second.chat(requests)
     assert second.calls == 0 and all(r.cached for r in out2)
-    assert second.cache_stats() == {"hits": 20, "misses": 0, "errors": 0, "requests": 20}
+    assert second.cache_stats() == {"hits": 20, "misses": 0, "errors": 0, "requests": 20, "tokens": 0, "in_flight": 0}
     assert [r.content for r in out2] == [r.content for r in out1] == [f"答え:質問{i}" for i in range(20)]
 
 
@@ -99,7 +99,7 @@ def test_errors_are_returned_counted_and_not_cached(tmp_path):
     second = client.chat([ask("q")])[0]
     assert second.content == "復旧" and not second.cached  # the error was not cached
     assert client.chat([ask("q")])[0].cached
-    assert client.cache_stats() == {"hits": 1, "misses": 2, "errors": 1, "requests": 3}
+    assert client.cache_stats() == {"hits": 1, "misses": 2, "errors": 1, "requests": 3, "tokens": 0, "in_flight": 0}
 
 
 def test_a_crashing_backend_never_raises_from_chat():

@@ -177,7 +177,10 @@ def test_tiny_model_over_transformers_serve(tiny_server, tiny_model_path, tmp_pa
 
     second = client.chat(requests)
     assert all(r.cached for r in second) and [r.content for r in second] == [r.content for r in first]
-    assert client.cache_stats() == {"hits": 3, "misses": 3, "errors": 0, "requests": 6}
+    stats = client.cache_stats()
+    assert {k: stats[k] for k in ("hits", "misses", "errors", "requests", "in_flight")} == {
+        "hits": 3, "misses": 3, "errors": 0, "requests": 6, "in_flight": 0}
+    assert stats["tokens"] > 0  # the server's usage.completion_tokens, summed over the 3 fresh answers
 
     # The same greedy requests through the local transformers backend give the same text: the
     # cache key is backend-independent, so check it against a fresh cache-free client.

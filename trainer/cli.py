@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from tansaku.core.cli_common import Version, friendly
-from tansaku.core.llm.cli_options import ApiKey, ExtraBody, NoCache
+from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache
 
 train_app = typer.Typer(help="Train (SFT, GRPO/GSPO), evaluate and merge models.", no_args_is_help=True,
                         pretty_exceptions_enable=False)
@@ -68,6 +68,7 @@ def train_eval(
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 1024,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
+    concurrency: Concurrency = None,
     seed: Seed = 0,
 ):
     """Run a model with the task's environment: pass@1, pass@k, tool calls, parse failures, each reward."""

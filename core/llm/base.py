@@ -11,10 +11,30 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 # Re-exported: code that reads JSON answers imports them from the LLM layer (tansaku.core.llm).
 from tansaku.core.parsing import LLMBadJSON, parse_json  # noqa: F401
+
+_STAGE = threading.local()
+
+
+@contextmanager
+def llm_stage(name: str | None) -> Iterator[None]:
+    """Calls made by this thread inside the block are counted for pipeline stage ``name`` too
+    (``LLMClient.stage_stats``: the build's progress line per LLM stage)."""
+    before = getattr(_STAGE, "name", None)
+    _STAGE.name = name
+    try:
+        yield
+    finally:
+        _STAGE.name = before
+
+
+def current_stage() -> str | None:
+    return getattr(_STAGE, "name", None)
 
 
 @dataclass
@@ -76,6 +96,7 @@ class ChatResult:
     error: str | None = None
     cached: bool = False
     finish_reason: str | None = None
+    tokens: int | None = None  # completion tokens, when the backend says (the progress line's tokens/s)
 
     @property
     def ok(self) -> bool:
@@ -104,17 +125,27 @@ class ChatResult:
 
 
 class LLMClient:
-    """Base class: cache lookup, error capture and counters around a backend's ``_generate``."""
+    """Base class: cache lookup, error capture and counters around a backend's ``_generate``.
+
+    ``slots``: how many requests the backend serves at once when they arrive one by one (an HTTP server pool);
+    a streaming runner keeps that many records in flight (``tansaku.core.streaming``). None: it answers
+    batch by batch, in call order (local engines, scripted answers). ``large_batches``: give it as many
+    requests per call as there are (vLLM offline schedules them itself).
+    """
 
     backend = "base"
+    slots: int | None = None
+    large_batches = False
+    counts_in_flight_itself = False  # True: the backend counts what is really on the wire (HTTP slots)
 
     def __init__(self, model: str, cache=None, params: dict | None = None):
         self.model = model
         self.cache = cache  # a ResponseCache or None
         self.params = dict(params or {})
         self._lock = threading.Lock()
-        self._stats = {"hits": 0, "misses": 0, "errors": 0, "requests": 0}
+        self._stats = {"hits": 0, "misses": 0, "errors": 0, "requests": 0, "tokens": 0, "in_flight": 0}
         self._identity: str | None = None
+        self._by_stage: dict[str, dict] = {}  # the same counters per pipeline stage (llm_stage)
 
     def cache_identity(self) -> dict | str | None:
         """What, besides the request, determines the answer: the cache keys on it. None: unknown right now
@@ -136,6 +167,7 @@ class LLMClient:
     def chat(self, requests: list[ChatRequest]) -> list[ChatResult]:
         """Answer every request, in order. Never raises for a model/server problem: see ``ChatResult.error``."""
         results: list[ChatResult | None] = [None] * len(requests)
+        stage = current_stage()
         identity = self._cache_model() if self.cache is not None else None
         keys: list[str | None] = [r.cache_key(identity) if identity is not None and r.cacheable else None
                                   for r in requests]
@@ -146,24 +178,50 @@ class LLMClient:
                     results[i] = ChatResult.from_json(found[key], cached=True)
         todo = [i for i, r in enumerate(results) if r is None]
         if todo:
+            if not self.counts_in_flight_itself:
+                self._count_in_flight(len(todo), stage)
             try:
                 fresh = self._generate([requests[i] for i in todo])
                 if len(fresh) != len(todo):
                     raise RuntimeError(f"backend returned {len(fresh)} results for {len(todo)} requests")
             except Exception as exc:  # a crashed batch becomes per-request errors, never an aborted build
                 fresh = [ChatResult(error=f"{type(exc).__name__}: {exc}") for _ in todo]
+            finally:
+                if not self.counts_in_flight_itself:
+                    self._count_in_flight(-len(todo), stage)
             for i, result in zip(todo, fresh):
                 results[i] = result
             if identity is not None:
                 self.cache.put_many(
                     [(keys[i], results[i].to_json()) for i in todo if keys[i] is not None and results[i].ok]
                 )
+        counts = {"requests": len(requests), "hits": len(requests) - len(todo), "misses": len(todo),
+                  "errors": sum(1 for i in todo if not results[i].ok),
+                  "tokens": sum(results[i].tokens or 0 for i in todo)}
         with self._lock:
-            self._stats["requests"] += len(requests)
-            self._stats["hits"] += len(requests) - len(todo)
-            self._stats["misses"] += len(todo)
-            self._stats["errors"] += sum(1 for i in todo if not results[i].ok)
+            for table in self._tables(stage):
+                for key, n in counts.items():
+                    table[key] += n
         return results  # type: ignore[return-value]
+
+    def _tables(self, stage: str | None) -> list[dict]:
+        """The counters a call updates: the client's, and its stage's (call with the lock held)."""
+        if stage is None:
+            return [self._stats]
+        if stage not in self._by_stage:
+            self._by_stage[stage] = dict.fromkeys(self._stats, 0)
+        return [self._stats, self._by_stage[stage]]
+
+    def _count_in_flight(self, n: int, stage: str | None = None) -> None:
+        """Requests handed to the backend (+n) or answered (-n): the progress line's in-flight count."""
+        with self._lock:
+            for table in self._tables(stage):
+                table["in_flight"] += n
+
+    def stage_stats(self, stage: str) -> dict:
+        """Requests, cache hits, tokens and requests in flight of the calls made inside ``llm_stage(stage)``."""
+        with self._lock:
+            return dict(self._by_stage.get(stage) or dict.fromkeys(self._stats, 0))
 
     def cache_stats(self) -> dict:
         with self._lock:

@@ -9,8 +9,15 @@ user message steers it, which makes failure injection deterministic per request:
 - otherwise it answers at once. The answer is ``"<server name>: <message>"``, or
   ``{"server": …, "echo": …}`` when ``response_format`` asks for JSON.
 
-``GET /stats`` returns the request count, the highest number of requests in flight at once and the
-number of failures served; ``GET /stats/last`` the last chat request's headers and body (auth and
+A served model instead (the throughput benchmark and the streaming tests): ``responder`` answers each
+request like a ``scripted:`` function (it gets a ``ChatRequest``, returns text or a message dict), after a
+``latency`` drawn from a seeded distribution keyed by the request (``fixed:0.5``, ``lognormal:0.5,0.8``,
+``lognormal:0.5,0.8,tail:0.01,20``: 1% of requests 20× slower), at most ``slots`` at a time (vLLM's
+``--max-num-seqs``: the rest wait in a queue).
+
+``GET /stats`` returns the request count, the highest number of requests in flight at once, the number
+of failures served, the summed latency served (``busy_seconds``), the time of the first and last answer,
+and ``repeated``: requests whose exact body the server had answered before; ``GET /stats/last`` the last chat request's headers and body (auth and
 ``extra_body`` tests). ``GET /v1/models`` lists the server's model with ``root`` (vLLM reports the weights
 path there) when the server was started with one. Run: ``python -m tansaku.core.llm.canned_server --port 8001 --name a``.
 """
@@ -18,7 +25,12 @@ path there) when the server was started with one. Run: ``python -m tansaku.core.
 
 import argparse
 import asyncio
+import hashlib
+import importlib
+import importlib.util
 import json
+import math
+import random
 import re
 import socket
 import threading
@@ -28,12 +40,97 @@ _DIRECTIVE = re.compile(r"\b(fail|sleep|status|retry_after)=([0-9.]+)")
 _ONLY = re.compile(r"\bonly=(\w+)")
 
 
-def build_app(name: str = "canned", root: str | None = None, served_model: str = "canned"):
+def parse_latency(spec: str | None):
+    """``fixed:S`` | ``lognormal:MEDIAN,SIGMA[,tail:SHARE,FACTOR]`` → ``seconds(key)``, the same for the same key.
+
+    >>> parse_latency("fixed:0.25")("any")
+    0.25
+    >>> f = parse_latency("lognormal:0.5,0.8"); f("a") == f("a") and f("a") != f("b")
+    True
+    """
+    if not spec:
+        return lambda key: 0.0
+    kind, _, args = spec.partition(":")
+    values = [a for a in args.replace("tail:", "").split(",") if a]
+    if kind == "fixed":
+        return lambda key: float(values[0])
+    if kind != "lognormal" or len(values) not in (2, 4):
+        raise ValueError(f"latency {spec!r}: use fixed:S or lognormal:MEDIAN,SIGMA[,tail:SHARE,FACTOR]")
+    median, sigma = float(values[0]), float(values[1])
+    share, factor = (float(values[2]), float(values[3])) if len(values) == 4 else (0.0, 1.0)
+
+    def seconds(key: str) -> float:
+        rng = random.Random(hashlib.sha256(key.encode()).digest())
+        draw = median * math.exp(sigma * rng.gauss(0.0, 1.0))
+        return draw * factor if rng.random() < share else draw
+
+    return seconds
+
+
+def load_responder(target: str):
+    """``module:function`` (or ``path/file.py:function``) → the function."""
+    module, _, name = target.rpartition(":")
+    if module.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(f"canned_responder_{abs(hash(module))}", module)
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        return getattr(loaded, name)
+    return getattr(importlib.import_module(module), name)
+
+
+def _served_message(responder, body: dict) -> dict:
+    """The responder's answer to one request body as an OpenAI message."""
+    from tansaku.core.llm.base import ChatRequest
+    from tansaku.core.llm.scripted import _as_result
+
+    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
+    request = ChatRequest(messages=body["messages"], max_tokens=body.get("max_tokens") or 512,
+                          temperature=body.get("temperature", 0.0), top_p=body.get("top_p", 1.0),
+                          seed=body.get("seed"), json_schema=schema, tools=body.get("tools"))
+    result = _as_result(responder(request))
+    message = {"role": "assistant", "content": result.content}
+    if result.server_reasoning:
+        message["reasoning_content"] = result.server_reasoning
+    if result.server_tool_calls:  # wire form: arguments as JSON text, every call with an id
+        message["tool_calls"] = [
+            {"id": call.get("id") or f"call_{i}", "type": "function",
+             "function": {"name": call.get("function", {}).get("name", ""),
+                          "arguments": _as_text(call.get("function", {}).get("arguments", "{}"))}}
+            for i, call in enumerate(result.server_tool_calls)]
+    return message
+
+
+def _as_text(arguments) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def build_app(name: str = "canned", root: str | None = None, served_model: str = "canned", responder=None,
+              latency: str | None = None, slots: int | None = None):
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 
     app = FastAPI()
-    state = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "failures": 0, "attempts": {}, "last": {}}
+    state = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "failures": 0, "attempts": {}, "last": {},
+             "busy_seconds": 0.0, "first_at": None, "last_at": None, "repeated": 0, "seen": set()}
+    delay = parse_latency(latency)
+    gate = {"slots": slots, "semaphore": None}
+
+    async def served(body: dict, key: str) -> dict:
+        if gate["slots"] and gate["semaphore"] is None:  # made inside the server's own event loop
+            gate["semaphore"] = asyncio.Semaphore(gate["slots"])
+        if gate["semaphore"] is not None:
+            await gate["semaphore"].acquire()
+        try:
+            state["in_flight"] += 1
+            state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
+            seconds = delay(key)
+            await asyncio.sleep(seconds)
+            state["busy_seconds"] += seconds
+            return _served_message(responder, body)
+        finally:
+            state["in_flight"] -= 1
+            if gate["semaphore"] is not None:
+                gate["semaphore"].release()
 
     @app.get("/health")
     async def health():
@@ -41,7 +138,7 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
 
     @app.get("/stats")
     async def stats():
-        return {k: v for k, v in state.items() if k not in ("attempts", "last")}
+        return {k: v for k, v in state.items() if k not in ("attempts", "last", "seen")}
 
     @app.get("/stats/last")
     async def last_request():
@@ -54,7 +151,8 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
 
     @app.post("/stats/reset")
     async def reset():
-        state.update(requests=0, in_flight=0, max_in_flight=0, failures=0, attempts={}, last={})
+        state.update(requests=0, in_flight=0, max_in_flight=0, failures=0, attempts={}, last={}, busy_seconds=0.0,
+                     first_at=None, last_at=None, repeated=0, seen=set())
         return {"ok": True}
 
     @app.post("/v1/chat/completions")
@@ -62,6 +160,18 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
         body = await request.json()
         state["last"] = {"headers": dict(request.headers), "body": body}
         state["requests"] += 1
+        key = json.dumps(body, sort_keys=True, ensure_ascii=False)
+        state["repeated"] += key in state["seen"]
+        state["seen"].add(key)
+        state["first_at"] = state["first_at"] or time.time()
+        if responder is not None:
+            message = await served(body, key)
+            state["last_at"] = time.time()
+            return {"id": f"cmpl-{state['requests']}", "object": "chat.completion", "created": int(time.time()),
+                    "model": body.get("model", name),
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": max(1, len(message["content"])),
+                              "total_tokens": 1 + max(1, len(message["content"]))}}
         state["in_flight"] += 1
         state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
         try:
@@ -104,12 +214,13 @@ def free_port() -> int:
 class ServerThread:
     """Run the canned app with uvicorn in a daemon thread (``with ServerThread("a") as url: ...``)."""
 
-    def __init__(self, name: str = "canned", port: int | None = None, root: str | None = None):
+    def __init__(self, name: str = "canned", port: int | None = None, root: str | None = None, **served):
         import uvicorn
 
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(build_app(name, root=root), host="127.0.0.1", port=self.port, log_level="error")
+        config = uvicorn.Config(build_app(name, root=root, **served), host="127.0.0.1", port=self.port,
+                                log_level="error", backlog=4096)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -134,8 +245,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--name", default="canned")
     parser.add_argument("--root", default=None, help="weights path /v1/models reports (as vLLM does)")
+    parser.add_argument("--responder", default=None, help="module:function answering each request (scripted style)")
+    parser.add_argument("--latency", default=None, help="fixed:S | lognormal:MEDIAN,SIGMA[,tail:SHARE,FACTOR]")
+    parser.add_argument("--slots", type=int, default=None, help="requests served at once (the rest queue)")
     args = parser.parse_args()
-    uvicorn.run(build_app(args.name, root=args.root), host="127.0.0.1", port=args.port, log_level="warning")
+    responder = load_responder(args.responder) if args.responder else None
+    uvicorn.run(build_app(args.name, root=args.root, responder=responder, latency=args.latency, slots=args.slots),
+                host="127.0.0.1", port=args.port, log_level="warning", backlog=4096)
 
 
 if __name__ == "__main__":

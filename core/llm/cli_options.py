@@ -1,5 +1,5 @@
 """The command-line options every command that names an LLM shares: ``--no-cache``, ``--api-key``,
-``--extra-body``. Each option's callback stores its value in ``settings.DEFAULTS`` (click calls it on every
+``--extra-body``, ``--concurrency``. Each option's callback stores its value in ``settings.DEFAULTS`` (click calls it on every
 invocation, given or not, so one command's options never leak into the next); the clients the command's
 pipeline builds from spec strings pick them up. A malformed value is refused before the command starts,
 with Typer's usage box and exit 2 (as for any option Typer validates).
@@ -35,6 +35,11 @@ def _set_extra_body(value: str | None) -> str | None:
     return value
 
 
+def _set_concurrency(value: int | None) -> int | None:
+    DEFAULTS.concurrency = value
+    return value
+
+
 NoCache = Annotated[bool, typer.Option(
     "--no-cache", callback=_set_no_cache,
     help="Neither read nor write the LLM response cache (also TANSAKU_NO_CACHE=1).")]
@@ -46,3 +51,7 @@ ExtraBody = Annotated[str | None, typer.Option(
     "--extra-body", callback=_set_extra_body,
     help="JSON object merged into every http: request body (e.g. '{\"chat_template_kwargs\": "
          "{\"enable_thinking\": false}}'), or @FILE.yaml.")]
+Concurrency = Annotated[int | None, typer.Option(
+    "--concurrency", min=1, callback=_set_concurrency,
+    help="Requests in flight per http: endpoint (its slots; default 64): LLM stages keep slots × endpoints "
+         "records in flight. Set it to what one server serves at once (vLLM --max-num-seqs).")]

@@ -6,7 +6,10 @@ unless ``api_key`` (one key, or one per base URL) or ``--api-key`` says otherwis
 concurrently through ``openai.AsyncOpenAI`` on a private event loop in a background thread, so the
 sync ``chat()`` also works when called from code that already runs an event loop.
 
-- at most ``max_concurrency`` requests in flight (a semaphore around each HTTP call);
+- at most ``max_concurrency`` requests in flight *per endpoint* (its slots: a semaphore per base URL; the
+  default is ``--concurrency`` or 64), so the client's ``slots`` are that times the endpoints; a request goes
+  to the open endpoint with the fewest requests assigned (round-robin among equals), so a slow server is
+  not handed more than its share;
 - retries on 408/429/5xx, timeouts and connection errors, with exponential backoff and full jitter;
   a retry goes to the next base URL, so a dead server is skipped; a server's ``Retry-After`` (as the
   ``openai`` client reads it) keeps requests off that server for that long, and they fail over meanwhile;
@@ -34,10 +37,11 @@ import time
 
 from tansaku.core.errors import InputError
 
-from .base import ChatRequest, ChatResult, LLMClient
-from .settings import api_base, key_for
+from .base import ChatRequest, ChatResult, LLMClient, current_stage
+from .settings import DEFAULTS, api_base, key_for
 
 RETRY_STATUS = {408, 429}
+DEFAULT_SLOTS = 64  # requests in flight per endpoint unless --concurrency / max_concurrency says otherwise
 MAX_RETRY_AFTER = 120.0  # a server asking for longer than this is treated as down for that long, no more
 
 
@@ -56,13 +60,14 @@ def retry_after_seconds(headers) -> float | None:
 
 class HTTPClient(LLMClient):
     backend = "http"
+    counts_in_flight_itself = True  # in flight = holding an endpoint slot, not waiting for one
 
     def __init__(
         self,
         model: str,
         base_urls: list[str] | str,
         cache=None,
-        max_concurrency: int = 64,
+        max_concurrency: int | None = None,
         timeout: float = 120.0,
         max_retries: int = 4,
         backoff_base: float = 0.5,
@@ -75,12 +80,16 @@ class HTTPClient(LLMClient):
         if not urls:
             raise InputError("HTTP backend needs at least one base URL")
         self.base_urls = [api_base(u) for u in urls]
+        max_concurrency = max_concurrency or DEFAULTS.concurrency or DEFAULT_SLOTS
+        if max_concurrency < 1:
+            raise InputError(f"max_concurrency must be at least 1, got {max_concurrency}")
         super().__init__(model, cache, params={
             "base_urls": [_without_password(u) for u in self.base_urls], "max_concurrency": max_concurrency,
             "timeout": timeout, "max_retries": max_retries, "structured_output": structured_output,
             "extra_body": extra_body,
         })
         self.max_concurrency = max_concurrency
+        self.slots = max_concurrency * len(self.base_urls)  # records a streaming stage keeps in flight
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff_base = backoff_base
@@ -94,7 +103,8 @@ class HTTPClient(LLMClient):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._clients = None
-        self._semaphore: asyncio.Semaphore | None = None
+        self._semaphores: list[asyncio.Semaphore] = []
+        self._assigned = [0] * len(self.base_urls)  # requests handed to each endpoint and not answered yet
         self._start_lock = threading.Lock()
 
     # --- event loop in a background thread -------------------------------------------------------
@@ -108,7 +118,7 @@ class HTTPClient(LLMClient):
         return self._loop
 
     def _generate(self, requests: list[ChatRequest]) -> list[ChatResult]:
-        future = asyncio.run_coroutine_threadsafe(self.achat_uncached(requests), self._ensure_loop())
+        future = asyncio.run_coroutine_threadsafe(self.achat_uncached(requests, current_stage()), self._ensure_loop())
         return future.result()
 
     def _ensure_clients(self) -> None:
@@ -119,12 +129,13 @@ class HTTPClient(LLMClient):
             # retrying is done here, across servers (the openai client would retry the same one).
             self._clients = [AsyncOpenAI(base_url=u, api_key=k, timeout=self.timeout, max_retries=0)
                              for u, k in zip(self.base_urls, self.api_keys)]
-            self._semaphore = asyncio.Semaphore(self.max_concurrency)
+            self._semaphores = [asyncio.Semaphore(self.max_concurrency) for _ in self.base_urls]
 
-    async def achat_uncached(self, requests: list[ChatRequest]) -> list[ChatResult]:
-        """Async entry (no cache): must run on this client's loop, as ``chat`` arranges."""
+    async def achat_uncached(self, requests: list[ChatRequest], stage: str | None = None) -> list[ChatResult]:
+        """Async entry (no cache): must run on this client's loop, as ``chat`` arranges. ``stage``: whose
+        requests these are (``llm_stage``), for the in-flight counts."""
         self._ensure_clients()
-        return list(await asyncio.gather(*(self._one(r) for r in requests)))
+        return list(await asyncio.gather(*(self._one(r, stage) for r in requests)))
 
     # --- cache identity ---------------------------------------------------------------------------
     async def _served_roots(self) -> tuple[int, list[str]]:
@@ -166,18 +177,23 @@ class HTTPClient(LLMClient):
             kwargs["extra_body"] = self.extra_body
         return kwargs
 
-    async def _one(self, req: ChatRequest) -> ChatResult:
+    async def _one(self, req: ChatRequest, stage: str | None = None) -> ChatResult:
         import openai
 
         kwargs = self._kwargs(req)
         last_error = ""
         index = next(self._rr)  # round-robin start; each retry moves to the following URL
         for attempt in range(self.max_retries + 1):
-            index = await self._next_open(index if attempt == 0 else index + 1)
+            index = await self._next_open(index if attempt == 0 else index + 1, least_busy=attempt == 0)
             client = self._clients[index]
+            self._assigned[index] += 1
             try:
-                async with self._semaphore:
-                    response = await client.chat.completions.create(**kwargs)
+                async with self._semaphores[index]:
+                    self._count_in_flight(+1, stage)
+                    try:
+                        response = await client.chat.completions.create(**kwargs)
+                    finally:
+                        self._count_in_flight(-1, stage)
                 return _to_result(response)
             except openai.APIStatusError as exc:
                 last_error = f"HTTP {exc.status_code} from {client.base_url}: {_short(exc.message)}"
@@ -191,20 +207,23 @@ class HTTPClient(LLMClient):
                 last_error = f"{type(exc).__name__} at {client.base_url}: {_short(str(exc))}"
             except Exception as exc:  # malformed response body and the like
                 return ChatResult(error=f"{type(exc).__name__}: {_short(str(exc))}")
+            finally:
+                self._assigned[index] -= 1
             if attempt < self.max_retries:
                 self.retries += 1
                 # full jitter: spreads the retries of many concurrent requests over the window
                 await asyncio.sleep(random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** attempt)))
         return ChatResult(error=f"gave up after {self.max_retries + 1} attempts: {last_error}")
 
-    async def _next_open(self, start: int) -> int:
-        """The first server from ``start`` on whose Retry-After has ended; when none has, wait for the
-        earliest one (the server asked for it) rather than hammer it."""
+    async def _next_open(self, start: int, least_busy: bool = False) -> int:
+        """The first server from ``start`` on whose Retry-After has ended (with ``least_busy``: of those, the
+        one with the fewest requests assigned); when none has, wait for the earliest one (the server asked
+        for it) rather than hammer it."""
         count = len(self._not_before)
         now = time.monotonic()
-        for step in range(count):
-            if self._not_before[(start + step) % count] <= now:
-                return (start + step) % count
+        open_ = [(start + step) % count for step in range(count) if self._not_before[(start + step) % count] <= now]
+        if open_:
+            return min(open_, key=lambda i: self._assigned[i]) if least_busy else open_[0]
         soonest = min(range(count), key=lambda i: self._not_before[i])
         await asyncio.sleep(max(0.0, self._not_before[soonest] - now))
         return soonest
@@ -236,9 +255,10 @@ def _to_result(response) -> ChatResult:
     message = choice.message
     # vLLM/transformers send `reasoning_content`; newer vLLM `reasoning` (both are extra fields).
     reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
+    usage = getattr(response, "usage", None)
     return ChatResult(content=message.content or "", server_reasoning=reasoning,
                       server_tool_calls=[tc.model_dump() for tc in (message.tool_calls or [])],
-                      finish_reason=choice.finish_reason)
+                      finish_reason=choice.finish_reason, tokens=getattr(usage, "completion_tokens", None))
 
 
 def _without_password(url: str) -> str:

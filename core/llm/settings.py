@@ -26,6 +26,7 @@ class SpecDefaults:
     no_cache: bool = False
     api_keys: dict[str, str] = field(default_factory=dict)  # "*" → every endpoint; base URL → that one
     extra_body: dict | None = None
+    concurrency: int | None = None  # --concurrency: requests in flight per http: endpoint (its slots)
 
 
 DEFAULTS = SpecDefaults()

@@ -19,6 +19,7 @@ from .identity import cached_snapshot, is_hub_id, local_model_identity
 
 class VLLMClient(LLMClient):
     backend = "vllm"
+    large_batches = True  # a stage hands it a whole chunk per call (thousands of prompts): vLLM schedules them
 
     def __init__(self, model: str, cache=None, **engine_kwargs):
         super().__init__(model, cache, params={"engine": engine_kwargs})

@@ -19,6 +19,7 @@ TRL's ``prompt`` column; ``COLUMN_TYPES`` fixes the finished rows' Features what
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -154,10 +155,15 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
         inputs.append(describe_input(corpus))
 
     backend_holder: dict = {}
+    backend_lock = threading.Lock()  # streaming stages call backend() from many threads: build the index once
     caps_params = {"per_subject": caps.per_subject, "per_bridge": caps.per_bridge,
                    "per_relation_pair": caps.per_relation_pair}
 
     def backend():
+        with backend_lock:
+            return _backend()
+
+    def _backend():
         if "b" not in backend_holder:
             target = index
             if target is None:  # the embedded default: index the corpus once, inside the work folder

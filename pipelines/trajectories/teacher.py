@@ -100,4 +100,4 @@ def teacher_stage(client, task, tools, *, n: int = 4, temperature: float = 0.7, 
             by_row.setdefault(t.row_index, []).append(t)
         return [trajectory_records(q, by_row.get(i, []), task.name) for i, q in enumerate(batch)]
 
-    return batch_stage("teacher", run, batch_size=batch_size)
+    return batch_stage("teacher", run, batch_size=batch_size, client=client)  # client: not fingerprinted
