@@ -17,7 +17,8 @@ request like a ``scripted:`` function (it gets a ``ChatRequest``, returns text o
 
 ``GET /stats`` returns the request count, the highest number of requests in flight at once, the number
 of failures served, the summed latency served (``busy_seconds``), the time of the first and last answer,
-and ``repeated``: requests whose exact body the server had answered before; ``GET /stats/last`` the last chat request's headers and body (auth and
+``repeated``: requests whose exact body the server had received before, and ``repeated_answered_at``: for
+each, when the server had answered it (the time of the repeat when it never had: it was still in flight); ``GET /stats/last`` the last chat request's headers and body (auth and
 ``extra_body`` tests). ``GET /v1/models`` lists the server's model with ``root`` (vLLM reports the weights
 path there) when the server was started with one. Run: ``python -m tansaku.core.llm.canned_server --port 8001 --name a``.
 """
@@ -111,7 +112,8 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
 
     app = FastAPI()
     state = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "failures": 0, "attempts": {}, "last": {},
-             "busy_seconds": 0.0, "first_at": None, "last_at": None, "repeated": 0, "seen": set()}
+             "busy_seconds": 0.0, "first_at": None, "last_at": None, "repeated": 0, "seen": set(), "answered": {},
+             "repeated_answered_at": []}
     delay = parse_latency(latency)
     gate = {"slots": slots, "semaphore": None}
 
@@ -138,7 +140,7 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
 
     @app.get("/stats")
     async def stats():
-        return {k: v for k, v in state.items() if k not in ("attempts", "last", "seen")}
+        return {k: v for k, v in state.items() if k not in ("attempts", "last", "seen", "answered")}
 
     @app.get("/stats/last")
     async def last_request():
@@ -152,7 +154,7 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
     @app.post("/stats/reset")
     async def reset():
         state.update(requests=0, in_flight=0, max_in_flight=0, failures=0, attempts={}, last={}, busy_seconds=0.0,
-                     first_at=None, last_at=None, repeated=0, seen=set())
+                     first_at=None, last_at=None, repeated=0, seen=set(), answered={}, repeated_answered_at=[])
         return {"ok": True}
 
     @app.post("/v1/chat/completions")
@@ -161,12 +163,14 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
         state["last"] = {"headers": dict(request.headers), "body": body}
         state["requests"] += 1
         key = json.dumps(body, sort_keys=True, ensure_ascii=False)
-        state["repeated"] += key in state["seen"]
+        if key in state["seen"]:
+            state["repeated"] += 1
+            state["repeated_answered_at"].append(state["answered"].get(key, time.time()))
         state["seen"].add(key)
         state["first_at"] = state["first_at"] or time.time()
         if responder is not None:
             message = await served(body, key)
-            state["last_at"] = time.time()
+            state["last_at"] = state["answered"][key] = time.time()
             return {"id": f"cmpl-{state['requests']}", "object": "chat.completion", "created": int(time.time()),
                     "model": body.get("model", name),
                     "choices": [{"index": 0, "finish_reason": "stop", "message": message}],

@@ -1,0 +1,86 @@
+"""A stand-in LLM that answers every synthesis prompt of tansaku, for the throughput benchmark and the streaming
+tests: deterministic (the answer depends only on the request), no model, no GPU.
+
+``respond(request)`` reads which prompt it got and answers in the shape the pipeline expects:
+
+- e-Gov ``mcq_generate``: a question on the article's first sentence, three distractors that add a
+  condition the article does not have; ``mcq_judge``: every rubric criterion met;
+- multihop triple extraction: ``主語は値。`` sentences of the article as triples, the sentence as evidence;
+  question writing: 「{subject}」の{relation1}の{relation2}は？; the quality judge: natural, unambiguous;
+- deepresearch: ``tansaku.pipelines.deepresearch.demo_llm.respond``;
+- trajectories: the teacher (requests with tools) and the rewriter are ``examples/teacher_script.py``.
+
+Serve it over HTTP (the way ``bench/llm_throughput.py`` does) with
+``python -m tansaku.core.llm.canned_server --responder tansaku.examples.stand_in_llm:respond
+--latency lognormal:0.5,0.8 --slots 64``; or call it in process: ``--llm scripted:examples/stand_in_llm.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tansaku.examples import teacher_script
+from tansaku.pipelines.deepresearch.demo_llm import respond as deepresearch_respond
+
+_ARTICLE_NUMBER = re.compile(r"第[〇一二三四五六七八九十百千0-9０-９]+[条項号](の[〇一二三四五六七八九十]+)*")
+_FACT = re.compile(r"^([^、。「」]{1,12})は([^、。「」]{1,20})$")
+_DISTRACTOR_CONDITIONS = ("緊急の場合に限り", "書面による場合に限り", "一年以内に限り")
+
+
+def _json(data: dict) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
+def _egov_question(prompt: str) -> str:
+    article = prompt.split("【条文】", 1)[1].split("\n", 1)[-1]
+    sentence = next((s.strip() for s in re.split(r"[。\n]", article) if len(s.strip()) >= 8), article.strip()[:40])
+    sentence = _ARTICLE_NUMBER.sub("", sentence)[:60] or "規定なし"
+    wrong = [f"{condition}、{sentence}" for condition in _DISTRACTOR_CONDITIONS]
+    return _json({"question": "次の規定の内容として正しいものはどれか。", "choices": [wrong[0], sentence, *wrong[1:]],
+                  "answer_index": 1, "explanation": "条文の本文による。"})
+
+
+def _triples(prompt: str) -> str:
+    title = re.search(r"記事「(.+?)」", prompt)
+    body = prompt.split("本文", 1)[-1]
+    triples = []
+    for sentence in body.split("。"):
+        sentence = sentence.strip().split("\n")[-1]
+        match = _FACT.match(sentence)
+        if match and title:
+            triples.append({"subject": title.group(1), "relation": match.group(1), "object": match.group(2),
+                            "evidence": sentence})
+    return _json({"triples": triples[:8]})
+
+
+def _question(prompt: str) -> str:
+    subject = re.search(r"事実1: 「(.+?)」の(.+?)は「", prompt)
+    relation2 = re.search(r"事実2: 「.+?」の(.+?)は「", prompt)
+    if not subject or not relation2:
+        return _json({"question": ""})
+    return _json({"question": f"「{subject.group(1)}」の{subject.group(2)}の{relation2.group(1)}は何ですか？"})
+
+
+def respond(request) -> str | dict:
+    """The stand-in answer to one ``ChatRequest`` (see the module docstring)."""
+    system = next((m["content"] for m in request.messages if m["role"] == "system"), "")
+    if system.startswith("# deepresearch/"):
+        return deepresearch_respond(request)
+    if request.tools:
+        return teacher_script.respond(request)
+    prompt = next((m["content"] for m in reversed(request.messages) if m["role"] == "user"), "")
+    if "ルーブリック" in prompt:
+        return _json({"single_correct": 1, "grounded": 1, "plausible_distractors": 1, "no_leak": 1, "comment": "ok"})
+    if "【条文】" in prompt:
+        return _egov_question(prompt)
+    if "三つ組" in prompt:
+        return _triples(prompt)
+    if "質問の品質を審査" in prompt:
+        return _json({"ambiguous": False, "natural": 4, "single_answer": True, "time_dependent": False,
+                      "reasons": []})
+    if "クイズ作家" in prompt or "審査で問題が指摘されました" in prompt:
+        return _question(prompt)
+    if "検索エージェント" in prompt and "steps" in prompt:
+        return teacher_script.rewrite(request)
+    raise ValueError(f"stand-in LLM has no answer for this prompt: {prompt[:80]!r}")
