@@ -4,9 +4,10 @@
     result = run_pipeline(source_rows, stages, work_dir="out/.work", chunk_size=512, keep_rejected=True)
     rows, drops = list(result.rows()), list(result.rejected())
 
-Resumability. Consecutive record-local stages (``map_stage``/``batch_stage``) form a *segment* that runs
-chunk by chunk: chunk ``i`` holds input records ``[i*chunk_size, (i+1)*chunk_size)``, and its output and
-counts are written atomically (temp file + rename) as soon as it finishes. A ``global_stage`` is a segment
+Resumability. Consecutive record-local stages (``map_stage``/``batch_stage``) form a *segment*, cut into
+chunks: chunk ``i`` holds input records ``[i*chunk_size, (i+1)*chunk_size)``, and its output and counts are
+written atomically (temp file + rename) as soon as it finishes. The segment streams across its chunks
+(``tansaku.core.streaming``): LLM stages keep their endpoints' slots busy while chunks commit in input order. A ``global_stage`` is a segment
 of its own: it sees every record, so it is redone whole if it was interrupted, and committed at the end.
 On a rerun with the same work dir, committed chunks are read back instead of recomputed, so the final
 rows and counts equal those of an uninterrupted run, with nothing duplicated or lost. Stages must be

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from tansaku.core.engine import Drop, Record, Stage, StageStats, batches, emit_for, instrumented
 from tansaku.core.llm.base import llm_stage
 
-WINDOW_PER_SLOT = 4  # records a streaming stage may hold per slot: room for slow answers at the head
+WINDOW_PER_SLOT = 16  # records a streaming stage may hold per slot: room behind a slow answer at the head
 MIN_WINDOW = 16
 
 

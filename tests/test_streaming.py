@@ -216,13 +216,17 @@ def test_kill_9_during_a_streaming_stage_resumes_identically_and_asks_nothing_tw
             time.sleep(0.01)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        killed_at = time.time()
+        killed_at, answered_before = time.time(), _stats(url)["requests"]
         assert not (tmp_path / "out" / "manifest.json").exists()
 
         again = _build(corpus, tmp_path / "out", url, tmp_path / "cache")
         assert again.wait(timeout=600) == 0, again.stderr.read()
         stats = _stats(url)
     assert read_manifest(tmp_path / "out")["version"] == read_manifest(tmp_path / "ref")["version"]
-    # Requests asked again were at most those in flight at the kill (its slots), never an answer already delivered.
-    assert stats["repeated"] <= SLOTS
-    assert all(t >= killed_at - 0.5 for t in stats["repeated_answered_at"]), (killed_at, stats)
+    # Asked again: only requests in flight or in transit at the kill (answered within its last half second),
+    # never an answer the build had received before; without the cache it would be every one of them.
+    # (Identical prompts inside one run may both miss the cache while in flight together: only repeats after the
+    # kill count.)
+    again_after_kill = [answered for came, answered in stats["repeated_answered_at"] if came >= killed_at]
+    assert all(t >= killed_at - 0.5 for t in again_after_kill), (killed_at, again_after_kill)
+    assert len(again_after_kill) <= max(SLOTS, answered_before // 20), (len(again_after_kill), answered_before)

@@ -18,7 +18,8 @@ request like a ``scripted:`` function (it gets a ``ChatRequest``, returns text o
 ``GET /stats`` returns the request count, the highest number of requests in flight at once, the number
 of failures served, the summed latency served (``busy_seconds``), the time of the first and last answer,
 ``repeated``: requests whose exact body the server had received before, and ``repeated_answered_at``: for
-each, when the server had answered it (the time of the repeat when it never had: it was still in flight); ``GET /stats/last`` the last chat request's headers and body (auth and
+each, ``[when it came again, when the server had answered it]`` (the latter is the time of the repeat when it
+never had: it was still in flight); ``GET /stats/last`` the last chat request's headers and body (auth and
 ``extra_body`` tests). ``GET /v1/models`` lists the server's model with ``root`` (vLLM reports the weights
 path there) when the server was started with one. Run: ``python -m tansaku.core.llm.canned_server --port 8001 --name a``.
 """
@@ -93,11 +94,11 @@ def _served_message(responder, body: dict) -> dict:
     if result.server_reasoning:
         message["reasoning_content"] = result.server_reasoning
     if result.server_tool_calls:  # wire form: arguments as JSON text, every call with an id
+        calls = [(call, call.get("function") or call) for call in result.server_tool_calls]  # wire or flat form
         message["tool_calls"] = [
             {"id": call.get("id") or f"call_{i}", "type": "function",
-             "function": {"name": call.get("function", {}).get("name", ""),
-                          "arguments": _as_text(call.get("function", {}).get("arguments", "{}"))}}
-            for i, call in enumerate(result.server_tool_calls)]
+             "function": {"name": fn.get("name", ""), "arguments": _as_text(fn.get("arguments", "{}"))}}
+            for i, (call, fn) in enumerate(calls)]
     return message
 
 
@@ -113,7 +114,7 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
     app = FastAPI()
     state = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "failures": 0, "attempts": {}, "last": {},
              "busy_seconds": 0.0, "first_at": None, "last_at": None, "repeated": 0, "seen": set(), "answered": {},
-             "repeated_answered_at": []}
+             "repeated_answered_at": [], "served": []}
     delay = parse_latency(latency)
     gate = {"slots": slots, "semaphore": None}
 
@@ -125,9 +126,10 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
         try:
             state["in_flight"] += 1
             state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
-            seconds = delay(key)
+            seconds, began = delay(key), time.time()
             await asyncio.sleep(seconds)
             state["busy_seconds"] += seconds
+            state["served"].append([began, time.time()])
             return _served_message(responder, body)
         finally:
             state["in_flight"] -= 1
@@ -140,7 +142,11 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
 
     @app.get("/stats")
     async def stats():
-        return {k: v for k, v in state.items() if k not in ("attempts", "last", "seen", "answered")}
+        return {k: v for k, v in state.items() if k not in ("attempts", "last", "seen", "answered", "served")}
+
+    @app.get("/stats/served")
+    async def served_spans():
+        return state["served"]  # [start, end] of every answer served (the benchmark's in-flight timeline)
 
     @app.get("/stats/last")
     async def last_request():
@@ -154,7 +160,7 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
     @app.post("/stats/reset")
     async def reset():
         state.update(requests=0, in_flight=0, max_in_flight=0, failures=0, attempts={}, last={}, busy_seconds=0.0,
-                     first_at=None, last_at=None, repeated=0, seen=set(), answered={}, repeated_answered_at=[])
+                     first_at=None, last_at=None, repeated=0, seen=set(), answered={}, repeated_answered_at=[], served=[])
         return {"ok": True}
 
     @app.post("/v1/chat/completions")
@@ -165,7 +171,7 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
         key = json.dumps(body, sort_keys=True, ensure_ascii=False)
         if key in state["seen"]:
             state["repeated"] += 1
-            state["repeated_answered_at"].append(state["answered"].get(key, time.time()))
+            state["repeated_answered_at"].append([time.time(), state["answered"].get(key, time.time())])
         state["seen"].add(key)
         state["first_at"] = state["first_at"] or time.time()
         if responder is not None:
