@@ -52,6 +52,7 @@ HeldoutShare = Annotated[float, typer.Option("--heldout-share", help="Share of q
 LLM = Annotated[str | None, typer.Option("--llm", help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
 License = Annotated[str | None, typer.Option("--license", help="Hub license id for the card (default: the input's license).")]
 Shard = Annotated[str | None, typer.Option("--shard", help="Build shard I of N (I/N): its part of the build's first record-local stages, into its own --out; merge with --from-shards.")]
+IndexTarget = Annotated[str, typer.Option("--index", help="Index folder, opensearch:NAME or https://host:9200/NAME.")]
 FromShards = Annotated[list[Path] | None, typer.Option("--from-shards", help="Finished shards (0 … N-1) of this same build, merged and finished here: the folder holding them, or each shard folder (repeat the option).")]
 
 
@@ -278,7 +279,7 @@ def index_build(
 @friendly
 def search(
     query: Annotated[str, typer.Argument(help="Plain text or a JSON OpenSearch query (validated subset).")],
-    index: Annotated[str, typer.Option("--index", help="Index folder, opensearch:NAME or https://host:9200/NAME.")],
+    index: IndexTarget,
     size: Annotated[int | None, typer.Option("--size", min=1, help="Number of hits (default 10, or the query's size).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help='Print {"hits": [...], "took_ms": ...}.')] = False,
 ):
@@ -287,6 +288,25 @@ def search(
 
     result = search_cli(index, query, size)
     typer.echo(dumps(result) if as_json else format_hits(result))
+
+
+@synth_app.command("serve-env")
+@friendly
+def serve_env(
+    task: Annotated[str, typer.Option("--task", help="multihop_qa, multihop_qa_compact, egov_mcq or deepresearch.")],
+    index: IndexTarget,
+    host: Annotated[str, typer.Option("--host", help="Interface to listen on (0.0.0.0: every one).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8010,
+    judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
+    max_episodes: Annotated[int, typer.Option("--max-episodes", min=1, help="Live episodes kept (LRU).")] = 10_000,
+    idle_seconds: Annotated[float, typer.Option("--idle-seconds", min=1, help="An idle episode expires after.")] = 900.0,
+    seed: Seed = 0,
+):
+    """Serve a task's tools and verifier over HTTP, as a NeMo Gym resources server (NeMo-RL, any trainer)."""
+    from tansaku.envs.gym_service import serve
+
+    serve(task, index, host=host, port=port, judge=judge, seed=seed, max_episodes=max_episodes,
+          idle_seconds=idle_seconds)
 
 
 @synth_app.command("demo")

@@ -29,7 +29,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 
 from tansaku.core.errors import InputError
-from tansaku.envs import rewards
+from tansaku.envs import abstention, rewards
 
 _ANSWER_RULE = "最終回答は最後のメッセージに {{答え}} の形で一つだけ書いてください（例: {{東京都}}）。"
 
@@ -132,6 +132,8 @@ class Task:
             return rewards.make_tool_call_reward(self.tool_call_cap)
         if name == "format_reward":
             return rewards.make_format_reward(self.answer_style, self.require_reasoning)
+        if name == "abstention_reward":
+            return abstention.abstention_reward
         return getattr(rewards, name)
 
     def reward_functions(self, judge=None) -> list:
@@ -140,6 +142,16 @@ class Task:
 
     def weights(self) -> list[float]:
         return list(self.reward_weights.values())
+
+    def with_abstention(self, weight: float) -> Task:
+        """This task plus ``abstention_reward`` at ``weight`` (rows may carry ``answerable: false``): credit for
+        「分かりません」 when the gold is not findable, against confident hallucination. The weight may not
+        exceed the answer's, so an abstention never earns more than a correct answer."""
+        top = self.reward_weights.get(self.answer_reward_name or "", 0.0)
+        if not 0.0 < weight <= top:
+            raise InputError(f"{self.name}: abstention weight {weight} must be in (0, {top}] (the answer's weight)")
+        return replace(self, reward_weights={**self.reward_weights, "abstention_reward": weight},
+                       optional_columns={**self.optional_columns, "answerable": "bool"})
 
     def answer_reward(self, judge=None):
         """The correctness reward (the one ``check_gold``, pass@k and the readiness check use)."""

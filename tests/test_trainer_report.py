@@ -61,7 +61,7 @@ def test_report_counts_zero_variance_groups_spread_and_spam(tmp_path):
     assert overall["groups"] == 20 and overall["zero_variance_group_share"] == 0.5
     checks = {c["name"]: c["ok"] for c in report["checks"]}
     assert checks == {"reward_variance": True, "zero_variance_groups": True, "tool_call_spam": False,
-                      "reward_hacking": False} and report["ok"] is False
+                      "reward_hacking": False, "reasoning_collapse": True} and report["ok"] is False
     assert any("format_reward rose" in w for w in overall["hacking_warnings"])
 
 
@@ -93,4 +93,4 @@ def test_report_without_completions_uses_the_log_history_only(tmp_path):
         path.unlink()
     report = write_run_report(tmp_path)
     assert report["steps"] == 2 and "groups" not in report["per_step"][0]
-    assert [c["name"] for c in report["checks"]] == ["reward_hacking"]
+    assert [c["name"] for c in report["checks"]] == ["reward_hacking", "reasoning_collapse"]

@@ -81,6 +81,23 @@ def train_eval(
     typer.echo(json.dumps(report, ensure_ascii=False, default=str))
 
 
+@train_app.command("rescore")
+@friendly
+def train_rescore(
+    completions: Annotated[Path, typer.Option("--completions", help="A train rl run's completions folder (or the run).")],
+    task: Annotated[str, typer.Option("--task", help="The task whose rewards score them (multihop_qa, egov_mcq, …).")],
+    out: Annotated[Path | None, typer.Option("--out", help="Folder for rescored.parquet and rescore_report.json.")] = None,
+    judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
+):
+    """Score stored rollouts again with the current reward functions; report what changed per component."""
+    from tansaku.core.llm import as_client
+    from tansaku.trainer.rescore import format_report, rescore
+
+    report = rescore(completions, task, out=out, judge=as_client(judge))
+    Console(stderr=True).print(format_report(report))
+    typer.echo(json.dumps(report, ensure_ascii=False, default=str))
+
+
 @train_app.command("compare")
 @friendly
 def train_compare(a: Annotated[Path, typer.Argument(help="Eval report A: report.json or a train eval --out folder.")],

@@ -67,6 +67,7 @@ AUTO_INDEX = "auto"  # tasks.N.index: build <output_dir>/index/<task> from tasks
 OVERLONG = ("drop", "fit", "error")  # what `train sft` does with rows longer than max_length
 WEIGHTS_DTYPES = ("float32", "bfloat16", "float16")
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+REWARD_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # GRPOConfig.multi_objective_aggregation
 
 
 @dataclass
@@ -100,6 +101,7 @@ class RLTask:
     corpus: str | None = None  # documents (.jsonl or dataset folder) the "auto" index is built from, once
     max_rows: int | None = None
     reward_weights: dict[str, float] = field(default_factory=dict)  # overrides of the task's weights
+    abstention_weight: float = 0.0  # > 0: add abstention_reward (Task.with_abstention; at most the answer's weight)
 
 
 @dataclass
@@ -186,6 +188,9 @@ class RLRecipe(TrainCommon):
     vllm_gpu_memory_utilization: float = 0.3
     vllm_server_base_url: str | None = None
     log_completions: bool = True
+    # How the weighted components become one reward (TRL's multi_objective_aggregation): sum, then normalise per
+    # group (GRPO), or normalise each component per group first, then sum (GDPO, arXiv 2601.05242).
+    reward_aggregation: str = "sum_then_normalize"
     watch: WatchSpec = field(default_factory=WatchSpec)
     readiness: ReadinessSpec = field(default_factory=ReadinessSpec)
     learning_rate: float = 5e-7
@@ -241,6 +246,7 @@ def validate(recipe) -> None:
     _check(bool(recipe.tasks), "tasks: list at least one task (name, data, index)")
     for i, task in enumerate(recipe.tasks):
         _check(task.ratio > 0, f"tasks.{i}.ratio: must be > 0 (got {task.ratio})")
+        _check(task.abstention_weight >= 0, f"tasks.{i}.abstention_weight: must be >= 0 (got {task.abstention_weight})")
         _check_train_split(f"tasks.{i}", task.split)
         _check(bool(task.index), f"tasks.{i}.index: the search index (folder or OpenSearch target) is required")
         _check(task.index != AUTO_INDEX or bool(task.corpus),
@@ -250,6 +256,8 @@ def validate(recipe) -> None:
     _check(recipe.gradient_accumulation_steps == 1,
            "gradient_accumulation_steps: derived from prompts_per_step × num_generations for RL; do not set it")
     _check(recipe.algorithm in ALGORITHMS, f"algorithm: one of {', '.join(ALGORITHMS)} (got {recipe.algorithm!r})")
+    _check(recipe.reward_aggregation in REWARD_AGGREGATIONS,
+           f"reward_aggregation: one of {', '.join(REWARD_AGGREGATIONS)} (got {recipe.reward_aggregation!r})")
     _check(recipe.loss_type is None or recipe.loss_type in LOSS_TYPES,
            f"loss_type: one of {', '.join(LOSS_TYPES)} (got {recipe.loss_type!r})")
     _check(recipe.num_generations >= 2, f"num_generations: GRPO needs >= 2 per prompt (got {recipe.num_generations})")

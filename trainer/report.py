@@ -21,7 +21,9 @@ The report runs the seed recipe's troubleshooting checks, per step and overall:
 - ``zero_variance_groups``: the share of groups whose rewards are all equal;
 - ``reward_hacking``: a component rising while correctness stays flat (``envs.monitoring.hacking_warnings``,
   the same watch as ``trainer.monitor``);
-- ``tool_call_spam``: calls per episode (distribution, max) and episodes repeating an identical call.
+- ``tool_call_spam``: calls per episode (distribution, max) and episodes repeating an identical call;
+- ``reasoning_collapse``: reasoning length, repetition, non-Japanese share and tool calls per step, and a
+  warning when one collapses while the reward rises (``tansaku.trainer.collapse``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from tansaku.envs.monitoring import hacking_warnings, reward_decomposition, zero_variance_share
 from tansaku.envs.tasks import TASKS
+from tansaku.trainer.collapse import collapse_series, collapse_warnings
 
 REPORT_FILE = "run_report.json"
 CURVES_FILE = "learning_curves.png"
@@ -45,7 +48,7 @@ MAX_ZERO_VARIANCE_SHARE = 0.5
 MIN_GROUP_STD = 1e-3
 MAX_REPEATED_CALL_SHARE = 0.1
 CORRECTNESS_NAMES = {task.answer_reward_name for task in TASKS.values()}
-_NON_REWARD_COLUMNS = {"step", "prompt", "completion", "advantage", "tool_variant", "environment"}
+_NON_REWARD_COLUMNS = {"step", "prompt", "completion", "advantage", "tool_variant", "environment", "reward_inputs"}
 # What ``reward_decomposition`` keeps besides the reward components.
 _LOGGED_SERIES = {"step", "reward", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
                   "completions/mean_length"}
@@ -217,8 +220,13 @@ def run_report(output_dir: str | Path, weights: dict[str, float] | None = None) 
                        "detail": f"{overall['episodes_with_repeated_calls']} of {overall['episodes']} episodes "
                                  f"repeat an identical call; max {overall['calls_per_episode']['max']} calls"})
     checks.append({"name": "reward_hacking", "ok": not warnings, "detail": "; ".join(warnings) or "none"})
+    names = reward_columns(completions)
+    collapse = collapse_series(completions, lambda row: _total(row, names, weights or {})) if completions else []
+    collapsed = collapse_warnings(collapse)
+    checks.append({"name": "reasoning_collapse", "ok": not collapsed, "detail": "; ".join(collapsed) or "none"})
     return {"output_dir": str(output_dir), "steps": len(per_step), "checks": checks, "ok": all(c["ok"] for c in checks),
-            "overall": {**overall, "hacking_warnings": warnings}, "per_step": per_step}
+            "overall": {**overall, "hacking_warnings": warnings, "collapse_warnings": collapsed},
+            "per_step": per_step, "collapse": collapse}
 
 
 def write_run_report(output_dir: str | Path, weights: dict[str, float] | None = None) -> dict:

@@ -31,6 +31,7 @@ import json
 import os
 from pathlib import Path
 
+from tansaku.core.errors import InputError
 from tansaku.core.llm import as_client
 from tansaku.core.store import StoreError, read_records
 from tansaku.envs.environments import episode_variant, variant_factories
@@ -121,8 +122,23 @@ def task_of_environment(name: str) -> str:
     return str(name).split("@tools-v", 1)[0]
 
 
+# TRL's own reward kwargs: not row columns, never logged as reward inputs.
+_TRL_KWARGS = {"trainer_state", "completion_ids", "prompts", "completions"}
+
+
+def reward_inputs(columns: dict, n: int) -> list[str]:
+    """Each completion's row columns the rewards read, as JSON (``train rescore`` scores them again).
+
+    >>> reward_inputs({"answer": ["a", "b"], "aliases": [["x"], []], "trainer_state": object()}, 2)
+    ['{"answer": "a", "aliases": ["x"]}', '{"answer": "b", "aliases": []}']
+    """
+    keep = {k: v for k, v in columns.items() if k not in _TRL_KWARGS and isinstance(v, list) and len(v) == n}
+    return [json.dumps({k: v[i] for k, v in keep.items()}, ensure_ascii=False, default=str) for i in range(n)]
+
+
 def _logging_tool_variants(fn):
-    """``fn`` that also logs each completion's tool description variant (read from TRL's ``environments``)."""
+    """``fn`` that also logs each completion's tool description variant (read from TRL's ``environments``)
+    and its reward inputs (``reward_inputs``)."""
 
     def reward(completions, environments=None, log_extra=None, log_metric=None, **columns):
         if environments and log_extra is not None:
@@ -130,6 +146,8 @@ def _logging_tool_variants(fn):
             log_extra("tool_variant", variants)
             if log_metric is not None:
                 log_metric("tools/distinct_description_variants", float(len(set(variants))))
+        if log_extra is not None:
+            log_extra("reward_inputs", reward_inputs(columns, len(completions)))
         return fn(completions, environments=environments, log_extra=log_extra, log_metric=log_metric, **columns)
 
     reward.__name__ = fn.__name__
@@ -156,13 +174,24 @@ def _subset_reward(fn, task_key: str, name: str):
     return reward
 
 
+def rl_task(spec) -> object:
+    """The recipe's task: ``TASKS[name]``, with the abstention reward when the recipe asks for it."""
+    task = TASKS[spec.name]
+    if spec.abstention_weight:
+        try:
+            task = task.with_abstention(spec.abstention_weight)
+        except InputError as exc:
+            raise RecipeError(str(exc)) from None
+    return task
+
+
 def build_rewards(recipe: RLRecipe, judge=None) -> tuple[list, list[float], dict[str, tuple[list[str], str]]]:
     """(reward functions, weights, watch groups ``{task: ([component names], correctness name)}``)."""
 
     multi = len(recipe.tasks) > 1
     funcs, weights, groups = [], [], {}
     for spec in recipe.tasks:
-        task = TASKS[spec.name]
+        task = rl_task(spec)
         unknown = set(spec.reward_weights) - set(task.reward_weights)
         if unknown:
             raise RecipeError(f"task {spec.name}: reward_weights for unknown components {sorted(unknown)}; "
@@ -251,6 +280,7 @@ def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):
         vllm_gpu_memory_utilization=recipe.vllm_gpu_memory_utilization,
         log_completions=recipe.log_completions,
         reward_weights=reward_weights,
+        multi_objective_aggregation=recipe.reward_aggregation,
         shuffle_dataset=True,
     )
     if recipe.vllm_server_base_url:

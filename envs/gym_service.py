@@ -1,0 +1,270 @@
+"""tansaku's search tasks as an HTTP environment service, following NeMo Gym's resources-server contract, so
+NeMo-RL (through NeMo Gym) or any other trainer can roll out episodes against tansaku's tools and rewards.
+
+The contract followed is NeMo Gym's ``SimpleResourcesServer`` (``nemo_gym/base_resources_server.py`` in
+NVIDIA-NeMo/Gym, as of 2026-11): POST ``/seed_session`` starts an episode, each tool is POST ``/<tool name>``
+with the call's arguments as the JSON body, POST ``/verify`` takes ``{"responses_create_params", "response"}``
+(an OpenAI Responses API request and response, plus the dataset row's own fields) and answers the same body
+with ``reward`` and ``reward_components`` (``BaseMultiRewardVerifyResponse``: one field per component, also at
+the top level for NeMo Gym's metrics), POST ``/close_session`` ends it. The episode is the NeMo Gym agent's
+session: its cookie (``tansaku_episode``, set by ``/seed_session``; the agent keeps one cookie jar per
+rollout), or an ``X-Episode-Id`` header / ``episode_id`` field for clients without cookies.
+
+No second implementation: every episode is a ``SearchEnvironment`` from ``make_environment_factory`` (the
+one TRL trains with: the same description variants, call budget, caps and error texts) and ``/verify``
+scores with the task's own reward functions and weights. Episodes live in memory, at most
+``max_episodes`` (the least recently used goes first) and ``idle_seconds`` without a request. A malformed
+request gets a JSON error (422 from the schema, 404 for an unknown episode); a tool's own error (a hostile
+query, the budget used up) is the tool's answer, ``{"output": "{'error': …}"}``, as TRL shows it.
+
+    synth serve-env --task multihop_qa --index out/index --port 8010
+    curl -c jar -X POST localhost:8010/seed_session -d '{"id": "q1", "question": "…", "answer": "…"}'
+    curl -b jar -X POST localhost:8010/search -d '{"query": "雪村製菓"}'
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the route functions' annotations as objects.
+import json
+import sys
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from tansaku.core.errors import InputError
+from tansaku.core.llm import as_client
+from tansaku.envs.environments import call_tool, make_environment_factory, tool_methods, tool_schemas
+from tansaku.envs.tasks import TASKS, Task
+
+COOKIE = "tansaku_episode"
+HEADER = "x-episode-id"
+
+
+class SearchArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str | dict
+    size: int | None = None
+
+
+class OpenDocArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    doc_id: str
+    offset: int = 0
+
+
+class VerifyBody(BaseModel):
+    """NeMo Gym's ``BaseVerifyRequest``: the request and response of the rollout, plus the row's fields."""
+
+    model_config = ConfigDict(extra="allow")
+    responses_create_params: dict
+    response: dict
+
+
+TOOL_ARGS = {"search": SearchArgs, "open_doc": OpenDocArgs}
+
+
+class Episodes:
+    """Per-episode state: environment, dataset row, last use. Bounded and expiring; safe across threads."""
+
+    def __init__(self, factory, max_episodes: int = 10_000, idle_seconds: float = 900.0):
+        self.factory, self.max_episodes, self.idle_seconds = factory, max_episodes, idle_seconds
+        self._live: OrderedDict[str, dict] = OrderedDict()
+        self._lock = threading.Lock()
+        self.started = self.expired = self.evicted = 0
+
+    def seed(self, episode_id: str, row: dict) -> dict:
+        environment = self.factory()
+        environment.reset(**row)
+        episode = {"environment": environment, "row": row, "used": time.monotonic(), "lock": threading.Lock()}
+        with self._lock:
+            self._sweep()
+            self._live[episode_id] = episode
+            self._live.move_to_end(episode_id)
+            self.started += 1
+            while len(self._live) > self.max_episodes:
+                self._live.popitem(last=False)
+                self.evicted += 1
+        return episode
+
+    def get(self, episode_id: str | None) -> dict | None:
+        with self._lock:
+            self._sweep()
+            episode = self._live.get(episode_id) if episode_id else None
+            if episode is not None:
+                episode["used"] = time.monotonic()
+                self._live.move_to_end(episode_id)
+            return episode
+
+    def close(self, episode_id: str | None) -> bool:
+        with self._lock:
+            return self._live.pop(episode_id, None) is not None if episode_id else False
+
+    def _sweep(self) -> None:
+        """Drop idle episodes (oldest first: the dict is in last-use order). Called with the lock held."""
+        cutoff = time.monotonic() - self.idle_seconds
+        while self._live:
+            key, episode = next(iter(self._live.items()))
+            if episode["used"] >= cutoff:
+                break
+            del self._live[key]
+            self.expired += 1
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"live": len(self._live), "started": self.started, "expired": self.expired,
+                    "evicted": self.evicted}
+
+
+# ---------------------------------------------------------------- Responses API → TRL completion
+
+
+def _text(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def completion_from_response(response: dict) -> list[dict]:
+    """A Responses API ``response.output`` as the chat messages TRL hands reward functions: reasoning items
+    become the next assistant turn's ``reasoning_content``, ``function_call`` items its ``tool_calls``,
+    ``function_call_output`` items ``tool`` messages, ``message`` items assistant text.
+
+    >>> completion_from_response({"output": [
+    ...     {"type": "reasoning", "summary": [{"type": "summary_text", "text": "探す"}]},
+    ...     {"type": "function_call", "name": "search", "arguments": "{\\"query\\": \\"港\\"}", "call_id": "c1"},
+    ...     {"type": "function_call_output", "call_id": "c1", "output": "1. 港"},
+    ...     {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "{{港}}"}]}]})[0]
+    {'role': 'assistant', 'content': '', 'reasoning_content': '探す', 'tool_calls': [{'type': 'function', \
+'function': {'name': 'search', 'arguments': {'query': '港'}}}]}
+    """
+    messages: list[dict] = []
+    turn: dict | None = None
+    reasoning: list[str] = []
+
+    def open_turn() -> dict:
+        nonlocal turn, reasoning
+        if turn is None:
+            turn = {"role": "assistant", "content": "", "reasoning_content": "\n".join(reasoning) or None,
+                    "tool_calls": []}
+            messages.append(turn)
+            reasoning = []
+        return turn
+
+    for item in response.get("output") or []:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind == "reasoning":
+            reasoning.append(_text(item.get("summary")) or _text(item.get("content")))
+        elif kind == "function_call":
+            try:
+                arguments = json.loads(item.get("arguments") or "{}")
+            except (TypeError, ValueError):
+                arguments = item.get("arguments")
+            open_turn()["tool_calls"].append({"type": "function", "function": {"name": item.get("name"),
+                                                                                "arguments": arguments}})
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "content": _text(item.get("output"))})
+            turn = None
+        elif kind == "message" and item.get("role", "assistant") == "assistant":
+            open_turn()["content"] += _text(item.get("content"))
+    if reasoning:  # reasoning after the last call, with no message: a turn of its own
+        open_turn()
+    return messages
+
+
+def verify_scores(task: Task, reward_functions: list, completion: list[dict], row: dict) -> dict:
+    """``{"reward": weighted total, "reward_components": {name: score}}`` of one finished episode."""
+    columns = {k: [v] for k, v in row.items()}
+    components = {}
+    for name, fn in zip(task.reward_weights, reward_functions):
+        score = fn([completion], **columns)[0]
+        components[name] = None if score is None else float(score)
+    return {"reward": task.weighted_total(components), "reward_components": components}
+
+
+# ---------------------------------------------------------------- the app
+
+
+def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int = 10_000,
+              idle_seconds: float = 900.0):
+    """The FastAPI app serving ``task`` over ``index`` (see the module docstring)."""
+    factory = make_environment_factory(task, index, seed=seed, require_prompt=False)
+    episodes = Episodes(factory, max_episodes, idle_seconds)
+    reward_functions = task.reward_functions(judge)
+    app = FastAPI(title=f"tansaku {task.name} environment")
+    app.state.episodes = episodes
+
+    def episode_id_of(request: Request, body: dict | None = None) -> str | None:
+        return (request.headers.get(HEADER) or (body or {}).get("episode_id") or request.cookies.get(COOKIE))
+
+    def unknown(episode_id) -> JSONResponse:
+        return JSONResponse({"error": f"unknown or expired episode {episode_id!r}: call /seed_session first"},
+                            status_code=404)
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"ok": True, "task": task.name, "task_version": task.version, **episodes.stats()}
+
+    @app.post("/seed_session")
+    def seed_session(body: dict[str, Any], request: Request, response: Response) -> dict:
+        row = body.get("task_data") if isinstance(body.get("task_data"), dict) else {
+            k: v for k, v in body.items() if k not in ("responses_create_params", "episode_id")}
+        episode_id = str(body.get("episode_id") or request.headers.get(HEADER) or uuid.uuid4().hex)
+        environment = episodes.seed(episode_id, row)["environment"]
+        response.set_cookie(COOKIE, episode_id, httponly=True)
+        return {"episode_id": episode_id, "tool_variant": environment.tool_variant,
+                "tools": tool_schemas(environment)}
+
+    def tool_route(name: str, model: type[BaseModel]):
+        def run(args, request: Request):
+            episode = episodes.get(episode_id_of(request))
+            if episode is None:
+                return unknown(episode_id_of(request))
+            with episode["lock"]:  # one episode's calls in order: its budget counts each once
+                content, failed = call_tool(tool_methods(episode["environment"]), name,
+                                            args.model_dump(exclude_none=True))
+            return {"output": content, "failed": failed}
+
+        run.__name__ = name
+        run.__annotations__["args"] = model  # the body's schema: FastAPI answers 422 to anything else
+        app.post(f"/{name}")(run)
+
+    for name in tool_methods(factory()):
+        tool_route(name, TOOL_ARGS[name])
+
+    @app.post("/verify")
+    def verify(body: VerifyBody, request: Request) -> dict:
+        payload = body.model_dump()
+        episode = episodes.get(episode_id_of(request, payload))
+        row = {**(episode["row"] if episode else {}), **(body.model_extra or {})}
+        row.pop("episode_id", None)
+        completion = completion_from_response(body.response)
+        scores = verify_scores(task, reward_functions, completion, row)
+        episodes.close(episode_id_of(request, payload))
+        return {**payload, **scores, **{k: v for k, v in scores["reward_components"].items()}}
+
+    @app.post("/close_session")
+    def close_session(request: Request, body: dict[str, Any] | None = None) -> dict:
+        return {"closed": episodes.close(episode_id_of(request, body))}
+
+    return app
+
+
+def serve(task_name: str, index, *, host: str = "127.0.0.1", port: int = 8010, judge=None, seed: int = 0,
+          max_episodes: int = 10_000, idle_seconds: float = 900.0) -> None:
+    """``synth serve-env``: the app for ``TASKS[task_name]`` under uvicorn until interrupted."""
+    if task_name not in TASKS:
+        raise InputError(f"--task {task_name!r}: one of {', '.join(sorted(TASKS))}")
+    app = build_app(TASKS[task_name], index, judge=as_client(judge), seed=seed, max_episodes=max_episodes,
+                    idle_seconds=idle_seconds)
+    print(f"serving {task_name} over {index} at http://{host}:{port} (NeMo Gym resources-server routes)",
+          file=sys.stderr)
+    uvicorn.run(app, host=host, port=port, log_level="warning", backlog=4096)

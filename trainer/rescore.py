@@ -1,0 +1,131 @@
+"""Re-score stored RL rollouts with the current reward functions, and say what changed per component.
+
+The way to check a reward fix, or a suspected reward hack, without running RL again:
+
+    train rescore --completions runs/rl/completions --task multihop_qa [--out runs/rl/rescored]
+
+It reads TRL's ``completions/completions_<step>.parquet`` (each completion, one column per reward component as it
+was scored during training) and tansaku's ``reward_inputs`` column (the row's own columns the rewards read:
+``answer``, ``aliases``, ``answer_index``, ``rubric`` …, logged by ``train rl``), scores every completion again
+with the task's reward functions as they are now, and reports per component: rows scored, stored and new
+means, how many rows changed, the largest change and a few changed rows. When nothing changed, every row
+reproduces its stored score exactly (a None / NaN score matches None / NaN). ``--out`` also writes
+``rescored.parquet`` (the rows with ``new_<component>`` columns) and ``rescore_report.json``. The report records
+what scored: the task and its version, tansaku's version, and a hash of each reward function's source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+from pathlib import Path
+
+import tansaku
+from tansaku.core.errors import InputError
+from tansaku.envs.tasks import TASKS
+from tansaku.trainer.report import load_completions
+
+SHOWN_CHANGES = 5
+
+
+def _folder(path: str | Path) -> Path:
+    """The run folder of a ``completions`` folder (or the run folder itself)."""
+    path = Path(path)
+    if path.name == "completions" or list(path.glob("completions_*.parquet")):
+        path = path.parent
+    if not list((path / "completions").glob("completions_*.parquet")):
+        raise InputError(f"{path}: no completions/completions_*.parquet (train rl writes them with log_completions)")
+    return path
+
+
+def _score(value) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and a == b)
+
+
+def reward_versions(task, functions: dict) -> dict:
+    """What scored: task, its version, tansaku's version, a hash of each reward function's source."""
+    def source_hash(fn) -> str:
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = repr(fn)
+        return hashlib.sha256(source.encode()).hexdigest()[:12]
+
+    return {"task": task.name, "task_version": task.version, "tansaku": tansaku.__version__,
+            "reward_code": {name: source_hash(fn) for name, fn in functions.items()}}
+
+
+def rescore(completions: str | Path, task_name: str, out: str | Path | None = None, judge=None) -> dict:
+    """Score the stored completions again (see the module docstring); returns the report."""
+    if task_name not in TASKS:
+        raise InputError(f"--task {task_name!r}: one of {', '.join(sorted(TASKS))}")
+    task = TASKS[task_name]
+    rows = load_completions(_folder(completions))
+    if rows and "reward_inputs" not in rows[0]:
+        raise InputError("these completions have no reward_inputs column (a run from before tansaku logged the "
+                         "rows' reward columns): they cannot be scored again")
+    functions = dict(zip(task.reward_weights, task.reward_functions(judge)))
+    prefix = "" if any(name in (rows[0] if rows else {}) for name in functions) else f"{task_name}/"
+    mine = []
+    for row in rows:
+        inputs = json.loads(row["reward_inputs"] or "{}")
+        environment = str(inputs.get("environment") or "")
+        if environment and environment.split("@tools-v", 1)[0] != task_name:
+            continue  # another task's row in a multi-task run
+        mine.append((row, inputs))
+    components = {}
+    for name, fn in functions.items():
+        stored_col, changes, stored, new = prefix + name, [], [], []
+        for k, (row, inputs) in enumerate(mine):
+            before = _score(row.get(stored_col))
+            after = _score(fn([row["completion"]], **{key: [value] for key, value in inputs.items()})[0])
+            row[f"new_{name}"] = after
+            stored.append(before)
+            new.append(after)
+            if not _same(before, after):
+                changes.append({"step": row.get("step"), "row": k, "stored": before, "new": after})
+        diffs = [abs(a - b) for a, b in zip(stored, new) if a is not None and b is not None]
+        mean = lambda xs: (sum(x for x in xs if x is not None) / max(1, sum(x is not None for x in xs)))  # noqa: E731
+        components[name] = {"rows": len(mine), "stored_mean": mean(stored), "new_mean": mean(new),
+                            "changed": len(changes), "max_abs_change": max(diffs, default=0.0),
+                            "examples": changes[:SHOWN_CHANGES]}
+    report = {"completions": str(completions), "rows": len(mine), "versions": reward_versions(task, functions),
+              "unchanged": all(c["changed"] == 0 for c in components.values()), "components": components}
+    if out is not None:
+        _write(Path(out), [row for row, _ in mine], report)
+    return report
+
+
+OUTPUTS = ("rescored.parquet", "rescore_report.json")
+
+
+def _write(out: Path, rows: list[dict], report: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if out.exists() and (not out.is_dir() or any(p.name not in OUTPUTS for p in out.iterdir())):
+        raise InputError(f"--out {out}: not empty and not an earlier rescore; give a new folder")
+    out.mkdir(parents=True, exist_ok=True)
+    if rows:
+        flat = [{k: json.dumps(v, ensure_ascii=False, default=str) if k in ("prompt", "completion") else v
+                 for k, v in row.items()} for row in rows]
+        pq.write_table(pa.Table.from_pylist(flat), out / "rescored.parquet")
+    (out / "rescore_report.json").write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+
+
+def format_report(report: dict) -> str:
+    """The report as a few lines for the terminal."""
+    lines = [f"{report['rows']} completions of {report['versions']['task']} v{report['versions']['task_version']}: "
+             + ("every stored reward reproduced" if report["unchanged"] else "rewards changed")]
+    for name, c in report["components"].items():
+        lines.append(f"  {name}: stored {c['stored_mean']:.4f} → new {c['new_mean']:.4f}, "
+                     f"{c['changed']} changed (max |Δ| {c['max_abs_change']:.4f})")
+    return "\n".join(lines)
