@@ -300,13 +300,16 @@ def serve_env(
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
     max_episodes: Annotated[int, typer.Option("--max-episodes", min=1, help="Live episodes kept (LRU).")] = 10_000,
     idle_seconds: Annotated[float, typer.Option("--idle-seconds", min=1, help="An idle episode expires after.")] = 900.0,
+    export: Annotated[Path | None, typer.Option("--export", help="Write --dataset as NeMo Gym JSONL here; no server.")] = None,
+    dataset: Annotated[Path | None, typer.Option("--dataset", help="Rows for --export.")] = None,
+    split: Annotated[str, typer.Option("--split", help="Split for --export.")] = "train",
     seed: Seed = 0,
 ):
     """Serve a task's tools and verifier over HTTP, as a NeMo Gym resources server (NeMo-RL, any trainer)."""
     from tansaku.envs.gym_service import serve
 
     serve(task, index, host=host, port=port, judge=judge, seed=seed, max_episodes=max_episodes,
-          idle_seconds=idle_seconds)
+          idle_seconds=idle_seconds, dataset=dataset, export=export, split=split)
 
 
 @synth_app.command("demo")

@@ -2,6 +2,7 @@
 
     python bench/efficacy.py --out runs/efficacy                 # the run reported in the README
     python bench/efficacy.py --out runs/efficacy --seeds         # SFT and its learning curve only
+    python bench/efficacy.py --aggregations sum_then_normalize normalize_then_sum   # GDPO normalisation on/off
 
 Cost on 2 cores (measured 2026-11-30, while other jobs shared the cores): a compact SFT row is ~1.1k
 tokens and the tiny model trains at ~30 CPU-seconds per 1k tokens in bf16, so SFT (24 steps × 2 rows)
@@ -124,9 +125,10 @@ def sft(out: Path, args, start: float) -> Path:
     return sft_dir
 
 
-def gspo(out: Path, sft_dir: Path, seed: int, args, start: float) -> Path:
-    rl_dir = out / f"gspo-seed{seed}"
-    recipe = write_recipe(out / "recipes" / f"gspo-seed{seed}.yaml", {
+def gspo(out: Path, sft_dir: Path, seed: int, args, start: float, aggregation: str = "sum_then_normalize") -> Path:
+    name = f"gspo-seed{seed}" + ("" if aggregation == "sum_then_normalize" else f"-{aggregation}")
+    rl_dir = out / name
+    recipe = write_recipe(out / "recipes" / f"{name}.yaml", {
         "kind": "rl", "model": str(sft_dir), "output_dir": str(rl_dir),
         "tasks": [{"name": TASK, "data": str(out / "multihop"), "index": str(out / "index")}],
         "algorithm": "gspo", "num_generations": args.rl_generations, "prompts_per_step": args.rl_prompts,
@@ -135,13 +137,13 @@ def gspo(out: Path, sft_dir: Path, seed: int, args, start: float) -> Path:
         "beta": 0.0, "max_completion_length": args.rl_completion, "max_tool_calling_iterations": 3,
         "temperature": args.rl_temperature, "learning_rate": args.rl_lr, "max_steps": args.rl_steps, "bf16": True,
         "use_cpu": True, "seed": seed, "save_steps": 1000, "logging_steps": 1, "log_completions": True,
-        "report_to": [],
+        "report_to": [], "reward_aggregation": aggregation,
     })
     if not trained(rl_dir):
         result = run_rl(recipe, skip_readiness=True)  # readiness is measured below, on held-out rows
-        log(f"train rl seed {seed}: {result['global_step']} steps", start)
+        log(f"train rl {name}: {result['global_step']} steps", start)
     (out / "plots").mkdir(exist_ok=True)
-    plot_learning_curves(rl_dir, out / "plots" / f"gspo-seed{seed}.png")
+    plot_learning_curves(rl_dir, out / "plots" / f"{name}.png")
     return rl_dir
 
 
@@ -166,6 +168,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rl-lr", type=float, default=3e-5)
     parser.add_argument("--rl-temperature", type=float, default=0.9, help="sampling temperature of GSPO rollouts")
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="GSPO seeds (none: SFT only)")
+    # Per-reward normalisation (GDPO) against TRL's default, each GSPO seed once per way (the recipe key).
+    parser.add_argument("--aggregations", nargs="+", default=["sum_then_normalize"],
+                        choices=["sum_then_normalize", "normalize_then_sum"], help="reward_aggregation values to run")
     parser.add_argument("--eval-rows", type=int, default=48, help="held-out questions per evaluation")
     parser.add_argument("--eval-k", type=int, default=1)
     # The hop turn (a sentence naming both entities + a tool call) needs ~100 tokens: 96 cut 5 of 24 episodes.
@@ -180,11 +185,12 @@ def main(argv: list[str] | None = None) -> dict:
     sft_result = evaluate("sft", sft_dir, out, args)
     log(f"eval sft: {sft_result}", start)
 
-    seeds = {}
-    for seed in args.seeds:
-        rl_dir = gspo(out, sft_dir, seed, args, start)
-        seeds[seed] = evaluate(f"gspo-seed{seed}", rl_dir, out, args)
-        log(f"eval gspo seed {seed}: {seeds[seed]}", start)
+    runs = {}  # (aggregation, seed) → held-out result
+    for aggregation in args.aggregations:
+        for seed in args.seeds:
+            rl_dir = gspo(out, sft_dir, seed, args, start, aggregation)
+            runs[aggregation, seed] = evaluate(rl_dir.name, rl_dir, out, args)
+            log(f"eval {rl_dir.name}: {runs[aggregation, seed]}", start)
 
     # The SFT learning curve: the saved checkpoints (evaluated last: the table above needs only the final model).
     curve = {args.sft_steps: sft_result}
@@ -197,19 +203,23 @@ def main(argv: list[str] | None = None) -> dict:
     metrics = ("pass@1", "reward", "tool_call_rate", "answer_rate", "tool_calls")
     lines = ["| model | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
     lines.append("| SFT | " + " | ".join(f"{sft_result[m]:.3f}" for m in metrics) + " |")
-    for seed, result in seeds.items():
-        lines.append(f"| GSPO seed {seed} | " + " | ".join(f"{result[m]:.3f}" for m in metrics) + " |")
-    if seeds:
-        lines.append("| GSPO mean ± sd | " + " | ".join(mean_sd([r[m] for r in seeds.values()]) for m in metrics)
-                     + " |")
+    for aggregation in args.aggregations:
+        label = "GSPO" if aggregation == "sum_then_normalize" else f"GSPO {aggregation}"
+        results = [runs[aggregation, seed] for seed in args.seeds]
+        for seed, result in zip(args.seeds, results):
+            lines.append(f"| {label} seed {seed} | " + " | ".join(f"{result[m]:.3f}" for m in metrics) + " |")
+        if results:
+            lines.append(f"| {label} mean ± sd | " + " | ".join(mean_sd([r[m] for r in results]) for m in metrics)
+                         + " |")
     lines += ["", "SFT learning curve (held-out): step → pass@1 / tool-call rate / answer rate"]
     lines += [f"  {s}: {r['pass@1']:.3f} / {r['tool_call_rate']:.3f} / {r['answer_rate']:.3f}"
               for s, r in sorted(curve.items())]
     table = "\n".join(lines)
     print(table)
     result = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "sft": sft_result, "sft_curve": curve, "gspo": seeds, "seconds": round(time.time() - start, 1),
-              "table": table, "plots": [str(out / "plots" / f"gspo-seed{s}.png") for s in seeds]}
+              "sft": sft_result, "sft_curve": curve, "seconds": round(time.time() - start, 1), "table": table,
+              "gspo": {f"{aggregation}/seed{seed}": r for (aggregation, seed), r in runs.items()},
+              "plots": sorted(str(p) for p in (out / "plots").glob("gspo-*.png"))}
     (out / "efficacy.json").write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
     return result
 

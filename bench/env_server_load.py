@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import httpx2 as httpx  # noqa: E402 - the HTTP client the openai package ships with (httpx's API)
+
 from tansaku.core.llm.canned_server import free_port  # noqa: E402
 
 QUERIES = ["雪村製菓", "白砂市", "北浜県", "港町", "創業者", "羊羹", "月見坂", "本社"]
@@ -52,8 +54,6 @@ def _response(i: int) -> dict:
 async def _episodes(url: str, episodes: int, concurrency: int, searches: int) -> list[float]:
     """Every episode's requests, ``concurrency`` episodes at once over one connection pool; each request's latency.
     The episode id travels in the ``X-Episode-Id`` header (one pool for all; a NeMo Gym agent uses a cookie)."""
-    import httpx
-
     latencies: list[float] = []
     gate = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)

@@ -29,6 +29,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -39,6 +40,7 @@ from pydantic import BaseModel, ConfigDict
 from tansaku.core.errors import InputError
 from tansaku.core.llm import as_client
 from tansaku.envs.environments import call_tool, make_environment_factory, tool_methods, tool_schemas
+from tansaku.envs.evaluate import load_rows
 from tansaku.envs.tasks import TASKS, Task
 
 COOKIE = "tansaku_episode"
@@ -190,6 +192,18 @@ def verify_scores(task: Task, reward_functions: list, completion: list[dict], ro
     return {"reward": task.weighted_total(components), "reward_components": components}
 
 
+def nemo_gym_row(task: Task, row: dict, factory) -> dict:
+    """One dataset row as a NeMo Gym JSONL line: the row's fields, plus ``responses_create_params`` with the task
+    prompt as ``input`` and the tools of the description variant this row's episode shows (Responses API form)."""
+    environment = factory()
+    environment.reset(**row)
+    tools = [{"type": "function", "name": t["function"]["name"], "description": t["function"].get("description", ""),
+              "parameters": t["function"]["parameters"], "strict": False} for t in tool_schemas(environment)]
+    prompt = row.get("prompt") or task.build_prompt(row)
+    return {**{k: v for k, v in row.items() if k != "prompt"},
+            "responses_create_params": {"input": prompt, "tools": tools}}
+
+
 # ---------------------------------------------------------------- the app
 
 
@@ -258,11 +272,34 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
     return app
 
 
+def export_rows(task: Task, index, dataset, out, split: str = "train", seed: int = 0) -> int:
+    """``synth serve-env --export FILE``: the dataset's rows as NeMo Gym JSONL (``nemo_gym_row``); a new file only."""
+    out = Path(out)
+    if out.exists():
+        raise InputError(f"--export {out}: exists; give a new file (it is never overwritten)")
+    factory = make_environment_factory(task, index, seed=seed, require_prompt=False)
+    rows = load_rows(dataset, split=split)
+    tmp = out.with_name(out.name + ".partial")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(nemo_gym_row(task, row, factory), ensure_ascii=False, default=str) + "\n")
+    tmp.replace(out)
+    return len(rows)
+
+
 def serve(task_name: str, index, *, host: str = "127.0.0.1", port: int = 8010, judge=None, seed: int = 0,
-          max_episodes: int = 10_000, idle_seconds: float = 900.0) -> None:
-    """``synth serve-env``: the app for ``TASKS[task_name]`` under uvicorn until interrupted."""
+          max_episodes: int = 10_000, idle_seconds: float = 900.0, dataset=None, export=None,
+          split: str = "train") -> None:
+    """``synth serve-env``: the app for ``TASKS[task_name]`` under uvicorn until interrupted (or, with ``export``,
+    the dataset written as NeMo Gym JSONL)."""
     if task_name not in TASKS:
         raise InputError(f"--task {task_name!r}: one of {', '.join(sorted(TASKS))}")
+    if export is not None:
+        if dataset is None:
+            raise InputError("--export writes a dataset's rows: give --dataset too")
+        count = export_rows(TASKS[task_name], index, dataset, export, split, seed)
+        print(f"{count} rows of {dataset} ({split}) → {export}", file=sys.stderr)
+        return
     app = build_app(TASKS[task_name], index, judge=as_client(judge), seed=seed, max_episodes=max_episodes,
                     idle_seconds=idle_seconds)
     print(f"serving {task_name} over {index} at http://{host}:{port} (NeMo Gym resources-server routes)",

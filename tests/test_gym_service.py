@@ -170,3 +170,27 @@ def test_idle_episodes_expire_and_the_oldest_is_evicted(index):
         time.sleep(1.2)
         assert b.post("/search", {"query": "雪村製菓"})[0] == 404  # idle too long
         assert app.state.episodes.stats() == {"live": 0, "started": 3, "expired": 2, "evicted": 1}
+
+
+def test_export_writes_nemo_gym_rows_that_seed_episodes(index, tmp_path):
+    from typer.testing import CliRunner
+
+    from tansaku.cli import synth_app
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({**ROW, "id": f"q{i}"}, ensure_ascii=False) + "\n" for i in range(3)),
+                    encoding="utf-8")
+    out = tmp_path / "gym.jsonl"
+    args = ["serve-env", "--task", "multihop_qa", "--index", str(index), "--dataset", str(rows), "--export", str(out)]
+    result = CliRunner().invoke(synth_app, args)
+    assert result.exit_code == 0, result.stderr
+    lines = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 3 and lines[0]["answer"] == ROW["answer"]
+    params = lines[0]["responses_create_params"]
+    assert [m["role"] for m in params["input"]] == ["system", "user"] and ROW["question"] in params["input"][1]["content"]
+    assert {t["name"] for t in params["tools"]} == {"search", "open_doc"} and params["tools"][0]["type"] == "function"
+    again = CliRunner().invoke(synth_app, args)  # an existing file is never overwritten
+    assert again.exit_code == 2 and again.stderr.startswith("error: ")
+    with Served(build_app(TASK, index)) as url:  # an exported line seeds an episode as it is
+        status, seeded = Client(url).post("/seed_session", lines[1])
+        assert status == 200 and seeded["tool_variant"] == episode_variant(TASK, {**ROW, "id": "q1"})

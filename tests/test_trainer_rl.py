@@ -147,6 +147,11 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
     assert len(parquet) == 4 and set(COMPONENTS) <= set(parquet.columns) and "advantage" in parquet.columns
     assert parquet["tool_variant"].is_between(0, 3).all()  # each completion's tool description variant
     assert parquet["prompt"][0][0]["role"] == "system"  # the task's prompt (tools are rendered by the template)
+    # train rescore: the stored rollouts of a real run score the same again with the same reward functions.
+    from tansaku.trainer.rescore import rescore
+
+    rescored = rescore(first / "completions", "multihop_qa")
+    assert rescored["rows"] == 12 and rescored["unchanged"], rescored["components"]
 
     # Resume in a fresh folder from checkpoint-2: it must continue at step 3 with step 3's prompts.
     resumed = tmp_path / "resumed"
