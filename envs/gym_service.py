@@ -39,7 +39,13 @@ from pydantic import BaseModel, ConfigDict
 
 from tansaku.core.errors import InputError
 from tansaku.core.llm import as_client
-from tansaku.envs.environments import call_tool, make_environment_factory, tool_methods, tool_schemas
+from tansaku.envs.environments import (
+    call_tool,
+    make_environment_factory,
+    task_variants,
+    tool_methods,
+    tool_schemas,
+)
 from tansaku.envs.evaluate import load_rows
 from tansaku.envs.tasks import TASKS, Task
 
@@ -212,6 +218,9 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
     """The FastAPI app serving ``task`` over ``index`` (see the module docstring)."""
     factory = make_environment_factory(task, index, seed=seed, require_prompt=False)
     episodes = Episodes(factory, max_episodes, idle_seconds)
+    # Each description variant's tool schemas, made once at start (transformers reads the docstrings).
+    schemas = {v: tool_schemas(make_environment_factory(task, factory.backend, variant=v)())
+               for v in task_variants(task)}
     reward_functions = task.reward_functions(judge)
     app = FastAPI(title=f"tansaku {task.name} environment")
     app.state.episodes = episodes
@@ -235,7 +244,7 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
         environment = episodes.seed(episode_id, row)["environment"]
         response.set_cookie(COOKIE, episode_id, httponly=True)
         return {"episode_id": episode_id, "tool_variant": environment.tool_variant,
-                "tools": tool_schemas(environment)}
+                "tools": schemas[environment.tool_variant]}
 
     def tool_route(name: str, model: type[BaseModel]):
         def run(args, request: Request):
