@@ -94,6 +94,18 @@ def test_streaming_gives_the_rows_rejects_and_counts_of_batch_by_batch(tmp_path,
     assert strip(streamed[2]) == strip(batched[2])
 
 
+def test_an_offline_engine_gets_one_call_per_chunk(tmp_path):
+    """vLLM offline (``large_batches``): a whole chunk per call, whatever the stage's batch size."""
+
+    class Offline:
+        large_batches, slots = True, None
+
+    sizes = []
+    stage = batch_stage("ask", lambda batch: sizes.append(len(batch)) or batch, 8, client=Offline())
+    result = run_pipeline([{"i": i} for i in range(250)], [stage], tmp_path / "w", chunk_size=100)
+    assert sizes == [100, 100, 50] and [r["i"] for r in result.rows()] == list(range(250))
+
+
 def test_memory_stays_bounded_when_the_next_stage_is_far_slower(tmp_path):
     """A fast streaming stage before one 100× slower: records read but not finished stay within the windows."""
     fast, slow = SlotClient(slots=4), SlotClient(slots=2)
