@@ -10,8 +10,9 @@ records flow instead:
   function on one record at a time, in a pool of that many threads: a record's requests go out as soon as
   it arrives and a slot is free, and the next stage gets the record as soon as this one finished it, while
   later records, and later chunks, are still in flight;
-- every other stage runs as the chunked runner ran it, over each chunk's records; a client with
-  ``large_batches`` (vLLM offline) gets a whole chunk in one call, so its own scheduler fills the GPU.
+- a batch stage whose client has ``large_batches`` (vLLM offline) gets ``LARGE_BATCH`` records per call, across
+  chunk boundaries, so the engine's own scheduler fills the GPU;
+- every other stage runs as the chunked runner ran it, over each chunk's records.
 
 Backpressure: a streaming stage holds at most ``window`` records (waiting for a slot, in flight, or finished
 but not passed on yet), so memory stays bounded however far a fast stage runs ahead of a slow one.
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import os
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from tansaku.core.engine import Drop, Record, Stage, StageStats, batches, emit_for, instrumented
 from tansaku.core.llm.base import llm_stage
 
+LARGE_BATCH = 4096  # records per call of an offline engine (vLLM): thousands of prompts for its scheduler
 WINDOW_PER_SLOT = 16  # records a streaming stage may hold per slot: room behind a slow answer at the head
 MIN_WINDOW = 16
 
@@ -83,6 +84,8 @@ def run_stream(segment: list[Stage], tagged: Iterator[Tagged | ChunkEnd], stats_
         slots = slots_of(stage)
         if slots is not None:
             stream = _streamed(k, stage, stream, stats_for, drops_for, slots)
+        elif stage.batch_fn is not None and getattr(stage.client, "large_batches", False):
+            stream = _in_large_batches(k, stage, stream, stats_for, drops_for)
         else:
             stream = _per_chunk(k, stage, stream, stats_for, drops_for)
     return stream
@@ -116,8 +119,7 @@ def _per_chunk(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor,
                drops_for: DropsFor | None) -> Iterator[Tagged | ChunkEnd]:
     """The stage over each chunk's records, pulled lazily, counted as the chunked runner counted them."""
     if stage.batch_fn is not None and stage.client is not None:  # its LLM calls counted for it (progress line)
-        size = sys.maxsize if getattr(stage.client, "large_batches", False) else stage.batch_size  # vLLM: a chunk
-        stage = replace(stage, fn=batches(stage.name, _counted_as(stage), size))
+        stage = replace(stage, fn=batches(stage.name, _counted_as(stage), stage.batch_size))
     up = _Peek(upstream)
     while (head := up.peek()) is not _DONE:
         if isinstance(head, ChunkEnd):
@@ -188,20 +190,59 @@ def _streamed(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor, dro
                 yield x
                 continue
             chunk, record, future = x
-            stats = stats_for(chunk)[k]
-            stats.received += 1
             out, seconds = future.result()  # a bug in the stage function is raised here, with its traceback
-            stats.seconds += seconds
-            for item in emit_for(out, record):
-                if isinstance(item, Drop):
-                    stats.dropped[item.reason] += 1
-                    if drops_for is not None:
-                        drops_for(chunk, stage.name, item)
-                elif isinstance(item, dict):
-                    stats.kept += 1
-                    yield chunk, item
-                else:
-                    raise TypeError(f"stage {stage.name!r} yielded {type(item).__name__}; expected a dict or Drop")
+            yield from _outputs(k, stage, chunk, record, out, seconds, stats_for, drops_for)
     finally:
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _outputs(k: int, stage: Stage, chunk: int, record: Record, out, seconds: float, stats_for: StatsFor,
+             drops_for: DropsFor | None) -> Iterator[Tagged]:
+    """What the stage function returned for ``record``: counted for its chunk, drops kept, records passed on."""
+    stats = stats_for(chunk)[k]
+    stats.received += 1
+    stats.seconds += seconds
+    for item in emit_for(out, record):
+        if isinstance(item, Drop):
+            stats.dropped[item.reason] += 1
+            if drops_for is not None:
+                drops_for(chunk, stage.name, item)
+        elif isinstance(item, dict):
+            stats.kept += 1
+            yield chunk, item
+        else:
+            raise TypeError(f"stage {stage.name!r} yielded {type(item).__name__}; expected a dict or Drop")
+
+
+def _in_large_batches(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor, drops_for: DropsFor | None,
+                      size: int | None = None) -> Iterator[Tagged | ChunkEnd]:
+    """The stage's function on ``size`` records at a time across chunk boundaries (an offline engine schedules
+    them itself); chunk ends pass on after the batch that holds their chunk's last records."""
+    size = size or LARGE_BATCH
+    held: list = []
+    count = 0
+
+    def flush() -> Iterator[Tagged | ChunkEnd]:
+        records = [x[1] for x in held if isinstance(x, tuple)]
+        started = time.perf_counter()
+        with llm_stage(stage.name):
+            outs = stage.batch_fn(records) if records else []
+        if len(outs) != len(records):
+            raise ValueError(f"batch stage {stage.name!r} returned {len(outs)} results for {len(records)} records")
+        share = (time.perf_counter() - started) / max(1, len(records))
+        results = iter(outs)
+        for x in held:
+            if isinstance(x, ChunkEnd):
+                yield x
+            else:
+                yield from _outputs(k, stage, x[0], x[1], next(results), share, stats_for, drops_for)
+        held.clear()
+
+    for x in upstream:
+        held.append(x)
+        count += isinstance(x, tuple)
+        if count >= size:
+            yield from flush()
+            count = 0
+    yield from flush()

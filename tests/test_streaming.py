@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tansaku.core import streaming
 from tansaku.core.engine import Drop, batch_stage, map_stage
 from tansaku.core.llm.canned_server import ServerThread
 from tansaku.core.runner import run_pipeline
@@ -94,16 +95,26 @@ def test_streaming_gives_the_rows_rejects_and_counts_of_batch_by_batch(tmp_path,
     assert strip(streamed[2]) == strip(batched[2])
 
 
-def test_an_offline_engine_gets_one_call_per_chunk(tmp_path):
-    """vLLM offline (``large_batches``): a whole chunk per call, whatever the stage's batch size."""
+def test_an_offline_engine_gets_thousands_of_prompts_per_call(tmp_path, monkeypatch):
+    """vLLM offline (``large_batches``): LARGE_BATCH records per call across chunks, whatever the batch size;
+    the chunks still commit one by one with their own counts."""
+    monkeypatch.setattr(streaming, "LARGE_BATCH", 120)
 
     class Offline:
         large_batches, slots = True, None
 
     sizes = []
-    stage = batch_stage("ask", lambda batch: sizes.append(len(batch)) or batch, 8, client=Offline())
+
+    def ask(batch):
+        sizes.append(len(batch))
+        return [Drop("odd") if r["i"] % 2 else r for r in batch]
+
+    stage = batch_stage("ask", ask, 8, client=Offline())
     result = run_pipeline([{"i": i} for i in range(250)], [stage], tmp_path / "w", chunk_size=100)
-    assert sizes == [100, 100, 50] and [r["i"] for r in result.rows()] == list(range(250))
+    assert sizes == [120, 120, 10]
+    assert [r["i"] for r in result.rows()] == list(range(0, 250, 2))
+    chunks = sorted((tmp_path / "w").glob("segment-*/chunk-*.stats.json"))
+    assert [json.loads(c.read_text())[0]["received"] for c in chunks] == [100, 100, 50]
 
 
 def test_memory_stays_bounded_when_the_next_stage_is_far_slower(tmp_path):
