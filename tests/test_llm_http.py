@@ -66,6 +66,23 @@ def test_concurrency_bound_is_respected(canned_urls, stats):
     client.close()
 
 
+def test_slots_are_per_endpoint_and_the_least_busy_endpoint_gets_the_next_request(canned_urls, stats):
+    """--concurrency is per endpoint: two servers × 3 slots = 6 in flight, never more than 3 at one server; a new
+    request goes to the endpoint with the fewest requests out."""
+    client = client_for(canned_urls, max_concurrency=3)
+    assert client.slots == 6
+    results = client.chat([ask(f"並ぶ{i} sleep=0.1") for i in range(24)])
+    assert all(r.ok for r in results)
+    assert [stats(u)["max_in_flight"] for u in canned_urls] == [3, 3]
+    client.close()
+
+    client = client_for(canned_urls, max_concurrency=3)
+    client._assigned = [5, 1]  # endpoint 0 has five requests out, endpoint 1 one: a new request goes to 1
+    assert asyncio.run(client._next_open(0, least_busy=True)) == 1
+    assert asyncio.run(client._next_open(0)) == 0  # a retry moves on in order instead (failover)
+    client.close()
+
+
 def test_retries_5xx_and_429_then_succeeds(canned_urls, stats):
     client = client_for(canned_urls[:1], max_retries=3)
     results = client.chat([ask("不安定 fail=2"), ask("混雑 fail=3 status=429"), ask("普通")])
