@@ -48,15 +48,33 @@ SYNTH = [sys.executable, "-c", "import sys; from tansaku.cli import synth_app; s
 # ---------------------------------------------------------------- inputs
 
 
-def prepare(work: Path, scale: int) -> dict:
+def _law_copies(laws: Path, out: Path, copies: int) -> Path:
+    """``copies`` renamed copies of every law (another law id and title each), for a longer egov run."""
+    if copies <= 1:
+        return laws
+    if not out.exists():
+        out.mkdir(parents=True)
+        for xml in sorted(laws.glob("*.xml")):
+            if not re.match(r"^\d{3}[A-Z]{2}\d", xml.stem):
+                continue  # the XSD
+            text = xml.read_text(encoding="utf-8")
+            for k in range(copies):
+                stem = xml.stem.split("_")
+                stem[0] = stem[0][:-4] + f"{k:04d}"  # a law id of the same shape, one per copy
+                titled = re.sub(r"(<LawTitle[^>]*>)([^<]*)(</LawTitle>)", rf"\g<1>\g<2>第{k + 1}写\g<3>", text, count=1)
+                (out / ("_".join(stem) + ".xml")).write_text(titled, encoding="utf-8")
+    return out
+
+
+def prepare(work: Path, scale: int, law_copies: int = 1) -> dict:
     """Corpora, indexes and the question set the pipelines read (made once per work folder)."""
     from tansaku.envs.search import build_index
     from tansaku.examples.make_miniwiki import make_miniwiki
     from tansaku.pipelines.corpus import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
 
-    inputs = {"wiki": work / f"wiki{scale}", "laws": SHARED / "egov" if (SHARED / "egov").exists()
-              else ROOT / "examples" / "laws",
+    laws = SHARED / "egov" if (SHARED / "egov").exists() else ROOT / "examples" / "laws"
+    inputs = {"wiki": work / f"wiki{scale}", "laws": _law_copies(laws, work / f"laws{law_copies}", law_copies),
               "leads": work / "leads", "questions": work / f"questions{scale}"}
     if not (inputs["wiki"] / "index").exists():
         raw = work / f"wiki{scale}.jsonl"
@@ -239,13 +257,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--engines", nargs="+", default=["streaming", "batch"])
     parser.add_argument("--scale", type=int, default=4, help="mini-wiki seeds (244 articles each)")
     parser.add_argument("--trajectories-limit", type=int, default=None, help="questions the teacher answers")
+    parser.add_argument("--law-copies", type=int, default=1, help="renamed copies of each law (a longer egov run)")
     parser.add_argument("--peer-requests", type=int, default=6000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/tansaku-bench-llm"))
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
 
     args.work.mkdir(parents=True, exist_ok=True)
-    inputs = prepare(args.work, args.scale)
+    inputs = prepare(args.work, args.scale, args.law_copies)
     rows = []
     for slots in args.slots:
         rows.append(run_peer(slots, args.latency, args.peer_requests))
