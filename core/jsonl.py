@@ -9,7 +9,8 @@ Blank lines are skipped; ``.gz``, ``.bz2`` and ``.zst`` files are decompressed a
 never ``str.splitlines()``, which also breaks at U+2028 and other separators that JSON strings may hold.
 
 >>> import tempfile, pathlib
->>> p = pathlib.Path(tempfile.mkdtemp()) / "x.jsonl"
+>>> folder = tempfile.TemporaryDirectory()
+>>> p = pathlib.Path(folder.name) / "x.jsonl"
 >>> _ = p.write_text('{"a": 1}\\n\\n[2]\\n{bad\\n', encoding="utf-8")
 >>> [(n, v if isinstance(v, dict) else v.reason) for n, v in iter_jsonl(p, on_bad="yield")]
 [(1, {'a': 1}), (3, 'not_an_object'), (4, 'bad_json_line')]
@@ -17,6 +18,7 @@ never ``str.splitlines()``, which also breaks at U+2028 and other separators tha
 Traceback (most recent call last):
 ...
 tansaku.core.errors.InputError: ...x.jsonl:4: not valid JSON (Expecting property name enclosed in double quotes)
+>>> folder.cleanup()
 """
 
 from __future__ import annotations

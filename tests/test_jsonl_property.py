@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,42 +43,45 @@ lines = st.one_of(
 )
 
 
-def _write(content: list[tuple[bytes, dict | None]], bom: bool) -> Path:
-    path = Path(tempfile.mkdtemp()) / "x.jsonl"
-    path.write_bytes((BOM if bom else b"") + b"\n".join(raw for raw, _ in content) + b"\n")
-    return path
+@contextmanager
+def _written(content: list[tuple[bytes, dict | None]], bom: bool) -> Iterator[Path]:
+    """The lines as a file in a folder removed afterwards (hypothesis runs each test many times)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "x.jsonl"
+        path.write_bytes((BOM if bom else b"") + b"\n".join(raw for raw, _ in content) + b"\n")
+        yield path
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(lines, min_size=1, max_size=6), st.booleans())
 def test_yield_mode_never_raises_and_keeps_every_good_line(content, bom):
-    path = _write(content, bom)
-    got = list(iter_jsonl(path, on_bad="yield"))
-    numbers = [n for n, _ in got]
-    assert numbers == sorted(set(numbers)) and all(1 <= n <= len(content) for n in numbers)
-    by_number = dict(got)
-    for number, (raw, obj) in enumerate(content, 1):
-        value = by_number.get(number)
-        if obj is not None:  # a well-formed object line (line 1 too, after a BOM) comes back as it was
-            assert value == obj
-        elif isinstance(value, BadLine):
-            assert value.reason in ("bad_json_line", "not_an_object", "bad_encoding")
-            assert value.where.startswith(f"{path}:{number}: ")
-        elif value is None:
-            assert not raw.decode("utf-8", "replace").strip()  # only blank lines are skipped
-        else:
-            assert isinstance(value, dict)
+    with _written(content, bom) as path:
+        got = list(iter_jsonl(path, on_bad="yield"))
+        numbers = [n for n, _ in got]
+        assert numbers == sorted(set(numbers)) and all(1 <= n <= len(content) for n in numbers)
+        by_number = dict(got)
+        for number, (raw, obj) in enumerate(content, 1):
+            value = by_number.get(number)
+            if obj is not None:  # a well-formed object line (line 1 too, after a BOM) comes back as it was
+                assert value == obj
+            elif isinstance(value, BadLine):
+                assert value.reason in ("bad_json_line", "not_an_object", "bad_encoding")
+                assert value.where.startswith(f"{path}:{number}: ")
+            elif value is None:
+                assert not raw.decode("utf-8", "replace").strip()  # only blank lines are skipped
+            else:
+                assert isinstance(value, dict)
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(lines, min_size=1, max_size=6), st.booleans())
 def test_raise_mode_raises_only_input_error_naming_file_and_line(content, bom):
-    path = _write(content, bom)
-    try:
-        for _, value in iter_jsonl(path):
-            assert isinstance(value, dict)
-    except InputError as exc:
-        assert re.match(rf"^{re.escape(str(path))}:\d+: ", str(exc)), str(exc)
+    with _written(content, bom) as path:
+        try:
+            for _, value in iter_jsonl(path):
+                assert isinstance(value, dict)
+        except InputError as exc:
+            assert re.match(rf"^{re.escape(str(path))}:\d+: ", str(exc)), str(exc)
 
 
 @pytest.mark.parametrize("content, reason", [
