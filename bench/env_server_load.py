@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx2 as httpx  # noqa: E402 - the HTTP client the openai package ships with (httpx's API)
 
-from tansaku.core.llm.canned_server import free_port  # noqa: E402
+from tansaku.core.llm.canned_server import free_port, wait_for_health  # noqa: E402
 
 QUERIES = ["雪村製菓", "白砂市", "北浜県", "港町", "創業者", "羊羹", "月見坂", "本社"]
 
@@ -85,15 +84,7 @@ def run_http(index: Path, episodes: int, concurrency: int, searches: int) -> dic
                                "--index", str(index), "--port", str(port)], cwd=ROOT, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=1).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("serve-env did not start") from None
-                time.sleep(0.1)
+        wait_for_health(url)
         started = time.perf_counter()
         latencies = asyncio.run(_episodes(url, episodes, concurrency, searches))
         wall = time.perf_counter() - started

@@ -15,13 +15,12 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tansaku.core.llm import ChatRequest, from_spec  # noqa: E402
-from tansaku.core.llm.canned_server import free_port  # noqa: E402
+from tansaku.core.llm.canned_server import free_port, wait_for_health  # noqa: E402
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
@@ -29,15 +28,12 @@ def start_server() -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "tansaku.core.llm.canned_server", "--port", str(port)],
                             cwd=Path(__file__).resolve().parents[1])
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=1).read()
-            return proc, url
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("canned server did not start")
+    try:
+        wait_for_health(url, timeout=30)
+    except RuntimeError:
+        proc.kill()
+        raise
+    return proc, url
 
 
 def messages(i: int) -> list[dict]:

@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tansaku.core.llm.canned_server import free_port  # noqa: E402
+from tansaku.core.llm.canned_server import free_port, wait_for_health  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 RESPONDER = "tansaku.examples.stand_in_llm:respond"
@@ -143,14 +143,7 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "tansaku.core.llm.canned_server", "--port", str(self.port),
                                       "--responder", RESPONDER, "--latency", latency, "--slots", str(slots)],
                                      cwd=ROOT, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"{self.url}/health", timeout=1).read()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("latency server did not start")
+        wait_for_health(self.url)
 
     def stats(self) -> dict:
         return json.loads(urllib.request.urlopen(f"{self.url}/stats", timeout=30).read())

@@ -34,18 +34,15 @@ from tansaku.core.streaming import ChunkEnd, run_stream
 Progress = Callable[[StageStats, int | None, bool], None]
 
 
-class _Rejects:
-    """The rejected records of one chunk (or one global stage): JSON lines written under a temp name and
-    moved into place by ``commit`` before the chunk's commit marker, so a resumed chunk has them all."""
+class _JsonlFile:
+    """A JSON-lines file written line by line under a temp name and moved into place by ``commit`` (after an
+    fsync): a chunk's output, its rejected records, a global stage's chunks. Readers never see half a file."""
 
     def __init__(self, path: Path):
-        self.path = path
-        self.tmp = path.with_name(path.name + ".tmp")
+        self.path, self.tmp = path, path.with_name(path.name + ".tmp")
         self.file = open(self.tmp, "w", encoding="utf-8")
 
-    def write(self, stage: str, drop: Drop) -> None:
-        record = None if drop.record is None else json.dumps(drop.record, ensure_ascii=False, default=str)
-        row = {"stage": stage, "reason": drop.reason, "detail": str(drop.detail or ""), "record": record}
+    def write(self, row: Record) -> None:
         self.file.write(json.dumps(row, ensure_ascii=False))
         self.file.write("\n")
 
@@ -57,20 +54,34 @@ class _Rejects:
         return self.path
 
 
+class _Rejects:
+    """The rejected records of one chunk (or one global stage), committed before the chunk's commit marker, so
+    a resumed chunk has them all."""
+
+    def __init__(self, path: Path):
+        self.file = _JsonlFile(path)
+
+    def write(self, stage: str, drop: Drop) -> None:
+        record = None if drop.record is None else json.dumps(drop.record, ensure_ascii=False, default=str)
+        self.file.write({"stage": stage, "reason": drop.reason, "detail": str(drop.detail or ""), "record": record})
+
+    def commit(self) -> Path:
+        return self.file.commit()
+
+
 # ---------------------------------------------------------------- checkpoint files (JSON lines)
 
 
 def _write_atomic_jsonl(path: Path, records: Iterable[Record]) -> int:
-    tmp = path.with_name(path.name + ".tmp")
-    n = 0
-    with open(tmp, "w", encoding="utf-8") as f:
+    out, n = _JsonlFile(path), 0
+    try:
         for r in records:
-            f.write(json.dumps(r, ensure_ascii=False))
-            f.write("\n")
+            out.write(r)
             n += 1
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    except BaseException:
+        out.file.close()  # the temp file stays behind, never the final name: a rerun redoes it
+        raise
+    out.commit()
     return n
 
 
@@ -241,24 +252,6 @@ class _ChunkBook:
         return counts, [(name, d) for name in self.names for d in drops[name]]
 
 
-class _ChunkFile:
-    """A chunk's output, written line by line as its records arrive, moved into place by ``commit``."""
-
-    def __init__(self, path: Path):
-        self.path, self.tmp = path, path.with_name(path.name + ".tmp")
-        self.file = open(self.tmp, "w", encoding="utf-8")
-
-    def write(self, record: Record) -> None:
-        self.file.write(json.dumps(record, ensure_ascii=False))
-        self.file.write("\n")
-
-    def commit(self) -> None:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-        os.replace(self.tmp, self.path)
-
-
 def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False,
                        shard=None):
     """The segment's chunks, streamed through its stages (``tansaku.core.streaming``) and committed in input
@@ -292,14 +285,14 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, rep
         if not isinstance(x, ChunkEnd):
             chunk, record = x
             if writer is None:
-                writer = _ChunkFile(paths(chunk)[0])
+                writer = _JsonlFile(paths(chunk)[0])
             writer.write(record)
             continue
         out_path, stats_path, rejected_path = paths(x.chunk)
         if x.chunk in done_before:
             chunk_stats = json.loads(stats_path.read_text(encoding="utf-8"))
         else:
-            (writer or _ChunkFile(out_path)).commit()
+            (writer or _JsonlFile(out_path)).commit()
             counts, drops = book.pop(x.chunk)
             if keep_rejected:
                 rejects = _Rejects(rejected_path)

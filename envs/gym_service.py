@@ -25,6 +25,7 @@ query, the budget used up) is the tool's answer, ``{"output": "{'error': …}"}`
 # No ``from __future__ import annotations``: FastAPI reads the route functions' annotations as objects.
 import json
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -266,12 +267,13 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
     @app.post("/verify")
     def verify(body: VerifyBody, request: Request) -> dict:
         payload = body.model_dump()
-        episode = episodes.get(episode_id_of(request, payload))
+        episode_id = episode_id_of(request, payload)
+        episode = episodes.get(episode_id)
         row = {**(episode["row"] if episode else {}), **(body.model_extra or {})}
         row.pop("episode_id", None)
         completion = completion_from_response(body.response)
         scores = verify_scores(task, reward_functions, completion, row)
-        episodes.close(episode_id_of(request, payload))
+        episodes.close(episode_id)
         return {**payload, **scores, **{k: v for k, v in scores["reward_components"].items()}}
 
     @app.post("/close_session")
@@ -288,11 +290,16 @@ def export_rows(task: Task, index, dataset, out, split: str = "train", seed: int
         raise InputError(f"--export {out}: exists; give a new file (it is never overwritten)")
     factory = make_environment_factory(task, index, seed=seed, require_prompt=False)
     rows = load_rows(dataset, split=split)
-    tmp = out.with_name(out.name + ".partial")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(nemo_gym_row(task, row, factory), ensure_ascii=False, default=str) + "\n")
-    tmp.replace(out)
+    # A uniquely named hidden sibling (no user file can bear its name), renamed once complete.
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=out.parent, prefix=f".{out.name}.",
+                                     suffix=".partial", delete=False) as f:
+        try:
+            for row in rows:
+                f.write(json.dumps(nemo_gym_row(task, row, factory), ensure_ascii=False, default=str) + "\n")
+        except BaseException:
+            Path(f.name).unlink(missing_ok=True)
+            raise
+    Path(f.name).replace(out)
     return len(rows)
 
 

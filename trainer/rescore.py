@@ -46,6 +46,12 @@ def _score(value) -> float | None:
     return float(value)
 
 
+def _mean(scores: list[float | None]) -> float:
+    """Mean of the scores that exist (None: a component that did not apply, as TRL's nanmean)."""
+    present = [x for x in scores if x is not None]
+    return sum(present) / max(1, len(present))
+
+
 def _same(a: float | None, b: float | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and a == b)
 
@@ -93,8 +99,7 @@ def rescore(completions: str | Path, task_name: str, out: str | Path | None = No
             if not _same(before, after):
                 changes.append({"step": row.get("step"), "row": k, "stored": before, "new": after})
         diffs = [abs(a - b) for a, b in zip(stored, new) if a is not None and b is not None]
-        mean = lambda xs: (sum(x for x in xs if x is not None) / max(1, sum(x is not None for x in xs)))  # noqa: E731
-        components[name] = {"rows": len(mine), "stored_mean": mean(stored), "new_mean": mean(new),
+        components[name] = {"rows": len(mine), "stored_mean": _mean(stored), "new_mean": _mean(new),
                             "changed": len(changes), "max_abs_change": max(diffs, default=0.0),
                             "examples": changes[:SHOWN_CHANGES]}
     report = {"completions": str(completions), "rows": len(mine), "versions": reward_versions(task, functions),

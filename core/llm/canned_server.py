@@ -37,6 +37,7 @@ import re
 import socket
 import threading
 import time
+import urllib.request
 
 _DIRECTIVE = re.compile(r"\b(fail|sleep|status|retry_after)=([0-9.]+)")
 _ONLY = re.compile(r"\bonly=(\w+)")
@@ -213,6 +214,19 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
             state["in_flight"] -= 1
 
     return app
+
+
+def wait_for_health(url: str, timeout: float = 60.0) -> None:
+    """Return once ``url/health`` answers (a server started in another process); RuntimeError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=1).read()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not start within {timeout:.0f} s") from None
+            time.sleep(0.1)
 
 
 def free_port() -> int:
