@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from tansaku.core.cli_common import Version, friendly
+from tansaku.core.cli_common import License, LicenseFile, Version, friendly
+from tansaku.core.cli_common import print_manifest as _print_manifest
 from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache
 from tansaku.trainer.cli import train_app  # noqa: F401 - console script `train` = tansaku.cli:train_app
 
@@ -50,7 +49,6 @@ Seed = Annotated[int, typer.Option("--seed", help="Seed for every random draw in
 KeepRejected = Annotated[bool | None, typer.Option("--keep-rejected/--no-keep-rejected", help="Also write every dropped record (stage, reason, record) as the 'rejected' split (default: per pipeline).")]
 HeldoutShare = Annotated[float, typer.Option("--heldout-share", help="Share of questions held out as the 'test' split (train on 'train', eval on 'test'; 0: none).")]
 LLM = Annotated[str | None, typer.Option("--llm", help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
-License = Annotated[str | None, typer.Option("--license", help="Hub license id for the card (default: the input's license).")]
 Shard = Annotated[str | None, typer.Option("--shard", help="Build shard I of N (I/N): its part of the build's first record-local stages, into its own --out; merge with --from-shards.")]
 IndexTarget = Annotated[str, typer.Option("--index", help="Index folder, opensearch:NAME or https://host:9200/NAME.")]
 FromShards = Annotated[list[Path] | None, typer.Option("--from-shards", help="Finished shards (0 … N-1) of this same build, merged and finished here: the folder holding them, or each shard folder (repeat the option).")]
@@ -73,22 +71,6 @@ def _sharding(shard: str | None, from_shards: list[Path] | None):
         shards.set_plan()
 
 
-def _print_manifest(manifest: dict, out: Path) -> None:
-    if "shard" in manifest:
-        s = manifest["shard"]
-        typer.echo(f"shard {s['shard']}/{s['of']} of {manifest['name']} → {out}: its chunks of "
-                   f"{s['input_chunks']} committed; merge: the same command with --out D --from-shards …",
-                   err=True)
-        return
-    table = Table(title=f"{manifest['name']} v{manifest['version']} → {out}")
-    for col in ("stage", "received", "kept", "dropped"):
-        table.add_column(col)
-    for s in manifest["stages"]:
-        dropped = ", ".join(f"{k}: {v}" for k, v in s["dropped"].items()) or "–"
-        table.add_row(s["name"], str(s["received"]), str(s["kept"]), dropped)
-    Console(stderr=True).print(table)
-
-
 @model_app.command("prepare-tiny")
 @friendly
 def prepare_tiny(dir: Annotated[Path | None, typer.Option("--dir", help="Cache folder (default $TANSAKU_CACHE or ~/.cache/tansaku).")] = None):
@@ -108,16 +90,24 @@ def build_corpus(
     out: Out,
     format: Annotated[str, typer.Option("--format", help="auto | jsonl | cirrus | wac | jaquad")] = "auto",
     min_chars: Annotated[int, typer.Option("--min-chars", help="Drop documents shorter than this.")] = 1,
+    id_field: Annotated[str, typer.Option("--id-field", help="JSON lines: the key holding the document id.")] = "id",
+    title_field: Annotated[str, typer.Option("--title-field", help="JSON lines: the key holding the title.")] = "title",
+    text_field: Annotated[str, typer.Option("--text-field", help="JSON lines: the key holding the text.")] = "text",
+    license: License = None, license_file: LicenseFile = None,
     keep_rejected: KeepRejected = None,
     shard: Shard = None,
     from_shards: FromShards = None,
     quiet: Quiet = False,
 ):
     """Normalize a document collection into a document dataset (id, title, text, url, source, meta)."""
+    from tansaku.pipelines.corpus import JsonlFields
     from tansaku.pipelines.corpus import build_corpus as run
 
+    fields = JsonlFields(id=id_field, title=title_field, text=text_field)
     with _sharding(shard, from_shards):
-        manifest = run(input, out, fmt=format, min_chars=min_chars, quiet=quiet, **_rejected(keep_rejected))
+        manifest = run(input, out, fmt=format, min_chars=min_chars, quiet=quiet, fields=fields, license=license,
+                       license_file=license_file,
+                       **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -134,7 +124,7 @@ def build_egov(
     seed: Seed = 0,
     heldout_share: HeldoutShare = 0.2,
     keep_rejected: KeepRejected = None,
-    license: License = None,
+    license: License = None, license_file: LicenseFile = None,
     shard: Shard = None,
     from_shards: FromShards = None,
     quiet: Quiet = False,
@@ -144,7 +134,8 @@ def build_egov(
 
     with _sharding(shard, from_shards):
         manifest = run(laws, out, llm=llm, index=index, limit=limit, seed=seed, quiet=quiet,
-                       heldout_share=heldout_share, license=license, **_rejected(keep_rejected))
+                       heldout_share=heldout_share, license=license, license_file=license_file,
+                       **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -169,7 +160,7 @@ def build_multihop(
     max_per_subject: Annotated[int, typer.Option("--max-per-subject", help="Chains kept per subject entity (0 = no cap).")] = 3,
     max_per_bridge: Annotated[int, typer.Option("--max-per-bridge", help="Chains kept per bridge entity (0 = no cap).")] = 10,
     relations: Annotated[Path | None, typer.Option("--relations", help="JSON table merged over the built-in relation names and phrasings (pipelines/multihop/relations.json).")] = None,
-    license: License = None,
+    license: License = None, license_file: LicenseFile = None,
     shard: Shard = None,
     from_shards: FromShards = None,
     quiet: Quiet = False,
@@ -179,10 +170,10 @@ def build_multihop(
     from tansaku.pipelines.multihop.chains import Caps
 
     with _sharding(shard, from_shards):
-        manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k,
-                       m=m, until=until, limit=limit, seed=seed, quiet=quiet, heldout_share=heldout_share,
-                       caps=Caps.from_options(max_per_subject, max_per_bridge), license=license,
-                       relations=relations, **_rejected(keep_rejected))
+        manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k, m=m,
+                       until=until, limit=limit, seed=seed, quiet=quiet, heldout_share=heldout_share,
+                       license=license, license_file=license_file, relations=relations,
+                       caps=Caps.from_options(max_per_subject, max_per_bridge), **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -201,6 +192,7 @@ def build_trajectories(
     concurrency: Concurrency = None,
     limit: Limit = None,
     seed: Seed = 0,
+    license: License = None, license_file: LicenseFile = None,
     shard: Shard = None,
     from_shards: FromShards = None,
     quiet: Quiet = False,
@@ -210,7 +202,7 @@ def build_trajectories(
 
     with _sharding(shard, from_shards):
         manifest = run(dataset, out, teacher, index, translator=translator, general=general, ratio=ratio, n=n,
-                       seed=seed, limit=limit, quiet=quiet)
+                       seed=seed, limit=limit, quiet=quiet, license=license, license_file=license_file)
     _print_manifest(manifest, out)
 
 
@@ -228,7 +220,7 @@ def build_deepresearch(
     seed: Seed = 0,
     heldout_share: HeldoutShare = 0.2,
     keep_rejected: KeepRejected = None,
-    license: License = None,
+    license: License = None, license_file: LicenseFile = None,
     shard: Shard = None,
     from_shards: FromShards = None,
     quiet: Quiet = False,
@@ -238,7 +230,8 @@ def build_deepresearch(
 
     with _sharding(shard, from_shards):
         manifest = run(corpus, index, out, llm, clarify_share=clarify_share, limit=limit, seed=seed, quiet=quiet,
-                       heldout_share=heldout_share, license=license, **_rejected(keep_rejected))
+                       heldout_share=heldout_share, license=license, license_file=license_file,
+                       **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 
@@ -249,13 +242,14 @@ def import_jemhopqa(
     out: Out,
     seed: Seed = 0,
     heldout_share: HeldoutShare = 0.2,
-    license: License = None,
+    license: License = None, license_file: LicenseFile = None,
     quiet: Quiet = False,
 ):
     """JEMHopQA JSON → a multihop_qa dataset ('train' + held-out 'test'; the dev file: 'validation')."""
     from tansaku.pipelines.multihop.jemhopqa import import_jemhopqa as run
 
-    manifest = run(path, out, quiet=quiet, heldout_share=heldout_share, seed=seed, license=license)
+    manifest = run(path, out, quiet=quiet, heldout_share=heldout_share, seed=seed, license=license,
+                   license_file=license_file)
     _print_manifest(manifest, out)
 
 

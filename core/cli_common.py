@@ -1,4 +1,5 @@
-"""What every tansaku command line shares: the bad-input wrapper (``friendly``) and ``--version``.
+"""What every tansaku command line shares: the bad-input wrapper (``friendly``) and ``--version``; and what
+the ``synth build`` commands share: ``--license``/``--license-file`` and the funnel table (``print_manifest``).
 
 ``synth`` (``tansaku.cli``) and ``train`` (``tansaku.trainer.cli``) commands are wrapped in ``friendly``: bad
 input (a ``TansakuError``, an OS error on a path the user gave, a refused connection) ends in one line on
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -25,6 +27,8 @@ def _version(value: bool) -> None:
 
 
 Version = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print tansaku's version.")]
+License = Annotated[str | None, typer.Option("--license", help="The card's license: a Hub id (cc-by-sa-4.0, cc-by-4.0 …) or other:NAME (with --license-file; the card links LICENSE). Default: the input's license.")]
+LicenseFile = Annotated[Path | None, typer.Option("--license-file", help="License text, copied into the dataset as LICENSE; needed with --license other:NAME unless the input folder ships a LICENSE (then carried over).")]
 
 
 def friendly(fn):
@@ -44,3 +48,23 @@ def friendly(fn):
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+def print_manifest(manifest: dict, out: Path) -> None:
+    """A build's funnel (stage, received, kept, dropped by reason) on stderr; for a shard, what it committed."""
+    from rich.console import Console  # here, not at the top: `train --help` imports this module too
+    from rich.table import Table
+
+    if "shard" in manifest:
+        s = manifest["shard"]
+        typer.echo(f"shard {s['shard']}/{s['of']} of {manifest['name']} → {out}: its chunks of "
+                   f"{s['input_chunks']} committed; merge: the same command with --out D --from-shards …",
+                   err=True)
+        return
+    table = Table(title=f"{manifest['name']} v{manifest['version']} → {out}")
+    for col in ("stage", "received", "kept", "dropped"):
+        table.add_column(col)
+    for s in manifest["stages"]:
+        dropped = ", ".join(f"{k}: {v}" for k, v in s["dropped"].items()) or "–"
+        table.add_row(s["name"], str(s["received"]), str(s["kept"]), dropped)
+    Console(stderr=True).print(table)

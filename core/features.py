@@ -13,7 +13,8 @@ Three columns stay JSON text on purpose. ``tools`` of SFT rows: TRL's own conven
 struct, filling every tool with the others' properties as nulls that chat templates then render. A corpus's
 ``meta``: it carries the input's own metadata, whose keys the user chooses per row. e-Gov ``paragraphs``: a
 recursive tree (items hold subitems to any depth) that Arrow cannot type. Everything with fixed keys is typed:
-e-Gov articles' ``meta`` (``pipelines.egov.parse.ARTICLE_META``), ``quality_detail``, ``derivations``, ``prompt``.
+e-Gov articles' ``meta`` (``pipelines.egov.parse.ARTICLE_META``), ``quality_detail``, ``derivations``, ``prompt``,
+SFT trajectories' gold ``answer`` (``pipelines.trajectories.format.GOLD``).
 
     from tansaku.core.features import DERIVATIONS, PROMPT, declare, derivation_structs
     schema = declare(inferred, {"pass_rate": pa.float64(), "prompt": PROMPT})

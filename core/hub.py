@@ -12,7 +12,8 @@ rebuilt from the rows and holds machine-specific files.
 The uploaded manifests and cards hold no absolute local path: each one becomes relative to the dataset folder
 (``articles``), or to the working directory, or else its file name; inputs keep their sha256, which is what
 identifies them. The root card declares every nested dataset as a config and must pass ``card_problems``
-(the Hub's metadata rules, checked offline) or nothing is uploaded. Offline mode (``HF_HUB_OFFLINE``) and a
+(the Hub's metadata rules, checked offline) or nothing is uploaded; a license problem's refusal names
+the ``--license`` rebuild that fixes it. Offline mode (``HF_HUB_OFFLINE``) and a
 push without an explicit ``private`` are refused in one line; ``dry_run`` needs neither network nor token.
 """
 
@@ -26,6 +27,7 @@ import datasets
 from huggingface_hub import DatasetCard
 
 from tansaku.core.errors import InputError
+from tansaku.core.licenses import LICENSE_FIX
 from tansaku.core.store import MANIFEST, validate_for_push
 from tansaku.data_cards import card_problems, nested_datasets, subset_configs
 
@@ -104,7 +106,9 @@ def _card_for_upload(root: Path, text: str) -> str:
         card.data.configs = configs + missing
     problems = card_problems(card.data.to_dict(), root)
     if problems:
-        raise HubPushError(f"{root / CARD}: the Hub would reject this card: {'; '.join(problems)}")
+        # A license problem is fixed by rebuilding with a license, so the refusal names the flags that do it.
+        fix = f"; {LICENSE_FIX}" if any("license" in p for p in problems) else ""
+        raise HubPushError(f"{root / CARD}: the Hub would reject this card: {'; '.join(problems)}{fix}")
     return str(card) if missing else text
 
 

@@ -32,7 +32,9 @@ from tansaku.core.errors import InputError
 
 DATASET_MARKER = "manifest.json"
 INDEX_MARKER = "tansaku_index.json"
-DATASET_WRITES = ("data", "data.partial", "README.md", DATASET_MARKER, ".work")  # what a dataset build writes
+# What a dataset build writes; LICENSE (tansaku.core.licenses) only after the manifest, so a folder holding it is
+# already provably tansaku's.
+DATASET_WRITES = ("data", "data.partial", "README.md", DATASET_MARKER, ".work", "LICENSE")
 
 
 class FolderBusyError(InputError):

@@ -44,32 +44,22 @@ import pyarrow.parquet as pq
 import tansaku
 from tansaku.core import ownership, shards
 from tansaku.core.engine import Record, Stage
-from tansaku.core.errors import MissingInputError, TansakuError
+from tansaku.core.errors import MissingInputError
 from tansaku.core.features import declare
 from tansaku.core.heldout import HeldOut
 from tansaku.core.jsonl import iter_jsonl
+from tansaku.core.out_folder import REJECTED, StoreError, check_out, data_rows, read_manifest, refuse_empty
 from tansaku.core.progress import BuildProgress
-from tansaku.core.recipe import (
-    build_recipe,
-    canonical_json,
-    describe_changes,
-    fingerprint,
-    recipe_of_manifest,
-)
+from tansaku.core.recipe import build_recipe, canonical_json, fingerprint
 from tansaku.core.runner import PipelineResult, run_pipeline
 from tansaku.data_cards import nested_datasets, render_card
 
 ROWS_PER_SHARD = 100_000
 ROWS_PER_GROUP = 5_000  # parquet row group = what is held in memory while writing
 MANIFEST = "manifest.json"
-REJECTED = "rejected"  # the split of dropped records (keep_rejected)
 REJECTED_SCHEMA = pa.schema([(c, pa.string()) for c in ("stage", "reason", "detail", "record")])
 _PACKAGES = ("tansaku", "datasets", "polars", "pyarrow", "transformers", "trl", "torch", "tantivy",
              "sudachipy", "ja-law-parser", "json-repair", "openai", "huggingface_hub")
-
-
-class StoreError(TansakuError, RuntimeError):
-    """A dataset folder is missing, incomplete, or belongs to a different run."""
 
 
 def sha256_path(path: str | Path) -> str:
@@ -135,17 +125,18 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
     ``rows_by_split`` maps split names to zero-argument callables that stream the rows: they are read
     twice (schema + hash, then writing) so memory stays bounded by one shard. ``fixed_schemas``: a schema
     per split that is not inferred from the rows (the rejected split's, even when empty); ``column_types``:
-    declared types over the inferred ones (``tansaku.core.features.declare``).
+    declared types over the inferred ones (``tansaku.core.features.declare``). An empty split gets the
+    schema of the other splits, so it is one typed, empty parquet file that ``datasets`` loads.
     """
     fixed = fixed_schemas or {}
-
     data_dir = Path(out_dir) / "data"
     tmp_dir = Path(out_dir) / "data.partial"
     shutil.rmtree(tmp_dir, ignore_errors=True)
     tmp_dir.mkdir(parents=True)
     version = hashlib.sha256()
     counts: dict[str, int] = {}
-    for split in sorted(rows_by_split):
+    inferred: dict[str, list[pa.Schema]] = {}
+    for split in sorted(rows_by_split):  # pass 1: counts, content hash, the schema of each batch
         schemas, n = [], 0
         batch: list[Record] = []
         version.update(f"\x00split:{split}\x00".encode())
@@ -159,10 +150,13 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
                 batch = []
         if batch:
             schemas.append(pa.Table.from_pylist(batch).schema)
-        counts[split] = n
+        counts[split], inferred[split] = n, schemas
+    every_data_split = [s for split in sorted(inferred) if split not in fixed for s in inferred[split]]
+    for split in sorted(rows_by_split):  # pass 2: the rows, one row group at a time
+        schemas = inferred[split] or every_data_split
         schema = fixed.get(split) or declare(pa.unify_schemas(schemas, promote_options="permissive") if schemas
                                              else pa.schema([]), column_types)
-        n_shards = max(1, -(-n // rows_per_shard))
+        n_shards = max(1, -(-counts[split] // rows_per_shard))
         names = iter(_shard_names(split, n_shards))
         rows = iter(rows_by_split[split]())
         for _ in range(n_shards):
@@ -172,7 +166,7 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
                 while left and (group := [r for _, r in zip(range(min(ROWS_PER_GROUP, left)), rows)]):
                     writer.write_table(pa.Table.from_pylist(group, schema=schema))
                     left -= len(group)
-                if left == rows_per_shard:  # an empty split still gets its (empty) file
+                if left == rows_per_shard:  # an empty split still gets its (empty, typed) file
                     writer.write_table(schema.empty_table())
     shutil.rmtree(data_dir, ignore_errors=True)
     os.replace(tmp_dir, data_dir)
@@ -187,30 +181,6 @@ def _write_json(path: Path, obj: Any) -> None:
 
 def write_manifest(out_dir: str | Path, manifest: dict) -> None:
     _write_json(Path(out_dir) / MANIFEST, manifest)
-
-
-def _check_out(out: Path, recipe: dict, fp: str) -> dict | None:
-    """Whether ``out`` may be built into, without writing anything: the manifest when it already holds this
-    very build, None when it is missing, empty or holds an unfinished build of the same recipe; StoreError
-    (one line naming the path and what to do) for anything else (see ``tansaku.core.ownership``)."""
-    ownership.refuse_other_kind(out, "--out", "dataset")
-    if (out / MANIFEST).exists():
-        if not ownership.is_dataset(out):
-            raise StoreError(f"--out {out} holds a {MANIFEST} that tansaku did not write; choose another --out")
-        old = read_manifest(out)
-        if old.get("fingerprint") == fp:
-            return old
-        raise StoreError(f"--out {out} was built with a different recipe: "
-                         f"{describe_changes(recipe_of_manifest(old), recipe)}; remove the folder or choose another --out")
-    if (old := ownership.work_recipe(out)) is not None:
-        if fingerprint(old) != fp:
-            raise StoreError(f"--out {out} holds an unfinished build with a different recipe: "
-                             f"{describe_changes(old, recipe)}; rerun with the original options to resume it, "
-                             "or remove the folder or choose another --out")
-        return None
-    # not provably ours (another tool's, the user's): never touch it
-    ownership.refuse_foreign_entries(out, "--out", StoreError)
-    return None
 
 
 def build_dataset(
@@ -234,6 +204,7 @@ def build_dataset(
     summarize: Callable[[dict], dict] | None = None,
     heldout: HeldOut | None = None,
     column_types: dict[str, pa.DataType] | None = None,
+    empty_hints: dict[str, str] | None = None,
 ) -> dict:
     """Run ``stages`` over ``source`` into the dataset folder ``out`` and return its manifest.
 
@@ -243,6 +214,9 @@ def build_dataset(
     returns extra manifest keys computed from the written rows; ``card`` may be a function of the manifest.
     ``heldout``: split rows into ``train``/``test`` by ``tansaku.core.heldout`` (instead of ``split_of``).
     ``column_types``: declared column types (``tansaku.core.features``), so no type depends on the options.
+    A build whose data splits end with 0 rows raises ``EmptyBuildError`` after writing everything
+    (``tansaku.core.out_folder.refuse_empty``); ``empty_hints`` maps ``stage:reason`` (or ``stage``, or
+    ``input``) to the option that fixes it.
     """
     out = ownership.require_named(out, "--out")
     recipe = build_recipe(pipeline=pipeline, pipeline_version=pipeline_version, config=config, seed=seed,
@@ -253,9 +227,9 @@ def build_dataset(
     progress.watch(stages)  # the lines of LLM stages add requests in flight, req/s, tok/s, cache hits
     merging = shards.check_shards(fp, shards.PLAN.shard_folders())  # --from-shards: refused before any write
     # --out is checked before any write (a refused folder is left untouched), then locked to the build's end.
-    with ownership.claimed(out, "--out", lambda: _check_out(out, recipe, fp)) as finished:
+    with ownership.claimed(out, "--out", lambda: check_out(out, recipe, fp)) as finished:
         if finished is not None:
-            return finished
+            return refuse_empty(finished, out, empty_hints)
         work = out / ".work"
         work.mkdir(parents=True, exist_ok=True)
         _write_json(work / "recipe.json", recipe)  # before any checkpoint: proves whose checkpoints they are
@@ -273,7 +247,9 @@ def build_dataset(
         if heldout is not None and split_of is not None:
             raise ValueError("give build_dataset either split_of or heldout, not both")
         split_of = heldout.split_of if heldout is not None else split_of or (lambda r: "train")
-        splits = sorted({split_of(r) for r in result.rows()}) or ["train"]
+        # Every split the rule can give is written, an empty one as a typed empty file (a tiny build's test).
+        expected = ({"train", "test"} if heldout.share > 0 else {"train"}) if heldout is not None else set()
+        splits = sorted(expected | {split_of(r) for r in result.rows()}) or ["train"]
         if REJECTED in splits:
             raise ValueError(f"split name {REJECTED!r} is reserved for dropped records (keep_rejected)")
         rows_by_split = {s: (lambda s=s: (r for r in result.rows() if split_of(r) == s)) for s in splits}
@@ -318,20 +294,10 @@ def build_dataset(
                                        encoding="utf-8")
         write_manifest(out, manifest)  # written last: its presence means the folder is complete
         shutil.rmtree(work, ignore_errors=True)
-        return manifest
+        return refuse_empty(manifest, out, empty_hints)
 
 
 # ---------------------------------------------------------------- reading
-
-
-def read_manifest(path: str | Path) -> dict:
-    p = Path(path) / MANIFEST
-    if not p.exists():
-        raise StoreError(f"{path} is not a tansaku dataset (no {MANIFEST}); build it with `synth build …`")
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise StoreError(f"{p}: not valid JSON ({exc.msg}); rebuild the dataset") from None
 
 
 def shard_files(path: str | Path, split: str = "train") -> list[Path]:
@@ -392,8 +358,14 @@ def validate_for_push(path: str | Path) -> dict:
     from huggingface_hub import DatasetCard
 
     manifest = read_manifest(path)
+    if not data_rows(manifest):
+        raise StoreError(f"{path} holds 0 rows in every data split (`synth info {path}` shows the stage that "
+                         "dropped them): nothing to push")
     DatasetCard.load(Path(path) / "README.md")
     for split, n in manifest["splits"].items():
+        if not n:  # an empty split is a typed empty file that `datasets` cannot load (and no card config)
+            pq.read_schema(shard_files(path, split)[0])
+            continue
         ds = load_dataset("parquet", data_files=[str(f) for f in shard_files(path, split)], split="train")
         if len(ds) != n:
             raise StoreError(f"{path}: split {split} has {len(ds)} rows, manifest says {n}")

@@ -64,7 +64,7 @@ def nested_datasets(folder: str | Path) -> dict[str, list[str]]:
             splits = json.loads((child / "manifest.json").read_text(encoding="utf-8"))["splits"]
         except (OSError, ValueError, KeyError, TypeError):  # not a dataset folder (index/, .work/ …)
             continue
-        nested[child.name] = [s for s in splits if s != "rejected"]
+        nested[child.name] = [s for s, n in splits.items() if s != "rejected" and n]
     return nested
 
 
@@ -76,7 +76,8 @@ def subset_configs(subsets: dict[str, list[str]]) -> list[dict]:
 
 def card_problems(metadata: dict, root: str | Path) -> list[str]:
     """What the Hub would reject in a card's YAML ``metadata`` for the repo folder ``root`` (offline checks:
-    license ids, ``license_name`` with ``other``, size categories, configs whose ``data_files`` exist)."""
+    license ids, ``license_name`` with ``other``, a relative ``license_link`` that names a file, size categories,
+    configs whose ``data_files`` exist)."""
     problems = []
     licenses = metadata.get("license") or []
     for lic in [licenses] if isinstance(licenses, str) else licenses:
@@ -86,6 +87,9 @@ def card_problems(metadata: dict, root: str | Path) -> list[str]:
         name = metadata.get("license_name")
         if not isinstance(name, str) or not LICENSE_NAME.fullmatch(name):
             problems.append(f"license: other needs a license_name like `my-license-1.0` (got {name!r})")
+    link = metadata.get("license_link")
+    if isinstance(link, str) and "://" not in link and not (Path(root) / link).is_file():
+        problems.append(f"license_link {link!r} names no file of the dataset folder")  # a relative link: ours
     for size in metadata.get("size_categories") or []:
         if size not in SIZE_CATEGORIES:
             problems.append(f"size_categories {size!r} is not one of the Hub's")
@@ -109,8 +113,11 @@ def render_card(manifest: dict, samples: list[dict], card: dict, subsets: dict[s
     splits = manifest.get("splits", {})
     data_splits = [s for s in splits if s != "rejected"]
     total = sum(splits[s] for s in data_splits)
+    # An empty split keeps its typed parquet file but no config entry: `datasets` (5.x) cannot load a split
+    # with no rows ("corresponds to no data"), and one empty split would make the whole folder unloadable.
     configs = [{"config_name": "default", "data_files": [{"split": s, "path": f"data/{s}-*.parquet"}
-                                                         for s in data_splits]}]
+                                                         for s in data_splits if splits[s]]}]
+    configs = [c for c in configs if c["data_files"]]
     if "rejected" in splits:
         configs.append({"config_name": "rejected",
                         "data_files": [{"split": "rejected", "path": "data/rejected-*.parquet"}]})

@@ -5,7 +5,8 @@ tests: deterministic (the answer depends only on the request), no model, no GPU.
 
 - e-Gov ``mcq_generate``: a question on the article's first sentence, three distractors that add a
   condition the article does not have; ``mcq_judge``: every rubric criterion met;
-- multihop triple extraction: ``主語は値。`` sentences of the article as triples, the sentence as evidence;
+- multihop triple extraction: ``主語は値。`` sentences and ``AのB`` noun pairs of the article as triples, the
+  sentence as evidence;
   question writing: 「{subject}」の{relation1}の{relation2}は？; the quality judge: natural, unambiguous;
 - deepresearch: ``tansaku.pipelines.deepresearch.demo_llm.respond``;
 - trajectories: the teacher (requests with tools) and the rewriter are ``examples/teacher_script.py``.
@@ -25,6 +26,8 @@ from tansaku.pipelines.deepresearch.demo_llm import respond as deepresearch_resp
 
 _ARTICLE_NUMBER = re.compile(r"第[〇一二三四五六七八九十百千0-9０-９]+[条項号](の[〇一二三四五六七八九十]+)*")
 _FACT = re.compile(r"^([^、。「」]{1,12})は([^、。「」]{1,20})$")
+_NOUN = r"[一-龥ァ-ヶー々A-Za-z0-9・]"
+_NOUN_OF_NOUN = re.compile(rf"({_NOUN}{{2,15}})の({_NOUN}{{2,8}})")
 _DISTRACTOR_CONDITIONS = ("緊急の場合に限り", "書面による場合に限り", "一年以内に限り")
 
 
@@ -42,16 +45,23 @@ def _egov_question(prompt: str) -> str:
 
 
 def _triples(prompt: str) -> str:
+    """``主語は値`` sentences as (title, 主語, 値); then every ``AのB`` noun pair of the text as (title, B, A), the
+    shallow reading of "the article's B is A" a weak extractor makes of encyclopedia leads."""
     title = re.search(r"記事「(.+?)」", prompt)
     body = prompt.split("本文", 1)[-1]
-    triples = []
+    facts, mentions = [], []
     for sentence in body.split("。"):
         sentence = sentence.strip().split("\n")[-1]
-        match = _FACT.match(sentence)
-        if match and title:
-            triples.append({"subject": title.group(1), "relation": match.group(1), "object": match.group(2),
-                            "evidence": sentence})
-    return _json({"triples": triples[:8]})
+        if not title or not sentence:
+            continue
+        if match := _FACT.match(sentence):
+            facts.append({"subject": title.group(1), "relation": match.group(1), "object": match.group(2),
+                          "evidence": sentence})
+        for match in _NOUN_OF_NOUN.finditer(sentence):
+            if match.group(1) != title.group(1):
+                mentions.append({"subject": title.group(1), "relation": match.group(2), "object": match.group(1),
+                                 "evidence": sentence})
+    return _json({"triples": (facts + mentions)[:8]})
 
 
 def _question(prompt: str) -> str:

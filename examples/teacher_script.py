@@ -50,6 +50,9 @@ PATTERNS = {
     "設計者": [rf"({W}{{2,8}}?)の設計"],
 }
 HIT = re.compile(r"doc_id: (\S+) \| title: ([^\n]+)\n([^\n]*)")
+# The stand-in LLM's questions (examples/stand_in_llm.py) and its reading of "AのB" as "the B is A".
+STAND_IN_QUESTION = re.compile(r"^「(.+?)」の(.+?)の(.+?)は何ですか？$")
+NOUN = "一-龥ァ-ヶー々A-Za-z0-9・"
 
 
 def _value(relation: str, entity: str, text: str) -> str | None:
@@ -63,6 +66,7 @@ def _value(relation: str, entity: str, text: str) -> str | None:
     # The question names the canonical relation (出生地); the page may write any of its spellings (出身地).
     spellings = [relation, *DEFAULT.table.get(relation, {}).get("variants", [])]
     generic = [rf"{re.escape(name)}は({W}+?)[。、]" for name in spellings]
+    generic += [rf"(?<![{NOUN}])([{NOUN}]{{2,15}})の{re.escape(name)}" for name in spellings]
     for body in own:
         for pattern in [*generic, *(p for name in spellings for p in PATTERNS.get(name, []))]:
             match = re.search(pattern, body)
@@ -94,6 +98,8 @@ def respond(request, bool_queries: bool = True) -> dict:
     """The next assistant turn of the rule-based demo agent."""
     question = next(m["content"] for m in request.messages if m.get("role") == "user")
     parts = template_parts(question.strip())
+    if parts is None and (stand_in := STAND_IN_QUESTION.match(question.strip())):
+        parts = stand_in.groups()
     history = _history(request.messages)
     if not parts:
         if not history:

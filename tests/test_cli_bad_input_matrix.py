@@ -251,8 +251,19 @@ def test_corpus_bom_keeps_the_first_record(tmp_path):
 
 
 def test_jaquad_of_another_shape_is_dropped_not_a_traceback(tmp_path):
-    out, rows, rejected = _build_corpus(tmp_path, b'{"data": 5}', name="jaquad.json", fmt="jaquad")
-    assert rows == [] and [r["reason"] for r in rejected] == ["not_squad_json"]
+    """The one file is dropped with its reason; a corpus left with no document is refused in one line (exit 2)
+    that names the stage and reason, and what was written stays for a look."""
+    src = tmp_path / "jaquad.json"
+    src.write_bytes(b'{"data": 5}')
+    out = tmp_path / "out"
+    result = CliRunner().invoke(synth_app, ["build", "corpus", "--input", str(src), "--out", str(out),
+                                            "--format", "jaquad", "--keep-rejected", "-q"])
+    assert result.exit_code == 2, (result.stderr, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    line = lines[0]
+    assert "0 rows: stage 'normalize' dropped all 1 records" in line and "not_squad_json: 1 of 1" in line
+    assert read_rows(out) == [] and [r["reason"] for r in read_rows(out, split="rejected")] == ["not_squad_json"]
     assert read_manifest(out)["stages"][0]["dropped"] == {"not_squad_json": 1}
 
 

@@ -44,7 +44,8 @@ def built(tmp_path_factory):
     build_multihop(corpus=base / "corpus", out=base / "multihop", quiet=True, caps=Caps(None, None, None))
     build_egov([ROOT / "examples" / "laws"], base / "egov", quiet=True)
     build_trajectories(base / "multihop", base / "sft", teacher=f"scripted:{SCRIPT}:respond_compact",
-                       index=base / "index", n=1, limit=4, quiet=True)
+                       translator=f"scripted:{SCRIPT}:rewrite_compact", index=base / "index", n=1, limit=4,
+                       quiet=True)
     build_deepresearch(base / "corpus", base / "index", base / "deepresearch", "scripted:deepresearch", quiet=True)
     return base
 

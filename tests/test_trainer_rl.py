@@ -135,6 +135,8 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
     assert result["global_step"] == 3
     assert json.loads((first / "run_report.json").read_text(encoding="utf-8"))["steps"] == 3  # trainer/report.py
     assert (first / "learning_curves.png").read_bytes()[:4] == b"\x89PNG" and "report_ok" in result
+    card = (first / "README.md").read_text(encoding="utf-8")  # TRL's model card, written with each checkpoint
+    assert "huggingface.co/None" not in card and "SmolLM2-135M-Instruct" in card
 
     state = json.loads((first / "trainer_state.json").read_text(encoding="utf-8"))
     steps = [e for e in state["log_history"] if "loss" in e]

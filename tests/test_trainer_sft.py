@@ -99,6 +99,8 @@ def test_run_sft_with_lora_saves_an_adapter_and_the_recipe(tmp_path, tiny_model_
     assert (tmp_path / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
     saved = json.loads((tmp_path / "tansaku_recipe.json").read_text(encoding="utf-8"))
     assert saved["lora"]["r"] == 4 and saved["max_steps"] == 1
+    card = (tmp_path / "README.md").read_text(encoding="utf-8")  # TRL's model card, written with the checkpoint
+    assert "huggingface.co/None" not in card and "SmolLM2-135M-Instruct" in card
 
 
 def test_overlong_rows_are_fitted_not_truncated_in_the_trained_dataset(tmp_path, tiny_model_path):

@@ -185,3 +185,54 @@ def test_held_out_questions_never_become_sft_rows(built, inputs):
     seen = {r["question_id"] for r in train if r["kind"] == "agentic"}
     seen |= {json.loads(r["record"])["question_id"] for r in rejected if r["record"]}
     assert seen and seen <= sources and not seen & held_out
+
+
+def _answer_feature(folder: Path, cache: Path):
+    from datasets import load_dataset
+
+    return load_dataset(str(folder), cache_dir=str(cache))["train"]
+
+
+def test_answer_is_a_struct_column_and_general_rows_have_none(built, inputs):
+    """The gold answer is a typed struct (not JSON text), the same declared type whatever task the rows are of."""
+    from tansaku.pipelines.trajectories.format import GOLD
+
+    _, train, _ = built
+    ds = _answer_feature(inputs / "sft", inputs / "hf-cache-answer")
+    assert isinstance(ds.features["answer"], dict) and set(ds.features["answer"]) == set(GOLD.names)
+    by_kind = {kind: [r["answer"] for r in ds if r["kind"] == kind] for kind in ("agentic", "general")}
+    assert by_kind["general"] and all(a is None for a in by_kind["general"])
+    gold = {r["qid"]: r for r in read_rows(inputs / "multihop", "train")}
+    for row, answer in zip((r for r in train if r["kind"] == "agentic"), by_kind["agentic"], strict=True):
+        assert isinstance(answer, dict) and answer["answer"] == gold[row["question_id"]]["answer"]
+        assert answer["aliases"] == list(gold[row["question_id"]]["aliases"])
+        assert answer["answer_index"] is None and answer["choices"] is None
+
+
+def test_egov_trajectories_keep_the_choice_gold_in_the_same_struct(built, inputs):
+    from tansaku.envs.tasks import TASKS
+    from tansaku.pipelines.egov.build import build_egov
+
+    build_egov([ROOT / "examples" / "laws"], inputs / "egov", quiet=True)
+    task = TASKS["egov_mcq"]
+    gold = {task.user_message(r): r for r in read_rows(inputs / "egov", "train")}
+
+    def teacher(request):  # one search, then the gold choice's number
+        if not any(m.get("role") == "tool" for m in request.messages):
+            return {"reasoning": "条文を検索する。", "content": "",
+                    "tool_calls": [{"name": "search", "arguments": {"query": "図書館"}}]}
+        user = next(m["content"] for m in request.messages if m.get("role") == "user")
+        return {"reasoning": "選択肢を選ぶ。", "content": "{{" + task.gold_answer(gold[user]) + "}}"}
+
+    out = inputs / "sft-egov"
+    build_trajectories(inputs / "egov", out, teacher=ScriptedLLM(teacher, model="egov-teacher"),
+                       index=inputs / "index", translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL, ratio=1.0,
+                       n=1, limit=4, seed=1, quiet=True)
+    ds = _answer_feature(out, inputs / "hf-cache-egov")
+    assert ds.features["answer"] == _answer_feature(inputs / "sft", inputs / "hf-cache-answer").features["answer"]
+    agentic = [r for r in ds if r["kind"] == "agentic"]
+    assert agentic and all(r["answer"] is None for r in ds if r["kind"] == "general")
+    for row in agentic:
+        source = gold[row["messages"][1]["content"]]
+        assert row["answer"] == {"answer": source["answer"], "aliases": None,
+                                 "answer_index": source["answer_index"], "choices": list(source["choices"])}

@@ -40,6 +40,7 @@ from tansaku.envs.search import build_index
 from tansaku.envs.search.embedded import build_embedded
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.data import mix_by_ratio
+from tansaku.trainer.model_card import name_base_model
 from tansaku.trainer.monitor import RewardWatchCallback
 from tansaku.trainer.readiness import check_readiness
 from tansaku.trainer.recipes import (
@@ -305,8 +306,9 @@ def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None
             return sampler
 
     reward_funcs, weights, groups = build_rewards(recipe, judge)
+    model = resolve_model(recipe.model)
     trainer = ResumableGRPOTrainer(
-        model=resolve_model(recipe.model),
+        model=model,
         reward_funcs=reward_funcs,
         args=grpo_config(recipe, weights),
         train_dataset=build_dataset(recipe),
@@ -314,7 +316,7 @@ def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None
         environment_factory=build_environments(recipe),
         callbacks=[RewardWatchCallback(groups, recipe.watch, recipe.output_dir), *(callbacks or [])],
     )
-    return trainer
+    return name_base_model(trainer, recipe.model, model)  # its model card names the base model, not None
 
 
 def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, skip_readiness: bool = False,

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tansaku.trainer.data import mix_dataset
 from tansaku.trainer.length import apply_overlong, write_report
+from tansaku.trainer.model_card import name_base_model
 from tansaku.trainer.recipes import RecipeError, SFTRecipe, TrainCommon, load_recipe, resolve_model
 from tansaku.trainer.report import plot_loss_curve
 
@@ -136,8 +137,9 @@ def build_sft_trainer(recipe: SFTRecipe, callbacks: list | None = None):
     model = resolve_model(recipe.model)
     processing_class = AutoProcessor.from_pretrained(model)  # what SFTTrainer would load; passed so both agree
     dataset = sft_dataset(recipe, processing_class)
-    return SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=processing_class,
-                      peft_config=peft_config(recipe), callbacks=callbacks)
+    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=processing_class,
+                         peft_config=peft_config(recipe), callbacks=callbacks)
+    return name_base_model(trainer, recipe.model, model)  # its model card names the base model, not None
 
 
 def sft_dataset(recipe: SFTRecipe, processing_class):

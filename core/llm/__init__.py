@@ -30,7 +30,7 @@ from tansaku.core.parsing import LLMBadJSON, parse_json
 from .base import ChatRequest, ChatResult, LLMClient
 from .cache import ResponseCache, default_cache_path
 from .identity import is_hub_id
-from .json_calls import ask_json, checked_json, json_answer, json_answers, raise_if_all_unusable
+from .json_calls import ask_json, checked_json, json_answer, json_answers
 from .scripted import ScriptedLLM
 from .settings import DEFAULTS, cache_disabled
 
@@ -40,7 +40,6 @@ _MODEL_AT_URL = re.compile(r"^(?P<model>.+?)@(?P<urls>https?://.+)$")
 __all__ = [
     "ChatRequest", "ChatResult", "LLMBadJSON", "LLMClient", "ResponseCache", "ScriptedLLM", "as_client",
     "ask_json", "checked_json", "default_cache_path", "from_spec", "json_answer", "json_answers", "parse_json",
-    "raise_if_all_unusable",
 ]
 
 

@@ -14,7 +14,8 @@ unreadable answer and a hostile one are told apart and counted the same way ever
   default each request's own ``json_schema``), never a registry.
 
 Stages with their own drop names (a judge's ``judge_error`` / ``judge_bad_json``) pass them as ``error`` /
-``bad_json``. A build whose LLM answers were all unusable stops with :func:`raise_if_all_unusable`.
+``bad_json``. A build whose LLM answers were all unusable ends with 0 rows, which the store refuses in one line
+(``tansaku.core.out_folder.refuse_empty``, which names these reasons).
 
 >>> from tansaku.core.llm import ChatRequest, ScriptedLLM
 >>> llm = ScriptedLLM(lambda request: request.messages[-1]["content"])
@@ -29,14 +30,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tansaku.core.engine import Drop
-from tansaku.core.errors import InputError
 from tansaku.core.parsing import LLMBadOutput
 
 from .base import ChatRequest, ChatResult, LLMBadJSON, parse_json
 from .validate import output_problem
-
-# Drop reasons that mean "the LLM gave nothing usable" (as opposed to a usable answer a stage rejected).
-UNUSABLE_REASONS = frozenset({"llm_error", "llm_bad_json", "llm_bad_output", "judge_error", "judge_bad_json"})
 
 
 def checked_json(text: str, schema: dict | None = None, *, bad_json: str = "llm_bad_json",
@@ -79,18 +76,3 @@ def ask_json(llm, requests: list[ChatRequest], schema: dict | None = None, *, er
     return [json_answer(result, schema or request.json_schema, error=error, bad_json=bad_json,
                         bad_output=bad_output)
             for request, result in zip(requests, llm.chat(requests), strict=True)]
-
-
-def raise_if_all_unusable(manifest: dict) -> dict:
-    """``manifest`` unchanged, unless one of its stages received records but kept none, every drop an
-    unusable LLM answer (``UNUSABLE_REASONS``): then ``InputError`` (exit 2, one line), not 0 with an empty
-    dataset. The dataset stays written, with its rejected split, for a look at what the LLM said."""
-    for stage in manifest.get("stages", []):
-        if not stage.get("received") or stage.get("kept"):
-            continue
-        dropped = stage["dropped"]
-        if dropped and set(dropped) <= UNUSABLE_REASONS:
-            counts = ", ".join(f"{reason} {n}" for reason, n in sorted(dropped.items()))
-            raise InputError(f"all {sum(dropped.values())} LLM answers were unusable: stage {stage['name']!r} "
-                             f"dropped every record ({counts}); see the rejected split or check --llm")
-    return manifest

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.store import read_manifest
 
 from .base import Hit, SearchResult
 from .dsl import Limits, QueryError
@@ -93,7 +94,17 @@ def build_index_cli(dataset: str, index: str, backend: str = "embedded", analyze
     """
     if not Path(dataset).exists():
         raise MissingInputError(f"dataset folder {dataset} does not exist")
-    return build_index(dataset, index, backend=backend, analyzer=analyzer)
+    manifest_file = Path(dataset) / "manifest.json"
+    if manifest_file.is_file():  # an empty corpus is refused before an index folder is made for it
+        splits = read_manifest(dataset).get("splits")
+        if isinstance(splits, dict) and splits.get("train") == 0:
+            raise InputError(f"--dataset {dataset} holds 0 documents: its build kept none (`synth info {dataset}` "
+                             "shows the stage that dropped them); rebuild it before indexing")
+    meta = build_index(dataset, index, backend=backend, analyzer=analyzer)
+    if not meta.get("documents"):
+        raise InputError(f"--dataset {dataset}: the index {index} holds 0 documents (no row of the train split has "
+                         "text); rebuild the dataset")
+    return meta
 
 
 def search_cli(index: str, query: str, size: int | None = None) -> dict:

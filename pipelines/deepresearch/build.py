@@ -32,9 +32,10 @@ import pyarrow as pa
 from tansaku.core.engine import batch_stage, global_stage, map_stage
 from tansaku.core.features import PROMPT, QUESTION_COLUMNS, STRINGS
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
-from tansaku.core.licenses import input_license, license_card
-from tansaku.core.llm import as_client, raise_if_all_unusable
+from tansaku.core.licenses import choose_license
+from tansaku.core.llm import as_client
 from tansaku.core.options import check_count, check_fraction, check_limit, require_document_dataset
+from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import open_index, require_index
 from tansaku.envs.tasks import TASKS
@@ -58,6 +59,14 @@ COLUMN_TYPES = {**QUESTION_COLUMNS, "dialogue": PROMPT, "rubric": pa.list_(_RUBR
                                               "unconfirmed_doc_ids", "search_queries")}}
 DEMO_SPEC = "scripted:deepresearch"
 
+
+# What fixes a build that kept no instruction, per stage (tansaku.core.out_folder.refuse_empty).
+EMPTY_HINTS = {
+    "input": "the corpus has no documents",
+    "keywords": "the corpus gave no keyword group spanning several articles: use a larger corpus",
+    "instructions": "the writer confirmed no instruction through search: check --llm and that --index indexes "
+                    "--corpus",
+}
 
 def resolve_llm(llm):
     """A client from a spec (``scripted:deepresearch`` = the demo script), or the client itself."""
@@ -97,22 +106,25 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
                        keyword_config: KeywordConfig = KeywordConfig(), quality_threshold: float = 3.5,
                        name: str | None = None, keep_rejected: bool = True,
                        heldout_share: float = DEFAULT_SHARE, license: str | None = None,
-                       chunk_size: int = 64) -> dict:
+                       chunk_size: int = 64, license_file: str | Path | None = None) -> dict:
     """Build the deepresearch dataset in ``out``; returns its manifest (a rerun with the same ``out`` resumes).
     ``chunk_size``: records per checkpoint (documents, then keyword groups; the unit a ``--shard`` takes).
 
     ``keep_rejected`` (on: few rows, each an expensive LLM/agent result) writes every dropped instruction with
     its stage and reason as the ``rejected`` split. ``heldout_share``: share of instructions (key ``id``, one
     per keyword group) that form the ``test`` split (``tansaku.core.heldout``). ``license``: the card's license id
-    (default: the corpus card's license keys; ``unknown`` when it declares none)."""
+    or ``other:NAME`` with ``license_file`` (default: the corpus card's license keys and LICENSE; ``unknown``
+    when it declares none; ``tansaku.core.licenses.choose_license``)."""
 
     check_fraction("--clarify-share", clarify_share, 0, 1)
     check_limit(limit)
     check_count("chunk_size", chunk_size)
     check_fraction("quality_threshold", quality_threshold, 0, None)
     heldout = HeldOut(heldout_share, "id", seed)
+    out = precheck_out(out, pipeline="deepresearch")  # before the corpus is read
     # Fails fast on a folder that is no dataset, a broken manifest or a question dataset given as --corpus.
     corpus_manifest = require_document_dataset(corpus, "--corpus")
+    chosen = choose_license(license, license_file, corpus, {"license": "unknown"})
     require_index(index, f"build it with `synth index build --dataset {corpus}`")
     backend = open_index(index)
     client = resolve_llm(llm)
@@ -120,7 +132,7 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
     # The df bounds scale with the corpus: record the ones this corpus gets next to the config.
     config = {"clarify_share": clarify_share, "limit": limit, "keywords": keyword_config.to_dict(),
               "keyword_thresholds": keyword_config.thresholds(n_docs), "quality_threshold": quality_threshold,
-              "min_sources": 2, "max_turns": 6, "prompts": PROMPTS}
+              "min_sources": 2, "max_turns": 6, "prompts": PROMPTS, **chosen.recipe()}
     inputs = [describe_input(corpus, n_docs),
               {"path": str(index), "sha256": None, "records": None}]
     manifest = build_dataset(
@@ -129,9 +141,8 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
         stages=deepresearch_stages(client, backend, clarify_share=clarify_share, limit=limit, seed=seed,
                                    keyword_config=keyword_config, quality_threshold=quality_threshold),
         llm=client, parents=[corpus_manifest.get("version", "")], chunk_size=chunk_size, quiet=quiet,
-        keep_rejected=keep_rejected, heldout=heldout, column_types=COLUMN_TYPES,
-        card={"pretty_name": "tansaku deepresearch instructions",
-              **(license_card(license) if license else input_license(corpus) or {"license": "unknown"}),
+        keep_rejected=keep_rejected, heldout=heldout, column_types=COLUMN_TYPES, empty_hints=EMPTY_HINTS,
+        card={"pretty_name": "tansaku deepresearch instructions", **chosen.card,
               "task_categories": ["text-generation"], "tags": ["deep-research", "rubric"],
               "description": "Japanese report instructions that need several articles of the corpus, each with "
                              "the supporting doc ids its writer confirmed through search, an optional "
@@ -144,4 +155,4 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
                               "Rows whose clarifying Q/A failed its filters keep the instruction without it "
                               "(`clarify_status`)."]},
     )
-    return raise_if_all_unusable(manifest)
+    return chosen.write(out, manifest)

@@ -34,10 +34,10 @@ from tansaku.core.engine import Drop, Stage, batch_stage, global_stage, map_stag
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.features import QUESTION_COLUMNS, STRINGS
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
-from tansaku.core.licenses import license_card
-from tansaku.core.llm import as_client, raise_if_all_unusable
+from tansaku.core.licenses import choose_license
+from tansaku.core.llm import as_client
 from tansaku.core.options import check_count, check_fraction, check_limit
-from tansaku.core.ownership import refuse_foreign
+from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import build_index, open_index
 from tansaku.envs.tasks import TASKS, gold_failures
@@ -196,7 +196,8 @@ def _with_prompt(row: dict) -> dict:
 def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: int = 0, quiet: bool = False,
                per_article: int = 2, judge_threshold: float = 0.75, retrieval: bool = True, retrieval_k: int = 20,
                max_retrieval_rank: int | None = None, dedup_threshold: float = 0.85, keep_rejected: bool = True,
-               heldout_share: float = DEFAULT_SHARE, license: str | None = None) -> dict:
+               heldout_share: float = DEFAULT_SHARE, license: str | None = None,
+               license_file: str | Path | None = None) -> dict:
     """Build ``out/articles`` and the question dataset at ``out``; return the question manifest.
 
     ``llm``: an LLM spec or client (then the LLM generator and judge are used; else the rule-based kinds,
@@ -207,7 +208,8 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     ``keep_rejected``: write the dropped questions (and articles) with their stage and reason as ``rejected``.
     ``heldout_share``: share of articles whose questions form the ``test`` split (``tansaku.core.heldout``); the
     key is ``article_id``, so the questions of one article never sit on both sides.
-    ``license``: the question card's license id instead of the e-Gov terms (``EGOV_LICENSE``).
+    ``license``/``license_file``: the question card's license (a Hub id, or ``other:NAME`` with its text)
+    instead of the e-Gov terms (``EGOV_LICENSE``; ``tansaku.core.licenses.choose_license``).
     """
     # Every option is checked before the article dataset and index are built (hours on a full dump).
     check_limit(limit)
@@ -217,14 +219,14 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     check_fraction("judge_threshold", judge_threshold, 0, 1)
     check_fraction("dedup_threshold", dedup_threshold, 0, 1)
     heldout = HeldOut(heldout_share, "article_id", seed)
-    question_card = QUESTION_CARD if license is None else {**QUESTION_CARD, "license_name": None,
-                                                           "license_link": None, **license_card(license)}
+    chosen = choose_license(license, license_file, default=EGOV_LICENSE)
+    question_card = {**QUESTION_CARD, "license_name": None, "license_link": None, **chosen.card}
     laws = [Path(p) for p in (laws if isinstance(laws, (list, tuple)) else [laws])]
     if missing := [str(p) for p in laws if not p.exists()]:  # a typo must not build an empty dataset
         raise MissingInputError(f"--laws {', '.join(missing)}: no such file or folder")
     if not any(isinstance(s, str) for s in list_law_sources(laws)):  # names only: cheap
         raise InputError(f"--laws {', '.join(map(str, laws))}: no law XML files (*.xml, or *.xml inside a zip)")
-    out = refuse_foreign(out, "--out")  # before out/articles and out/index are written into it
+    out = precheck_out(out, pipeline="egov_mcq")  # before out/articles and out/index are written into it
     articles_dir = out / "articles"
     with shards.nested_at("articles"):  # --shard / --from-shards apply to the articles (tansaku.core.shards)
         art_manifest = build_articles(laws, articles_dir, seed=seed, quiet=quiet)
@@ -270,7 +272,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
               "judge_threshold": judge_threshold if client is not None else None,
               "prompts": [generate.GENERATE_PROMPT, generate.JUDGE_PROMPT] if client is not None else [],
               "retrieval_index": index_path, "retrieval_k": retrieval_k, "max_retrieval_rank": max_retrieval_rank,
-              "dedup_threshold": dedup_threshold, "task": "egov_mcq"}
+              "dedup_threshold": dedup_threshold, "task": "egov_mcq", **chosen.recipe()}
     manifest = build_dataset(
         out=out, name="egov-mcq", pipeline="egov_mcq", pipeline_version=QUESTIONS_VERSION, config=config,
         seed=seed, inputs=[describe_input(articles_dir, art_manifest["splits"].get("train", 0))
@@ -281,7 +283,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
         heldout=heldout)
     manifest["articles"] = {"path": str(articles_dir), "rows": art_manifest["splits"].get("train", 0),
                             "stages": art_manifest["stages"], "skipped": art_manifest.get("skipped", [])}
-    return raise_if_all_unusable(manifest)
+    return chosen.write(out, manifest)
 
 
 if __name__ == "__main__":

@@ -28,9 +28,10 @@ from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError
 from tansaku.core.features import DERIVATIONS, QUESTION_COLUMNS, STRINGS, derivation_structs
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
-from tansaku.core.licenses import input_license, license_card
-from tansaku.core.llm import as_client, raise_if_all_unusable
+from tansaku.core.licenses import choose_license
+from tansaku.core.llm import as_client
 from tansaku.core.options import check_count, check_fraction, check_k_m, check_limit, require_document_dataset
+from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.search import build_index, open_index, require_index
@@ -40,6 +41,15 @@ from tansaku.pipelines.multihop import triples as sources
 from tansaku.pipelines.multihop.relations import Relations
 
 PIPELINE_VERSION = "3"  # 2: prompt column, derivations as structs, typed quality; 3: hops judged in input order
+# What fixes a build that kept no question, per stage[:reason] (tansaku.core.out_folder.refuse_empty).
+EMPTY_HINTS = {
+    "triples:no_triples": "the documents gave no triples (no infobox links): pass --llm SPEC to extract triples "
+                          "from the text, or --triples FILE",
+    "chains": "no two triples chain through a linked bridge article: more documents or triples, or "
+              "--max-per-subject 0 --max-per-bridge 0 to lift the caps",
+    "prefilter": "no question's hops are retrievable from --index: index the corpus the triples come from",
+    "solve": "the --policy agent solved no question: check --policy and --index, or lower --m / raise --k",
+}
 STAGES = ("triples", "link", "cardinality", "chains", "questions", "quality", "prefilter", "solve", "finalize")
 SEARCHING = ("prefilter", "solve", "finalize")
 PROMPT_VERSIONS = sorted(p.name for p in (Path(__file__).with_name("prompts")).glob("*.md"))
@@ -105,7 +115,7 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
                    chunk_size: int = 1000, triples=None, min_natural: int = 3, question_temperature: float = 0.7,
                    prefilter_size: int = 10, keep_rejected: bool = False,
                    heldout_share: float = DEFAULT_SHARE, license: str | None = None,
-                   relations: str | Path | None = None) -> dict:
+                   relations: str | Path | None = None, license_file: str | Path | None = None) -> dict:
     """Run the multihop pipeline into the dataset folder ``out`` and return its manifest.
     ``triples`` (alias ``triples_path``): a JSONL or JEMHopQA file to start from instead of the corpus.
     ``min_natural`` (quality judge's naturalness bar), ``question_temperature`` and ``prefilter_size`` (top
@@ -114,7 +124,8 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
     ``heldout_share``: share of bridge entities whose questions form the ``test`` split (``tansaku.core.heldout``).
     The key is ``bridge``, not ``qid``/``chain_id``: chains through the same bridge share hop-2 facts (often the
     answer), so a question trained on would give away its test sibling.
-    ``license``: the card's license (default: the corpus card's, else Wikipedia's CC BY-SA 4.0).
+    ``license``/``license_file``: the card's license (default: the corpus card's and its LICENSE, else
+    Wikipedia's CC BY-SA 4.0; ``tansaku.core.licenses.choose_license``).
     ``relations``: a JSON table merged over ``relations.json`` (canonical relation names and their phrasing)."""
     check_limit(limit)
     check_k_m(k, m)
@@ -138,8 +149,9 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
         require_document_dataset(corpus, "--corpus")
     if index is not None and any(n in SEARCHING for n in names):
         require_index(index)
+    out = precheck_out(out, pipeline="multihop")  # before the inputs are read
+    chosen = choose_license(license, license_file, corpus, DEFAULT_LICENSE)
     llm, policy = as_client(llm), as_client(policy)
-    out = Path(out)
 
     if triples_path is not None:
         given = list(sources.read_triples_file(triples_path))  # fails fast on a malformed file
@@ -208,18 +220,18 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
         "agent_check": "rollouts" if policy is not None else "skipped (no --policy)",
         # The LLM and policy identities are stage recipes (triples/cardinality/questions/quality, solve).
         "index": str(index) if index else None,
-        "prompts": PROMPT_VERSIONS,
+        "prompts": PROMPT_VERSIONS, **chosen.recipe(),
     }
     manifest = build_dataset(
         out=out, name=out.name, pipeline="multihop", pipeline_version=PIPELINE_VERSION, config=config, seed=seed,
         inputs=inputs, source=source, stages=[all_stages[n] for n in names], llm=llm, quiet=quiet,
-        chunk_size=chunk_size, keep_rejected=keep_rejected,
+        chunk_size=chunk_size, keep_rejected=keep_rejected, empty_hints=EMPTY_HINTS,
         column_types=COLUMN_TYPES if "finalize" in names else None,  # earlier stages write working records
         heldout=heldout if "questions" in names else None,  # records before it are triples/chains, not questions
         card={"description": "Two-hop Japanese questions built from (subject, relation, object) triples: hop 1's "
                              "object is hop 2's subject; the bridge entity is never named in the question.",
               "pretty_name": f"tansaku multihop: {Path(out).name}", "task_categories": ["question-answering"],
-              **(license_card(license) if license else input_license(corpus) or DEFAULT_LICENSE),
+              **chosen.card,
               "limitations": [
                   "Only hops whose answer is unique in the triple statistics (1:1, N:1) are kept; relations that "
                   "are 1:N in the world but look unique in a small corpus can still give ambiguous questions.",
@@ -228,4 +240,4 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
                   "`pass_rate` is the share of k agent tries that solved the item with the configured policy "
                   "and search index; it is a difficulty signal for that policy only.",
                   "Facts come from the corpus as it was indexed and may be out of date (`time_dependent`)."]})
-    return raise_if_all_unusable(manifest)
+    return chosen.write(out, manifest)

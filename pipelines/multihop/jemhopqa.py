@@ -24,7 +24,8 @@ from tansaku.core.engine import Drop, map_stage
 from tansaku.core.errors import InputError
 from tansaku.core.features import derivation_structs
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
-from tansaku.core.licenses import license_card
+from tansaku.core.licenses import choose_license, license_card
+from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import StoreError, build_dataset, describe_input, read_records
 from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.multihop.build import COLUMN_TYPES
@@ -88,25 +89,27 @@ def is_dev_file(path: str | Path) -> bool:
 
 
 def import_jemhopqa(path: str | Path, out: str | Path, quiet: bool = False, heldout_share: float = DEFAULT_SHARE,
-                    seed: int = 0, license: str | None = None) -> dict:
+                    seed: int = 0, license: str | None = None, license_file: str | Path | None = None) -> dict:
     """Write the JEMHopQA file ``path`` as a ``multihop_qa`` dataset into ``out``: the dev file is the
     ``validation`` split; of any other file ``heldout_share`` of the questions (key ``qid``;
     ``tansaku.core.heldout``) form the ``test`` split, the rest ``train``. ``license``: the card's license id
     (default: JEMHopQA's CC BY-SA 4.0)."""
 
     heldout = HeldOut(heldout_share, "qid", seed)  # checks the share before anything is read
+    out = precheck_out(out, pipeline="import-jemhopqa")
+    chosen = choose_license(license, license_file, default=license_card(JEMHOPQA_LICENSE))
     dev = is_dev_file(path)
     items = load_items(path)
-    return build_dataset(
+    return chosen.write(out, build_dataset(
         out=out, name=f"jemhopqa-{Path(path).stem}", pipeline="import-jemhopqa", pipeline_version=IMPORT_VERSION,
-        config={"task": "multihop_qa", "split": "validation" if dev else "train+test"}, seed=seed,
+        config={"task": "multihop_qa", "split": "validation" if dev else "train+test", **chosen.recipe()}, seed=seed,
         inputs=[describe_input(path, len(items))], source=items, stages=[map_stage("to_eval_row", to_eval_row)],
         card={"description": "JEMHopQA (Ishii et al.) questions imported for evaluation with the multihop_qa "
                              "task. License: CC BY-SA 4.0 (see the original repository).",
-              "pretty_name": f"JEMHopQA {Path(path).stem}", **license_card(license or JEMHOPQA_LICENSE),
+              "pretty_name": f"JEMHopQA {Path(path).stem}", **chosen.card,
               "task_categories": ["question-answering"]},
         quiet=quiet, column_types=IMPORT_TYPES,
-        **({"split_of": lambda row: "validation"} if dev else {"heldout": heldout}))
+        **({"split_of": lambda row: "validation"} if dev else {"heldout": heldout})))
 
 
 # ---------------------------------------------------------------- recall of the chain stage

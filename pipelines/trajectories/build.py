@@ -22,19 +22,22 @@ from collections import Counter
 from pathlib import Path
 
 from tansaku.core.errors import InputError
+from tansaku.core.licenses import choose_license
 from tansaku.core.llm import as_client
 from tansaku.core.options import check_count, check_fraction, check_limit
 from tansaku.core.options import dataset_manifest as checked_manifest
+from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import REJECTED, build_dataset, describe_input, iter_rows
 from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.trajectories.filter import correct_only_stage
-from tansaku.pipelines.trajectories.format import format_stage
+from tansaku.pipelines.trajectories.format import COLUMN_TYPES, format_stage
 from tansaku.pipelines.trajectories.mix import AGENTIC_SYSTEM_PROMPT, mix_stage, read_chat_rows
 from tansaku.pipelines.trajectories.rewrite import CATALOG_PATH, PROMPTS, load_catalog, rewrite_stage
 from tansaku.pipelines.trajectories.teacher import guess_task, make_tools, teacher_stage
 from tansaku.pipelines.trajectories.verify import verify_stage
 
-PIPELINE_VERSION = "2"  # 2: failed trajectories go to the engine's rejected split (was a failures split)
+PIPELINE_VERSION = "3"  # 2: failed trajectories go to the engine's rejected split (was a failures split);
+# 3: `answer` is a typed struct (was JSON text)
 
 
 def question_source(dataset: str | Path, limit: int | None = None):
@@ -56,13 +59,28 @@ def _describe(client) -> dict:
     return {k: v for k, v in info.items() if k != "cache"}  # the cache path is not part of the recipe
 
 
+def _empty_hints(rewriter_is_teacher: bool) -> dict[str, str]:
+    """What fixes a build that kept no trajectory, per stage (``tansaku.core.out_folder.refuse_empty``)."""
+    rewrite = ("the rewriter is the teacher (no --translator): pass --translator SPEC, an LLM that answers the "
+               "rewrite prompts in JSON" if rewriter_is_teacher else "check --translator: its rewrites were unusable")
+    return {"input": "the --dataset train split has no questions",
+            "teacher": "the teacher gave no rollout: check --teacher",
+            "correct_only": "no teacher rollout reached the gold answer: check --teacher and that --index holds "
+                            "the documents the questions come from, or raise --n",
+            **{stage: rewrite for stage in ("translate", "refine", "scenario")},
+            "verify": "every rewrite changed the tool calls or results: check --translator"}
+
+
 def build_trajectories(dataset, out, teacher, index, translator=None, general=None, ratio: float = 0.5,
                        n: int = 4, seed: int = 0, limit: int | None = None, quiet: bool = False, *,
                        task: str | None = None, temperature: float = 0.7, max_tokens: int = 1024,
                        system_prompt: str = AGENTIC_SYSTEM_PROMPT, catalog: str | Path | None = None,
-                       name: str | None = None, chunk_size: int = 64) -> dict:
+                       name: str | None = None, chunk_size: int = 64, license: str | None = None,
+                       license_file: str | Path | None = None) -> dict:
     """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring).
-    ``chunk_size``: questions per checkpoint (what an interruption costs; the unit a ``--shard`` takes)."""
+    ``chunk_size``: questions per checkpoint (what an interruption costs; the unit a ``--shard`` takes).
+    ``license``/``license_file``: the card's license (``tansaku.core.licenses.choose_license``); default the
+    ``dataset`` card's, whose questions the rows hold."""
 
     # Checked before the teacher stage: a bad --ratio used to fail only after every rollout was paid for.
     check_count("--n", n)
@@ -71,7 +89,9 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
     check_fraction("--ratio", ratio, 0, None)
     check_fraction("temperature", temperature, 0, None)
     check_count("max_tokens", max_tokens)
+    out = precheck_out(out, pipeline="trajectories")  # before the questions are read
     dataset_manifest = checked_manifest(dataset, "--dataset")
+    chosen = choose_license(license, license_file, dataset)  # refused before the first rollout is paid for
     first = next(iter(question_source(dataset, 1)()), None)
     if first is None:
         raise InputError(f"{dataset} has no questions in its train split")
@@ -106,6 +126,7 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
         "limit": limit, "temperature": temperature, "max_tokens": max_tokens,
         "prompts": PROMPTS, "scenario_catalog_version": catalog_data["version"],
         "tools_config": tools.config.to_dict(), "system_prompt": system_prompt,
+        **chosen.recipe(),  # another license is another recipe: a rerun refuses it, never mixes
     }
     # Full descriptions for the card; the fingerprint holds only their identities (the stages' llm).
     models = {"teacher": _describe(teacher_client), "translator": _describe(rewriter)}
@@ -121,12 +142,13 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
                     if manifest["splits"].get(REJECTED) else [])
         return {"trajectories": summary(train, rejected, config, models, general_rows)}
 
-    return build_dataset(
+    return chosen.write(out, build_dataset(
         out=out, name=name or f"trajectories-{Path(dataset).name}", pipeline="trajectories",
         pipeline_version=PIPELINE_VERSION, config=config, seed=seed, inputs=inputs,
         source=question_source(dataset, limit), stages=stages, llm=teacher_client, keep_rejected=True,
-        summarize=summarize, card=trajectory_card, chunk_size=chunk_size,
-        parents=[dataset_manifest.get("version")] if dataset_manifest.get("version") else [], quiet=quiet)
+        summarize=summarize, card=lambda m: trajectory_card(m) | chosen.card, chunk_size=chunk_size,
+        column_types=COLUMN_TYPES, quiet=quiet, empty_hints=_empty_hints(translator is None),
+        parents=[dataset_manifest.get("version")] if dataset_manifest.get("version") else []))
 
 
 def summary(train: list[dict], rejected: list[dict], config: dict, models: dict, general_rows) -> dict:
@@ -166,6 +188,7 @@ def trajectory_card(manifest: dict) -> dict:
         f"### Scenario distribution\n\n| scenario | rows |\n|---|---:|\n{scen}\n\n"
         f"### Rejected by stage/reason\n\n| stage/reason | rows |\n|---|---:|\n{fails}"
     )
+    # `license: other` (no name) until build_trajectories puts the chosen license over it.
     return {"pretty_name": f"tansaku SFT trajectories: {manifest['name']}", "license": "other",
             "task_categories": ["text-generation"], "tags": ["sft", "tool-use", "agentic-search"],
             "description": description,

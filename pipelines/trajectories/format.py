@@ -9,18 +9,32 @@ dropped here; the mix stage puts the agentic system prompt in its place.
 Row columns of the ``train`` split: ``id, kind (agentic|general), messages, tools, tool_variant, task,
 question_id, try_index, scenario, answer, reward`` (failed trajectories are in the ``rejected`` split). ``tools`` are the schemas the teacher episode was shown (the RL environment's, in the
 description variant ``tool_variant`` drawn for that episode).
+
+``answer`` is the question's gold as one declared struct (``GOLD``) for every task, so its type never depends on
+which task or rows a build holds and datasets of two tasks concatenate: ``{answer, aliases}`` filled for
+multihop_qa, ``{answer, answer_index, choices}`` for egov_mcq, the other fields null; general rows: null.
+(deepresearch has no automatic answer reward, so it never reaches this pipeline and needs no rubric field.)
 """
 
 from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+
 from tansaku.core.engine import map_stage
+from tansaku.envs.answer_text import choice_index
+from tansaku.envs.rewards import _as_list
 from tansaku.pipelines.trajectories.verify import arguments_text
 
 MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "name", "tool_call_id")
 ROW_KEYS = ("id", "kind", "messages", "tools", "tool_variant", "task", "question_id", "try_index", "scenario",
             "answer", "reward")
+# The gold of every task that can build trajectories (the question row's answer columns, typed as its task does).
+GOLD = pa.struct([("answer", pa.string()), ("aliases", pa.list_(pa.string())), ("answer_index", pa.int64()),
+                  ("choices", pa.list_(pa.string()))])
+# Declared so no type depends on the rows: a build whose trajectories all failed holds general rows only.
+COLUMN_TYPES = {"answer": GOLD, "reward": pa.float64(), "try_index": pa.int64(), "tool_variant": pa.int64()}
 
 
 def clean_messages(messages: list[dict], drop_system: bool = True) -> list[dict]:
@@ -49,10 +63,18 @@ def tools_text(tools) -> str | None:
     return tools if isinstance(tools, str) else json.dumps(tools, ensure_ascii=False)
 
 
-def gold_of(row: dict) -> str:
-    """The gold answer columns of a question row as JSON text (answer/aliases or answer_index/choices)."""
-    keys = ("answer", "aliases", "answer_index", "choices")
-    return json.dumps({k: row[k] for k in keys if row.get(k) is not None}, ensure_ascii=False, default=str)
+def gold_of(row: dict) -> dict:
+    """The gold of a question row as a ``GOLD`` struct; a field the row lacks is None.
+
+    >>> gold_of({"answer": "楠沼栞", "aliases": ["楠沼"], "question": "…"})
+    {'answer': '楠沼栞', 'aliases': ['楠沼'], 'answer_index': None, 'choices': None}
+    """
+    def strings(value):
+        return None if value is None else [str(v) for v in _as_list(value)]  # a JSON-text list reads as a list
+
+    answer, index = row.get("answer"), row.get("answer_index")
+    return {"answer": None if answer is None else str(answer), "aliases": strings(row.get("aliases")),
+            "answer_index": None if index is None else choice_index(index), "choices": strings(row.get("choices"))}
 
 
 def chat_row(record: dict) -> dict:
