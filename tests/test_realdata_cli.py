@@ -89,15 +89,14 @@ def built(tmp_path_factory) -> Built:
                 "--llm", STAND_IN, "--policy", STAND_IN)
         b.build(f"{corpus}-deepresearch", "build", "deepresearch", "--corpus", b.root / corpus, "--index", index,
                 "--llm", "scripted:deepresearch")
-    b.build("wac-trajectories", "build", "trajectories", "--dataset", b.root / "wac-multihop",
-            "--index", b.root / "wac-index", "--teacher", STAND_IN, "--translator", REWRITER, "--n", "1",
-            "--limit", "40")
+        b.build(f"{corpus}-trajectories", "build", "trajectories", "--dataset", b.root / f"{corpus}-multihop",
+                "--index", index, "--teacher", STAND_IN, "--translator", REWRITER, "--n", "1", "--limit", "40")
     return b
 
 
 OUTPUTS = ["jemhopqa-chains", "jemhopqa-templates", "jemhopqa-import", "jaquad", "egov", "egov/articles", "wac",
            "wacjsonl", "wac-multihop", "wacjsonl-multihop", "wac-deepresearch", "wacjsonl-deepresearch",
-           "wac-trajectories"]
+           "wac-trajectories", "wacjsonl-trajectories"]
 
 
 @pytest.mark.parametrize("name", OUTPUTS)
