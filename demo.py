@@ -14,11 +14,16 @@ folder (or resume from their checkpoints), trained models and eval reports are r
 3. ``synth build multihop`` (template questions, scripted agent as the solvability policy) — with
    ``--llm``, the LLM generators, judges and fixers are used. Its ``test`` split (questions whose bridge
    entity is held out) is what every evaluation below reports on; nothing trains on it;
-4. ``synth build trajectories`` with the scripted teacher in the compact style the 135M model can learn
-   (``teacher_script.py:respond_compact``: real tool loops over the index, short reasoning, the task
-   ``multihop_qa_compact``), mixed with ``examples/general_chat.jsonl`` under the system-prompt switch;
+4. ``synth build general``: the tiny model's own greedy answers to the first prompts of
+   ``examples/general_prompts.jsonl``, no system prompt (the general half of the switch; its ``test`` split
+   is held out for retention); ``synth build trajectories`` with the scripted teacher in the compact style
+   the 135M model can learn (``teacher_script.py:respond_compact``: real tool loops over the index, short
+   reasoning, the task ``multihop_qa_compact``), mixed with that general ``train`` split under the
+   system-prompt switch;
 5. ``train sft`` on the tiny model, then ``train rl`` (GSPO) from it in the same environment;
-6. ``train eval`` of the base, SFT and RL models on the held-out questions; a summary table of every
+6. ``train eval`` of the base, SFT and RL models on the held-out questions, and ``train eval --task general``
+   on the held-out general prompts (retention = exp(log-prob/token of the base's own answers, after −
+   before), in ``summary.json``'s ``retention``); a summary table of every
    artifact, also written as ``summary.json`` (every number of the table: per-step seconds, rows and memory,
    eval per task and stage, peak RSS; rewritten after each step, ``"complete": true`` at the end) and
    ``summary.md``, with the RL learning curves copied to ``learning_curves.png``.
@@ -27,10 +32,10 @@ The egov dataset is built (the synthesis side) but not trained on here: its 4-ch
 full prompt style, which the 135M model cannot learn in the minutes a demo has (``bench/efficacy.py`` and
 the slow tests drive the egov environment).
 
-Memory: the steps that load a model (tiny model preparation, each evaluation, SFT, RL) run one at a time
-in a child process (``tansaku.core.memory.run_isolated``) that exits when the step ends, so what one step
-allocated (weights, optimizer state, the allocator's freed-but-kept pages) is given back before the next
-starts: the demo's peak is the largest single step, not their sum. Training takes one row per micro-batch
+Memory: the steps that load a model (tiny model preparation, the general answers, each evaluation, SFT, RL)
+run one at a time in a child process (``tansaku.core.memory.run_isolated``) that exits when the step ends,
+so what one step allocated (weights, optimizer state, the allocator's freed-but-kept pages) is given back
+before the next starts: the demo's peak is the largest single step, not their sum. Training takes one row per micro-batch
 (a 1.3k-token row's fp32 logits over the 49k vocabulary are 250 MB, and the loss keeps several copies) with
 gradient checkpointing. SFT trains bf16 weights (lr 3e-4 is far above bf16's resolution); RL keeps fp32
 master weights (its small steps would round away in bf16; ``weights_dtype`` in the recipe docs) and uses
@@ -56,10 +61,12 @@ from tansaku.core.llm import from_spec
 from tansaku.core.memory import RSSMeter, maxrss_mb, rss_mb, run_isolated
 from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.envs.evaluate import run_eval
+from tansaku.envs.retention import TASK as GENERAL
+from tansaku.envs.retention import retention
 from tansaku.envs.search import build_index
-from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.corpus import build_corpus
 from tansaku.pipelines.egov.build import build_egov
+from tansaku.pipelines.general import build_general
 from tansaku.pipelines.multihop.build import build_multihop
 from tansaku.pipelines.trajectories.build import build_trajectories
 from tansaku.trainer.report import CURVES_FILE, plot_learning_curves
@@ -87,17 +94,23 @@ class DemoSizes:
     eval_k: int = 1
     max_tokens: int = 160  # per turn in evaluation: the hop turn (a sentence + a tool call) needs ~100
     rl_completion: int = 768  # the whole multi-turn RL completion: a compact episode is 630–700 tokens
+    # The general half of the switch: the tiny model's own answers to the first N example prompts (the file
+    # takes its nine kinds of request in turn, so any first N mixes them), one bf16 batch (~40 s on 2 cores). 48 at 128 tokens kept 21 (17 train, 4 held out; the rest ran on past 128
+    # tokens and were dropped as truncated); the mix takes 0.1 general rows per agentic row.
+    general_prompts: int = 48
+    general_tokens: int = 128
 
     @classmethod
     def small(cls) -> DemoSizes:
         return cls(multihop_limit=30, egov_limit=12, sft_steps=2, rl_steps=1, eval_rows=2, eval_k=1, max_tokens=64,
-                   rl_completion=256)
+                   rl_completion=256, general_prompts=12, general_tokens=64)
 
 
 # The eval report's numbers that summary.json carries per task and stage (plus ``pass@k``, ``answer_rate``
 # and each reward component, ``format_reward`` among them).
 EVAL_KEYS = ("questions", "episodes", "k", "pass@1", "mean_tool_calls", "tool_error_rate", "parse_failure_rate",
              "episodes_with_parse_failure", "mean_total_reward", "zero_variance_group_share")
+RETENTION_KEYS = ("rows", "tokens", "mean_token_logprob", "perplexity")  # the ``general`` report's numbers
 SUMMARY_COLUMNS = ("step", "artifact", "numbers", "seconds", "peak RSS MB")
 
 
@@ -148,7 +161,7 @@ class Summary:
 
 def eval_numbers(report: dict) -> dict:
     """The numbers of one eval ``report.json`` that summary.json keeps (same values, same names)."""
-    numbers = {key: report[key] for key in EVAL_KEYS if key in report}
+    numbers = {key: report[key] for key in (*EVAL_KEYS, *RETENTION_KEYS) if key in report}
     if f"pass@{report.get('k')}" in report:
         numbers[f"pass@{report['k']}"] = report[f"pass@{report['k']}"]
     if "stop_reasons" in report:  # episode tasks (the ``general`` retention report has none)
@@ -204,8 +217,18 @@ def _trained_numbers(result: dict, steps: int) -> dict:
 def evaluate_model(task: str, dataset: Path, model_dir: Path, index: Path, **options) -> dict:
     """``train eval`` of a model folder, generating in bf16 (~2x faster than fp32 on CPU). The answer cache keys
     on the weights, so checkpoints in folders of the same name never share answers (also used by bench/)."""
+    if task == GENERAL:  # retention reads the log-probs from the weights, so run_eval loads the folder itself
+        return run_eval(task, dataset, f"transformers:{model_dir}", index, **options)
     client = from_spec(f"transformers:{model_dir}", dtype="bfloat16", batch_size=16)
     return run_eval(task, dataset, client, index, **options)
+
+
+def general_set(out: Path, model_dir: Path, sizes: DemoSizes, quiet: bool) -> dict:
+    """``synth build general`` with the tiny model as its own base: its greedy answers to the example prompts,
+    generated in bf16 in one batch (like the evaluations), no system prompt."""
+    client = from_spec(f"transformers:{model_dir}", dtype="bfloat16", batch_size=sizes.general_prompts)
+    return build_general(EXAMPLES / "general_prompts.jsonl", out, client, max_tokens=sizes.general_tokens,
+                         limit=sizes.general_prompts, quiet=quiet)
 
 
 def _learning_curves(rl_dir: Path, out: Path) -> Path | None:
@@ -235,10 +258,12 @@ def _evaluate(summary: Summary, label: str, model_dir: Path, out: Path, sizes: D
             report, memory = _isolated_step(evaluate_model, task, dataset, model_dir, index, split="test", k=sizes.eval_k,
                                             limit=sizes.eval_rows, out_dir=report_dir, max_tokens=sizes.max_tokens,
                                             seed=0)  # writes report.json
-        rewards = ", ".join(f"{k}={v:.2f}" for k, v in report["rewards"].items() if v is not None)
-        summary.add(f"eval {label} {task}", report_dir,
-                    f"pass@1={report['pass@1']:.2f} tool calls/episode={report['mean_tool_calls']:.2f} {rewards}",
-                    time.time() - t, task=task, stage=label, **eval_numbers(report), **memory)
+        rewards = ", ".join(f"{k}={v:.2f}" for k, v in report.get("rewards", {}).items() if v is not None)
+        line = (f"log-prob/token={report['mean_token_logprob']:.3f} perplexity={report['perplexity']:.2f} on "
+                f"{report['rows']} held-out general prompts" if task == GENERAL else
+                f"pass@1={report['pass@1']:.2f} tool calls/episode={report['mean_tool_calls']:.2f} {rewards}")
+        summary.add(f"eval {label} {task}", report_dir, line, time.time() - t, task=task, stage=label,
+                    **eval_numbers(report), **memory)
         reports[task] = report
     return reports
 
@@ -281,17 +306,24 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
                               index=wiki_index, limit=sizes.multihop_limit, k=1, m=1, quiet=quiet)
     summary.add("synth build multihop", out / "multihop", _funnel(multihop), time.time() - t, **_rows(multihop))
 
-    # 4. SFT trajectories with real tool loops (train split only), in the compact style; the general rows
-    #    carry no system prompt, the agentic ones the task's: the system prompt is the switch.
+    # 4. The general half of the switch: the base model's own answers, no system prompt (synth build general),
+    #    its held-out test split kept for the retention evaluation. Then SFT trajectories with real tool loops
+    #    (train split only), in the compact style; the general rows carry no system prompt, the agentic ones the
+    #    task's: the system prompt is the switch.
+    t = time.time()
+    general, memory = _isolated_step(general_set, out / "general", model_dir, sizes, quiet)
+    summary.add("synth build general", out / "general", _funnel(general), time.time() - t, **_rows(general),
+                **memory)
     t = time.time()
     trajectories = build_trajectories(out / "multihop", out / "trajectories", SCRIPTED_AGENT, str(wiki_index),
-                                      translator=SCRIPTED_REWRITER, general=EXAMPLES / "general_chat.jsonl",
-                                      ratio=0.1, n=sizes.trajectories_n, quiet=quiet, task=TASK,
-                                      system_prompt=TASKS[TASK].system_prompts[0])
+                                      translator=SCRIPTED_REWRITER, general=out / "general",
+                                      ratio=0.1, n=sizes.trajectories_n, quiet=quiet, task=TASK)
     summary.add("synth build trajectories", out / "trajectories", _funnel(trajectories), time.time() - t,
                 **_rows(trajectories))
 
     eval_tasks = {TASK: (out / "multihop", wiki_index)}
+    if general["splits"].get("test"):  # retention on general prompts SFT never saw (a tiny run may hold none)
+        eval_tasks[GENERAL] = (out / "general", None)
     before = _evaluate(summary, "before", model_dir, out, sizes, eval_tasks)
 
     # 5. SFT, then GSPO from the SFT model. The recipes are written next to the runs so they can be rerun.
@@ -345,7 +377,10 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
         out, out=str(out), small=small, llm=llm, sizes=asdict(sizes), wall_seconds=round(time.time() - started, 1),
         eval={task: {"before": eval_numbers(before[task]), "sft": eval_numbers(sft_eval[task]),
                      "after": eval_numbers(after[task])} for task in eval_tasks},
-        learning_curves=curves.name if curves else None, complete=True)
+        learning_curves=curves.name if curves else None, complete=True,
+        # exp(log-prob/token after − before) on the base's own held-out answers: 1.0 = general behaviour kept
+        retention={stage: round(retention(before[GENERAL], reports[GENERAL]), 4)
+                   for stage, reports in (("sft", sft_eval), ("after", after)) if GENERAL in reports})
     if not quiet:
         summary.print()
         Console(stderr=True).print(f"summary: {out / 'summary.json'}, {out / 'summary.md'}"

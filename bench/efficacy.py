@@ -43,7 +43,6 @@ import yaml
 
 from tansaku.demo import EXAMPLES, evaluate_model
 from tansaku.envs.search import build_index
-from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.corpus import build_corpus
 from tansaku.pipelines.multihop.build import build_multihop
 from tansaku.pipelines.trajectories.build import build_trajectories
@@ -100,10 +99,9 @@ def build_data(out: Path, start: float) -> None:
         build_index(out / "corpus", out / "index")
     multihop = build_multihop(corpus=out / "corpus", out=out / "multihop", policy=TEACHER, index=out / "index",
                               k=1, m=1, quiet=True)
-    task = TASKS[TASK]
     trajectories = build_trajectories(out / "multihop", out / "trajectories", TEACHER, str(out / "index"),
                                       translator=REWRITER, general=EXAMPLES / "general_chat.jsonl", ratio=0.1,
-                                      n=1, quiet=True, task=TASK, system_prompt=task.system_prompts[0])
+                                      n=1, quiet=True, task=TASK)
     log(f"data: corpus {corpus['splits']}; multihop {multihop['splits']}; SFT rows {trajectories['splits']}", start)
 
 

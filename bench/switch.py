@@ -42,7 +42,6 @@ from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.demo import EXAMPLES, evaluate_model
 from tansaku.envs.retention import answer_loglik, retention, self_answers
 from tansaku.envs.search import build_index
-from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.corpus import build_corpus
 from tansaku.pipelines.multihop.build import build_multihop
 from tansaku.pipelines.trajectories.build import build_trajectories
@@ -93,7 +92,7 @@ def agentic_set(out: Path) -> Path:
     build_multihop(corpus=out / "corpus", out=out / "multihop", policy=TEACHER, index=out / "index", k=1, m=1,
                    quiet=True)
     build_trajectories(out / "multihop", out / "trajectories", TEACHER, str(out / "index"), translator=REWRITER,
-                       general=None, n=1, quiet=True, task=TASK, system_prompt=TASKS[TASK].system_prompts[0])
+                       general=None, n=1, quiet=True, task=TASK)
     return out / "trajectories"
 
 

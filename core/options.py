@@ -100,3 +100,29 @@ def dataset_manifest(path, option: str = "--dataset", required: tuple[str, ...] 
         what = f"lacks {', '.join(missing)}" if missing else "is not a non-empty JSON object"
         raise InputError(f"{option} {path}: its manifest.json {what}; rebuild the dataset")
     return manifest
+
+
+def read_system_prompt(value: str | None, option: str = "--system-prompt") -> str | None:
+    """A system prompt given as text, or as ``@FILE`` (its UTF-8 text, the final newline dropped); None stays None.
+
+    >>> read_system_prompt("日本語で考えてください。")
+    '日本語で考えてください。'
+    >>> read_system_prompt("@/no/such/prompt.txt")
+    Traceback (most recent call last):
+    ...
+    tansaku.core.errors.MissingInputError: --system-prompt @/no/such/prompt.txt: no such file
+    """
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        path = Path(value[1:])
+        if not path.is_file():
+            raise MissingInputError(f"{option} {value}: no such file")
+        try:
+            text = path.read_text(encoding="utf-8").removesuffix("\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{option} {value}: cannot read it as UTF-8 text ({type(exc).__name__})") from None
+    if not text.strip():
+        raise InputError(f"{option}: the system prompt is empty")
+    return text

@@ -31,6 +31,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
@@ -366,7 +367,12 @@ def validate_for_push(path: str | Path) -> dict:
         if not n:  # an empty split is a typed empty file that `datasets` cannot load (and no card config)
             pq.read_schema(shard_files(path, split)[0])
             continue
-        ds = load_dataset("parquet", data_files=[str(f) for f in shard_files(path, split)], split="train")
-        if len(ds) != n:
-            raise StoreError(f"{path}: split {split} has {len(ds)} rows, manifest says {n}")
+        # A cache of its own: `datasets` keeps what it read of a path and serves it again after a rebuild of the
+        # same folder (seen: last build's row count and columns), which would check the old rows, not these.
+        with tempfile.TemporaryDirectory(prefix="tansaku-push-check-") as cache:
+            ds = load_dataset("parquet", data_files=[str(f) for f in shard_files(path, split)], split="train",
+                              cache_dir=cache)
+            n_loaded = len(ds)
+        if n_loaded != n:
+            raise StoreError(f"{path}: split {split} has {n_loaded} rows, manifest says {n}")
     return manifest

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.llm import as_client
-from tansaku.core.options import check_count, check_limit
+from tansaku.core.options import check_count, check_limit, read_system_prompt
 from tansaku.core.store import read_records
 from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.retention import TASK as GENERAL_TASK
@@ -123,7 +123,7 @@ def load_rows(dataset: str | Path, split: str = "test", limit: int | None = None
 def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", k: int = 4,
              limit: int | None = None, out_dir: str | Path | None = None, max_turns: int | None = None,
              max_tokens: int = 1024, temperature: float = 0.7, seed: int = 0, judge=None,
-             pass_threshold: float | None = None) -> dict:
+             pass_threshold: float | None = None, system_prompt: str | None = None) -> dict:
     """Evaluate ``model`` on ``task`` over ``dataset``'s ``split``; return (and write) the report.
 
     Args:
@@ -139,6 +139,8 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
         max_turns, max_tokens, temperature, seed: rollout settings (max_turns defaults to the task's).
         judge: LLM spec or client for rubric tasks (``deepresearch``).
         pass_threshold: correctness reward value that counts as a pass (default: the task's ``pass_threshold``).
+        system_prompt: text (or ``@FILE``) instead of the task's system prompts — the one the model was trained
+            under (``synth build trajectories --system-prompt``, a recipe task's ``system_prompt``).
     """
 
     check_limit(limit)
@@ -155,6 +157,8 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     if index is None:
         raise InputError(f"task {task} runs episodes over a search index: give --index")
     spec = TASKS[task]
+    if system_prompt is not None:
+        spec = spec.with_system_prompt(read_system_prompt(system_prompt))
     rows = load_rows(dataset, split, limit)
     if not rows:
         raise InputError(f"no rows in {dataset} (split {split!r})")

@@ -206,7 +206,7 @@ def nemo_gym_row(task: Task, row: dict, factory) -> dict:
     environment.reset(**row)
     tools = [{"type": "function", "name": t["function"]["name"], "description": t["function"].get("description", ""),
               "parameters": t["function"]["parameters"], "strict": False} for t in tool_schemas(environment)]
-    prompt = row.get("prompt") or task.build_prompt(row)
+    prompt = task.build_prompt(row)  # the task's own rendering, as train rl and eval make it (not a stored copy)
     return {**{k: v for k, v in row.items() if k != "prompt"},
             "responses_create_params": {"input": prompt, "tools": tools}}
 

@@ -31,16 +31,21 @@ from dataclasses import asdict, dataclass, field, replace
 from tansaku.core.errors import InputError
 from tansaku.envs import abstention, rewards
 
+# The system prompt is the switch of the blog's recipe: the agentic rows of SFT, the RL prompts and evaluation
+# all render the task's own (``Task.system_prompt``), and every one asks for reasoning in Japanese; general chat
+# rows carry none. ``Task.with_system_prompt`` swaps in a user's text everywhere at once.
 _ANSWER_RULE = "最終回答は最後のメッセージに {{答え}} の形で一つだけ書いてください（例: {{東京都}}）。"
+_THINK_IN_JAPANESE = "考えは必ず日本語で書いてください。"
 
 _MULTIHOP_SYSTEM = (
     "あなたは日本語の検索エージェントです。質問に答えるために search で文書を検索し、open_doc で本文を読み、"
-    "必要なら何度でも検索を繰り返してください。各ステップの前に <think> で考えを整理してください。" + _ANSWER_RULE,
+    "必要なら何度でも検索を繰り返してください。各ステップの前に <think> で考えを整理してください。"
+    + _THINK_IN_JAPANESE + _ANSWER_RULE,
     "あなたは検索ツールを使って複数の文書をたどり、質問に正確に答えるアシスタントです。推測で答えず、"
-    "検索結果と本文で確かめてから答えてください。" + _ANSWER_RULE,
+    "検索結果と本文で確かめてから答えてください。" + _THINK_IN_JAPANESE + _ANSWER_RULE,
 )
 # The compact variant's prompt: the tiny model's tokenizer spends 1–3 tokens per Japanese character.
-_MULTIHOP_COMPACT_SYSTEM = ("あなたは検索エージェントです。search で調べてから、{{答え}} の形で答えてください。",)
+_MULTIHOP_COMPACT_SYSTEM = ("あなたは検索エージェントです。日本語で考え、search で調べてから、{{答え}} の形で答えてください。",)
 # Compact tools for small models (a 135M model has a few hundred tokens per episode): two hits of 80
 # characters (the fact sentences of a short article fit), terse tool descriptions (~170 schema tokens
 # instead of 460–630) in one fixed variant, few calls.
@@ -53,7 +58,7 @@ _EGOV_SYSTEM = (
 )
 _DEEPRESEARCH_SYSTEM = (
     "あなたは日本語の調査エージェントです。search と open_doc で複数の文書を調べ、指示に沿ったレポートを"
-    "日本語で書いてください。調べ終えたら、最後のメッセージにレポート本文だけを書いてください（ツール呼び出しなし）。"
+    "日本語で書いてください。" + _THINK_IN_JAPANESE + "調べ終えたら、最後のメッセージにレポート本文だけを書いてください（ツール呼び出しなし）。"
     "根拠にした文書の doc_id をレポート中に示してください。",
 )
 
@@ -92,6 +97,13 @@ class Task:
         ``build_trajectories(task=…)``)."""
         return replace(self, name=f"{self.name}_compact", system_prompts=system_prompts,
                        tools_config=dict(COMPACT_TOOLS_CONFIG), max_turns=4, max_tool_calls=4, source_pipelines=())
+
+    def with_system_prompt(self, text: str) -> Task:
+        """The same task whose every prompt (SFT rows, RL prompts, evaluation) carries ``text`` as its system
+        message (``--system-prompt`` / a recipe's ``system_prompt``)."""
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"task {self.name}: the system prompt must be non-empty text")
+        return replace(self, system_prompts=(text,))
 
     # ------------------------------------------------------------------ prompts
     def user_message(self, row: dict) -> str:

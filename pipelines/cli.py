@@ -119,7 +119,9 @@ def build_multihop(
     llm: LLM = None,
     policy: Annotated[str | None, typer.Option("--policy", help="LLM spec of the agent that must solve each question.")] = None,
     k: Annotated[int, typer.Option("--k", help="Agent tries per question.")] = 4,
-    m: Annotated[int, typer.Option("--m", help="Keep questions solved at least m of k times.")] = 1,
+    min_pass_rate: Annotated[float | None, typer.Option("--min-pass-rate", help="Keep questions solved in at least this share of the k tries (default 0.5: solved stably).")] = None,
+    max_pass_rate: Annotated[float, typer.Option("--max-pass-rate", help="Keep questions solved in at most this share (1.0 keeps the always-solved; e.g. 0.75 for RL, whose always-solved questions teach nothing).")] = 1.0,
+    m: Annotated[int | None, typer.Option("--m", help="Keep questions solved at least m of k times, instead of --min-pass-rate (not both).")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None,
     until: Annotated[str | None, typer.Option("--until", help="Stop after this stage and write the records.")] = None,
@@ -141,7 +143,8 @@ def build_multihop(
 
     with _sharding(shard, from_shards):
         manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k, m=m,
-                       until=until, limit=limit, seed=seed, quiet=quiet, heldout_share=heldout_share,
+                       min_pass_rate=min_pass_rate, max_pass_rate=max_pass_rate, until=until, limit=limit,
+                       seed=seed, quiet=quiet, heldout_share=heldout_share,
                        license=license, license_file=license_file, relations=relations,
                        caps=Caps.from_options(max_per_subject, max_per_bridge), **_rejected(keep_rejected))
     _print_manifest(manifest, out)
@@ -162,17 +165,47 @@ def build_trajectories(
     concurrency: Concurrency = None,
     limit: Limit = None,
     seed: Seed = 0,
+    system_prompt: Annotated[str | None, typer.Option("--system-prompt", help="Text (or @FILE) every agentic row gets as its system prompt instead of the task's own; give train rl/eval the same (recipe task system_prompt).")] = None,
     license: License = None, license_file: LicenseFile = None,
     shard: Shard = None,
     from_shards: FromShards = None,
     quiet: Quiet = False,
 ):
     """Teacher rollouts → correct only → Japanese reasoning → scenario rewrites → mixed SFT chat set."""
+    from tansaku.core.options import read_system_prompt
     from tansaku.pipelines.trajectories.build import build_trajectories as run
 
     with _sharding(shard, from_shards):
         manifest = run(dataset, out, teacher, index, translator=translator, general=general, ratio=ratio, n=n,
+                       system_prompt=read_system_prompt(system_prompt),
                        seed=seed, limit=limit, quiet=quiet, license=license, license_file=license_file)
+    _print_manifest(manifest, out)
+
+
+@build_app.command("general")
+@friendly
+def build_general(
+    prompts: Annotated[Path, typer.Option("--prompts", help="General prompts: JSONL/JSON/parquet rows with 'prompt' (text) or 'messages' (ending in a user turn), optional 'id'; or a dataset folder.")],
+    llm: Annotated[str, typer.Option("--llm", help="The base model you will fine-tune (its own answers): http:MODEL@URL | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.py[:FN].")],
+    out: Out,
+    reasoning: Annotated[bool, typer.Option("--reasoning", help="Keep the model's reasoning as it wrote it (assistant reasoning_content); default: the answer only.")] = False,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens per answer; an answer cut there is dropped (truncated).")] = 1024,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature (0: greedy, the model's most likely answer).")] = 0.0,
+    no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
+    concurrency: Concurrency = None,
+    limit: Limit = None,
+    seed: Seed = 0,
+    heldout_share: HeldoutShare = 0.2,
+    keep_rejected: KeepRejected = None,
+    license: License = None, license_file: LicenseFile = None,
+    quiet: Quiet = False,
+):
+    """The base model's own answers to general prompts, no system prompt: the general half of the switch."""
+    from tansaku.pipelines.general import build_general as run
+
+    manifest = run(prompts, out, llm, reasoning=reasoning, max_tokens=max_tokens, temperature=temperature,
+                   limit=limit, seed=seed, heldout_share=heldout_share, license=license, license_file=license_file,
+                   quiet=quiet, **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
 

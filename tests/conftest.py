@@ -11,3 +11,24 @@ def tiny_model_path():
     from tansaku.core.tiny_model import tiny_model_dir
 
     return tiny_model_dir()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fresh_datasets_cache(tmp_path_factory):
+    """A `datasets` cache of this test session's own: `datasets` serves what it cached of a local folder again
+    after that folder is rebuilt (a test would then read an earlier run's rows), and the user's cache stays
+    untouched."""
+    import os
+
+    import datasets
+
+    cache = tmp_path_factory.mktemp("hf-datasets-cache")
+    old, old_env = datasets.config.HF_DATASETS_CACHE, os.environ.get("HF_DATASETS_CACHE")
+    datasets.config.HF_DATASETS_CACHE = cache
+    os.environ["HF_DATASETS_CACHE"] = str(cache)  # child processes (the CLI tests) too
+    yield cache
+    datasets.config.HF_DATASETS_CACHE = old
+    if old_env is None:
+        os.environ.pop("HF_DATASETS_CACHE", None)
+    else:
+        os.environ["HF_DATASETS_CACHE"] = old_env

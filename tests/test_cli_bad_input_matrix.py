@@ -62,6 +62,8 @@ def fx(tmp_path_factory) -> Path:
     (d / "docs.jsonl").write_text('{"id": "d1", "title": "港", "text": "港の話。"}\n', encoding="utf-8")
     (d / "bad.py").write_text("def respond(:\n", encoding="utf-8")
     (d / "a_file").write_text("x", encoding="utf-8")
+    (d / "prompts.jsonl").write_text('{"id": "g1", "prompt": "港とは何ですか？"}\n', encoding="utf-8")
+    (d / "answers.jsonl").write_text('{"content": "船が泊まる所です。"}\n', encoding="utf-8")
     (d / "list.json").write_text("[]", encoding="utf-8")
     (d / "relation_int.json").write_text('{"x": 5}', encoding="utf-8")
     (d / "relation_variants.json").write_text('{"x": {"kind": "person", "of": "{S}", "ask": "{S}", "variants": [1]}}',
@@ -86,6 +88,8 @@ MISSING = [
     (synth_app, "build trajectories --dataset {tmp}/missing --out {out} --teacher scripted:{fx}/t.jsonl --index {fx}/ix"),
     (synth_app, "build deepresearch --corpus {tmp}/missing --index {fx}/ix --out {out} --llm scripted:deepresearch"),
     (synth_app, "import jemhopqa {tmp}/missing.json --out {out}"),
+    (synth_app, "build general --prompts {tmp}/missing.jsonl --llm scripted:{fx}/answers.jsonl --out {out}"),
+    (synth_app, "build general --prompts {fx}/prompts.jsonl --llm scripted:{tmp}/missing.jsonl --out {out}"),
     (synth_app, "index build --dataset {tmp}/missing --index {out}"),
     (synth_app, "search --index {tmp}/missing 港"),
     (synth_app, "info {tmp}/missing"),
@@ -101,6 +105,9 @@ EMPTY = [
     (synth_app, "build egov --laws {fx}/empty_dir --out {out}"),
     (synth_app, "build egov --laws {fx}/notxml --out {out}"),
     (synth_app, "import jemhopqa {fx}/empty.json --out {out}"),
+    (synth_app, "build general --prompts {fx}/empty.jsonl --llm scripted:{fx}/answers.jsonl --out {out}"),
+    (synth_app, "build general --prompts {fx}/list.json --llm scripted:{fx}/answers.jsonl --out {out}"),
+    (synth_app, "build general --prompts {fx}/empty_dir --llm scripted:{fx}/answers.jsonl --out {out}"),
     (synth_app, "info {fx}/list_manifest"),
     (synth_app, "info {fx}/empty_manifest"),
     (synth_app, "build multihop --corpus {fx}/list_manifest --out {out} --until chains"),
@@ -117,6 +124,9 @@ WRONG_TYPE = [
     (synth_app, "build deepresearch --corpus {fx}/qds --index {fx}/ix --out {out} --llm scripted:deepresearch"),
     (synth_app, "build multihop --triples {fx}/empty_dir --out {out} --until chains"),
     (synth_app, "import jemhopqa {fx}/empty_dir --out {out}"),
+    (synth_app, "build general --prompts {fx}/docs --llm scripted:{fx}/answers.jsonl --out {out}"),  # no prompts
+    (synth_app, "build general --prompts {fx}/empty.yaml --llm scripted:{fx}/answers.jsonl --out {out}"),
+    (synth_app, "build general --prompts {fx}/triples.jsonl --llm scripted:{fx}/answers.jsonl --out {out}"),
     (synth_app, "search --index {fx}/triples.jsonl 港"),
     (train_app, "sft --config {fx}/empty_dir"),
     (synth_app, "build corpus --input {fx}/docs --out {out}"),  # a built dataset, not a document collection
@@ -127,6 +137,7 @@ UNWRITABLE = [
     (synth_app, "build multihop --triples {fx}/triples.jsonl --out {unw} --until chains"),
     (synth_app, "build deepresearch --corpus {fx}/docs --index {fx}/ix --out {unw} --llm scripted:deepresearch"),
     (synth_app, "import jemhopqa {fx}/jemhop.json --out {unw}"),
+    (synth_app, "build general --prompts {fx}/prompts.jsonl --llm scripted:{fx}/answers.jsonl --out {unw}"),
     (synth_app, "index build --dataset {fx}/docs --index {unw}"),
     (synth_app, "build corpus --input {fx}/docs.jsonl --out {workfile}"),  # DIR/.work is a file
 ]
@@ -136,6 +147,10 @@ HOSTILE = [
     (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --k -2"),
     (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --k 0"),
     (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --m 5 --k 1"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --min-pass-rate 0.9 --max-pass-rate 0.5"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --max-pass-rate 1.5"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --min-pass-rate nan"),
+    (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --m 1 --min-pass-rate 0.5"),
     (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --limit -1"),
     (synth_app, "build multihop --triples {fx}/triples.jsonl --out {out} --until chains --heldout-share nan"),
     (synth_app, "build egov --laws {fx}/laws --out {out} --limit -1"),
@@ -147,6 +162,13 @@ HOSTILE = [
     (synth_app, "build deepresearch --corpus {fx}/docs --index {fx}/ix --out {out} --llm scripted:deepresearch --limit -1"),
     (synth_app, "build corpus --input {fx}/docs.jsonl --out {out} --min-chars -1"),
     (synth_app, "import jemhopqa {fx}/jemhop.json --out {out} --heldout-share nan"),
+    (synth_app, "build general --prompts {fx}/deep.jsonl --llm scripted:{fx}/answers.jsonl --out {out}"),
+    (synth_app, "build general --prompts {fx}/badutf8.jsonl --llm scripted:{fx}/answers.jsonl --out {out}"),
+    (synth_app, "build general --prompts {fx}/prompts.jsonl --llm scripted:{fx}/bad.py --out {out}"),
+    (synth_app, "build general --prompts {fx}/prompts.jsonl --llm scripted:{fx}/answers.jsonl --out {out} --max-tokens 0"),
+    (synth_app, "build general --prompts {fx}/prompts.jsonl --llm scripted:{fx}/answers.jsonl --out {out} --temperature nan"),
+    (synth_app, "build general --prompts {fx}/prompts.jsonl --llm scripted:{fx}/answers.jsonl --out {out} --limit -1"),
+    (synth_app, "build general --prompts {fx}/prompts.jsonl --llm scripted:{fx}/answers.jsonl --out {out} --heldout-share nan"),
     (synth_app, "index build --dataset {fx}/docs --index http://127.0.0.1:9/ix --backend opensearch"),
     (synth_app, "search --index http://127.0.0.1:9/ix 港"),
     (synth_app, "build trajectories --dataset {fx}/qds --out {out} --teacher scripted:{fx}/bad.py --index {fx}/ix"),

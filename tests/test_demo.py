@@ -61,7 +61,7 @@ def test_demo_small_end_to_end_and_resume(tmp_path, tiny_model_path):
     out = tmp_path / "demo"
     result = CliRunner().invoke(synth_app, ["demo", "--out", str(out), "--small", "--quiet"])
     assert result.exit_code == 0, result.output
-    for dataset in ("corpus", "egov", "egov/articles", "multihop", "trajectories"):
+    for dataset in ("corpus", "egov", "egov/articles", "multihop", "general", "trajectories"):
         manifest = json.loads((out / dataset / "manifest.json").read_text())
         assert sum(manifest["splits"].values()) > 0 and (out / dataset / "README.md").exists()
     assert (out / "sft" / "model.safetensors").exists() and (out / "rl" / "model.safetensors").exists()
@@ -73,6 +73,17 @@ def test_demo_small_end_to_end_and_resume(tmp_path, tiny_model_path):
         assert report["split"] == "test"  # the held-out questions, never trained on
         reports[when, "multihop_qa_compact"] = report
     summary = _check_summary(out, reports)
+    # The general half of the switch: the tiny model's own answers, no system prompt, mixed into the SFT set;
+    # retention is scored on its held-out prompts.
+    general = json.loads((out / "general" / "manifest.json").read_text())
+    assert general["pipeline"] == "general" and general["splits"]["train"] > 0
+    mixed = json.loads((out / "trajectories" / "manifest.json").read_text())
+    assert any(i["path"] == str(out / "general") for i in mixed["inputs"])
+    if general["splits"].get("test"):
+        for when in ("before", "sft", "after"):
+            report = json.loads((out / "eval" / when / "general" / "report.json").read_text())
+            assert report["split"] == "test" and 0 < report["rows"] <= general["splits"]["test"]
+        assert set(summary["retention"]) == {"sft", "after"} and all(r > 0 for r in summary["retention"].values())
     # The model-loading steps ran in child processes, which gave their memory back.
     isolated = [s for s in summary["steps"] if s.get("isolated")]
     assert {s["step"] for s in isolated} >= {"tiny model", "train sft", "train rl (GSPO)",

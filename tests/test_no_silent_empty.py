@@ -139,7 +139,8 @@ def test_jemhopqa_triples_spill_with_their_source_question(tmp_path):
     ["import", "jemhopqa", "{triples}"],
     ["build", "trajectories", "--dataset", "{corpus}", "--index", "x", "--teacher", f"{TEACHER}:respond"],
     ["build", "deepresearch", "--corpus", "{corpus}", "--index", "x", "--llm", "scripted:deepresearch"],
-], ids=["egov", "multihop", "jemhopqa", "trajectories", "deepresearch"])
+    ["build", "general", "--prompts", EXAMPLES / "general_prompts.jsonl", "--llm", f"{TEACHER}:respond"],
+], ids=["egov", "multihop", "jemhopqa", "trajectories", "deepresearch", "general"])
 def test_a_build_into_another_pipelines_dataset_is_refused_untouched(corpus, tmp_path, command):
     triples = tmp_path / "j.json"
     triples.write_text(json.dumps(JEMHOP, ensure_ascii=False), encoding="utf-8")

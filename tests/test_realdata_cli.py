@@ -105,7 +105,7 @@ def test_every_build_loads_with_rows_in_every_split_and_can_be_pushed(built, nam
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     data_splits = {s: n for s, n in manifest["splits"].items() if s != "rejected"}
     assert data_splits and all(n > 0 for n in data_splits.values()), (name, manifest["splits"])
-    loaded = load_dataset(str(folder))
+    loaded = load_dataset(str(folder))  # the session's own cache (tests/conftest.py): no earlier run's rows
     assert set(loaded) == set(data_splits)
     for split, n in data_splits.items():
         declared = Features.from_arrow_schema(pq.read_schema(next((folder / "data").glob(f"{split}-*.parquet"))))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tansaku.pipelines.trajectories.mix import AGENTIC_SYSTEM_PROMPT, mix_rows, mix_stage, read_chat_rows
+from tansaku.pipelines.trajectories.mix import mix_rows, mix_stage, read_chat_rows
 from tansaku.pipelines.trajectories.rewrite import (
     CatalogError,
     applicable_scenarios,
@@ -82,8 +82,9 @@ def test_scenario_draws_are_reproducible_by_seed_and_follow_weights():
     assert counts[heaviest] > counts[lightest]
 
 
-def agentic_rows(n):
-    return [{"id": f"a{i}", "kind": "agentic", "messages": [{"role": "user", "content": f"q{i}"}]}
+def agentic_rows(n):  # as the format stage writes them: under their task's system prompt
+    return [{"id": f"a{i}", "kind": "agentic", "messages": [{"role": "system", "content": "S"},
+                                                             {"role": "user", "content": f"q{i}"}]}
             for i in range(n)]
 
 
@@ -103,7 +104,7 @@ def test_mix_ratio(ratio, n_agentic, n_general, want):
         has_system = r["messages"][0]["role"] == "system"
         assert has_system == (r["kind"] == "agentic")
         if has_system:
-            assert r["messages"][0]["content"] == AGENTIC_SYSTEM_PROMPT
+            assert r["messages"][0]["content"] == "S"  # the general rows never get one
 
 
 def test_mix_is_seeded_and_its_stage_records_the_ratio():

@@ -67,6 +67,7 @@ def train_eval(
     out: Annotated[Path | None, typer.Option("--out", help="Folder for report.json and trajectories.jsonl.")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 1024,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
+    system_prompt: Annotated[str | None, typer.Option("--system-prompt", help="Text (or @FILE) instead of the task's system prompt: the one the model was trained under.")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None,
     seed: Seed = 0,
@@ -77,7 +78,7 @@ def train_eval(
     if Path(model).is_dir():
         model = f"transformers:{model}"
     report = run_eval(task, dataset, model, index, split=split, k=k, limit=limit, out_dir=out,
-                      max_tokens=max_tokens, seed=seed, judge=judge)
+                      max_tokens=max_tokens, seed=seed, judge=judge, system_prompt=system_prompt)
     typer.echo(json.dumps(report, ensure_ascii=False, default=str))
 
 

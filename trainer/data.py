@@ -83,8 +83,14 @@ def normalize_conversation(row: dict, system_prompt: str | None = None, where: s
         raise RecipeError(f"{where}: {exc}") from None
     if not any(m["role"] == "assistant" for m in out):
         raise RecipeError(f"{where}: has no assistant message, so nothing would be trained")
-    if system_prompt and out[0]["role"] != "system":
-        out.insert(0, {"role": "system", "content": system_prompt})
+    if system_prompt and out[0]["role"] == "system" and out[0]["content"] != system_prompt:
+        # The rows' own system prompt is the switch RL and eval use (synth build trajectories wrote it there):
+        # a second text would train the model under a prompt it never sees again.
+        raise RecipeError(f"{where}: already carries a system prompt other than the source's system_prompt "
+                          "(a trajectories build puts its task's there; rebuild with --system-prompt, or drop "
+                          "system_prompt from this data source)")
+    if system_prompt and out[0]["role"] != "system" and row.get("kind") != "general":
+        out.insert(0, {"role": "system", "content": system_prompt})  # general chat keeps none: the other side
     tools = row.get("tools")
     return {"messages": out, "tools": _as_json_text(tools) if tools else None}
 

@@ -102,6 +102,7 @@ class RLTask:
     max_rows: int | None = None
     reward_weights: dict[str, float] = field(default_factory=dict)  # overrides of the task's weights
     abstention_weight: float = 0.0  # > 0: add abstention_reward (Task.with_abstention; at most the answer's weight)
+    system_prompt: str | None = None  # text or @FILE instead of the task's own (the one the SFT rows were built with)
 
 
 @dataclass

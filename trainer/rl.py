@@ -31,8 +31,9 @@ import json
 import os
 from pathlib import Path
 
-from tansaku.core.errors import InputError
+from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.llm import as_client
+from tansaku.core.options import read_system_prompt
 from tansaku.core.store import StoreError, read_records
 from tansaku.envs.environments import episode_variant, variant_factories
 from tansaku.envs.evaluate import load_rows
@@ -176,8 +177,17 @@ def _subset_reward(fn, task_key: str, name: str):
 
 
 def rl_task(spec) -> object:
-    """The recipe's task: ``TASKS[name]``, with the abstention reward when the recipe asks for it."""
+    """The recipe's task: ``TASKS[name]``, under the recipe's ``system_prompt`` when it gives one (the text the
+    SFT rows were built with: ``synth build trajectories --system-prompt``), with the abstention reward when the
+    recipe asks for it."""
+    if spec.name not in TASKS:
+        raise RecipeError(f"tasks: unknown task {spec.name!r}; choose from {sorted(TASKS)}")
     task = TASKS[spec.name]
+    if spec.system_prompt is not None:
+        try:
+            task = task.with_system_prompt(read_system_prompt(spec.system_prompt, f"tasks {spec.name}: system_prompt"))
+        except TansakuError as exc:
+            raise RecipeError(str(exc)) from None
     if spec.abstention_weight:
         try:
             task = task.with_abstention(spec.abstention_weight)
@@ -227,9 +237,7 @@ def build_dataset(recipe: RLRecipe):
 
     groups = []
     for spec in recipe.tasks:
-        if spec.name not in TASKS:
-            raise RecipeError(f"tasks: unknown task {spec.name!r}; choose from {sorted(TASKS)}")
-        task = TASKS[spec.name]
+        task = rl_task(spec)  # the prompts carry the recipe's system prompt, when it sets one
         rows = [{**row, "environment": environment_name(spec.name, episode_variant(task, row, recipe.seed))}
                 for row in task_rows(spec, task)]
         groups.append(rows)

@@ -41,14 +41,16 @@ from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import build_index, open_index
 from tansaku.envs.tasks import TASKS, gold_failures
-from tansaku.pipelines.egov import cloze, generate, leak, statements
+from tansaku.pipelines.egov import cloze, generate, leak, provisions, statements
 from tansaku.pipelines.egov.parse import ARTICLE_META, article_meta, parse_law_bytes, superseded_revisions
 from tansaku.pipelines.egov.sources import Skip, list_law_sources, read_law_source
 
 log = logging.getLogger(__name__)
 ARTICLES_VERSION = "3"  # 2: one revision per law (unique article ids); 3: meta a struct, not JSON text
-QUESTIONS_VERSION = "3"  # 2: prompt and task columns, declared column types; 3: actor/effect/true_statement kinds
-RULE_KINDS = ("term", "number", "actor", "effect", "true_statement")  # without --llm (cloze, statements)
+QUESTIONS_VERSION = "4"  # 2: prompt and task columns, declared column types; 3: actor/effect/true_statement kinds;
+# 4: permission/requirement/subject/body kinds (provisions.py, subjects.py)
+RULE_KINDS = ("term", "number", "actor", "effect", "true_statement",  # without --llm (cloze, statements,
+              "permission", "requirement", "subject", "body")  # provisions, subjects)
 LAWS_PER_CHUNK = 50  # law files per checkpoint of the article build (and the unit a --shard takes)
 MIN_ARTICLE_CHARS = 40  # shorter articles give the LLM generator too little to ask about
 KEYWORD_FIELDS = ["law_id", "law_title", "law_type", "era"]
@@ -75,11 +77,16 @@ QUESTION_CARD = {
     "task_categories": ["question-answering", "multiple-choice"],
     "description": "Four-choice questions about single law articles for agentic search (task egov_mcq). "
                    "Questions and choices name no law and no article number; the search tool must find it.",
-    "limitations": ["Without an LLM the questions are rule-based (column `kind`): the actor of a duty or power, the "
-                    "effect of a condition, one true statement among three perturbed ones, numbers and defined "
-                    "terms; they test what the article says, not its reasons.",
+    "limitations": ["Without an LLM the questions are rule-based (column `kind`), found by the grammar of statutes "
+                    "(法令用語), not by word lists: the actor of a duty or power, what a provision permits, forbids "
+                    "or requires (permission), the condition it attaches to its effect (requirement), the effect "
+                    "of a condition, what a provision is about (subject), to whom a notice or claim goes (body), "
+                    "one true statement among three perturbed ones, numbers and defined terms; they test what the "
+                    "article says, not its reasons. Articles whose every sentence points elsewhere (前項, 第N条, "
+                    "次に掲げる) get none.",
                     "Distractors are other values from the same law (or perturbations checked to occur nowhere in "
-                    "it); a few may be valid in other contexts."],
+                    "it); a few may be valid in other contexts (another provision of the law giving the same "
+                    "person a similar power)."],
 }
 
 
@@ -141,12 +148,14 @@ def _rules_stage(seed: int, per_article: int) -> Stage:
     def run(articles: Iterator[dict]) -> Iterator[dict | Drop]:
         articles = list(articles)  # distractors come from sibling articles: needs the whole law
         pools, statement_pools = cloze.law_pools(articles), statements.law_statement_pools(articles)
+        provision_pools = provisions.law_provision_pools(articles)
         for article in articles:
             if article_meta(article).get("is_deleted"):
                 yield Drop("deleted_article", record=article)
                 continue
             targets = (cloze.cloze_targets(article, pools.get(article["law_id"], {"units": {}, "terms": []}))
-                       + statements.statement_targets(article, statement_pools[article["law_id"]]))
+                       + statements.statement_targets(article, statement_pools[article["law_id"]])
+                       + provisions.provision_targets(article, provision_pools.get(article["law_id"], {})))
             qs = cloze.questions_from_targets(article, targets, seed, per_article)
             if not qs:
                 yield Drop("no_rule_target", record=article)

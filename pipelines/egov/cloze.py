@@ -32,7 +32,7 @@ _REFERENCE = re.compile(rf"第[{_K}0-9０-９]+[条項号編章節款目]|条の
 # Sentences that lean on the one before them (its exception, its case): quoted together with it.
 LEANS = re.compile(r"ただし|この場合")
 BLANK = "【　　】"
-RARE_KINDS = ("term", "number")
+RARE_KINDS = ("term", "number", "body")  # few articles have them: asked first
 MIN_SENTENCE, MAX_SENTENCE = 15, 220
 
 

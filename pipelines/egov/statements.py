@@ -46,7 +46,7 @@ ACTOR = (re.compile(r"^([^、。「」（）()\s]{2,20}?)は、"),
 PERSON = re.compile(r"(者|人|庁|裁判所|大臣|知事|長|機関|官|員|主|政府|法人|会社|組合|委員会)$")
 GENERIC_ACTORS = {"当事者", "各当事者", "第三者", "相手方", "何人", "本人", "者", "その者", "他人"}
 # A statement must stand alone: no pointer to another provision or to the sentence before.
-NOT_STANDALONE = re.compile(r"前[項条号段各]|次[項条号]|同[項条号]|後段|^前[二三四五六七八九]|次に掲げる|各号")
+NOT_STANDALONE = re.compile(r"前[項条号段各]|次[項条号]|同[項条号]|後段|^前[二三四五六七八九]|次に掲げる|次のとおり|各号")
 FRAGMENT = ("とき。", "こと。", "もの。", "者。", "場合。")  # the items (号) of a list, not statements
 DUTY = re.compile(r"(なければならない|てはならない|ことができる|ことができない|ものとする|を要する|を要しない|"
                   r"義務を負う|責任を負う|責任を負わない)。$")

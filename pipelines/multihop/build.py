@@ -4,13 +4,13 @@
     build_multihop(corpus="out/corpus", out="out/multihop")                      # templates, no LLM
     build_multihop(triples="train.json", out="out/chains", until="chains")      # inspect the chain stage
     build_multihop(corpus="out/corpus", out="out/mh", llm="http:Qwen/Qwen3-8B@http://gpu:8000",
-                   policy="transformers:tiny", k=4, m=1)
+                   policy="transformers:tiny", k=4)   # keeps questions solved in >= half of 4 tries
 
 Stages (names for ``until``): ``triples`` → ``link`` → ``cardinality`` → ``chains`` → ``questions`` →
 ``quality`` → ``prefilter`` → ``solve`` → ``finalize``. ``until`` stops after the named stage and writes the
 records as they stand (chains already carry ``derivations``). Without ``llm`` questions come from
 templates and the quality loop is skipped (``quality`` = None); without ``policy`` the agent check is
-skipped (``pass_rate`` = None); both are recorded in the manifest config. A run that reaches
+skipped (``pass_rate`` and ``k`` = None); both are recorded in the manifest config. A run that reaches
 ``prefilter`` needs ``corpus`` or ``index``; with a corpus and no index an embedded index is built into the
 work folder. Every finished row's gold answer scores 1.0 under the ``multihop_qa`` answer reward, and carries
 TRL's ``prompt`` column; ``COLUMN_TYPES`` fixes the finished rows' Features whatever the options.
@@ -30,7 +30,7 @@ from tansaku.core.features import DERIVATIONS, QUESTION_COLUMNS, STRINGS, deriva
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
 from tansaku.core.licenses import choose_license
 from tansaku.core.llm import as_client
-from tansaku.core.options import check_count, check_fraction, check_k_m, check_limit, require_document_dataset
+from tansaku.core.options import check_count, check_fraction, check_limit, require_document_dataset
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.environments import make_environment_factory
@@ -40,7 +40,9 @@ from tansaku.pipelines.multihop import cardinality, chains, quality, questions, 
 from tansaku.pipelines.multihop import triples as sources
 from tansaku.pipelines.multihop.relations import Relations
 
-PIPELINE_VERSION = "3"  # 2: prompt column, derivations as structs, typed quality; 3: hops judged in input order
+# 2: prompt column, derivations as structs, typed quality; 3: hops judged in input order; 4: ``k`` column, and
+# the solve stage keeps solved >= half of k by default (was: once)
+PIPELINE_VERSION = "4"
 # What fixes a build that kept no question, per stage[:reason] (tansaku.core.out_folder.refuse_empty).
 EMPTY_HINTS = {
     "triples:no_triples": "the documents gave no triples (no infobox links): pass --llm SPEC to extract triples "
@@ -48,19 +50,23 @@ EMPTY_HINTS = {
     "chains": "no two triples chain through a linked bridge article: more documents or triples, or "
               "--max-per-subject 0 --max-per-bridge 0 to lift the caps",
     "prefilter": "no question's hops are retrievable from --index: index the corpus the triples come from",
-    "solve": "the --policy agent solved no question: check --policy and --index, or lower --m / raise --k",
+    "solve": "the --policy agent solved no question stably: check --policy and --index, or lower "
+             "--min-pass-rate / raise --k",
+    "solve:always_solved": "the --policy agent solved every question in all --k tries: raise --max-pass-rate "
+                           "(1.0 keeps them) or use a weaker --policy",
+    "solve:too_easy": "the --policy agent solved every question more often than --max-pass-rate: raise it",
 }
 STAGES = ("triples", "link", "cardinality", "chains", "questions", "quality", "prefilter", "solve", "finalize")
 SEARCHING = ("prefilter", "solve", "finalize")
 PROMPT_VERSIONS = sorted(p.name for p in (Path(__file__).with_name("prompts")).glob("*.md"))
 _VERDICT = pa.struct([("ambiguous", pa.bool_()), ("natural", pa.int64()), ("single_answer", pa.bool_()),
                       ("time_dependent", pa.bool_()), ("reasons", STRINGS)])
-# The finished rows' Features: the same whatever the options (no --llm: quality null; no --policy: pass_rate null).
+# The finished rows' Features: the same whatever the options (no --llm: quality null; no --policy: pass_rate, k null).
 COLUMN_TYPES = {
     **QUESTION_COLUMNS, "qid": pa.string(), "type": pa.string(), "question": pa.string(), "answer": pa.string(),
     "derivations": DERIVATIONS, "page_ids": STRINGS, "time_dependent": pa.bool_(), "aliases": STRINGS,
-    "pass_rate": pa.float64(), "hop_doc_ids": STRINGS, "generator": pa.string(), "bridge": pa.string(),
-    "chain_id": pa.string(),
+    "pass_rate": pa.float64(), "k": pa.int64(), "hop_doc_ids": STRINGS, "generator": pa.string(),
+    "bridge": pa.string(), "chain_id": pa.string(),
     "quality": pa.struct([("rounds", pa.int64()), ("scores", _VERDICT), ("reasons", STRINGS), ("failed", STRINGS)]),
 }
 DEFAULT_LICENSE = {"license": "cc-by-sa-4.0"}  # Wikipedia's text license, when the input declares none
@@ -97,7 +103,8 @@ def final_row(record: dict) -> dict:
         "derivations": derivation_structs(chains.derivations_of(record)), "page_ids": record["page_ids"],
         "time_dependent": bool(record.get("time_dependent", False)),
         "aliases": list(record.get("answer_aliases") or []), "pass_rate": record.get("pass_rate"),
-        "hop_doc_ids": record["hop_doc_ids"], "generator": record["generator"], "quality": record.get("quality"),
+        "k": record.get("k"), "hop_doc_ids": record["hop_doc_ids"], "generator": record["generator"],
+        "quality": record.get("quality"),
         "bridge": record["bridge"], "chain_id": record["chain_id"], "task": "multihop_qa",
     }
     return {**row, "prompt": TASKS["multihop_qa"].build_prompt(row)}
@@ -110,7 +117,8 @@ def gold_check(rows: list[dict]) -> list[dict | Drop]:
 
 
 def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None, policy=None, index=None,
-                   limit: int | None = None, until: str | None = None, k: int = 4, m: int = 1, seed: int = 0,
+                   limit: int | None = None, until: str | None = None, k: int = 4, m: int | None = None,
+                   min_pass_rate: float | None = None, max_pass_rate: float = 1.0, seed: int = 0,
                    caps: chains.Caps = chains.Caps(), max_rounds: int = 2, quiet: bool = False,
                    chunk_size: int = 1000, triples=None, min_natural: int = 3, question_temperature: float = 0.7,
                    prefilter_size: int = 10, keep_rejected: bool = False,
@@ -120,7 +128,11 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
     ``triples`` (alias ``triples_path``): a JSONL or JEMHopQA file to start from instead of the corpus.
     ``min_natural`` (quality judge's naturalness bar), ``question_temperature`` and ``prefilter_size`` (top
     hits searched per hop) are stage params like ``k``/``m``/``caps``: in the manifest and the resume
-    fingerprint. ``keep_rejected`` is off by default: most drops are triples, many on a full Wikipedia.
+    fingerprint. The agent check keeps questions solved in ``[min_pass_rate, max_pass_rate]`` of ``k`` tries
+    (default ``[0.5, 1.0]``: solved stably; ``max_pass_rate`` < 1 drops the always-solved, useless for RL);
+    ``m``, a count of ``k``, replaces ``min_pass_rate`` (not both; ``solvability.keep_rule``). The effective rule
+    is the manifest's ``config.solvability`` and the solve stage's params. ``keep_rejected`` is off by default:
+    most drops are triples, many on a full Wikipedia.
     ``heldout_share``: share of bridge entities whose questions form the ``test`` split (``tansaku.core.heldout``).
     The key is ``bridge``, not ``qid``/``chain_id``: chains through the same bridge share hop-2 facts (often the
     answer), so a question trained on would give away its test sibling.
@@ -128,7 +140,7 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
     Wikipedia's CC BY-SA 4.0; ``tansaku.core.licenses.choose_license``).
     ``relations``: a JSON table merged over ``relations.json`` (canonical relation names and their phrasing)."""
     check_limit(limit)
-    check_k_m(k, m)
+    rule = solvability.keep_rule(k, m, min_pass_rate, max_pass_rate)  # before any work: one line, exit 2
     check_count("max_rounds", max_rounds, 0)
     check_count("chunk_size", chunk_size)
     check_count("prefilter_size", prefilter_size)
@@ -186,7 +198,8 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
 
     def solve(batch):
         environments = make_environment_factory(TASKS["multihop_qa"], backend(), seed=seed)
-        return solvability.agent_check(batch, policy, environments, k=k, m=m, seed=seed)
+        return solvability.agent_check(batch, policy, environments, k=k, m=m, seed=seed,
+                                       min_pass_rate=min_pass_rate, max_pass_rate=max_pass_rate)
 
     all_stages = {
         "triples": first,
@@ -207,13 +220,13 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
                     if llm is not None else map_stage("quality", lambda r: {**r, "quality": None})),
         "prefilter": batch_stage("prefilter", lambda rs: solvability.prefilter(rs, backend(), prefilter_size),
                                  batch_size=64, params={"size": prefilter_size, "index": str(index) if index else None}),
-        "solve": (batch_stage("solve", solve, batch_size=16, params={"k": k, "m": m}, llm=policy) if policy is not None
-                  else map_stage("solve", lambda r: {**r, "pass_rate": None})),
+        "solve": (batch_stage("solve", solve, batch_size=16, params=rule, llm=policy) if policy is not None
+                  else map_stage("solve", lambda r: {**r, "pass_rate": None, "k": None})),
         "finalize": batch_stage("finalize", gold_check, batch_size=256,
                                 params={"task": "multihop_qa", "task_version": TASKS["multihop_qa"].version}),
     }
     config = {
-        "until": until, "limit": limit, "k": k, "m": m, "seed": seed, "max_rounds": max_rounds,
+        "until": until, "limit": limit, "solvability": rule, "seed": seed, "max_rounds": max_rounds,
         "caps": caps_params,
         "question_generator": "llm" if llm is not None else "template",
         "quality": "llm judge/fix loop" if llm is not None else "skipped (no --llm)",
@@ -237,7 +250,8 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
                   "are 1:N in the world but look unique in a small corpus can still give ambiguous questions.",
                   "Template questions (no --llm) come from 12 fixed frames chosen per relation pair "
                   "(relations.json); the LLM generator and judge vary and smooth them.",
-                  "`pass_rate` is the share of k agent tries that solved the item with the configured policy "
-                  "and search index; it is a difficulty signal for that policy only.",
+                  "`pass_rate` is the share of `k` agent tries that solved the item with the configured policy "
+                  "and search index (kept: within the manifest's config.solvability); it is a difficulty signal "
+                  "for that policy only.",
                   "Facts come from the corpus as it was indexed and may be out of date (`time_dependent`)."]})
     return chosen.write(out, manifest)

@@ -31,13 +31,13 @@ from tansaku.core.store import REJECTED, build_dataset, describe_input, iter_row
 from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.trajectories.filter import correct_only_stage
 from tansaku.pipelines.trajectories.format import COLUMN_TYPES, format_stage
-from tansaku.pipelines.trajectories.mix import AGENTIC_SYSTEM_PROMPT, mix_stage, read_chat_rows
+from tansaku.pipelines.trajectories.mix import mix_stage, read_chat_rows
 from tansaku.pipelines.trajectories.rewrite import CATALOG_PATH, PROMPTS, load_catalog, rewrite_stage
 from tansaku.pipelines.trajectories.teacher import guess_task, make_tools, teacher_stage
 from tansaku.pipelines.trajectories.verify import verify_stage
 
 PIPELINE_VERSION = "3"  # 2: failed trajectories go to the engine's rejected split (was a failures split);
-# 3: `answer` is a typed struct (was JSON text)
+# 3: `answer` is a typed struct (was JSON text); agentic rows carry their task's system prompt (the one RL and eval use)
 
 
 def question_source(dataset: str | Path, limit: int | None = None):
@@ -74,13 +74,15 @@ def _empty_hints(rewriter_is_teacher: bool) -> dict[str, str]:
 def build_trajectories(dataset, out, teacher, index, translator=None, general=None, ratio: float = 0.5,
                        n: int = 4, seed: int = 0, limit: int | None = None, quiet: bool = False, *,
                        task: str | None = None, temperature: float = 0.7, max_tokens: int = 1024,
-                       system_prompt: str = AGENTIC_SYSTEM_PROMPT, catalog: str | Path | None = None,
+                       system_prompt: str | None = None, catalog: str | Path | None = None,
                        name: str | None = None, chunk_size: int = 64, license: str | None = None,
                        license_file: str | Path | None = None) -> dict:
     """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring).
     ``chunk_size``: questions per checkpoint (what an interruption costs; the unit a ``--shard`` takes).
     ``license``/``license_file``: the card's license (``tansaku.core.licenses.choose_license``); default the
-    ``dataset`` card's, whose questions the rows hold."""
+    ``dataset`` card's, whose questions the rows hold. ``system_prompt``: the text every agentic row (and the
+    teacher) gets instead of the task's own system prompts — give ``train rl``/``train eval`` the same
+    (a recipe task's ``system_prompt``, ``--system-prompt``) so the switch stays one text."""
 
     # Checked before the teacher stage: a bad --ratio used to fail only after every rollout was paid for.
     check_count("--n", n)
@@ -98,7 +100,7 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
     task_name = task or guess_task(dataset_manifest, first["row"])
     if task_name not in TASKS:
         raise InputError(f"unknown task {task_name!r}; known: {sorted(TASKS)}")
-    task_def = TASKS[task_name]
+    task_def = TASKS[task_name] if system_prompt is None else TASKS[task_name].with_system_prompt(system_prompt)
     try:
         task_def.answer_reward()  # correct-only needs an automatic answer reward (no rubric judge)
     except ValueError as exc:
@@ -118,14 +120,14 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
         rewrite_stage("refine", rewriter, seed=seed),
         rewrite_stage("scenario", rewriter, seed=seed, catalog=catalog_data),
         verify_stage(tools).configured({"tools_config": tools.config.to_dict()}),
-        format_stage(),
-        mix_stage(general_rows, ratio, seed, system_prompt),
+        format_stage(task_def),
+        mix_stage(general_rows, ratio, seed),
     ]
     config = {
         "task": task_name, "task_version": task_def.version, "n": n, "ratio": ratio if general else None,
         "limit": limit, "temperature": temperature, "max_tokens": max_tokens,
         "prompts": PROMPTS, "scenario_catalog_version": catalog_data["version"],
-        "tools_config": tools.config.to_dict(), "system_prompt": system_prompt,
+        "tools_config": tools.config.to_dict(), "system_prompts": list(task_def.system_prompts),
         **chosen.recipe(),  # another license is another recipe: a rerun refuses it, never mixes
     }
     # Full descriptions for the card; the fingerprint holds only their identities (the stages' llm).

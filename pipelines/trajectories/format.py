@@ -3,8 +3,9 @@
 
 Arrow would merge every dict's keys into one struct (tool-call arguments of ``search`` and ``open_doc``,
 the two tool schemas) and fill gaps with nulls, so tool-call ``arguments`` and ``tools`` are stored as
-JSON text — the chat template and ``tansaku.trainer.data`` take both as strings. The teacher's system prompt is
-dropped here; the mix stage puts the agentic system prompt in its place.
+JSON text — the chat template and ``tansaku.trainer.data`` take both as strings. Each agentic row opens with
+its task's system prompt for its question (``Task.system_prompt``): the very text ``train rl`` and ``train eval``
+put before the same question, which is what makes the system prompt the switch.
 
 Row columns of the ``train`` split: ``id, kind (agentic|general), messages, tools, tool_variant, task,
 question_id, try_index, scenario, answer, reward`` (failed trajectories are in the ``rejected`` split). ``tools`` are the schemas the teacher episode was shown (the RL environment's, in the
@@ -77,12 +78,13 @@ def gold_of(row: dict) -> dict:
             "answer_index": None if index is None else choice_index(index), "choices": strings(row.get("choices"))}
 
 
-def chat_row(record: dict) -> dict:
-    """The dataset row of a trajectory record."""
+def chat_row(record: dict, task) -> dict:
+    """The dataset row of a trajectory record, under ``task``'s system prompt for the record's question."""
+    system = {"role": "system", "content": task.system_prompt(record.get("row") or {})}
     return {
         "id": record["id"],
         "kind": "agentic",
-        "messages": clean_messages(record["messages"]),
+        "messages": [system, *clean_messages(record["messages"])],
         "tools": tools_text(record.get("tools")),
         "tool_variant": record.get("tool_variant"),
         "task": record.get("task"),
@@ -103,5 +105,7 @@ def general_row(row: dict, index: int) -> dict:
             "messages": clean_messages(messages), "tools": tools_text(row.get("tools"))}
 
 
-def format_stage():
-    return map_stage("format", chat_row)
+def format_stage(task):
+    """Stage ``format``: chat rows under ``task``'s system prompts (their texts are the stage's params)."""
+    return map_stage("format", lambda record: chat_row(record, task),
+                     params={"system_prompts": list(task.system_prompts)})

@@ -1,5 +1,5 @@
-"""Mix the Japanese agentic set (under its agentic system prompt) with a general chat set (no system
-prompt) at a configured ratio, seeded.
+"""Mix the Japanese agentic set (under its task's system prompt, put there by the format stage) with a general
+chat set (no system prompt) at a configured ratio, seeded.
 
 The system prompt is the switch: with it the model thinks in Japanese and searches repeatedly; without
 it (general chat) it keeps its old behaviour. ``ratio`` is general rows per agentic row:
@@ -20,13 +20,6 @@ from tansaku.core.engine import global_stage, rng_for
 from tansaku.core.errors import InputError
 from tansaku.core.store import StoreError, read_records
 from tansaku.pipelines.trajectories.format import general_row
-
-AGENTIC_SYSTEM_PROMPT = (
-    "あなたは日本語で考える検索エージェントです。質問に答えるために search で文書を検索し、必要なら open_doc で"
-    "本文を読んでください。ツールの結果を受け取るたびに、分かったことと足りないことを日本語で考え、足りなければ"
-    "検索語を変えて何度でも検索を繰り返してください。考えは必ず日本語で書いてください。"
-    "十分な根拠が揃ったら、最終回答を最後のメッセージに {{答え}} の形で一つだけ書いてください。"
-)
 
 
 def read_chat_rows(path: str | Path) -> list[dict]:
@@ -55,28 +48,23 @@ def read_chat_rows(path: str | Path) -> list[dict]:
     return rows
 
 
-def with_system(row: dict, system_prompt: str) -> dict:
-    return {**row, "messages": [{"role": "system", "content": system_prompt}, *row["messages"]]}
-
-
-def mix_rows(agentic: list[dict], general: list[dict], ratio: float, seed: int,
-             system_prompt: str = AGENTIC_SYSTEM_PROMPT) -> list[dict]:
-    """Agentic rows (system prompt added) + ``round(ratio × len(agentic))`` general rows, shuffled by seed."""
+def mix_rows(agentic: list[dict], general: list[dict], ratio: float, seed: int) -> list[dict]:
+    """Agentic rows + ``round(ratio × len(agentic))`` general rows, shuffled by seed."""
     if ratio < 0:
         raise InputError(f"mix ratio must be >= 0, got {ratio}")
     want = min(len(general), round(ratio * len(agentic)))
     order = list(range(len(general)))
     rng_for(seed, "mix", "general").shuffle(order)
-    mixed = [with_system(r, system_prompt) for r in agentic] + [general[i] for i in sorted(order[:want])]
+    mixed = agentic + [general[i] for i in sorted(order[:want])]
     rng_for(seed, "mix", "order").shuffle(mixed)
     return mixed
 
 
-def mix_stage(general: list[dict] | None, ratio: float, seed: int, system_prompt: str = AGENTIC_SYSTEM_PROMPT):
+def mix_stage(general: list[dict] | None, ratio: float, seed: int):
     """Global stage ``mix``: the agentic rows + general rows at ``ratio``."""
 
     def run(rows):
-        yield from mix_rows(list(rows), general or [], ratio if general else 0.0, seed, system_prompt)
+        yield from mix_rows(list(rows), general or [], ratio if general else 0.0, seed)
 
     return global_stage("mix", run, params={"ratio": ratio if general else None,
                                             "general_rows": len(general) if general else 0})

@@ -5,7 +5,9 @@ results cut to ``RESULT_CHARS``) and answers ``{"steps": [{"reasoning", "tool_ca
 echo every tool call unchanged. The new reasoning is put back into the teacher's own messages, and the
 result is checked with ``verify.identity_violation`` so tool calls and results stay byte-identical;
 anything else is dropped with a reason (``llm_error``, ``llm_bad_json``, ``step_count_changed``,
-``tool_call_altered``, ``empty_reasoning`` …).
+``tool_call_altered``, ``empty_reasoning`` …). Every rewritten step must then be Japanese (``language``:
+``reasoning_has_chinese``, ``reasoning_not_japanese``; thresholds ``min_japanese_share``, ``min_chinese_chars``
+in the stage params), so all three rewrite stages drop a Chinese or English rewrite the same way.
 
 Scenarios come from ``scenarios.yaml``; one is drawn per trajectory with ``rng_for(seed, "scenario", id)``
 among those whose ``requires`` hold for what the trajectory really did. Prompts are versioned files in
@@ -27,6 +29,7 @@ from tansaku.core.engine import batch_stage, rng_for
 from tansaku.core.errors import InputError
 from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
 from tansaku.core.parsing import is_tool_error
+from tansaku.pipelines.trajectories.language import MIN_CHINESE_CHARS, MIN_JAPANESE_SHARE, language_violation
 from tansaku.pipelines.trajectories.records import fail
 from tansaku.pipelines.trajectories.verify import (
     call_pairs,
@@ -210,9 +213,11 @@ def _canonical(arguments) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = None, batch_size: int = 16):
+def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = None, batch_size: int = 16,
+                  min_japanese_share: float = MIN_JAPANESE_SHARE, min_chinese_chars: int = MIN_CHINESE_CHARS):
     """A batch stage rewriting live records' reasoning with ``client``; ``kind="scenario"`` also draws and
-    records the scenario (a trajectory no scenario applies to fails with ``no_scenario_applies``)."""
+    records the scenario (a trajectory no scenario applies to fails with ``no_scenario_applies``).
+    ``min_japanese_share``/``min_chinese_chars``: the language check on every rewritten step (``language``)."""
     if kind == "scenario" and catalog is None:
         catalog = load_catalog()
 
@@ -239,11 +244,13 @@ def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = No
             if isinstance(rewritten, tuple):
                 outs[k] = fail(record, *rewritten)
                 continue
-            problem = identity_violation(record["messages"], rewritten)
+            problem = identity_violation(record["messages"], rewritten) or language_violation(
+                rewritten, kind, min_japanese_share, min_chinese_chars)
             outs[k] = fail(record, *problem) if problem else {**record, "messages": rewritten}
         return outs
 
-    params = {"prompt": PROMPTS[kind], "result_chars": RESULT_CHARS}
+    params = {"prompt": PROMPTS[kind], "result_chars": RESULT_CHARS, "min_japanese_share": min_japanese_share,
+              "min_chinese_chars": min_chinese_chars}
     if kind == "scenario":
         params["catalog_version"] = catalog.get("version")
     return batch_stage(kind, run, batch_size=batch_size, params=params, llm=client)

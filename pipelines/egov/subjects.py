@@ -1,0 +1,168 @@
+"""Rule-based question kinds about who or what a provision is about; needs no LLM and no word list of any law.
+
+  * ``subject``  what thing, act or right a provision is about: 「【　】は、…。」 (相続は、…において開始する /
+                 雇用は、…によって、その効力を生ずる / 不法な条件を付した法律行為は、無効とする); distractors =
+                 the law's other such topics and its defined terms, never a person, one the article names, one
+                 whose substitution the law itself says, one with all the answer's words, a short word with its
+                 head (物権 for 占有権: may name its kind) or one echoing the provision where the answer does not;
+  * ``body``     to whom a notice, application or claim goes: 「…【　】に届け出／申請／通知／報告／申し出／提出
+                 ／通報／請求／催告…」 — the addressee is the noun before 「に」 (行政庁, 家庭裁判所, 都道府県知事 …
+                 found by grammar, not listed); distractors = the law's other addressees and actors.
+
+Persons are left to statements.py's ``actor`` kind: another person of the same law is too often right as well
+(土地の所有者 for 相隣者の一人, 親権を行う父又は母 for 親権を行う者).
+provisions.py builds the pools (:func:`law_subject_pools`) and calls :func:`subject_targets` per sentence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from tansaku.pipelines.egov.cloze import BLANK, DEFINED, DEFINED_LATER, _usable, nearest_values, sentences_of
+from tansaku.pipelines.egov.statements import (
+    GENERIC_ACTORS,
+    GENERIC_EFFECT,
+    NOT_ACTOR,
+    PERSON,
+    _actor,
+    _clean,
+    _other_actor,
+)
+
+# The topic of a sentence: a noun phrase (no comma, bracket or space) before the first 「は、」.
+TOPIC = re.compile(r"^([^、。「」（）()\s]{2,25}?)は、(.{5,})。$")
+# Not a thing a provision is about: demonstratives and pointers (この法律, 当該…, 同…), frames (…の場合, …について).
+NOT_TOPIC = re.compile(r"この|その|当該|これ|それ|同|前|次|場合|とき|ただし|において|について|もっとも|ほか|"
+                       r"[ぁ-ん]間$|時$|後$|まで$")  # …しない間は, …の時は: a time, not a topic
+# Persons the statements' PERSON suffixes miss: kinship and professions (夫婦, 子, 父又は母, 医師).
+PEOPLE = re.compile(r"(?:夫|妻|婦|子|父|母|親|師|士|一方|各自)$")
+MAX_HYPERNYM = 3  # characters of a word that, sharing the answer's last character, may name its kind
+KANJI_PAIR = re.compile(r"[一-龥々]{2}")
+WORD_SPLIT = re.compile(r"の|及び|又は|並びに|若しくは|、")
+NOUN_END = re.compile(r"(?:[一-龥ァ-ヶー々]|こと|もの)$")  # a topic ends in a noun; 「…には、」「…では、」 are frames
+# The addressee: a run of nouns (with の) right before 「に」 or 「に対し、」, then a verb of notice or claim.
+# It starts after a comma or a particle (not inside 「主たる債務者」) and 「に」 is followed by the verb itself or by
+# 「対し、」 and the verb's object (「…において」「…について」 are no addressee).
+ADDRESSEE = re.compile(r"(?:^|(?<=[、をはがもでてく]))((?:[一-龥ァ-ヶー々]{1,10}の)?[一-龥ァ-ヶー々]{2,12})"
+                       r"(?:に対し(?:て)?、[^、。]{0,30}?|に)"
+                       r"(?:届け出|届出|申請|通知|報告|申し出|申出|提出|申し込|通報|請求|催告|申し立て|申立て)")
+
+
+def _topic(sentence: str) -> tuple[str, str] | None:
+    """``(topic, rest)`` of 「Xは、….」 where X is a noun phrase and the rest says something of its own."""
+    match = TOPIC.match(sentence)
+    if not match:
+        return None
+    topic, rest = match.groups()
+    if (NOT_TOPIC.search(topic) or not NOUN_END.search(topic) or topic in GENERIC_ACTORS or topic in rest
+            or GENERIC_EFFECT.search(rest)):
+        return None
+    return topic, rest
+
+
+def kanji_pairs(text: str) -> set[str]:
+    """Adjacent kanji pairs: the words two phrases share (返還の請求 / その給付したものの返還を請求: 返還, 請求)."""
+    return {text[i:i + 2] for i in range(len(text) - 1) if KANJI_PAIR.fullmatch(text[i:i + 2])}
+
+
+def _is_person(name: str) -> bool:
+    """A person or an organ: statements.py's PERSON suffixes (者, 人, 庁, 裁判所 …) or :data:`PEOPLE`."""
+    return bool(PERSON.search(name) or PEOPLE.search(name))
+
+
+def _entangled(other: str, topic: str, rest: str) -> bool:
+    """A distractor that is part of the answer or holds all its words (遺贈の放棄 / 遺贈の承認及び放棄) or
+    echoes the provision where the answer does not (婚姻によって氏を改めた夫又は妻 for 夫婦 in 「…は、婚姻の際に
+    定めるところに従い、夫又は妻の氏を称する」): either may be right as well."""
+    words = lambda t: {w for w in WORD_SPLIT.split(t) if w}  # noqa: E731
+    mine, theirs = words(topic), words(other)
+    # 代理権を有しない者がした契約 / 代理権を有しない者が他人の代理人としてした契約: all the answer's words.
+    pairs, other_pairs = kanji_pairs(topic), kanji_pairs(other)
+    same_words = bool(pairs and other_pairs) and (pairs <= other_pairs or other_pairs <= pairs)
+    return mine <= theirs or theirs <= mine or same_words or bool((other_pairs & kanji_pairs(rest)) - pairs)
+
+
+def _addressee(sentence: str) -> tuple[int, str] | None:
+    """Where the addressee of a notice or claim starts, and who it is (a person or an organ)."""
+    for match in ADDRESSEE.finditer(sentence):
+        name = match.group(1)
+        if (PERSON.search(name) and not NOT_ACTOR.search(name) and name not in GENERIC_ACTORS
+                and sentence.count(name) == 1):
+            return match.start(1), name
+    return None
+
+
+def law_subject_pools(articles: list[dict]) -> dict[str, dict]:
+    """Per law: (position, (topic, rest, is a person)) of its topic sentences, its defined terms, and the
+    (position, name) of its addressees and actors."""
+    pools: dict[str, dict] = defaultdict(lambda: {"topics": [], "people": []})
+    for pos, article in enumerate(articles):
+        if not _usable(article):
+            continue
+        pool = pools[article["law_id"]]
+        for sentence in sentences_of(article):
+            for pattern in (DEFINED, DEFINED_LATER):  # things the law names: a thing's distractors too
+                pool["topics"] += [(pos, (term, "", _is_person(term))) for term in pattern.findall(sentence)]
+            if not _clean(sentence, leaning=True):
+                continue
+            if found := _topic(sentence):
+                pool["topics"].append((pos, (*found, _is_person(found[0]))))
+            for person in (_actor(sentence), _addressee(sentence)):
+                if person:
+                    pool["people"].append((pos, person[1]))
+    return dict(pools)
+
+
+def _stem(before: str, sentence: str, start: int, answer: str) -> str:
+    return (f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n"
+            f"「{before}{sentence[:start]}{BLANK}{sentence[start + len(answer):]}」")
+
+
+def _subject(sentence: str, before: str, article: dict, pool: dict, pos: int) -> dict | None:
+    """「【　】は、…。」 with three other things, acts or rights of the law (see the module docstring)."""
+    found = _topic(sentence)
+    # Persons are the actor kind's: another person is too often right as well (土地の所有者 for 相隣者の一人).
+    if not found or _is_person(found[0]):
+        return None
+    topic, rest = found
+    seen: set[str] = set()
+
+    def keep(value) -> bool:
+        other, other_rest, other_is_person = value
+        # A short word with the answer's head may name its kind (物権 for 占有権): right as well.
+        hypernym = min(len(other), len(topic)) <= MAX_HYPERNYM and other[-1] == topic[-1]
+        ok = (not other_is_person and other not in seen and other not in article["text"]
+              and other not in topic and topic not in other and other_rest != rest and not hypernym
+              and f"{other}は、{rest}" not in pool["text"] and not _entangled(other, topic, rest)
+              and not kanji_pairs(other_rest) & kanji_pairs(topic))  # 取り消された行為 (…無効…) for 無効な行為
+        if ok:
+            seen.add(other)
+        return ok
+
+    others = [o[0] for o in nearest_values(pool.get("topics", []), pos, keep, 3)]
+    return {"kind": "subject", "answer": topic, "distractors": others, "context": before + sentence,
+            "stem": _stem(before, sentence, 0, topic)}
+
+
+def _body(sentence: str, before: str, article: dict, pool: dict, pos: int) -> dict | None:
+    """「…【　】に届け出…」 with three other persons or organs of the law, never one the article names."""
+    found = _addressee(sentence)
+    if not found:
+        return None
+    start, name = found
+    other_person = _other_actor(name, sentence)
+
+    def keep(other: str) -> bool:
+        substituted = sentence[:start] + other + sentence[start + len(name):]
+        return other_person(other) and other not in article["text"] and substituted[:-1] not in pool["text"]
+
+    others = nearest_values(pool.get("people", []), pos, keep, 3)
+    return {"kind": "body", "answer": name, "distractors": others, "context": before + sentence,
+            "stem": _stem(before, sentence, start, name)}
+
+
+def subject_targets(sentence: str, before: str, article: dict, pool: dict, pos: int) -> list[dict]:
+    """The ``subject`` and ``body`` candidates of one clean sentence of ``article`` (``before``: the sentence it
+    leans on, quoted first)."""
+    return [t for make in (_subject, _body) if (t := make(sentence, before, article, pool, pos))]

@@ -1,0 +1,238 @@
+"""``synth build general``: the general half of the system-prompt switch — the base model's own answers to
+general prompts, as SFT chat rows with no system prompt.
+
+    build_general("examples/general_prompts.jsonl", "out/general", "transformers:tiny", max_tokens=256)
+    # CLI: synth build general --prompts FILE --llm SPEC --out DIR [--reasoning] [--max-tokens N]
+    #      [--temperature T] [--limit N] [--seed S] [--heldout-share F] [--license ID] [-q]
+
+Why: SFT that teaches a model to search again and to reason in Japanese pulls it far from its own output
+distribution, and its general skills drop (the blog's SFTでの精度劣化). The fix is to train two things at
+once: the Japanese agentic rows *with* the agentic system prompt (``synth build trajectories``), and general
+rows *without* one whose answers stay close to what the base model already says. This pipeline writes the
+second: each prompt goes to ``--llm`` (the base model you will fine-tune) as it is, no system prompt added,
+and its answer becomes the assistant turn. ``synth build trajectories --general DIR`` mixes the ``train``
+split in; ``train sft`` reads it as a data source; ``train eval --task general --dataset DIR`` scores the
+held-out ``test`` split (prompts SFT never saw) for retention.
+
+Input (``--prompts``): a ``.jsonl`` / ``.json`` (list) / ``.parquet`` file or a dataset folder (its ``train``
+split); each row has ``prompt`` (text, or TRL's conversational list of messages) or ``messages`` (a
+conversation of user/assistant turns; trailing assistant turns are dropped, so a chat set's reference answers
+are replaced by the base model's own), and an optional ``id`` (default: a hash of the prompt). A row with a
+system message is dropped: the general half is generated and trained without one.
+
+Stages and drop reasons: ``prompts`` (``bad_prompt``: not an object, no prompt, a system or tool message,
+an empty user turn, a bad JSON line — one record, not the build), ``dedup`` (``duplicate_id``), ``generate``
+(``llm_error``, ``truncated``: the backend stopped at ``max_tokens``, ``empty_answer``). Row of both splits::
+
+    {id: "general-<prompt_id>", prompt_id, kind: "general", finish_reason,
+     messages: [{role, content, reasoning_content}, …, {role: "assistant", content: answer,
+                reasoning_content: the model's reasoning with --reasoning, else null}]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pyarrow as pa
+
+from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
+from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
+from tansaku.core.jsonl import BadLine, iter_jsonl
+from tansaku.core.licenses import choose_license
+from tansaku.core.llm import ChatRequest, as_client
+from tansaku.core.options import check_count, check_fraction, check_limit
+from tansaku.core.out_folder import precheck_out
+from tansaku.core.parsing import split_think, strip_end_markers
+from tansaku.core.store import StoreError, build_dataset, describe_input, read_records
+
+PIPELINE = "general"
+PIPELINE_VERSION = "1"
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()), ("reasoning_content", pa.string())])
+COLUMN_TYPES = {"messages": pa.list_(MESSAGE), "prompt_id": pa.string(), "kind": pa.string(),
+                "finish_reason": pa.string()}
+ROLES = ("user", "assistant")
+# What fixes a build that kept no answer (tansaku.core.out_folder.refuse_empty).
+EMPTY_HINTS = {
+    "input": "the prompt file has no rows",
+    "generate:truncated": "every answer stopped at --max-tokens: raise --max-tokens",
+    "generate:empty_answer": "the model wrote no answer text: check --llm (a chat model) and --max-tokens "
+                             "(a reasoning model may spend them all thinking; keep it with --reasoning)",
+    "generate:llm_error": "the backend failed on every prompt: check --llm",
+    "generate": "check --llm and --max-tokens",
+}
+
+
+def read_prompt_rows(path: str | Path) -> list[dict]:
+    """``[{"row": value, "where": "FILE:LINE"} | {"bad": "FILE:LINE: why", "where": …}]`` of a prompt file or
+    dataset folder. A bad JSON line is a ``bad`` record (dropped later); a file of another type, a folder that
+    is no dataset or a missing path raises (one line, exit 2)."""
+    p = Path(path)
+    if not p.exists():
+        raise MissingInputError(f"--prompts {p}: no such file or dataset folder")
+    if p.is_file() and ".jsonl" in p.suffixes:  # line by line: one bad line costs that line only
+        return [{"bad": value.where, "where": value.where} if isinstance(value, BadLine) else
+                {"row": value, "where": f"{p}:{number}"}
+                for number, value in iter_jsonl(p, on_bad="yield", objects=False)]
+    try:
+        rows = read_records(p, split="train")
+    except StoreError as exc:
+        raise InputError(f"--prompts: {exc}") from None
+    return [{"row": row, "where": f"{p} row {i}"} for i, row in enumerate(rows)]
+
+
+def _messages(value, key: str = "messages") -> list | str:
+    """A prompt's messages (from the row's ``key``), or why there are none."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return f"'{key}' is a string that is not JSON"
+    if not isinstance(value, list):
+        return f"'{key}' must be text or a list of {{role, content}}, not {type(value).__name__}"
+    out = []
+    for i, message in enumerate(value):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role == "system":
+            return f"message {i} is a system message: the general half has none (the agentic rows carry it)"
+        if role not in ROLES or not isinstance(message.get("content"), str):
+            return f"message {i} needs a role in {ROLES} and text content, got {str(message)[:80]!r}"
+        out.append({"role": role, "content": message["content"], "reasoning_content": None})
+    while out and out[-1]["role"] == "assistant":  # the reference answer: the base model writes its own
+        out.pop()
+    if not out or not out[-1]["content"].strip():
+        return "the conversation has no user turn with text to answer"
+    return out
+
+
+def parse_prompt(record: dict) -> dict | Drop:
+    """``{prompt_id, messages}`` of one input row, or ``Drop("bad_prompt")`` naming where and why."""
+    where = record["where"]
+    if "bad" in record:
+        return Drop("bad_prompt", detail=record["bad"])
+    row = record["row"]
+    if not isinstance(row, dict):
+        return Drop("bad_prompt", detail=f"{where}: not a JSON object")
+    if isinstance(row.get("prompt"), str):
+        messages = _messages([{"role": "user", "content": row["prompt"]}])
+    elif row.get("prompt") is not None:  # TRL's conversational prompt: a list of messages
+        messages = _messages(row["prompt"], "prompt")
+    elif row.get("messages") is not None:
+        messages = _messages(row["messages"])
+    else:
+        messages = f"no 'prompt' or 'messages' (keys: {', '.join(map(str, row)) or 'none'})"
+    if isinstance(messages, str):
+        return Drop("bad_prompt", detail=f"{where}: {messages}")
+    given = row.get("id")
+    if isinstance(given, bool) or not isinstance(given, (str, int, type(None))):
+        return Drop("bad_prompt", detail=f"{where}: 'id' must be text or a whole number")
+    if given is None or str(given).strip() == "":  # stable across reorderings and growing files
+        text = json.dumps([[m["role"], m["content"]] for m in messages], ensure_ascii=False)
+        given = "p" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    return {"prompt_id": str(given), "messages": messages}
+
+
+def unique_ids(records):
+    """Global stage ``dedup``: the first row of each prompt id (the held-out key and the row id)."""
+    seen: set[str] = set()
+    for record in records:
+        if record["prompt_id"] in seen:
+            yield Drop("duplicate_id", record, f"prompt id {record['prompt_id']} again")
+            continue
+        seen.add(record["prompt_id"])
+        yield record
+
+
+def answer_row(record: dict, result, keep_reasoning: bool) -> dict | Drop:
+    """The SFT row of one prompt and its answer, or the reason it is dropped."""
+    if result.error is not None:
+        return Drop("llm_error", detail=result.error)
+    if result.finish_reason == "length":  # a cut answer would teach the model to stop mid-sentence
+        return Drop("truncated", detail=f"the answer stopped at max_tokens ({len(result.content)} characters)")
+    reasoning, answer = split_think(strip_end_markers(result.content or ""))
+    reasoning = result.server_reasoning or reasoning  # what a server's reasoning parser split off
+    if not answer.strip():
+        return Drop("empty_answer", detail=f"reasoning {len(reasoning or '')} characters, no answer text")
+    assistant = {"role": "assistant", "content": answer.strip(),
+                 "reasoning_content": (reasoning or None) if keep_reasoning else None}
+    return {"id": f"general-{record['prompt_id']}", "prompt_id": record["prompt_id"], "kind": "general",
+            "finish_reason": result.finish_reason, "messages": [*record["messages"], assistant]}
+
+
+def generate_fn(client, max_tokens: int, temperature: float, seed: int, keep_reasoning: bool):
+    """``generate``: one request per prompt, exactly its messages (no system prompt added)."""
+
+    def run(batch: list[dict]) -> list[dict | Drop]:
+        requests = [ChatRequest(messages=[{"role": m["role"], "content": m["content"]} for m in r["messages"]],
+                                max_tokens=max_tokens, temperature=temperature,
+                                seed=seed if temperature > 0 else None) for r in batch]
+        return [answer_row(r, result, keep_reasoning) for r, result in zip(batch, client.chat(requests), strict=True)]
+
+    return run
+
+
+def _first_problem(records: list[dict]) -> str | None:
+    """None when some record is a usable prompt; else the first record's problem (all are unusable)."""
+    problems = []
+    for record in records:
+        parsed = parse_prompt(record)
+        if not isinstance(parsed, Drop):
+            return None
+        problems.append(parsed.detail)
+    return problems[0] if problems else "no rows"
+
+
+def build_general(prompts: str | Path, out: str | Path, llm, reasoning: bool = False, max_tokens: int = 1024,
+                  temperature: float = 0.0, limit: int | None = None, seed: int = 0,
+                  heldout_share: float = DEFAULT_SHARE, license: str | None = None,
+                  license_file: str | Path | None = None, keep_rejected: bool = True, quiet: bool = False,
+                  batch_size: int = 32, chunk_size: int = 64) -> dict:
+    """Build the general chat set in ``out`` from ``prompts`` answered by ``llm`` (a spec or client: the base
+    model); returns the manifest (a rerun with the same ``out`` resumes, a finished one is returned as it is).
+
+    ``reasoning``: keep the model's reasoning (``<think>`` text or the server's ``reasoning_content``) in the
+    assistant message's ``reasoning_content``; otherwise only the answer. ``heldout_share`` of the prompt ids
+    form the ``test`` split (``tansaku.core.heldout``). ``limit``: the first N prompt rows. ``license``: the
+    card's license (default: the prompt folder's card license, else ``other`` until ``--license`` names one).
+    ``chunk_size``: prompts per checkpoint."""
+
+    check_limit(limit)
+    check_count("--max-tokens", max_tokens)
+    check_fraction("--temperature", temperature, 0, None)
+    check_count("batch_size", batch_size)
+    heldout = HeldOut(heldout_share, "prompt_id", seed)
+    out = precheck_out(out, pipeline=PIPELINE)  # before the prompts are read
+    chosen = choose_license(license, license_file, prompts if Path(prompts).is_dir() else None)
+    records = read_prompt_rows(prompts)
+    if not records:
+        raise InputError(f"--prompts {prompts} holds no prompts")
+    problem = _first_problem(records[:limit])
+    if problem is not None:
+        raise InputError(f"--prompts {prompts}: no usable prompt ({problem}); each row needs 'prompt' (text) or "
+                         "'messages' (a conversation ending in a user turn)")
+    client = as_client(llm)
+    config = {"reasoning": reasoning, "max_tokens": max_tokens, "temperature": temperature, "limit": limit,
+              **chosen.recipe()}
+    params = {"max_tokens": max_tokens, "temperature": temperature, "reasoning": reasoning}
+    manifest = build_dataset(
+        out=out, name=f"general-{Path(prompts).name.split('.')[0]}", pipeline=PIPELINE,
+        pipeline_version=PIPELINE_VERSION, config=config, seed=seed, inputs=[describe_input(prompts, len(records))],
+        source=records[:limit], llm=client, chunk_size=chunk_size, quiet=quiet, keep_rejected=keep_rejected,
+        stages=[map_stage("prompts", parse_prompt), global_stage("dedup", unique_ids),
+                batch_stage("generate", generate_fn(client, max_tokens, temperature, seed, reasoning), batch_size,
+                            params=params, llm=client)],
+        heldout=heldout, column_types=COLUMN_TYPES, empty_hints=EMPTY_HINTS,
+        card={"pretty_name": "tansaku general chat (the base model's own answers)", **chosen.card,
+              "task_categories": ["text-generation"], "tags": ["sft", "general-chat", "system-prompt-switch"],
+              "description": "General prompts answered by the base model itself (the manifest's `llm`), with no "
+                             "system prompt: the general half of the system-prompt switch. Mix the `train` split "
+                             "into agentic SFT (`synth build trajectories --general DIR`, or a `train sft` data "
+                             "source); score retention on the held-out `test` split (`train eval --task general`)."
+                             + (" Assistant turns keep the model's reasoning in `reasoning_content`."
+                                if reasoning else " Assistant turns hold the answer only (no reasoning)."),
+              "limitations": ["Answers are what the model wrote, unchecked: their quality is the base model's.",
+                              "Answers cut at max_tokens are dropped (`truncated`), so long answers are "
+                              "under-represented unless max_tokens is large."]})
+    return chosen.write(out, manifest)
