@@ -27,14 +27,22 @@ from tansaku.core.errors import InputError
 
 TEST = "test"
 TRAIN = "train"
+RL = "rl"  # prompts for `train rl` that SFT never trained on (a policy is not near-deterministic on them)
 FALLBACK_KEY = "question"  # the key of a row that lacks the pipeline's key column
 DEFAULT_SHARE = 0.2
+DEFAULT_RL_SHARE = 0.0  # multihop and egov: --rl-share 0.3 gives RL prompts SFT never sees (off until measured)
 
 
-def heldout_split(key: str, share: float, seed: int) -> str:
-    """``"test"`` when sha256(seed, key) as a fraction of 2**64 falls below ``share``, else ``"train"``."""
+def heldout_split(key: str, share: float, seed: int, rl_share: float = 0.0) -> str:
+    """``"test"`` when sha256(seed, key) as a fraction of 2**64 falls below ``share``, ``"rl"`` when it falls
+    below ``share + rl_share``, else ``"train"``: the test side never moves when ``rl_share`` changes.
+
+    >>> [heldout_split(f"q{i}", 0.2, 0, rl_share=0.3) for i in range(6)]
+    ['train', 'train', 'test', 'rl', 'train', 'test']
+    """
     digest = hashlib.sha256(f"{seed}\x1f{key}".encode()).digest()
-    return TEST if int.from_bytes(digest[:8], "big") / 2**64 < share else TRAIN
+    u = int.from_bytes(digest[:8], "big") / 2**64
+    return TEST if u < share else RL if u < share + rl_share else TRAIN
 
 
 def check_share(share: float) -> float:
@@ -57,9 +65,20 @@ class HeldOut:
     share: float
     key: str = "id"
     seed: int = 0
+    rl_share: float = 0.0  # of the keys, the share that forms the ``rl`` split (RL prompts SFT never sees)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "share", check_share(self.share))
+        rl = self.rl_share
+        if not isinstance(rl, (int, float)) or not 0 <= rl < 1 or self.share + rl >= 1:
+            raise InputError(f"--rl-share must be within [0, 1) and leave rows for train with --heldout-share "
+                             f"{self.share} (0 = no rl split), got {rl}")
+        object.__setattr__(self, "rl_share", float(rl))
+
+    @property
+    def splits(self) -> list[str]:
+        """Every split this rule can give a row to."""
+        return [TRAIN] + ([RL] if self.rl_share > 0 else []) + ([TEST] if self.share > 0 else [])
 
     def key_of(self, row: dict) -> str:
         value = row.get(self.key)
@@ -68,9 +87,10 @@ class HeldOut:
         return str(value)
 
     def split_of(self, row: dict) -> str:
-        return heldout_split(self.key_of(row), self.share, self.seed)
+        return heldout_split(self.key_of(row), self.share, self.seed, self.rl_share)
 
     def recipe(self) -> dict:
-        """What decides the assignment: part of the build's resume fingerprint."""
+        """What decides the assignment: part of the build's resume fingerprint (``rl_share`` only when there
+        is an rl split, so builds without one keep their fingerprints)."""
         return {"split": TEST, "share": self.share, "key": self.key, "fallback_key": FALLBACK_KEY,
-                "seed": self.seed}
+                "seed": self.seed, **({"rl_split": RL, "rl_share": self.rl_share} if self.rl_share > 0 else {})}

@@ -70,7 +70,7 @@ def recipe_of_manifest(manifest: dict) -> dict:
         "chunk_size": manifest.get("chunk_size"), "keep_rejected": manifest.get("keep_rejected"),
     }
     if manifest.get("heldout") is not None:  # the manifest adds the row count, which is no part of the recipe
-        recipe["heldout"] = {k: v for k, v in manifest["heldout"].items() if k != "rows"}
+        recipe["heldout"] = {k: v for k, v in manifest["heldout"].items() if k not in ("rows", "rl_rows")}
     return json.loads(canonical_json(recipe))
 
 

@@ -249,7 +249,7 @@ def build_dataset(
             raise ValueError("give build_dataset either split_of or heldout, not both")
         split_of = heldout.split_of if heldout is not None else split_of or (lambda r: "train")
         # Every split the rule can give is written, an empty one as a typed empty file (a tiny build's test).
-        expected = ({"train", "test"} if heldout.share > 0 else {"train"}) if heldout is not None else set()
+        expected = set(heldout.splits) if heldout is not None else set()
         splits = sorted(expected | {split_of(r) for r in result.rows()}) or ["train"]
         if REJECTED in splits:
             raise ValueError(f"split name {REJECTED!r} is reserved for dropped records (keep_rejected)")
@@ -277,7 +277,9 @@ def build_dataset(
                        for s, funnel in zip(recipe["stages"], result.stages)],
             "chunk_size": chunk_size,
             "keep_rejected": keep_rejected,
-            **({"heldout": {**heldout.recipe(), "rows": counts.get("test", 0)}} if heldout is not None else {}),
+            **({"heldout": {**heldout.recipe(), "rows": counts.get("test", 0),
+                            **({"rl_rows": counts.get("rl", 0)} if heldout.rl_share > 0 else {})}}
+               if heldout is not None else {}),
             "splits": counts,
             "resumed_chunks": result.resumed_chunks,
             "seconds": round(time.time() - started, 3),

@@ -29,6 +29,7 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress: no bars
 Limit = Annotated[int | None, typer.Option("--limit", help="Stop after N items (smoke runs).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for every random draw in the build.")]
 KeepRejected = Annotated[bool | None, typer.Option("--keep-rejected/--no-keep-rejected", help="Also write every dropped record (stage, reason, record) as the 'rejected' split (default: per pipeline).")]
+RLShare = Annotated[float, typer.Option("--rl-share", help="Share of questions in the 'rl' split: train rl's prompts, never in SFT's train split (0: none).")]
 HeldoutShare = Annotated[float, typer.Option("--heldout-share", help="Share of questions held out as the 'test' split (train on 'train', eval on 'test'; 0: none).")]
 LLM = Annotated[str | None, typer.Option("--llm", help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
 Shard = Annotated[str | None, typer.Option("--shard", help="Build shard I of N (I/N): its part of the build's first record-local stages, into its own --out; merge with --from-shards.")]
@@ -93,6 +94,7 @@ def build_egov(
     limit: Limit = None,
     seed: Seed = 0,
     heldout_share: HeldoutShare = 0.2,
+    rl_share: RLShare = 0.0,
     keep_rejected: KeepRejected = None,
     license: License = None, license_file: LicenseFile = None,
     shard: Shard = None,
@@ -104,7 +106,7 @@ def build_egov(
 
     with _sharding(shard, from_shards):
         manifest = run(laws, out, llm=llm, index=index, limit=limit, seed=seed, quiet=quiet,
-                       heldout_share=heldout_share, license=license, license_file=license_file,
+                       heldout_share=heldout_share, rl_share=rl_share, license=license, license_file=license_file,
                        **_rejected(keep_rejected))
     _print_manifest(manifest, out)
 
@@ -128,6 +130,7 @@ def build_multihop(
     limit: Limit = None,
     seed: Seed = 0,
     heldout_share: HeldoutShare = 0.2,
+    rl_share: RLShare = 0.0,
     keep_rejected: KeepRejected = None,
     max_per_subject: Annotated[int, typer.Option("--max-per-subject", help="Chains kept per subject entity (0 = no cap).")] = 3,
     max_per_bridge: Annotated[int, typer.Option("--max-per-bridge", help="Chains kept per bridge entity (0 = no cap).")] = 10,
@@ -144,7 +147,7 @@ def build_multihop(
     with _sharding(shard, from_shards):
         manifest = run(corpus=corpus, out=out, triples_path=triples, index=index, llm=llm, policy=policy, k=k, m=m,
                        min_pass_rate=min_pass_rate, max_pass_rate=max_pass_rate, until=until, limit=limit,
-                       seed=seed, quiet=quiet, heldout_share=heldout_share,
+                       seed=seed, quiet=quiet, heldout_share=heldout_share, rl_share=rl_share,
                        license=license, license_file=license_file, relations=relations,
                        caps=Caps.from_options(max_per_subject, max_per_bridge), **_rejected(keep_rejected))
     _print_manifest(manifest, out)

@@ -246,10 +246,12 @@ def test_kill_9_during_a_streaming_stage_resumes_identically_and_asks_nothing_tw
         assert again.wait(timeout=600) == 0, again.stderr.read()
         stats = _stats(url)
     assert read_manifest(tmp_path / "out")["version"] == read_manifest(tmp_path / "ref")["version"]
-    # Asked again: only requests in flight or in transit at the kill (answered within its last half second),
-    # never an answer the build had received before; without the cache it would be every one of them.
+    # Asked again: only requests in flight or in transit at the kill (answered within its last second: on two
+    # cores the build's threads, busy with the stand-in's ~8 triples per article, can take that long to read an
+    # answer off the socket into the cache), never an answer the build had received before; without the cache
+    # it would be every one of them.
     # (Identical prompts inside one run may both miss the cache while in flight together: only repeats after the
     # kill count.)
     again_after_kill = [answered for came, answered in stats["repeated_answered_at"] if came >= killed_at]
-    assert all(t >= killed_at - 0.5 for t in again_after_kill), (killed_at, again_after_kill)
+    assert all(t >= killed_at - 1.0 for t in again_after_kill), (killed_at, again_after_kill)
     assert len(again_after_kill) <= max(SLOTS, answered_before // 20), (len(again_after_kill), answered_before)

@@ -74,7 +74,7 @@ def check_readiness(recipe: RLRecipe, model_path: str, judge=None, client=None) 
     reports = []
     try:
         for task in recipe.tasks:
-            report = run_eval(task.name, task.data, client, task.index, split=spec_r.split or task.split,
+            report = run_eval(task.name, task.data, client, task.index, split=spec_r.split or task.prompt_split(),
                               k=spec_r.k, limit=spec_r.rows, max_tokens=spec_r.max_tokens, seed=recipe.seed,
                               out_dir=Path(recipe.output_dir) / "readiness" / task.name, judge=judge,
                               system_prompt=task.system_prompt)

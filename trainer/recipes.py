@@ -32,6 +32,7 @@ renamed before validation, and giving both spellings with different values is an
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from tansaku.core.heldout import RL as RL_SPLIT
 from tansaku.core.heldout import TEST as HELDOUT_SPLIT
 from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.trainer.typed_config import (
@@ -48,6 +50,8 @@ from tansaku.trainer.typed_config import (
     coerce_trl_fields,
     trl_field_names,
 )
+
+log = logging.getLogger(__name__)
 
 NEMO_RL_KEYS = {
     "policy_kl_penalty": "beta",
@@ -96,13 +100,26 @@ class RLTask:
     name: str
     data: str
     ratio: float = 1.0
-    split: str = "train"
+    split: str | None = None  # None: the dataset's `rl` split (prompts SFT never saw), else `train` (prompt_split)
     index: str | None = None  # search index folder or OpenSearch URL; "auto": built from `corpus` (rl.ensure_indexes)
     corpus: str | None = None  # documents (.jsonl or dataset folder) the "auto" index is built from, once
     max_rows: int | None = None
     reward_weights: dict[str, float] = field(default_factory=dict)  # overrides of the task's weights
     abstention_weight: float = 0.0  # > 0: add abstention_reward (Task.with_abstention; at most the answer's weight)
     system_prompt: str | None = None  # text or @FILE instead of the task's own (the one the SFT rows were built with)
+
+    def prompt_split(self) -> str:
+        """The split RL prompts come from: ``split`` when the recipe names one, else the dataset's ``rl`` split
+        (multihop and egov write one: questions SFT never trained on, so the policy is not near-deterministic
+        on them), else ``train`` with a warning (an older dataset, or a .jsonl file)."""
+        if self.split is not None:
+            return self.split
+        if any((Path(self.data) / "data").glob(f"{RL_SPLIT}-*.parquet")):
+            return RL_SPLIT
+        if Path(self.data).is_dir():
+            log.warning("task %s: %s has no '%s' split; RL prompts come from 'train', the questions SFT trains on "
+                        "(rebuild it with --rl-share > 0)", self.name, self.data, RL_SPLIT)
+        return "train"
 
 
 @dataclass
@@ -248,7 +265,7 @@ def validate(recipe) -> None:
     for i, task in enumerate(recipe.tasks):
         _check(task.ratio > 0, f"tasks.{i}.ratio: must be > 0 (got {task.ratio})")
         _check(task.abstention_weight >= 0, f"tasks.{i}.abstention_weight: must be >= 0 (got {task.abstention_weight})")
-        _check_train_split(f"tasks.{i}", task.split)
+        _check_train_split(f"tasks.{i}", task.split or "train")
         _check(bool(task.index), f"tasks.{i}.index: the search index (folder or OpenSearch target) is required")
         _check(task.index != AUTO_INDEX or bool(task.corpus),
                f"tasks.{i}.index: 'auto' builds the index from the task's corpus; set tasks.{i}.corpus")

@@ -100,11 +100,12 @@ def task_rows(spec: RLTask, task) -> list[dict]:
     """The task's prompt rows (``prompt`` column added by the task); columns checked against the task."""
 
     try:
-        rows = load_rows(spec.data, spec.split, spec.max_rows)
+        split = spec.prompt_split()
+        rows = load_rows(spec.data, split, spec.max_rows)
     except Exception as exc:  # missing folder/split: name the task in the message
         raise RecipeError(f"task {spec.name}: cannot read {spec.data} ({spec.split}): {exc}") from None
     if not rows:
-        raise RecipeError(f"task {spec.name}: {spec.data} ({spec.split}) has no rows")
+        raise RecipeError(f"task {spec.name}: {spec.data} ({split}) has no rows")
     missing = sorted({c for row in rows for c in task.columns if row.get(c) in (None, "")})
     if missing:
         raise RecipeError(f"task {spec.name}: {spec.data} lacks column(s) {missing} ({task.columns})")
@@ -338,6 +339,8 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
     ``run_report.json`` and ``learning_curves.png`` (``tansaku.trainer.report``) are in the recipe's ``output_dir``.
     """
     recipe = load_recipe(config_path, overrides, kind="rl")
+    for task in recipe.tasks:  # resolved once, so the readiness check, training and the recipe copy agree
+        task.split = task.prompt_split()
     check_reporters(recipe)
     ensure_indexes(recipe)
     resume = resume_checkpoint(recipe)

@@ -33,7 +33,7 @@ from tansaku.core import shards
 from tansaku.core.engine import Drop, Stage, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.features import QUESTION_COLUMNS, STRINGS
-from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
+from tansaku.core.heldout import DEFAULT_RL_SHARE, DEFAULT_SHARE, HeldOut
 from tansaku.core.licenses import choose_license
 from tansaku.core.llm import as_client
 from tansaku.core.options import check_count, check_fraction, check_limit
@@ -205,7 +205,7 @@ def _with_prompt(row: dict) -> dict:
 def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: int = 0, quiet: bool = False,
                per_article: int = 2, judge_threshold: float = 0.75, retrieval: bool = True, retrieval_k: int = 20,
                max_retrieval_rank: int | None = None, dedup_threshold: float = 0.85, keep_rejected: bool = True,
-               heldout_share: float = DEFAULT_SHARE, license: str | None = None,
+               heldout_share: float = DEFAULT_SHARE, license: str | None = None, rl_share: float = DEFAULT_RL_SHARE,
                license_file: str | Path | None = None) -> dict:
     """Build ``out/articles`` and the question dataset at ``out``; return the question manifest.
 
@@ -215,6 +215,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     ``limit``: use at most this many articles for question generation (the article dataset is complete).
     ``max_retrieval_rank``: drop questions whose article is not in the top N for its own text.
     ``keep_rejected``: write the dropped questions (and articles) with their stage and reason as ``rejected``.
+    ``rl_share``: share of articles whose questions form the ``rl`` split (``train rl``'s prompts, never SFT's).
     ``heldout_share``: share of articles whose questions form the ``test`` split (``tansaku.core.heldout``); the
     key is ``article_id``, so the questions of one article never sit on both sides.
     ``license``/``license_file``: the question card's license (a Hub id, or ``other:NAME`` with its text)
@@ -227,7 +228,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     check_limit(max_retrieval_rank, "max_retrieval_rank")
     check_fraction("judge_threshold", judge_threshold, 0, 1)
     check_fraction("dedup_threshold", dedup_threshold, 0, 1)
-    heldout = HeldOut(heldout_share, "article_id", seed)
+    heldout = HeldOut(heldout_share, "article_id", seed, rl_share)
     chosen = choose_license(license, license_file, default=EGOV_LICENSE)
     question_card = {**QUESTION_CARD, "license_name": None, "license_link": None, **chosen.card}
     laws = [Path(p) for p in (laws if isinstance(laws, (list, tuple)) else [laws])]

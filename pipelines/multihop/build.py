@@ -27,7 +27,7 @@ import pyarrow as pa
 from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError
 from tansaku.core.features import DERIVATIONS, QUESTION_COLUMNS, STRINGS, derivation_structs
-from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
+from tansaku.core.heldout import DEFAULT_RL_SHARE, DEFAULT_SHARE, HeldOut
 from tansaku.core.licenses import choose_license
 from tansaku.core.llm import as_client
 from tansaku.core.options import check_count, check_fraction, check_limit, require_document_dataset
@@ -122,7 +122,7 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
                    caps: chains.Caps = chains.Caps(), max_rounds: int = 2, quiet: bool = False,
                    chunk_size: int = 1000, triples=None, min_natural: int = 3, question_temperature: float = 0.7,
                    prefilter_size: int = 10, keep_rejected: bool = False,
-                   heldout_share: float = DEFAULT_SHARE, license: str | None = None,
+                   heldout_share: float = DEFAULT_SHARE, license: str | None = None, rl_share: float = DEFAULT_RL_SHARE,
                    relations: str | Path | None = None, license_file: str | Path | None = None) -> dict:
     """Run the multihop pipeline into the dataset folder ``out`` and return its manifest.
     ``triples`` (alias ``triples_path``): a JSONL or JEMHopQA file to start from instead of the corpus.
@@ -133,7 +133,8 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
     ``m``, a count of ``k``, replaces ``min_pass_rate`` (not both; ``solvability.keep_rule``). The effective rule
     is the manifest's ``config.solvability`` and the solve stage's params. ``keep_rejected`` is off by default:
     most drops are triples, many on a full Wikipedia.
-    ``heldout_share``: share of bridge entities whose questions form the ``test`` split (``tansaku.core.heldout``).
+    ``heldout_share``: share of bridge entities whose questions form the ``test`` split (``tansaku.core.heldout``);
+    ``rl_share``: the share that forms the ``rl`` split (``train rl``'s prompts; trajectories read ``train``).
     The key is ``bridge``, not ``qid``/``chain_id``: chains through the same bridge share hop-2 facts (often the
     answer), so a question trained on would give away its test sibling.
     ``license``/``license_file``: the card's license (default: the corpus card's and its LICENSE, else
@@ -145,7 +146,7 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
     check_count("chunk_size", chunk_size)
     check_count("prefilter_size", prefilter_size)
     check_fraction("question_temperature", question_temperature, 0, None)
-    heldout = HeldOut(heldout_share, "bridge", seed)
+    heldout = HeldOut(heldout_share, "bridge", seed, rl_share)
     table = Relations.load(Path(relations) if relations is not None else None)
 
     triples_path = triples if triples is not None else triples_path
