@@ -55,24 +55,32 @@ def read_manifest(path: str | Path) -> dict:
 # ---------------------------------------------------------------- before any work
 
 
+def _held_build(out: Path, option: str) -> tuple[dict | None, dict | None]:
+    """(finished manifest, unfinished work recipe) of tansaku's build in ``out`` — (None, None) for a missing or
+    empty folder; StoreError (one line) for a file, an index, a foreign manifest or anything tansaku did not make.
+    Reads markers only, writes nothing."""
+    ownership.refuse_other_kind(out, option, "dataset")
+    if (out / MANIFEST).exists():
+        if not ownership.is_dataset(out):
+            raise StoreError(f"{option} {out} holds a {MANIFEST} that tansaku did not write; choose another {option}")
+        return read_manifest(out), None
+    if (work := ownership.work_recipe(out)) is not None:
+        return None, work
+    # not provably ours (another tool's, the user's): never touch it
+    ownership.refuse_foreign_entries(out, option, StoreError)
+    return None, None
+
+
 def precheck_out(out: str | Path, *, pipeline: str, option: str = "--out") -> Path:
     """``out`` as a Path when a ``pipeline`` build may write into it: missing, empty, or holding tansaku's own
     build (finished or interrupted) of the same pipeline. Anything else raises one line naming the folder;
     nothing is read but its markers, nothing written. The rest of the recipe (config, inputs, stage params)
     is compared by :func:`check_out` before the store writes, and names every difference."""
     out = ownership.require_named(out, option)
-    ownership.refuse_other_kind(out, option, "dataset")
-    if (out / MANIFEST).exists():
-        if not ownership.is_dataset(out):
-            raise StoreError(f"{option} {out} holds a {MANIFEST} that tansaku did not write; choose another {option}")
-        found = read_manifest(out).get("pipeline")
-    elif (work := ownership.work_recipe(out)) is not None:
-        found = work.get("pipeline")
-    else:
-        ownership.refuse_foreign_entries(out, option, StoreError)
-        return out
-    if found != pipeline:
-        raise StoreError(f"{option} {out} holds a tansaku {found} dataset, not a {pipeline} build; "
+    finished, work = _held_build(out, option)
+    held = finished or work
+    if held is not None and held.get("pipeline") != pipeline:
+        raise StoreError(f"{option} {out} holds a tansaku {held.get('pipeline')} dataset, not a {pipeline} build; "
                          f"choose another {option}")
     return out
 
@@ -81,23 +89,17 @@ def check_out(out: Path, recipe: dict, fp: str) -> dict | None:
     """Whether ``out`` may be built into, without writing anything: the manifest when it already holds this
     very build, None when it is missing, empty or holds an unfinished build of the same recipe; StoreError
     (one line naming the path and what to do) for anything else (see ``tansaku.core.ownership``)."""
-    ownership.refuse_other_kind(out, "--out", "dataset")
-    if (out / MANIFEST).exists():
-        if not ownership.is_dataset(out):
-            raise StoreError(f"--out {out} holds a {MANIFEST} that tansaku did not write; choose another --out")
-        old = read_manifest(out)
-        if old.get("fingerprint") == fp:
-            return old
+    finished, work = _held_build(out, "--out")
+    if finished is not None:
+        if finished.get("fingerprint") == fp:
+            return finished
         raise StoreError(f"--out {out} was built with a different recipe: "
-                         f"{describe_changes(recipe_of_manifest(old), recipe)}; remove the folder or choose another --out")
-    if (old := ownership.work_recipe(out)) is not None:
-        if fingerprint(old) != fp:
-            raise StoreError(f"--out {out} holds an unfinished build with a different recipe: "
-                             f"{describe_changes(old, recipe)}; rerun with the original options to resume it, "
-                             "or remove the folder or choose another --out")
-        return None
-    # not provably ours (another tool's, the user's): never touch it
-    ownership.refuse_foreign_entries(out, "--out", StoreError)
+                         f"{describe_changes(recipe_of_manifest(finished), recipe)}; remove the folder or choose "
+                         "another --out")
+    if work is not None and fingerprint(work) != fp:
+        raise StoreError(f"--out {out} holds an unfinished build with a different recipe: "
+                         f"{describe_changes(work, recipe)}; rerun with the original options to resume it, "
+                         "or remove the folder or choose another --out")
     return None
 
 

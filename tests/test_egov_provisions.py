@@ -5,11 +5,11 @@ coverage they give: ≥ 60 % of the main-provision articles of each example law 
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
+from fixtures.egov_articles import article, law_articles
 
 from tansaku.core.store import iter_rows
 from tansaku.pipelines.egov import provisions, subjects
@@ -42,16 +42,9 @@ LAW = [
 ]
 
 
-def article(k: int, caption: str, sentences: list[str], suppl: bool = False) -> dict:
-    text = "".join(sentences)
-    return {"id": f"LAW-{k}", "law_id": "LAW", "law_title": "架空灯台管理法", "article_title": f"第{k}条",
-            "caption": f"（{caption}）", "text": text, "paragraphs": json.dumps([{"text": text}], ensure_ascii=False),
-            "meta": {"is_deleted": text == "削除"}, "is_suppl": suppl}
-
-
 @pytest.fixture(scope="module")
 def law():
-    articles = [article(k + 1, c, s) for k, (c, s) in enumerate(LAW)]
+    articles = law_articles(LAW)
     return articles, provisions.law_provision_pools(articles)["LAW"]
 
 
@@ -98,7 +91,7 @@ def test_permission_never_offers_what_the_same_actor_may_do_elsewhere(law):
              ("丙", ["船長は、灯火の異常を認めたときは、遅滞なく港湾長に通報しなければならない。"]),
              ("丁", ["港湾長は、灯台の安全のため、灯台の使用の停止を命ずることができる。"]),
              ("戊", ["水先人は、船舶の入港の際に水路を案内しなければならない。"])]
-    articles = [article(k + 1, c, s) for k, (c, s) in enumerate(texts)]
+    articles = law_articles(texts)
     pool = provisions.law_provision_pools(articles)["LAW"]
     (target,) = [t for t in provisions.provision_targets(articles[0], pool) if t["kind"] == "permission"]
     assert not any("償還" in d for d in target["distractors"]), target
@@ -107,7 +100,7 @@ def test_permission_never_offers_what_the_same_actor_may_do_elsewhere(law):
 def test_permission_is_not_asked_when_the_law_says_the_flipped_clause():
     texts = [("甲", ["申請者は、書面により異議を申し出ることができる。"]),
              ("乙", ["代理人は、書面により異議を申し出ることができない。"])]
-    articles = [article(k + 1, c, s) for k, (c, s) in enumerate(texts)]
+    articles = law_articles(texts)
     pool = provisions.law_provision_pools(articles)["LAW"]
     assert [t for t in provisions.provision_targets(articles[0], pool) if t["kind"] == "permission"] == []
 
@@ -129,7 +122,7 @@ def test_requirement_drops_a_condition_with_the_same_consequence():
              ("丙", ["許可を受けた者が住所を移したときは、その旨を市長に届け出なければならない。"]),
              ("丁", ["許可を受けた者が法令に違反したときは、市長は、許可を取り消すことができる。"]),
              ("戊", ["市長が必要と認めるときは、職員に帳簿を検査させることができる。"])]
-    articles = [article(k + 1, c, s) for k, (c, s) in enumerate(texts)]
+    articles = law_articles(texts)
     pool = provisions.law_provision_pools(articles)["LAW"]
     target = next(t for t in provisions.provision_targets(articles[0], pool) if t["kind"] == "requirement")
     assert target["answer"] == "許可を受けた者が死亡した"

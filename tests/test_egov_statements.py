@@ -3,11 +3,11 @@ article texts of a fictional law, and the contradiction check that keeps a "wron
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from fixtures.egov_articles import article, law_articles
 
 from tansaku.pipelines.egov import cloze, statements
 from tansaku.pipelines.egov.leak import row_leaks
@@ -32,16 +32,9 @@ LAW = [
 ]
 
 
-def article(k: int, caption: str, sentences: list[str], suppl: bool = False) -> dict:
-    text = "".join(sentences)
-    return {"id": f"LAW-{k}", "law_id": "LAW", "law_title": "架空灯台管理法", "article_title": f"第{k}条",
-            "caption": f"（{caption}）", "text": text, "paragraphs": json.dumps([{"text": text}], ensure_ascii=False),
-            "meta": {"is_deleted": text == "削除"}, "is_suppl": suppl}
-
-
 @pytest.fixture(scope="module")
 def law():
-    articles = [article(k + 1, c, s) for k, (c, s) in enumerate(LAW)]
+    articles = law_articles(LAW)
     return articles, statements.law_statement_pools(articles)["LAW"]
 
 

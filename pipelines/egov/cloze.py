@@ -78,21 +78,33 @@ def kanji_numeral(n: int) -> str:
     return out + (digits[n] if n else "")
 
 
+def outside_brackets(text: str, mark: str) -> list[int]:
+    """Positions of ``mark`` outside brackets (「」 （） 『』 hold their own 、 and 。).
+
+    >>> outside_brackets("甲（乙、丙）は、丁をする。", "、")
+    [7]
+    """
+    out, depth = [], 0
+    for i, ch in enumerate(text):
+        if ch in "（「『(":
+            depth += 1
+        elif ch in "）」』)":
+            depth = max(0, depth - 1)
+        elif ch == mark and depth == 0:
+            out.append(i)
+    return out
+
+
 def split_sentences(text: str) -> list[str]:
     """Split at 。 outside brackets: ``（以下「X」という。）`` stays inside its sentence.
 
     >>> split_sentences("者（以下「甲」という。）は、届け出る。ただし、この限りでない。")
     ['者（以下「甲」という。）は、届け出る。', 'ただし、この限りでない。']
     """
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "（「『(":
-            depth += 1
-        elif ch in "）」』)":
-            depth = max(0, depth - 1)
-        elif ch == "。" and depth == 0:
-            out.append(text[start:i + 1].strip())
-            start = i + 1
+    out, start = [], 0
+    for i in outside_brackets(text, "。"):
+        out.append(text[start:i + 1].strip())
+        start = i + 1
     if text[start:].strip():
         out.append(text[start:].strip())
     return [s for s in out if s]

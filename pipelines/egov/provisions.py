@@ -33,7 +33,7 @@ import os
 import re
 from collections import Counter, defaultdict
 
-from tansaku.pipelines.egov.cloze import BLANK, LEANS, _usable, nearest_values, sentences_of
+from tansaku.pipelines.egov.cloze import BLANK, LEANS, _usable, nearest_values, outside_brackets, sentences_of
 from tansaku.pipelines.egov.statements import _clean
 from tansaku.pipelines.egov.subjects import _is_person, kanji_pairs, law_subject_pools, subject_targets
 
@@ -74,15 +74,7 @@ def top_commas(text: str) -> list[int]:
     >>> top_commas("甲（乙、丙）は、丁をする。")
     [7]
     """
-    out, depth = [], 0
-    for i, ch in enumerate(text):
-        if ch in "（「『(":
-            depth += 1
-        elif ch in "）」』)":
-            depth = max(0, depth - 1)
-        elif ch == "、" and depth == 0:
-            out.append(i)
-    return out
+    return outside_brackets(text, "、")
 
 
 def topics_of(sentence: str, end: int | None = None) -> tuple[str, ...]:
