@@ -67,6 +67,7 @@ def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
         values = [t.rewards.get(name) for t in trajectories if t.rewards.get(name) is not None]
         components[name] = sum(values) / len(values) if values else None
     n = max(len(trajectories), 1)
+    entropies = [t.token_entropy for t in trajectories if t.token_entropy is not None]
     return {
         "task": task.name,
         "task_version": task.version,
@@ -84,6 +85,9 @@ def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
         "mean_total_reward": sum(t.total_reward or 0.0 for t in trajectories) / n,
         "rewards": components,
         "zero_variance_group_share": sum(zero_variance) / max(len(zero_variance), 1),
+        "mean_generated_tokens": sum(t.generated_tokens for t in trajectories) / n,
+        # mean over episodes of each episode's mean token entropy (None: the backend does not report it)
+        "mean_token_entropy": sum(entropies) / len(entropies) if entropies else None,
         "stop_reasons": dict(Counter(t.stop_reason for t in trajectories)),
         "tool_call_distribution": dict(sorted(Counter(t.tool_calls for t in trajectories).items())),
     }

@@ -19,7 +19,7 @@ from pathlib import Path
 from tansaku.envs.zh_detect import chinese_spans
 
 _EXTRA_SERIES = ("reward", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
-                 "completions/mean_length")
+                 "completions/mean_length", "entropy")
 
 
 def reward_decomposition(log_history: list[dict]) -> list[dict]:

@@ -59,7 +59,19 @@ class Trajectory:
     rewards: dict[str, float | None] = field(default_factory=dict)
     total_reward: float | None = None
     tool_variant: int | None = None  # tool description variant the model was shown (drawn at reset)
+    generated_tokens: int = 0  # over all turns, when the backend counts them
+    # mean next-token entropy over those tokens (``ChatResult.entropy``; local backends): how deterministic
+    token_entropy: float | None = None
     tools: list[dict] = field(default_factory=list, repr=False)  # those tool schemas (not in to_record)
+
+    def add_generation(self, tokens: int | None, entropy: float | None) -> None:
+        """Count one turn's generated tokens into ``generated_tokens`` and its entropy into the running mean."""
+        if not tokens:
+            return
+        if entropy is not None:
+            seen = self.generated_tokens if self.token_entropy is not None else 0
+            self.token_entropy = ((self.token_entropy or 0.0) * seen + entropy * tokens) / (seen + tokens)
+        self.generated_tokens += tokens
 
     @property
     def messages(self) -> list[dict]:
@@ -164,6 +176,7 @@ def run_rollouts(client, task, rows: list[dict], environment_factory, k: int = 1
                 if calls:
                     message["tool_calls"] = [{"id": f"call_{turn}_{j}", **c.as_message_call()} for j, c in enumerate(calls)]
                 episode.completion.append(message)
+                episode.add_generation(result.tokens, result.entropy)
                 episode.turns += 1
                 episode.tool_calls += len(calls)
                 episode.parse_failures += len(errors)

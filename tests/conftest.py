@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+ENV_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "envs"
+
+
+@pytest.fixture(scope="session")
+def envs_index(tmp_path_factory):
+    """The embedded search index over the fictional articles of ``tests/fixtures/envs`` (its questions'
+    ``multihop.jsonl`` / ``egov_mcq.jsonl`` search it), built once per test session."""
+    sys.path.insert(0, str(ENV_FIXTURES))
+    try:
+        from helpers import build_fixture_index
+    finally:
+        sys.path.remove(str(ENV_FIXTURES))
+    return build_fixture_index(tmp_path_factory.mktemp("envs-corpus"))
 
 
 @pytest.fixture(scope="session")

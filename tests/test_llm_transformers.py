@@ -43,3 +43,52 @@ def test_json_schema_hint_and_bad_template_input_is_an_error(tiny_model_path):
     ])
     assert ok.ok and ok.content
     assert broken.error and "name" in broken.error  # the template needs a tool name; reported, not raised
+
+
+def test_entropy_and_tokens_are_those_of_the_generated_tokens(tiny_model_path):
+    """``ChatResult.entropy`` is the mean entropy of softmax(logits) over the generated tokens (the end token
+    included), as transformers' own ``output_logits`` give them for the same greedy generation."""
+    import torch
+
+    client = from_spec("transformers:tiny", cache=False, batch_size=2)
+    requests = [ask("Hi.", max_tokens=8), ask("Write one sentence about the sea and the sky.", max_tokens=8)]
+    results = client.chat(requests)
+    model, tokenizer = client._load()
+    for request, result in zip(requests, results):
+        assert result.tokens and 0 < result.tokens <= 8 and result.entropy is not None and result.entropy > 0
+        prompt = tokenizer(client._prompt(request), add_special_tokens=False, return_tensors="pt")
+        with torch.inference_mode():
+            out = model.generate(**prompt, max_new_tokens=8, do_sample=False, temperature=None, top_p=None,
+                                 top_k=None, output_logits=True, return_dict_in_generate=True,
+                                 pad_token_id=tokenizer.pad_token_id)
+        ids = out.sequences[0, prompt["input_ids"].shape[1]:].tolist()
+        n = ids.index(tokenizer.eos_token_id) + 1 if tokenizer.eos_token_id in ids else len(ids)
+        assert result.tokens == n
+        logp = torch.log_softmax(torch.stack(out.logits[:n])[:, 0].float(), dim=-1)
+        assert result.entropy == pytest.approx(float(-(logp.exp() * logp).sum(-1).mean()), rel=0.05)
+
+
+def test_the_shared_system_turn_comes_from_its_kv_cache_and_changes_no_output(tiny_model_path):
+    """fp32, greedy: a batch sharing the system turn (with tool schemas) generates exactly what the plain
+    left-padded batch generates; the turn is tokenized once, and a batch without a shared first turn (or with
+    prefix_cache off) goes the plain way."""
+    system = {"role": "system", "content": "あなたは検索エージェントです。{{答え}} の形で答えてください。"}
+    tools = [{"type": "function", "function": {"name": "search", "description": "文書を検索する",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"query": {"type": "string"}}}}}]
+    questions = ["白砂市の市長は誰？", "北浜県の県庁所在地はどこですか？ 詳しく教えてください。", "Hi"]
+    requests = [ChatRequest(messages=[system, {"role": "user", "content": q}], tools=tools, max_tokens=12)
+                for q in questions]
+    cached = from_spec("transformers:tiny", cache=False, batch_size=3)
+    plain = from_spec("transformers:tiny", cache=False, batch_size=3, prefix_cache=False)
+    with_cache, without = cached.chat(requests), plain.chat(requests)
+    assert [r.content for r in with_cache] == [r.content for r in without] and all(r.content for r in with_cache)
+    assert [r.entropy for r in with_cache] == pytest.approx([r.entropy for r in without], rel=1e-3)
+    assert len(cached._prefixes) == 1 and None not in cached._prefixes.values() and not plain._prefixes
+    (prefix,) = cached._prefixes
+    assert prefix.startswith("<|im_start|>system") and "search" in prefix and questions[0] not in prefix
+    again = cached.chat([ChatRequest(messages=[system, {"role": "user", "content": "月見坂とは？"}], tools=tools,
+                                     max_tokens=4)])
+    assert again[0].ok and len(cached._prefixes) == 1  # the same system turn: served from the cache
+    mixed = cached.chat([ask("Hi.", max_tokens=4), requests[0]])  # no shared first turn: the plain way
+    assert all(r.ok for r in mixed) and len(cached._prefixes) == 1

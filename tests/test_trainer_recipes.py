@@ -169,6 +169,24 @@ def test_grpo_config_maps_algorithm_batch_and_nemo_keys(tmp_path):
         grpo_config(load_recipe(write(tmp_path, RL_MINIMAL), ["trl.num_iteration=2"]))
 
 
+def test_trl_console_sample_table_is_off_because_malformed_tool_arguments_crash_it(tmp_path):
+    """TRL 1.16's ``print_prompt_completions_sample`` json.loads each tool call's arguments: a completion whose
+    arguments are not JSON raises at the log step and ends the run. tansaku turns the table off by default (the
+    samples stay in completions/*.parquet); ``trl.num_completions_to_print`` turns it back on."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl.trainer.utils import print_prompt_completions_sample
+
+    from tansaku.trainer.rl import grpo_config
+
+    bad = [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "search", "arguments": "{q"}}]}]
+    with pytest.raises(json.JSONDecodeError):  # when this stops raising, the default can go back to TRL's
+        print_prompt_completions_sample([[{"role": "user", "content": "q"}]], [bad], {"r": [0.0]}, [0.0], 1, None)
+    print_prompt_completions_sample([[{"role": "user", "content": "q"}]], [bad], {"r": [0.0]}, [0.0], 1, 0)  # off
+    assert grpo_config(load_recipe(write(tmp_path, RL_MINIMAL), ["use_cpu=true"])).num_completions_to_print == 0
+    on = load_recipe(write(tmp_path, RL_MINIMAL), ["use_cpu=true", "trl.num_completions_to_print=2"])
+    assert grpo_config(on).num_completions_to_print == 2
+
+
 def test_sft_config_trains_assistant_turns_only(tmp_path):
     from tansaku.trainer.sft import sft_config
 

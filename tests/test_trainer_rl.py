@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,16 +19,6 @@ ENV_FIXTURES = ROOT / "tests" / "fixtures" / "envs"
 # rl-tiny.yaml trains on the examples/ mini-wiki; these tests search the fixture index, so they ask its questions.
 FIXTURE_DATA = f"tasks.0.data={ENV_FIXTURES / 'multihop.jsonl'}"
 COMPONENTS = ("answer_reward", "format_reward", "tool_call_reward", "zh_mix_penalty")
-
-
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory):
-    sys.path.insert(0, str(ENV_FIXTURES))
-    try:
-        from helpers import build_fixture_index
-    finally:
-        sys.path.remove(str(ENV_FIXTURES))
-    return build_fixture_index(tmp_path_factory.mktemp("corpus"))
 
 
 def two_task_recipe(tmp_path):
@@ -93,7 +82,7 @@ def test_missing_task_data_names_the_task(tmp_path):
 
 
 @pytest.mark.parametrize("policy, ready", [("never", False), ("always", False), ("every_other", True)])
-def test_readiness_gate_refuses_runs_without_learning_signal(tmp_path, index_dir, policy, ready):
+def test_readiness_gate_refuses_runs_without_learning_signal(tmp_path, envs_index, policy, ready):
     """Never correct → pass@k = 0; always correct → every group has zero variance; mixed → ready."""
     from tansaku.core.llm import ScriptedLLM
     from tansaku.envs.evaluate import NotReadyForRL
@@ -110,7 +99,7 @@ def test_readiness_gate_refuses_runs_without_learning_signal(tmp_path, index_dir
         right = policy == "always" or (policy == "every_other" and calls[question] % 2 == 1)
         return {"content": "{{" + (rows[question] if right else "わかりません") + "}}", "reasoning": "調べた。"}
 
-    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path / 'out'}", f"tasks.0.index={index_dir}", FIXTURE_DATA,
+    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path / 'out'}", f"tasks.0.index={envs_index}", FIXTURE_DATA,
                                   "readiness.rows=4", "readiness.k=2"])
     client = ScriptedLLM(respond)
     if ready:
@@ -123,14 +112,14 @@ def test_readiness_gate_refuses_runs_without_learning_signal(tmp_path, index_dir
 
 
 @pytest.mark.slow
-def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(tmp_path, index_dir,
+def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(tmp_path, envs_index,
                                                                                 tiny_model_path):
     import polars as pl
 
     from tansaku.trainer.rl import run_rl
 
     first = tmp_path / "first"
-    common = [f"tasks.0.index={index_dir}", FIXTURE_DATA, "max_completion_length=48", "save_steps=2", "seed=3"]
+    common = [f"tasks.0.index={envs_index}", FIXTURE_DATA, "max_completion_length=48", "save_steps=2", "seed=3"]
     result = run_rl(RECIPE, [f"output_dir={first}", "max_steps=3", *common], skip_readiness=True)
     assert result["global_step"] == 3
     assert json.loads((first / "run_report.json").read_text(encoding="utf-8"))["steps"] == 3  # trainer/report.py
@@ -167,13 +156,13 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
 
 
 @pytest.mark.slow
-def test_prompt_order_is_a_function_of_seed_and_epoch(tmp_path, index_dir, tiny_model_path):
+def test_prompt_order_is_a_function_of_seed_and_epoch(tmp_path, envs_index, tiny_model_path):
     """What resume relies on: a fresh trainer told 'epoch 1' yields the same batches as a trainer that ran
     through epoch 0 first (TRL's own sampler would repeat epoch 0's order after a restart)."""
     from tansaku.trainer.recipes import load_recipe
     from tansaku.trainer.rl import build_rl_trainer
 
-    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.index={index_dir}", FIXTURE_DATA, "seed=3"])
+    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.index={envs_index}", FIXTURE_DATA, "seed=3"])
 
     def epoch_orders(trainer, epochs):
         loader = trainer.get_train_dataloader()
@@ -190,7 +179,7 @@ def test_prompt_order_is_a_function_of_seed_and_epoch(tmp_path, index_dir, tiny_
 
 
 @pytest.mark.slow
-def test_grpo_step_shows_each_row_its_tool_variant_and_counts_failed_calls(tmp_path, index_dir, monkeypatch):
+def test_grpo_step_shows_each_row_its_tool_variant_and_counts_failed_calls(tmp_path, envs_index, monkeypatch):
     """The TRL path end to end (``build_rl_trainer``), with generation scripted so it is cheap and certain:
     each prompt TRL renders carries its own row's description variant (two rows, two variants, one step), the
     variant is logged per completion, and a call that raises (unknown doc id) shows up in
@@ -213,7 +202,7 @@ def test_grpo_step_shows_each_row_its_tool_variant_and_counts_failed_calls(tmp_p
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     recipe = load_recipe(RECIPE, [f"output_dir={tmp_path / 'out'}", f"tasks.0.data={data}",
-                                  f"tasks.0.index={index_dir}", "max_steps=1", "seed=3", "save_steps=100"])
+                                  f"tasks.0.index={envs_index}", "max_steps=1", "seed=3", "save_steps=100"])
     trainer = build_rl_trainer(recipe)
     tokenizer = trainer.processing_class
     bad_call = tokenizer.encode('<tool_call>\n{"name": "open_doc", "arguments": {"doc_id": "nope"}}\n</tool_call>'
@@ -266,7 +255,7 @@ def test_readiness_samples_through_the_backend_training_generates_with(tmp_path,
     assert readiness_options(recipe) == options
 
 
-def test_readiness_against_a_trl_vllm_server_posts_chat_completions_to_it(tmp_path, index_dir):
+def test_readiness_against_a_trl_vllm_server_posts_chat_completions_to_it(tmp_path, envs_index):
     """``trl vllm-serve`` is vLLM's OpenAI server: the check's rollouts reach it as chat completions for the
     recipe's model (here a canned server, whose answers are never right: the check refuses, after asking)."""
     import urllib.request
@@ -277,7 +266,7 @@ def test_readiness_against_a_trl_vllm_server_posts_chat_completions_to_it(tmp_pa
     from tansaku.trainer.recipes import load_recipe
 
     with ServerThread("trl") as url:
-        recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.index={index_dir}", FIXTURE_DATA,
+        recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.index={envs_index}", FIXTURE_DATA,
                                       "use_cpu=false", "use_vllm=true", "vllm_mode=server",
                                       f"vllm_server_base_url={url}", "model=Org/served-name",
                                       "readiness.rows=2", "readiness.k=1", "readiness.max_tokens=32"])

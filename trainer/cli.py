@@ -30,6 +30,8 @@ Limit = Annotated[int | None, typer.Option("--limit", help="Stop after N items (
 Seed = Annotated[int, typer.Option("--seed", help="Seed for every random draw.")]
 Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a recipe key: key=value (repeatable).")]
 Recipe = Annotated[Path, typer.Option("--config", "-c", help="YAML recipe (see trainer/recipes/).")]
+MaxTokens = Annotated[int, typer.Option("--max-tokens", min=1, help="New tokens per turn.")]
+SystemPrompt = Annotated[str | None, typer.Option("--system-prompt", help="Text (or @FILE) instead of the task's system prompt: the one the model was trained under.")]
 
 
 @train_app.command("sft")
@@ -65,9 +67,9 @@ def train_eval(
     k: Annotated[int, typer.Option("--k", min=1, help="Samples per question (pass@k).")] = 4,
     limit: Limit = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for report.json and trajectories.jsonl.")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 1024,
+    max_tokens: MaxTokens = 1024,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
-    system_prompt: Annotated[str | None, typer.Option("--system-prompt", help="Text (or @FILE) instead of the task's system prompt: the one the model was trained under.")] = None,
+    system_prompt: SystemPrompt = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None,
     seed: Seed = 0,
@@ -80,6 +82,30 @@ def train_eval(
     report = run_eval(task, dataset, model, index, split=split, k=k, limit=limit, out_dir=out,
                       max_tokens=max_tokens, seed=seed, judge=judge, system_prompt=system_prompt)
     typer.echo(json.dumps(report, ensure_ascii=False, default=str))
+
+
+@train_app.command("select")
+@friendly
+def train_select(
+    run: Annotated[Path, typer.Option("--run", help="A train sft output_dir with checkpoint-* folders.")],
+    task: Annotated[str, typer.Option("--task", help="The task RL will train (multihop_qa, egov_mcq, …).")],
+    dataset: Annotated[Path, typer.Option("--dataset", help="Dataset folder with the validation split.")],
+    index: Annotated[str, typer.Option("--index", help="Search index the agent uses.")],
+    split: Annotated[str, typer.Option("--split", help="Validation split: 'rl' (never 'test', kept for the final comparison).")] = "rl",
+    rows: Annotated[int, typer.Option("--rows", min=1, help="Questions evaluated per checkpoint (the first N).")] = 32,
+    k: Annotated[int, typer.Option("--k", min=1, help="Samples per question (with --temperature > 0).")] = 1,
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = 0.0,
+    max_tokens: MaxTokens = 1024,
+    system_prompt: SystemPrompt = None,
+    seed: Seed = 0,
+):
+    """Evaluate each SFT checkpoint on a validation slice; choose the RL start (pass@1, entropy per checkpoint)."""
+    from tansaku.trainer.select import select_checkpoint, selection_table
+
+    selection = select_checkpoint(run, task, dataset, index, split=split, rows=rows, k=k, temperature=temperature,
+                                  max_tokens=max_tokens, seed=seed, system_prompt=system_prompt)
+    Console(stderr=True).print(selection_table(selection))
+    typer.echo(json.dumps(selection, ensure_ascii=False, default=str))
 
 
 @train_app.command("rescore")

@@ -145,6 +145,19 @@ class ReadinessSpec:
 
 
 @dataclass
+class DifficultySpec:
+    """Difficulty banding before step 1 (``tansaku.trainer.difficulty``): keep prompts the start model solves
+    sometimes. Off while ``samples`` is 0; on, it replaces the readiness rollouts."""
+
+    samples: int = 0  # K rollouts per candidate prompt with the model RL starts from (0: off)
+    min_pass: float = 0.05  # keep pass rate >= min_pass (the default drops never-solved prompts for K < 20)
+    max_pass: float = 0.95  # keep pass rate <= max_pass (the default drops always-solved prompts for K < 20)
+    rows: int | None = None  # candidate prompts per task: the first N of its prompt split (None: all)
+    max_tokens: int = 1024  # new tokens per turn
+    temperature: float | None = None  # None: the recipe's temperature (what GRPO samples at)
+
+
+@dataclass
 class TrainCommon:
     model: str = ""  # "tiny" = tansaku.core.tiny_model.tiny_model_dir(); else a folder or hub id
     output_dir: str = ""
@@ -206,11 +219,15 @@ class RLRecipe(TrainCommon):
     vllm_gpu_memory_utilization: float = 0.3
     vllm_server_base_url: str | None = None
     log_completions: bool = True
+    # Without vLLM: compute the prompt tokens every episode of a generate call shares once
+    # (tansaku.trainer.prefix_generate); false = TRL's plain model.generate.
+    share_prompt_prefix: bool = True
     # How the weighted components become one reward (TRL's multi_objective_aggregation): sum, then normalise per
     # group (GRPO), or normalise each component per group first, then sum (GDPO, arXiv 2601.05242).
     reward_aggregation: str = "sum_then_normalize"
     watch: WatchSpec = field(default_factory=WatchSpec)
     readiness: ReadinessSpec = field(default_factory=ReadinessSpec)
+    difficulty: DifficultySpec = field(default_factory=DifficultySpec)
     learning_rate: float = 5e-7
 
 
@@ -286,6 +303,15 @@ def validate(recipe) -> None:
         _check(value is None or value > 0, f"{name}: must be > 0 (got {value})")
     _check(recipe.vllm_mode in ("colocate", "server"), f"vllm_mode: colocate or server (got {recipe.vllm_mode!r})")
     _check(not (recipe.use_vllm and recipe.use_cpu), "use_vllm needs a GPU: set use_cpu=false or use_vllm=false")
+    band = recipe.difficulty
+    _check(band.samples == 0 or band.samples >= 2,
+           f"difficulty.samples: >= 2 rollouts per prompt give a pass rate (got {band.samples}; 0 turns banding off)")
+    _check(0.0 <= band.min_pass <= band.max_pass <= 1.0,
+           f"difficulty: need 0 <= min_pass <= max_pass <= 1 (got {band.min_pass}, {band.max_pass})")
+    _check(band.rows is None or band.rows > 0, f"difficulty.rows: must be > 0 (got {band.rows})")
+    _check(band.max_tokens > 0, f"difficulty.max_tokens: must be > 0 (got {band.max_tokens})")
+    _check(band.temperature is None or band.temperature > 0,
+           f"difficulty.temperature: sampling needs > 0 (got {band.temperature})")
     batch_plan(recipe)  # raises when the batch does not divide
 
 

@@ -51,7 +51,7 @@ CORRECTNESS_NAMES = {task.answer_reward_name for task in TASKS.values()}
 _NON_REWARD_COLUMNS = {"step", "prompt", "completion", "advantage", "tool_variant", "environment", "reward_inputs"}
 # What ``reward_decomposition`` keeps besides the reward components.
 _LOGGED_SERIES = {"step", "reward", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
-                  "completions/mean_length"}
+                  "completions/mean_length", "entropy"}
 
 
 def load_log_history(output_dir: str | Path) -> list[dict]:
@@ -273,7 +273,12 @@ def plot_learning_curves(output_dir: str | Path, out_png: str | Path | None = No
     failures.set_title("failed calls / repeated calls")
     _plot(zero, xs, [s["logged"].get("frac_reward_zero_std") for s in steps], "frac_reward_zero_std (TRL)")
     _plot(zero, xs, [s.get("zero_variance_group_share") for s in steps], "from completions", linestyle="--")
-    zero.set_title("zero-variance group share")
+    entropy = [s["logged"].get("entropy") for s in steps]
+    if any(v is not None for v in entropy):  # TRL's mean token entropy of the policy, on its own scale
+        twin = zero.twinx()
+        _plot(twin, xs, entropy, "entropy (TRL, right axis)", color="tab:purple", linestyle=":")
+        twin.legend(fontsize=7, loc="lower right")
+    zero.set_title("zero-variance group share / policy entropy")
     zero.set_ylim(-0.05, 1.05)
     for ax in (rewards, calls, failures, zero):
         ax.set_xlabel("step")

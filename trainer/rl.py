@@ -18,7 +18,10 @@ A task with ``index: auto`` and a ``corpus`` (documents: a .jsonl file or a data
 ``<output_dir>/index/<task>``, built from the corpus before anything else when it is not there yet
 (``ensure_indexes``), so ``train rl --config trainer/recipes/rl-tiny.yaml`` needs no manual step.
 
-Before step 1 the readiness check (``tansaku.trainer.readiness``: ``run_eval`` through the backend training
+With ``difficulty: {samples: K, …}`` in the recipe, every candidate prompt is first sampled K times with the
+starting model and only prompts it solves sometimes are trained on (``tansaku.trainer.difficulty``); that
+banding replaces the readiness check below, and ``readiness`` in the result lists kept / dropped counts.
+Otherwise, before step 1 the readiness check (``tansaku.trainer.readiness``: ``run_eval`` through the backend training
 generates with — the TRL vLLM server, a colocated vLLM engine, or transformers in the training dtype) samples the model
 on each task and refuses to start when pass@k ≈ 0 or every group has zero reward variance
 (``skip_readiness=True`` / ``--skip-readiness`` to bypass). Algorithm, NeMo-RL key and batch mapping:
@@ -41,8 +44,10 @@ from tansaku.envs.search import build_index
 from tansaku.envs.search.embedded import build_embedded
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.data import mix_by_ratio
+from tansaku.trainer.difficulty import Band, band_prompts, banded_rows
 from tansaku.trainer.model_card import name_base_model
 from tansaku.trainer.monitor import RewardWatchCallback
+from tansaku.trainer.prefix_generate import share_prompt_prefix
 from tansaku.trainer.readiness import check_readiness
 from tansaku.trainer.recipes import (
     ALGORITHM_DEFAULTS,
@@ -96,8 +101,9 @@ def ensure_indexes(recipe: RLRecipe) -> list[str]:
     return built
 
 
-def task_rows(spec: RLTask, task) -> list[dict]:
-    """The task's prompt rows (``prompt`` column added by the task); columns checked against the task."""
+def task_rows(spec: RLTask, task, band: Band | None = None) -> list[dict]:
+    """The task's prompt rows (``prompt`` column added by the task); columns checked against the task.
+    With a difficulty ``band``, only its kept rows (``tansaku.trainer.difficulty``)."""
 
     try:
         split = spec.prompt_split()
@@ -106,6 +112,8 @@ def task_rows(spec: RLTask, task) -> list[dict]:
         raise RecipeError(f"task {spec.name}: cannot read {spec.data} ({spec.split}): {exc}") from None
     if not rows:
         raise RecipeError(f"task {spec.name}: {spec.data} ({split}) has no rows")
+    if band is not None:
+        rows = banded_rows(rows, band)
     missing = sorted({c for row in rows for c in task.columns if row.get(c) in (None, "")})
     if missing:
         raise RecipeError(f"task {spec.name}: {spec.data} lacks column(s) {missing} ({task.columns})")
@@ -230,9 +238,10 @@ def _named(fn, name: str):
     return reward
 
 
-def build_dataset(recipe: RLRecipe):
+def build_dataset(recipe: RLRecipe, bands: dict[str, Band] | None = None):
     """The mixed prompt dataset, with an ``environment`` column routing each row to its task's environment
-    of the tool description variant drawn for it (``episode_variant``: what ``reset`` would draw)."""
+    of the tool description variant drawn for it (``episode_variant``: what ``reset`` would draw).
+    ``bands``: the difficulty banding's kept rows per task (``band_prompts``)."""
     from datasets import Dataset
 
 
@@ -240,7 +249,7 @@ def build_dataset(recipe: RLRecipe):
     for spec in recipe.tasks:
         task = rl_task(spec)  # the prompts carry the recipe's system prompt, when it sets one
         rows = [{**row, "environment": environment_name(spec.name, episode_variant(task, row, recipe.seed))}
-                for row in task_rows(spec, task)]
+                for row in task_rows(spec, task, (bands or {}).get(spec.name))]
         groups.append(rows)
     mixed = mix_by_ratio(groups, [t.ratio for t in recipe.tasks], recipe.mix_size, recipe.seed)
     # Dataset.from_list keeps only the first row's keys: give every row every task's columns (None when
@@ -289,6 +298,10 @@ def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):
         vllm_mode=recipe.vllm_mode,
         vllm_gpu_memory_utilization=recipe.vllm_gpu_memory_utilization,
         log_completions=recipe.log_completions,
+        # TRL's console sample table json.loads every tool call's arguments, so one completion whose arguments
+        # are not JSON (an early policy writes those) kills the run at its next log step. The samples stay in
+        # completions/*.parquet and the run report; trl.num_completions_to_print turns the table back on.
+        num_completions_to_print=0,
         reward_weights=reward_weights,
         multi_objective_aggregation=recipe.reward_aggregation,
         shuffle_dataset=True,
@@ -298,8 +311,9 @@ def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):
     return make_trl_config(GRPOConfig, recipe, kwargs)
 
 
-def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None):
-    """A GRPOTrainer over the recipe's tasks, environments and rewards, with the reward watch attached."""
+def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None, bands: dict | None = None):
+    """A GRPOTrainer over the recipe's tasks, environments and rewards, with the reward watch attached;
+    ``bands``: only the prompts difficulty banding kept."""
     from trl import GRPOTrainer
 
 
@@ -320,11 +334,13 @@ def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None
         model=model,
         reward_funcs=reward_funcs,
         args=grpo_config(recipe, weights),
-        train_dataset=build_dataset(recipe),
+        train_dataset=build_dataset(recipe, bands),
         peft_config=peft_config(recipe),
         environment_factory=build_environments(recipe),
         callbacks=[RewardWatchCallback(groups, recipe.watch, recipe.output_dir), *(callbacks or [])],
     )
+    if recipe.share_prompt_prefix and not recipe.use_vllm:
+        share_prompt_prefix(trainer.model)  # the system turn + tool schemas once per generate call, not per row
     return name_base_model(trainer, recipe.model, model)  # its model card names the base model, not None
 
 
@@ -334,7 +350,8 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
 
     ``skip_readiness``: start without the pre-flight pass@k / zero-variance check. ``judge``: an LLM
     client (or spec) for tasks scored by a rubric judge (``deepresearch``). Returns
-    ``{"output_dir", "global_step", "training_loss", "readiness", "warnings", "report_ok"}``; checkpoints,
+    ``{"output_dir", "global_step", "training_loss", "readiness", "warnings", "difficulty", "report_ok"}``
+    (``difficulty``: kept / dropped counts per task when the recipe bands its prompts); checkpoints,
     ``trainer_state.json``, ``completions/completions_<step>.parquet``, ``tansaku_recipe.json``,
     ``run_report.json`` and ``learning_curves.png`` (``tansaku.trainer.report``) are in the recipe's ``output_dir``.
     """
@@ -345,8 +362,13 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
     ensure_indexes(recipe)
     resume = resume_checkpoint(recipe)
     judge = as_client(judge)
-    readiness = [] if skip_readiness or resume else check_readiness(recipe, resolve_model(recipe.model), judge)
-    trainer = build_rl_trainer(recipe, judge=judge)
+    bands = None
+    if recipe.difficulty.samples:  # banding samples every candidate: it is the readiness check too
+        bands = band_prompts(recipe, resolve_model(recipe.model), {t.name: rl_task(t) for t in recipe.tasks}, judge)
+        readiness = []
+    else:
+        readiness = [] if skip_readiness or resume else check_readiness(recipe, resolve_model(recipe.model), judge)
+    trainer = build_rl_trainer(recipe, judge=judge, bands=bands)
     write_recipe_copy(recipe, recipe.output_dir)
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(recipe.output_dir)
@@ -357,5 +379,6 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
     plot_learning_curves(recipe.output_dir, report=report)
     return {"output_dir": recipe.output_dir, "global_step": trainer.state.global_step,
             "training_loss": result.training_loss, "readiness": readiness, "warnings": watch.warnings,
+            "difficulty": [band.summary() for band in (bands or {}).values()],
             "report_ok": report["ok"]}
 

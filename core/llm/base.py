@@ -97,6 +97,9 @@ class ChatResult:
     cached: bool = False
     finish_reason: str | None = None
     tokens: int | None = None  # completion tokens, when the backend says (the progress line's tokens/s)
+    # Mean per-token entropy (nats) of the model's next-token distribution over the generated tokens, at
+    # temperature 1 — what TRL logs as ``entropy``; local backends only (None elsewhere).
+    entropy: float | None = None
 
     @property
     def ok(self) -> bool:

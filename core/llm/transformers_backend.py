@@ -8,12 +8,22 @@ is the decoded generation as it is (``<think>`` and ``<tool_call>`` blocks inclu
 Request messages may come in the wire form (arguments as JSON text); the chat template gets them in the
 HF form (``to_hf``), as TRL renders them.
 
+Each result carries ``tokens`` and ``entropy``: the mean entropy of the model's next-token distribution over the
+tokens it generated (before temperature, so greedy and sampled runs measure the same thing), recorded while
+generating (``EntropyRecorder``) — how near-deterministic a policy is, at no extra forward pass.
+
+The first turn of a chat (the system prompt with the tool schemas: ~530 of the ~800 tokens of a compact agent
+prompt, the same in every episode) is computed once and its KV cache reused by every batch that starts with it
+(``prefix_cache=True``): each request's own part is left-padded after it, so a batch pays prefill only for what
+differs. The split is made only where the tokens are the same either way (checked once per prefix).
+
 ``json_schema`` is not enforced by decoding here (no guided decoding in plain ``generate``): the schema
 is appended to the system prompt as an instruction and callers parse with ``parse_json``.
 """
 
 from __future__ import annotations
 
+import copy
 import gc
 import json
 
@@ -23,10 +33,41 @@ from .base import ChatRequest, ChatResult, LLMClient
 from .identity import local_model_identity, resolve_model, weights_fingerprint  # noqa: F401 - re-exported
 
 
+class EntropyRecorder:
+    """A ``logits_processor`` that keeps each step's entropy of softmax(logits) per row; changes no logits.
+
+    transformers applies custom processors before the temperature / top-p warpers, so this sees the model's
+    own distribution.
+    """
+
+    def __init__(self):
+        self.steps = []  # one [batch] float tensor per generated token
+        self._table = None  # the steps stacked, [steps, batch], once generation is over
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        self.steps.append(-(logp.exp() * logp).sum(-1))
+        return scores
+
+    def mean(self, row: int, n_tokens: int) -> float | None:
+        """Mean entropy over the first ``n_tokens`` generated tokens of ``row`` (None for none)."""
+        n_tokens = min(n_tokens, len(self.steps))
+        if n_tokens <= 0:
+            return None
+        if self._table is None:
+            import torch
+
+            self._table = torch.stack(self.steps)
+        return float(self._table[:n_tokens, row].mean())
+
+
 class TransformersClient(LLMClient):
     backend = "transformers"
 
-    def __init__(self, path: str, cache=None, batch_size: int = 8, dtype: str = "float32", device: str = "cpu"):
+    def __init__(self, path: str, cache=None, batch_size: int = 8, dtype: str = "float32", device: str = "cpu",
+                 prefix_cache: bool = True):
         if path == "tiny":
             from tansaku.core.tiny_model import TINY_MODEL_NAME, tiny_model_dir
 
@@ -41,6 +82,8 @@ class TransformersClient(LLMClient):
         self.device = device
         self._model = None
         self._tokenizer = None
+        self.prefix_cache = prefix_cache
+        self._prefixes: dict[str, tuple | None] = {}  # first-turn text → (token ids, KV cache), None: unusable
 
     def cache_identity(self) -> dict:
         # Keyed on where the weights are and what is in them, never on the folder's basename: ``A/model`` and
@@ -90,32 +133,87 @@ class TransformersClient(LLMClient):
                     results[i] = out
         return results  # type: ignore[return-value]
 
+    def _first_turn(self, prompts: list[str]) -> str:
+        """The text up to the end of the first turn (the first end-of-turn token) when every prompt starts with
+        it, else ''."""
+        end = self._tokenizer.eos_token
+        cut = prompts[0].find(end) if end else -1
+        if cut <= 0:
+            return ""
+        prefix = prompts[0][:cut + len(end)]
+        return prefix if all(p.startswith(prefix) for p in prompts) else ""
+
+    def _prefix_kv(self, prefix: str, probe: str):
+        """(ids, KV cache) of ``prefix``, computed once; None when tokenizing prefix and rest apart would give
+        other tokens than tokenizing ``probe`` (a prompt starting with it) whole."""
+        import torch
+
+        if prefix not in self._prefixes:
+            tokenizer = self._tokenizer
+            ids = tokenizer(prefix, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.device)
+            rest = tokenizer(probe[len(prefix):], add_special_tokens=False)["input_ids"]
+            whole = tokenizer(probe, add_special_tokens=False)["input_ids"]
+            if ids[0].tolist() + rest != whole:
+                self._prefixes[prefix] = None
+            else:
+                with torch.inference_mode():
+                    kv = self._model(input_ids=ids, use_cache=True).cache
+                if len(self._prefixes) >= 8:  # a few system prompts (description variants) at a time
+                    self._prefixes.pop(next(iter(self._prefixes)))
+                self._prefixes[prefix] = (ids, kv)
+        return self._prefixes[prefix]
+
+    def _inputs(self, prompts: list[str]) -> dict:
+        """``generate`` inputs: the shared first turn from its KV cache and each prompt's rest left-padded after
+        it, or (no shared first turn, or ``prefix_cache`` off) the whole prompts left-padded."""
+        import torch
+
+        tokenizer = self._tokenizer
+        prefix = self._first_turn(prompts) if self.prefix_cache else ""
+        cached = self._prefix_kv(prefix, prompts[0]) if prefix else None
+        if cached is None:
+            # The chat template already wrote the special tokens; do not add a BOS twice.
+            return dict(tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device))
+        ids, kv = cached
+        rest = tokenizer([p[len(prefix):] for p in prompts], return_tensors="pt", padding=True,
+                         add_special_tokens=False).to(self.device)
+        n = len(prompts)
+        past = copy.deepcopy(kv)
+        past.batch_repeat_interleave(n)
+        # Padding between the cached turn and the rest: the mask hides it and generate numbers positions from
+        # the mask, so every row sees its own text at the positions it would have unpadded.
+        return {"input_ids": torch.cat([ids.expand(n, -1), rest["input_ids"]], dim=1),
+                "attention_mask": torch.cat([torch.ones(n, ids.shape[1], dtype=rest["attention_mask"].dtype,
+                                                        device=self.device), rest["attention_mask"]], dim=1),
+                "cache": past}
+
     def _generate_batch(self, reqs: list[ChatRequest], temperature: float, top_p: float, seed) -> list[ChatResult]:
         import torch
 
         model, tokenizer = self._model, self._tokenizer
-        prompts = [self._prompt(r) for r in reqs]
-        # The chat template already wrote the special tokens; do not add a BOS twice.
-        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        enc = self._inputs([self._prompt(r) for r in reqs])
         sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {
             "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         if seed is not None:
             torch.manual_seed(seed)
+        entropy = EntropyRecorder()
         with torch.inference_mode():
             out = model.generate(**enc, max_new_tokens=max(r.max_tokens for r in reqs),
-                                 pad_token_id=tokenizer.pad_token_id, **sampling)
+                                 pad_token_id=tokenizer.pad_token_id, logits_processor=[entropy], **sampling)
         results = []
-        for row, req in zip(out[:, enc["input_ids"].shape[1]:], reqs):
+        for b, (row, req) in enumerate(zip(out[:, enc["input_ids"].shape[1]:], reqs)):
             ids = row.tolist()
             stop = tokenizer.eos_token_id
             finish = "stop" if stop in ids[:req.max_tokens] else "length"
-            ids = ids[:ids.index(stop)] if stop in ids else ids
+            ids = ids[:ids.index(stop) + 1] if stop in ids else ids  # the end token was generated too
             ids = ids[:req.max_tokens]  # the batch ran to the longest request's budget
-            results.append(ChatResult(content=tokenizer.decode(ids, skip_special_tokens=True), finish_reason=finish))
+            results.append(ChatResult(content=tokenizer.decode(ids, skip_special_tokens=True), finish_reason=finish,
+                                      tokens=len(ids), entropy=entropy.mean(b, len(ids))))
         return results
 
     def close(self) -> None:
         """Drop the model and tokenizer; their memory goes back once nothing else holds them (a later
         ``chat`` loads them again). ``run_eval`` closes the clients it made from a spec."""
         self._model = self._tokenizer = None
+        self._prefixes.clear()
         gc.collect()  # generate() can leave cycles (caches, hooks) that would keep the weights alive until later

@@ -1,0 +1,82 @@
+"""`train select`: each SFT checkpoint evaluated on a validation slice (never the held-out split), pass@1 and
+entropy per checkpoint, the choice by measurement, reports reused while the weights are unchanged.
+
+Run: pytest tests/test_select.py            (refusals, the choice rule)
+     pytest tests/test_select.py -m slow    (two checkpoints of the tiny model, evaluated)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tansaku.cli import train_app
+from tansaku.core.errors import InputError
+from tansaku.trainer import select
+from tansaku.trainer.select import checkpoints, select_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV_FIXTURES = ROOT / "tests" / "fixtures" / "envs"
+DATA = ENV_FIXTURES / "multihop.jsonl"
+
+
+def fake_run(root: Path, model: Path, steps: list[int], final_step: int | None) -> Path:
+    """A train sft output_dir: checkpoint-<step> folders (links to ``model``'s files) and maybe a final model."""
+    run = root / "run"
+    run.mkdir()
+    (run / "tansaku_recipe.json").write_text("{}", encoding="utf-8")
+    for folder in [run / f"checkpoint-{s}" for s in steps] + ([run] if final_step is not None else []):
+        folder.mkdir(exist_ok=True)
+        for file in model.iterdir():
+            (folder / file.name).symlink_to(file)
+    if final_step is not None:
+        (run / "trainer_state.json").write_text(json.dumps({"global_step": final_step}), encoding="utf-8")
+    return run
+
+
+def test_the_final_model_is_listed_only_when_it_is_not_the_last_checkpoint(tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "a").mkdir()
+    run = fake_run(tmp_path / "a", model, [4, 12, 8], final_step=12)
+    assert [step for step, _ in checkpoints(run)] == [4, 8, 12]
+    (run / "trainer_state.json").write_text(json.dumps({"global_step": 14}), encoding="utf-8")
+    assert [step for step, _ in checkpoints(run)] == [4, 8, 12, None]
+
+
+def test_the_heldout_split_and_folders_train_did_not_make_are_refused(tmp_path, envs_index):
+    with pytest.raises(InputError, match="held-out split"):
+        select_checkpoint(tmp_path, "multihop_qa", DATA, envs_index, split="test")
+    with pytest.raises(InputError, match="not a tansaku training run"):
+        select_checkpoint(tmp_path, "multihop_qa", DATA, envs_index, split="rl")
+    (tmp_path / "tansaku_recipe.json").write_text("{}", encoding="utf-8")
+    result = CliRunner().invoke(train_app, ["select", "--run", str(tmp_path), "--task", "multihop_qa", "--dataset",
+                                            str(DATA), "--index", str(envs_index), "--split", "train"])
+    assert result.exit_code == 2 and "no checkpoint-*" in result.output
+    assert not (tmp_path / "checkpoint_selection.json").exists()
+
+
+@pytest.mark.slow
+def test_each_checkpoint_is_measured_and_a_rerun_reuses_the_reports(tmp_path, envs_index, tiny_model_path,
+                                                                      monkeypatch):
+    run = fake_run(tmp_path, Path(tiny_model_path), [1, 2], final_step=2)
+    selection = select_checkpoint(run, "multihop_qa", DATA, envs_index, split="train", rows=2, max_tokens=24)
+    names = [row["name"] for row in selection["checkpoints"]]
+    assert names == ["checkpoint-1", "checkpoint-2"]  # the final model is checkpoint-2: not evaluated twice
+    for row in selection["checkpoints"]:
+        assert row["questions"] == 2 and row["entropy"] is not None and row["entropy"] > 0
+        assert (run / "selection" / row["name"] / "trajectories.jsonl").is_file()
+    assert selection["chosen"] == select.choose(selection["checkpoints"])
+    saved = json.loads((run / "checkpoint_selection.json").read_text(encoding="utf-8"))
+    assert saved["chosen"]["name"] == selection["chosen"]["name"] and saved["split"] == "train"
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a rerun with unchanged weights must not generate again")
+
+    monkeypatch.setattr(select, "from_spec", no_model)
+    again = select_checkpoint(run, "multihop_qa", DATA, envs_index, split="train", rows=2, max_tokens=24)
+    assert again["checkpoints"] == selection["checkpoints"]
