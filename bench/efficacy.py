@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> str:
         if not sft_file.exists():
             save_result(results, "sft", seed, sft_seed(args.work, seed, args))
         start = Path(json.loads(sft_file.read_text(encoding="utf-8"))["start"])
+        if not start.exists():  # another checkout or machine: the same checkpoint under this --work
+            start = args.work / start.parent.name / start.name
         for method in ("gspo", "grpo"):
             wanted = method in args.methods and (method == "gspo" or seed in args.grpo_seeds)
             if wanted and not result_path(results, method, seed).exists():

@@ -14,7 +14,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from tansaku.envs.monitoring import hacking_warnings, reward_decomposition
-from tansaku.trainer.recipes import WatchSpec
+from tansaku.trainer.recipe_sections import WatchSpec
 
 SHARED_SERIES = ("tools/call_frequency", "frac_reward_zero_std")
 

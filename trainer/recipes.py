@@ -43,6 +43,7 @@ import yaml
 from tansaku.core.heldout import RL as RL_SPLIT
 from tansaku.core.heldout import TEST as HELDOUT_SPLIT
 from tansaku.core.tiny_model import tiny_model_dir
+from tansaku.trainer.recipe_sections import DifficultySpec, ReadinessSpec, WatchSpec
 from tansaku.trainer.typed_config import (
     RecipeError,
     apply_override,
@@ -120,41 +121,6 @@ class RLTask:
             log.warning("task %s: %s has no '%s' split; RL prompts come from 'train', the questions SFT trains on "
                         "(rebuild it with --rl-share > 0)", self.name, self.data, RL_SPLIT)
         return "train"
-
-
-@dataclass
-class WatchSpec:
-    """The reward-hacking watch: warn when a component rises while answer correctness stays flat."""
-
-    window: int = 10  # logged steps compared: mean of the last `window` vs the `window` before
-    rise: float = 0.1  # a component "rises" when its mean grows by at least this much
-    flat: float = 0.02  # correctness is "flat" when its mean moves less than this
-    correctness: str | None = None  # None: the task's answer reward; else a substring of a component name
-
-
-@dataclass
-class ReadinessSpec:
-    """The pre-flight check of ``train rl`` (``tansaku.envs.evaluate``): refuse when the model never succeeds."""
-
-    k: int = 4  # samples per question
-    rows: int = 16  # questions per task
-    split: str | None = None  # default: the task's own split
-    model: str | None = None  # LLM spec for the rollouts; default transformers:<recipe model>
-    max_tokens: int = 1024
-    min_pass_at_k: float = 0.02
-
-
-@dataclass
-class DifficultySpec:
-    """Difficulty banding before step 1 (``tansaku.trainer.difficulty``): keep prompts the start model solves
-    sometimes. Off while ``samples`` is 0; on, it replaces the readiness rollouts."""
-
-    samples: int = 0  # K rollouts per candidate prompt with the model RL starts from (0: off)
-    min_pass: float = 0.05  # keep pass rate >= min_pass (the default drops never-solved prompts for K < 20)
-    max_pass: float = 0.95  # keep pass rate <= max_pass (the default drops always-solved prompts for K < 20)
-    rows: int | None = None  # candidate prompts per task: the first N of its prompt split (None: all)
-    max_tokens: int = 1024  # new tokens per turn
-    temperature: float | None = None  # None: the recipe's temperature (what GRPO samples at)
 
 
 @dataclass
@@ -303,15 +269,8 @@ def validate(recipe) -> None:
         _check(value is None or value > 0, f"{name}: must be > 0 (got {value})")
     _check(recipe.vllm_mode in ("colocate", "server"), f"vllm_mode: colocate or server (got {recipe.vllm_mode!r})")
     _check(not (recipe.use_vllm and recipe.use_cpu), "use_vllm needs a GPU: set use_cpu=false or use_vllm=false")
-    band = recipe.difficulty
-    _check(band.samples == 0 or band.samples >= 2,
-           f"difficulty.samples: >= 2 rollouts per prompt give a pass rate (got {band.samples}; 0 turns banding off)")
-    _check(0.0 <= band.min_pass <= band.max_pass <= 1.0,
-           f"difficulty: need 0 <= min_pass <= max_pass <= 1 (got {band.min_pass}, {band.max_pass})")
-    _check(band.rows is None or band.rows > 0, f"difficulty.rows: must be > 0 (got {band.rows})")
-    _check(band.max_tokens > 0, f"difficulty.max_tokens: must be > 0 (got {band.max_tokens})")
-    _check(band.temperature is None or band.temperature > 0,
-           f"difficulty.temperature: sampling needs > 0 (got {band.temperature})")
+    for problem in recipe.difficulty.problems():
+        _check(False, problem)
     batch_plan(recipe)  # raises when the batch does not divide
 
 
