@@ -47,6 +47,19 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+def is_correct(task, trajectory, pass_threshold: float = 1.0) -> bool:
+    """Whether an episode passes: its correctness reward (the task's answer reward) reaches ``pass_threshold``."""
+    value = trajectory.rewards.get(task.answer_reward_name)
+    return value is not None and value >= pass_threshold - 1e-9
+
+
+def write_trajectories(path: str | Path, trajectories) -> None:
+    """One ``Trajectory.to_record()`` per line (``trajectories.jsonl``)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for trajectory in trajectories:
+            f.write(json.dumps(trajectory.to_record(), ensure_ascii=False, default=str) + "\n")
+
+
 def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
     """Aggregate trajectories (with ``rewards`` filled) into the eval report dict."""
     correctness = task.answer_reward_name
@@ -55,8 +68,7 @@ def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
         groups.setdefault(trajectory.row_index, []).append(trajectory)
 
     def correct(t) -> bool:
-        value = t.rewards.get(correctness)
-        return value is not None and value >= pass_threshold - 1e-9
+        return is_correct(task, t, pass_threshold)
 
     pass1 = [pass_at_k(len(g), sum(map(correct, g)), 1) for g in groups.values()]
     passk = [pass_at_k(len(g), sum(map(correct, g)), min(k, len(g))) for g in groups.values()]
@@ -184,9 +196,7 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        with open(out / "trajectories.jsonl", "w", encoding="utf-8") as f:
-            for trajectory in trajectories:
-                f.write(json.dumps(trajectory.to_record(), ensure_ascii=False, default=str) + "\n")
+        write_trajectories(out / "trajectories.jsonl", trajectories)
         (out / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2, default=str),
                                          encoding="utf-8")
     return report

@@ -34,7 +34,7 @@ from pathlib import Path
 from tansaku.core.llm import as_client
 from tansaku.core.llm.identity import weights_fingerprint
 from tansaku.envs.environments import make_environment_factory
-from tansaku.envs.evaluate import NotReadyForRL, load_rows, summarize
+from tansaku.envs.evaluate import NotReadyForRL, is_correct, load_rows, summarize, write_trajectories
 from tansaku.envs.rollout import run_rollouts
 from tansaku.trainer.readiness import readiness_model, readiness_options
 from tansaku.trainer.recipes import RLRecipe, RLTask
@@ -60,8 +60,8 @@ class Band:
 
 def candidate_rows(spec: RLTask, rows: int | None) -> list[dict]:
     """The task's prompt rows banding samples: the first ``rows`` of its prompt split (all when None)."""
-    limit = min(x for x in (rows, spec.max_rows) if x is not None) if (rows or spec.max_rows) else None
-    return load_rows(spec.data, spec.prompt_split(), limit)
+    limits = [n for n in (rows, spec.max_rows) if n is not None]
+    return load_rows(spec.data, spec.prompt_split(), min(limits) if limits else None)
 
 
 def band_key(recipe: RLRecipe, spec: RLTask, rows: list[dict], model_path: str) -> dict:
@@ -115,18 +115,15 @@ def band_task(recipe: RLRecipe, spec: RLTask, task, model_path: str, client, jud
     trajectories = run_rollouts(client, task, rows, make_environment_factory(task, spec.index), k=difficulty.samples,
                                 max_tokens=difficulty.max_tokens, temperature=key["temperature"], top_p=recipe.top_p,
                                 seed=recipe.seed, judge=judge, quiet=True)
-    correctness, threshold = task.answer_reward_name, task.pass_threshold
     passes = [0] * len(rows)
     for t in trajectories:
-        value = t.rewards.get(correctness)
-        passes[t.row_index] += value is not None and value >= threshold - 1e-9
+        passes[t.row_index] += is_correct(task, t, task.pass_threshold)
     pass_rates = [c / difficulty.samples for c in passes]
     kept, dropped = keep_rule(pass_rates, difficulty.min_pass, difficulty.max_pass)
-    band = Band(spec.name, key, pass_rates, kept, dropped, summarize(task, trajectories, difficulty.samples, threshold))
+    report = summarize(task, trajectories, difficulty.samples, task.pass_threshold)
+    band = Band(spec.name, key, pass_rates, kept, dropped, report)
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "trajectories.jsonl", "w", encoding="utf-8") as f:
-        for trajectory in trajectories:
-            f.write(json.dumps(trajectory.to_record(), ensure_ascii=False, default=str) + "\n")
+    write_trajectories(folder / "trajectories.jsonl", trajectories)
     # band.json last: its presence means a finished band (a killed run samples again)
     (folder / BAND_FILE).write_text(json.dumps({"summary": band.summary(), **asdict(band)}, ensure_ascii=False, indent=2,
                                                default=str), encoding="utf-8")

@@ -66,8 +66,7 @@ def _generate_with_prefix(model, generate, input_ids, attention_mask, shared: in
     width = input_ids.shape[1]
     rows = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
     prefix = rows[0][:shared].unsqueeze(0)
-    pad_id = int(input_ids[0, 0]) if not attention_mask[0, 0] else 0  # any id: the mask hides it
-    ids = torch.full_like(input_ids, pad_id)
+    ids = torch.zeros_like(input_ids)  # the padding's id does not matter: the mask hides it
     mask = torch.zeros_like(attention_mask)
     for i, row in enumerate(rows):
         rest = row[shared:]
