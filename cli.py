@@ -7,13 +7,13 @@ traceback, exit 1 (``tansaku.core.cli_common.friendly``).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from tansaku.core import jsontext
 from tansaku.core.cli_common import Version, friendly
 from tansaku.core.cli_common import print_manifest as _print_manifest
 from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache
@@ -64,7 +64,7 @@ def index_build(
     from tansaku.envs.search import build_index_cli
 
     meta = build_index_cli(str(dataset), index, backend, analyzer)
-    typer.echo(json.dumps(meta, ensure_ascii=False))
+    typer.echo(jsontext.dumps(meta))
 
 
 @synth_app.command("search")
@@ -147,8 +147,7 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder written by
     from tansaku.core.options import dataset_manifest
 
     manifest = dataset_manifest(dataset, "dataset", required=("name", "version", "pipeline", "splits", "stages"))
-    typer.echo(json.dumps({k: manifest[k] for k in ("name", "version", "pipeline", "splits", "parents")},
-                          ensure_ascii=False))
+    typer.echo(jsontext.dumps({k: manifest[k] for k in ("name", "version", "pipeline", "splits", "parents")}))
     _print_manifest(manifest, dataset)
 
 
@@ -158,7 +157,7 @@ def show_cache_info(path: Annotated[Path | None, typer.Option("--path", help="Ca
     """Print the LLM cache's path, entries and size (JSON)."""
     from tansaku.core.llm.cache import cache_info
 
-    typer.echo(json.dumps(cache_info(path), ensure_ascii=False))
+    typer.echo(jsontext.dumps(cache_info(path)))
 
 
 @cache_app.command("clear")
@@ -175,7 +174,7 @@ def clear_cache_file(
         found = cache_info(path)
         raise InputError(f"cache clear would delete {found['entries']} entries from {found['path']}: "
                          "add --yes to confirm")
-    typer.echo(json.dumps(clear_cache(path), ensure_ascii=False))
+    typer.echo(jsontext.dumps(clear_cache(path)))
 
 
 def main() -> None:  # pragma: no cover - `python -m tansaku.cli synth …` / `python -m tansaku.cli train …` (accelerate launch)

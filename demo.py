@@ -57,6 +57,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from tansaku.core import jsontext
 from tansaku.core.llm import from_spec
 from tansaku.core.memory import RSSMeter, maxrss_mb, rss_mb, run_isolated
 from tansaku.core.tiny_model import tiny_model_dir
@@ -151,7 +152,7 @@ class Summary:
         data = {"steps": self.steps, **sections,
                 # getrusage's high-water marks: this process, and the largest of its (isolated) children.
                 "peak_rss_mb": {**maxrss_mb(), "sampled_tree": self.meter.peak}}
-        (folder / "summary.json").write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n",
+        (folder / "summary.json").write_text(jsontext.dumps(data, indent=2, default=str) + "\n",
                                           encoding="utf-8")
         lines = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
         lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in self.rows]

@@ -1,6 +1,8 @@
-"""Benchmark: parsing 民法 into article records vs ja-law-parser alone, and the full ``build_egov`` time.
+"""Benchmark: parsing 民法 into article records vs ja-law-parser alone, and the full ``build_egov`` time; and
+(``--generation``) rule-based question generation for one law as it grows.
 
     python bench/egov_parse.py [--law PATH] [--repeat 5]
+    python bench/egov_parse.py --generation 1000 2000 5000 10000 [--old-max 5000] [--note "…"]
 
 Peers measured in the same run (imports done before timing, median of ``--repeat``):
   * ja-law-parser alone: ``LawParser().parse_from(bytes)`` + every article's ``texts()`` joined;
@@ -9,6 +11,13 @@ Peers measured in the same run (imports done before timing, median of ``--repeat
   * ours, lxml path only (``prefer="lxml"``), for reference.
 Then the whole ``build_egov`` (articles → index → questions) with the cloze generator and with an
 instant scripted LLM (generator + judge answer immediately), on the real laws or the demo laws.
+
+``--generation N …``: the rules stage of ``build_egov`` (every rule-based kind) on one synthetic law of N
+one-sentence articles (tests/fixtures/egov_articles.py ``synthetic_law``), CPU seconds and ms per article:
+linear when the per-article time stays flat. Beside it, up to ``--old-max`` articles, the same stage with the
+scans it had before issue 28 (every contradiction check a scan of the whole law text, every distractor pool
+sorted for every article: ``lawindex`` switched off, as tests/test_egov_linear.py does), which must give the
+same rows. Written to bench/results/egov_generation.md and .json.
 """
 
 from __future__ import annotations
@@ -72,11 +81,64 @@ def instant_llm(request) -> str:
                        "explanation": "条文による。"}, ensure_ascii=False)
 
 
+def generation(sizes: list[int], old_max: int, note: str) -> None:
+    """The rules stage on synthetic laws of ``sizes`` articles, with and (≤ ``old_max``) without lawindex."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fixtures.egov_articles import synthetic_law
+
+    from tansaku.core.engine import Drop
+    from tansaku.pipelines.egov import lawindex
+    from tansaku.pipelines.egov.build import _rules_stage
+
+    def run(articles):
+        t = time.process_time()
+        rows = [r.reason if isinstance(r, Drop) else r for r in _rules_stage(0, 2).fn(iter(articles))]
+        return time.process_time() - t, rows
+
+    def old_order(self, pos):  # the sort every nearest_values call made before
+        return iter(sorted(self.pairs, key=lambda pv: (abs(pv[0] - pos), pv[0], pv[1])))
+
+    results = []
+    for n in sizes:
+        articles = synthetic_law(n)
+        seconds, rows = run(articles)
+        row = {"articles": n, "rows": sum(isinstance(r, dict) for r in rows), "cpu_s": seconds}
+        if n <= old_max:
+            small, nearest = lawindex.SMALL, lawindex.ByPosition.nearest
+            lawindex.SMALL, lawindex.ByPosition.nearest = 10**12, old_order
+            try:
+                row["old_cpu_s"], old_rows = run(articles)
+            finally:
+                lawindex.SMALL, lawindex.ByPosition.nearest = small, nearest
+            row["same_rows"] = json.dumps(old_rows, default=str) == json.dumps(rows, default=str)
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    lines = ["# Rule-based question generation for one law of N one-sentence articles (CPU seconds)", "",
+             note, "", "| articles | questions | CPU s | ms / article | before: CPU s | ms / article | speed-up | "
+             "same rows |", "|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+    for r in results:
+        old = (f"{r['old_cpu_s']:.2f} | {1000 * r['old_cpu_s'] / r['articles']:.2f} | {r['old_cpu_s'] / r['cpu_s']:.1f}× | "
+               f"{'yes' if r['same_rows'] else 'NO'}") if "old_cpu_s" in r else "– | – | – | –"
+        lines.append(f"| {r['articles']:,} | {r['rows']:,} | {r['cpu_s']:.2f} | {1000 * r['cpu_s'] / r['articles']:.2f} | "
+                     f"{old} |")
+    table = "\n".join(lines) + "\n"
+    print("\n" + table)
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "egov_generation.md").write_text(table, encoding="utf-8")
+    (out / "egov_generation.json").write_text(json.dumps({"note": note, "rows": results}, indent=1), encoding="utf-8")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--law", type=Path, default=next(iter(sorted(REAL.glob("129AC0000000089_*.xml"))), None))
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--generation", type=int, nargs="*", help="time question generation for laws of these sizes")
+    ap.add_argument("--old-max", type=int, default=5000, help="largest size also timed with the scans of before")
+    ap.add_argument("--note", default="", help="how the machine was loaded, written with the results")
     args = ap.parse_args()
+    if args.generation:
+        return generation(args.generation, args.old_max, args.note)
     if args.law is None or not args.law.exists():
         sys.exit("民法 XML not found; pass --law PATH (../shared/data/egov/129AC0000000089_*.xml)")
     import ja_law_parser.model  # noqa: F401  (import cost ~1-2 s, excluded from both peers)

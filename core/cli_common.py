@@ -2,7 +2,7 @@
 the ``synth build`` commands share: ``--license``/``--license-file`` and the funnel table (``print_manifest``).
 
 ``synth`` (``tansaku.cli``) and ``train`` (``tansaku.trainer.cli``) commands are wrapped in ``friendly``: bad
-input (a ``TansakuError``, an OS error on a path the user gave, a refused connection) ends in one line on
+input (a ``TansakuError``, an OS error on a path the user gave, a refused connection, a full disk) ends in one line on
 stderr and exit 2; anything else is a bug and keeps its traceback (exit 1). ``TANSAKU_DEBUG=1`` shows the
 traceback of bad input too.
 """
@@ -31,8 +31,13 @@ License = Annotated[str | None, typer.Option("--license", help="The card's licen
 LicenseFile = Annotated[Path | None, typer.Option("--license-file", help="License text, copied into the dataset as LICENSE; needed with --license other:NAME unless the input folder ships a LICENSE (then carried over).")]
 
 
+# The options that name what a command writes, most specific first: a full disk names the first one given
+# (``train eval --out`` rather than its --index; ``synth index build --index``).
+OUTPUT_OPTIONS = ("out", "export", "dir", "index")
+
+
 def friendly(fn):
-    """Bad input (``TansakuError``, OS error on a user's path, refused connection) → one line, exit 2."""
+    """Bad input (``TansakuError``, OS error on a user's path, refused connection, full disk) → one line, exit 2."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -40,8 +45,9 @@ def friendly(fn):
             return fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - re-raised unless it is bad input
             given = [x for v in (*args, *kwargs.values()) for x in (v if isinstance(v, list) else [v])]
+            outputs = [kwargs[name] for name in OUTPUT_OPTIONS if kwargs.get(name) is not None]
             ours = isinstance(e, TansakuError)
-            text = (str(e).strip() or type(e).__name__) if ours else user_error_line(e, given)
+            text = (str(e).strip() or type(e).__name__) if ours else user_error_line(e, given, outputs)
             if text is None or os.environ.get("TANSAKU_DEBUG") == "1":
                 raise
             typer.echo(f"error: {text if ours and e.multiline else text.splitlines()[0]}", err=True)
@@ -64,7 +70,8 @@ def print_manifest(manifest: dict, out: Path) -> None:
     table = Table(title=f"{manifest['name']} v{manifest['version']} → {out}")
     for col in ("stage", "received", "kept", "dropped"):
         table.add_column(col)
-    for s in manifest["stages"]:
-        dropped = ", ".join(f"{k}: {v}" for k, v in s["dropped"].items()) or "–"
-        table.add_row(s["name"], str(s["received"]), str(s["kept"]), dropped)
+    for s in manifest["stages"]:  # .get: `synth info` shows what a hand-edited or older manifest has
+        dropped = s.get("dropped")
+        dropped = ", ".join(f"{k}: {v}" for k, v in dropped.items()) if isinstance(dropped, dict) else dropped
+        table.add_row(*(str(x) for x in (s.get("name"), s.get("received"), s.get("kept"), dropped or "–")))
     Console(stderr=True).print(table)

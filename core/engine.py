@@ -41,7 +41,6 @@ with ``record`` a JSON string (None when a global stage dropped without naming o
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import time
 from collections import Counter
@@ -49,6 +48,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any, Protocol
+
+from tansaku.core import jsontext
 
 Record = dict[str, Any]
 
@@ -209,7 +210,7 @@ def rng_for(seed: int, *key: Any) -> random.Random:
     >>> rng_for(0, "q1").random() == rng_for(0, "q1").random()
     True
     """
-    digest = hashlib.sha256(json.dumps([seed, *key], ensure_ascii=False, default=str).encode()).digest()
+    digest = hashlib.sha256(jsontext.dumps([seed, *key], default=str).encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 

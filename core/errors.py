@@ -16,17 +16,22 @@ True
 :func:`user_error_line` also reads two kinds of built-in errors as the user's to fix: an OS error on a path
 the user gave (a read-only ``--out``, a ``.work`` that is a file), a syntax error in the user's own Python
 file (``scripted:FILE.py``) and a refused connection to a service the user named (OpenSearch). Each is one
-line; any other OS error stays a bug.
+line; any other OS error stays a bug. A full disk (``ENOSPC``, a quota, a file-size limit) is never a bug,
+whatever the path: a ``write()``/``close()`` error carries no file name, so the line names the output the user
+gave; Rust libraries (tantivy, safetensors) report it only as text (``… (os error 28) …``), read the same way.
 
 >>> import errno
 >>> user_error_line(PermissionError(errno.EACCES, "Permission denied", "/ro/out/.work"), ["/ro/out"])
 '/ro/out/.work: Permission denied'
 >>> user_error_line(PermissionError(errno.EACCES, "Permission denied", "/usr/lib/x"), ["/ro/out"]) is None
 True
+>>> user_error_line(OSError(errno.ENOSPC, "No space left on device"), ["docs.jsonl", "out"], outputs=["out"])
+'out: No space left on device; free space (or raise the limit), then rerun'
 """
 
 import errno
 import os
+import re
 from pathlib import Path
 
 
@@ -49,6 +54,24 @@ _PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EIS
                 errno.ENOENT, errno.ENOSPC, errno.ENAMETOOLONG, errno.ELOOP}
 
 
+# The disk, a quota or a file-size limit is full: what the user must free, never a bug.
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust's std::io::Error shows an errno in its text
+
+
+def _storage_full(exc: BaseException) -> tuple[int, str | None] | None:
+    """(errno, file name or None) when ``exc`` — or an error it was raised from — is a full disk, else None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
+            return exc.errno, exc.filename and str(exc.filename)
+        if found := [n for n in map(int, _RUST_OS_ERROR.findall(str(exc))) if n in _FULL_ERRNOS]:
+            return found[0], None
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _within(name: str, roots: list[Path]) -> bool:
     target = Path(os.path.abspath(name))
     return any(target == root or root in target.parents for root in roots)
@@ -61,12 +84,18 @@ def _service_url(given: list) -> str:
     return os.environ.get("OPENSEARCH_URL", "the search service")
 
 
-def user_error_line(exc: BaseException, given: list) -> str | None:
+def user_error_line(exc: BaseException, given: list, outputs: list | None = None) -> str | None:
     """One line for a built-in error that is bad input, else ``None`` (a bug: it keeps its traceback).
 
     ``given``: the values of the command's options and arguments. An OS error counts when it concerns one of
     those paths or a path inside one; a refused connection (built-in or opensearch-py ``ConnectionError``)
-    names the service URL the user gave."""
+    names the service URL the user gave. ``outputs``: the paths the command writes (``--out``, ``--index`` …),
+    named by a full-disk error that carries no file name."""
+    if full := _storage_full(exc):
+        code, name = full
+        where = name or next((str(o) for o in outputs or [] if o is not None), None)
+        text = f"{os.strerror(code)}; free space (or raise the limit), then rerun"
+        return f"{where}: {text}" if where else f"{text} (the command's output could not be written)"
     kind = type(exc)
     if isinstance(exc, ConnectionError) or (kind.__name__ == "ConnectionError" and kind.__module__.startswith(
             ("opensearchpy", "urllib3", "requests"))):

@@ -19,16 +19,16 @@ push without an explicit ``private`` are refused in one line; ``dry_run`` needs 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import datasets
 from huggingface_hub import DatasetCard
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError
 from tansaku.core.licenses import LICENSE_FIX
-from tansaku.core.store import MANIFEST, validate_for_push
+from tansaku.core.store import MANIFEST, read_manifest, validate_for_push
 from tansaku.data_cards import card_problems, nested_datasets, subset_configs
 
 CARD = "README.md"
@@ -131,9 +131,9 @@ def upload_plan(path: str | Path, include_index: bool = False) -> dict[str, Path
             plan[str(rel)] = f
     for rel in [r for r in plan if PurePosixPath(r).name == MANIFEST]:
         folder = root / PurePosixPath(rel).parent
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        manifest = read_manifest(folder)  # a list, 100k-deep or broken one: one line naming it, not a traceback
         names = {p: local_name(p, folder) for p in _absolute_strings(manifest)}
-        plan[rel] = (json.dumps(_replaced(manifest, names), ensure_ascii=False, indent=2) + "\n").encode()
+        plan[rel] = (jsontext.dumps(_replaced(manifest, names), indent=2) + "\n").encode()
         card_rel = str(PurePosixPath(rel).with_name(CARD))
         if card_rel in plan:
             text = _public_text((folder / CARD).read_text(encoding="utf-8"), names)

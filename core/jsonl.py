@@ -4,7 +4,9 @@
     for n, row in iter_jsonl(path, on_bad="yield"):          # a bad line arrives as BadLine(reason, where)
     for n, row in iter_jsonl(path, error=StoreError):        # raise the caller's own error class
 
-Blank lines are skipped; ``.gz``, ``.bz2`` and ``.zst`` files are decompressed as a stream
+Values are read by ``tansaku.core.jsontext.loads``: a line nested deeper than ``jsontext.MAX_DEPTH`` is a
+bad line, and a lone surrogate (``"\\ud800"``) is read as U+FFFD. Blank lines are skipped; ``.gz``, ``.bz2``
+and ``.zst`` files are decompressed as a stream
 (``open_compressed``: a 10 GB dump is never held in memory). Lines are the file's own ``\\n`` lines,
 never ``str.splitlines()``, which also breaks at U+2028 and other separators that JSON strings may hold.
 
@@ -36,6 +38,7 @@ from typing import Any, Literal
 
 import zstandard
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError, MissingInputError
 
 COMPRESSED = (".gz", ".bz2", ".zst", ".zstd")
@@ -120,14 +123,10 @@ def _parse(raw: bytes, number: int, path: Path) -> tuple[Any, BadLine | None]:
         return None, BadLine("bad_encoding", f"{path}:{number}: not valid UTF-8 (byte {exc.start})")
     if not line.strip():
         return _BLANK, None
-    try:
-        return json.loads(line), None
-    except json.JSONDecodeError as exc:
+    try:  # nesting bounded (jsontext.MAX_DEPTH), lone surrogates read as U+FFFD
+        return jsontext.loads(line, decoded=True), None
+    except json.JSONDecodeError as exc:  # also too deep, or an integer over Python's 4300-digit limit
         return None, BadLine("bad_json_line", f"{path}:{number}: not valid JSON ({exc.msg})")
-    except RecursionError:  # hostile nesting ([[[[…) overflows the parser's stack
-        return None, BadLine("bad_json_line", f"{path}:{number}: not valid JSON (nested too deeply)")
-    except ValueError as exc:  # e.g. an integer over Python's 4300-digit conversion limit
-        return None, BadLine("bad_json_line", f"{path}:{number}: not valid JSON ({exc})")
 
 
 def iter_jsonl(path: str | os.PathLike, *, on_bad: Literal["raise", "yield"] = "raise", objects: bool = True,

@@ -12,7 +12,7 @@ Two checks run at different times:
   naming the stage that dropped the last record, its top drop reason and, where the pipeline knows one, the
   option that fixes it. What was written stays for a look (``synth info``, the ``rejected`` split).
 
-    precheck_out(out, pipeline="egov_mcq")
+    precheck_out(out, pipeline="egov_mcq", inputs={"--laws": laws, "--index": index})
     refuse_empty(manifest, out, hints={"normalize:empty_title": "pass --title-field KEY"})
 """
 
@@ -49,6 +49,12 @@ def read_manifest(path: str | Path) -> dict:
         raise StoreError(f"{p}: not valid JSON ({type(exc).__name__}); rebuild the dataset") from None
     if not isinstance(manifest, dict):
         raise StoreError(f"{p}: not a tansaku manifest (a JSON {type(manifest).__name__}); rebuild the dataset")
+    # What every reader indexes into: row counts per split, one object per stage (else a TypeError far away).
+    splits, stages = manifest.get("splits", {}), manifest.get("stages", [])
+    if not isinstance(splits, dict) or not all(type(n) is int and n >= 0 for n in splits.values()):
+        raise StoreError(f"{p}: 'splits' must map each split to its row count; rebuild the dataset")
+    if not isinstance(stages, list) or not all(isinstance(s, dict) for s in stages):
+        raise StoreError(f"{p}: 'stages' must be a list of objects; rebuild the dataset")
     return manifest
 
 
@@ -71,17 +77,21 @@ def _held_build(out: Path, option: str) -> tuple[dict | None, dict | None]:
     return None, None
 
 
-def precheck_out(out: str | Path, *, pipeline: str, option: str = "--out") -> Path:
+def precheck_out(out: str | Path, *, pipeline: str, inputs: dict[str, object] | None = None,
+                 option: str = "--out") -> Path:
     """``out`` as a Path when a ``pipeline`` build may write into it: missing, empty, or holding tansaku's own
-    build (finished or interrupted) of the same pipeline. Anything else raises one line naming the folder;
-    nothing is read but its markers, nothing written. The rest of the recipe (config, inputs, stage params)
-    is compared by :func:`check_out` before the store writes, and names every difference."""
+    build (finished or interrupted) of the same pipeline, and neither one of the build's ``inputs`` (option →
+    path or paths) nor inside nor around one (``ownership.refuse_overlap``: a build would read its own recipe
+    and rows back as input). Anything else raises one line naming the folder; nothing is read but its
+    markers, nothing written. The rest of the recipe (config, inputs, stage params) is compared by
+    :func:`check_out` before the store writes, and names every difference."""
     out = ownership.require_named(out, option)
     finished, work = _held_build(out, option)
     held = finished or work
     if held is not None and held.get("pipeline") != pipeline:
         raise StoreError(f"{option} {out} holds a tansaku {held.get('pipeline')} dataset, not a {pipeline} build; "
                          f"choose another {option}")
+    ownership.refuse_overlap(out, inputs or {}, option)
     return out
 
 

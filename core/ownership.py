@@ -5,10 +5,24 @@ writes last (so its presence also means "complete"):
 
     dataset folder   manifest.json        (``synth build …``: a JSON object with ``pipeline`` and ``fingerprint``)
     search index     tansaku_index.json   (``synth index build``: a JSON object with ``format`` and ``backend``)
+    merged model     tansaku_model.json   (``train merge``: ``{"kind": "merge", …}``)
+
+Outputs written file by file carry a marker written *first*, so a killed command's folder is still provably its
+own (:func:`refuse_unmarked` checks them, :func:`write_marker` writes them):
+
+    eval folder      tansaku_eval.json    (``train eval --out``: ``{"kind": "eval", …}``; report.json comes last)
+    training run     tansaku_recipe.json  (``train sft`` / ``train rl`` output_dir: the resolved recipe and its kind)
 
 ``foreign_entries(folder, kind)`` lists what in a folder is not provably tansaku's (a dataset folder may
-also hold nested tansaku outputs: the egov build keeps ``articles/`` and ``index/`` in its dataset folder).
-A missing or empty folder is free; anything foreign is refused, never overwritten or removed.
+also hold nested tansaku outputs: the egov build keeps ``articles/`` and ``index/`` in its dataset folder,
+finished or interrupted). A missing or empty folder is free; anything foreign is refused, never overwritten
+or removed. :func:`refuse_overlap` refuses an output that is, lies inside or holds one of the command's inputs
+(a build would read its own output back, or replace what it reads).
+
+Outputs swapped in whole (an index, a merged model) are written into a hidden sibling ``.NAME.partial-XXXXXXXX``
+whose first file (``.tansaku_partial.json``) names ``NAME``, then renamed over ``NAME`` through an empty
+``.NAME.old-XXXXXXXX`` (:func:`swapped_in`). After a ``kill -9`` at any point each leftover is provably the
+build's own (marked, empty, or the output it replaced), and the next build into ``NAME`` removes it.
 
 ``folder_lock(folder, option)`` holds an exclusive ``flock`` on the folder itself for the whole build, so a
 second build into the same folder is refused in one line instead of racing for the same temp files. The
@@ -24,10 +38,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Callable, Iterator
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError
 
 DATASET_MARKER = "manifest.json"
@@ -35,6 +53,15 @@ INDEX_MARKER = "tansaku_index.json"
 # What a dataset build writes; LICENSE (tansaku.core.licenses) only after the manifest, so a folder holding it is
 # already provably tansaku's.
 DATASET_WRITES = ("data", "data.partial", "README.md", DATASET_MARKER, ".work", "LICENSE")
+# Sub-builds a dataset build keeps in its folder (egov: OUT/articles, OUT/index): empty, they are what a build
+# killed right after creating them leaves.
+NESTED_WRITES = ("articles", "index")
+MODEL_MARKER = "tansaku_model.json"
+EVAL_MARKER = "tansaku_eval.json"
+RUN_MARKER = "tansaku_recipe.json"
+PARTIAL_MARKER = ".tansaku_partial.json"
+# tempfile.mkdtemp's names: the prefix, then 8 of [a-z0-9_]; "of" is the folder the leftover was made for.
+_LEFTOVER = re.compile(r"^\.(?P<of>.+)\.(?P<part>partial|old)-[a-z0-9_]{8}$")
 
 
 class FolderBusyError(InputError):
@@ -112,12 +139,23 @@ def foreign_entries(folder: Path, kind: str) -> list[str]:
     for entry in folder.iterdir():
         real_dir = entry.is_dir() and not entry.is_symlink()
         if kind == "dataset" and real_dir and entry.name not in DATASET_WRITES:
-            if is_dataset(entry) or is_index(entry):
+            if is_dataset(entry) or is_index(entry) or _unfinished_build(entry) or leftover_of(entry):
+                continue
+            if entry.name in NESTED_WRITES and not any(entry.iterdir()):
                 continue
         if kind == "dataset" and real_dir and entry.name == ".work" and not any(entry.iterdir()):
             continue
         found.append(entry.name)
     return sorted(found)
+
+
+def _unfinished_build(folder: Path) -> bool:
+    """Whether ``folder`` holds a dataset build that was interrupted: its ``.work`` holds the recipe tansaku wrote
+    (or nothing else is there but an empty ``.work``: killed before its first write)."""
+    work = folder / ".work"
+    if _shaped(_read_json(work / "recipe.json"), ("pipeline", "stages")):
+        return True
+    return work.is_dir() and not work.is_symlink() and not any(work.iterdir()) and os.listdir(folder) == [".work"]
 
 
 def refuse_foreign(folder: str | Path, option: str) -> Path:
@@ -192,3 +230,122 @@ def claimed(folder: Path, option: str, check: Callable[[], object]) -> Iterator[
             except OSError:
                 pass
         raise
+
+
+# ---------------------------------------------------------------- outputs marked first; inputs never written
+
+
+def marker_kind(folder: str | Path, marker: str) -> str | None:
+    """The ``kind`` that ``folder/marker`` names when tansaku wrote it, else None. A recipe copy
+    (``RUN_MARKER``) of an older tansaku names none: its keys tell (``tasks``: rl, else sft)."""
+    obj = _read_json(Path(folder) / marker)
+    if not isinstance(obj, dict):
+        return None
+    if marker == RUN_MARKER and not isinstance(obj.get("kind"), str):
+        return ("rl" if "tasks" in obj else "sft") if {"model", "output_dir"} <= obj.keys() else None
+    return obj["kind"] if isinstance(obj.get("kind"), str) else None
+
+
+def refuse_unmarked(folder: str | Path | None, option: str, marker: str, kind: str, what: str,
+                    owned: Callable[[Path], bool] = lambda folder: False,
+                    spare: Callable[[Path], bool] = lambda entry: False) -> Path:
+    """``folder`` as a Path when a command writing a ``what`` (``eval folder``, ``sft run`` …) may write into it:
+    missing, empty, holding ``marker`` of ``kind``, or ``owned(folder)`` (a proof without the marker: an older
+    tansaku's output). Else InputError, one line, nothing written: a file, a dataset or index, another kind's
+    output, or a folder holding anything but the entries ``spare(entry)`` lets through. A marker that lists the
+    ``files`` its command wrote (an output replaced whole) proves only those: anything added since is refused."""
+    folder = require_named(folder, option)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{option} {folder} is a file, not a {what}; choose another {option}")
+    for other, proof in (("dataset folder", is_dataset), ("search index", is_index)):
+        if proof(folder):
+            raise InputError(f"{option} {folder} is a tansaku {other}, not a {what}; choose another {option}")
+    found = marker_kind(folder, marker)
+    if found is not None and found != kind:
+        raise InputError(f"{option} {folder} holds a tansaku {found} output ({marker}), not a {what}; "
+                         f"choose another {option}")
+    if found == kind:
+        written = _read_json(folder / marker).get("files")
+        ours = {marker, PARTIAL_MARKER, *map(str, written)} if isinstance(written, list) else None
+        if ours is not None and (added := sorted(set(os.listdir(folder)) - ours)):
+            raise InputError(f"{option} {folder} is a tansaku {what} with files added since ({describe(added)}), "
+                             f"which replacing it would delete; move them out or choose another {option}")
+        return folder
+    if not folder.is_dir() or owned(folder):
+        return folder
+    if foreign := sorted(e.name for e in folder.iterdir() if not spare(e)):
+        raise InputError(f"{option} {folder} is not empty and no tansaku {what} made it (it holds "
+                         f"{describe(foreign)}); choose a new or empty folder for {option}")
+    return folder
+
+
+def write_marker(folder: Path, marker: str, info: dict, option: str = "--out") -> None:
+    """Create ``folder`` and write ``info`` as its ``marker``: before anything else goes into it."""
+    make_folder(folder, option)
+    (folder / marker).write_text(jsontext.dumps(info, indent=2, default=str), encoding="utf-8")
+
+
+_REMOTE = re.compile(r"^(https?://|opensearch:)")  # an input that names a service, not a path
+
+
+def refuse_overlap(out: str | Path, inputs: Mapping[str, object], option: str = "--out") -> None:
+    """InputError (one line) when ``out`` is one of ``inputs`` (option → a path, a list of paths or None; other
+    values such as OpenSearch targets or clients are skipped), lies inside one, or holds one: the command would
+    read its own output back as input, or write over what it reads. Paths are compared resolved (links followed)."""
+    target = Path(os.path.realpath(out))
+    for name, given in inputs.items():
+        for path in given if isinstance(given, (list, tuple)) else [given]:
+            if not isinstance(path, (str, Path)) or not str(path) or _REMOTE.match(str(path)):
+                continue
+            source = Path(os.path.realpath(path))
+            relation = ("is" if target == source else "is inside" if source in target.parents
+                        else "holds" if target in source.parents else None)
+            if relation:
+                raise InputError(f"{option} {out} {relation} the input {name} {path}: a command never writes "
+                                 f"where it reads; choose an {option} outside every input")
+
+
+# ---------------------------------------------------------------- outputs swapped in whole
+
+
+def leftover_of(entry: Path) -> str | None:
+    """The folder name a hidden ``.NAME.partial-*`` / ``.NAME.old-*`` sibling was made for, when it provably is
+    what :func:`swapped_in` left (marked with that name, empty, or an old one holding the output it replaced)."""
+    match = _LEFTOVER.match(entry.name)
+    if match is None or entry.is_symlink() or not entry.is_dir():
+        return None
+    partial = _read_json(entry / PARTIAL_MARKER)
+    if not any(entry.iterdir()) or (isinstance(partial, dict) and partial.get("of") == match["of"]):
+        return match["of"]
+    if match["part"] == "old" and (is_index(entry) or marker_kind(entry, MODEL_MARKER) == "merge"):
+        return match["of"]
+    return None
+
+
+def sweep_leftovers(folder: Path) -> None:
+    """Remove what killed builds into ``folder`` left next to it. Only the holder of ``folder``'s lock makes
+    such siblings, so under the lock none of them is in use."""
+    for entry in folder.parent.iterdir():
+        if leftover_of(entry) == folder.name:
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+@contextmanager
+def swapped_in(folder: Path) -> Iterator[Path]:
+    """A new hidden sibling of ``folder`` to write a whole output into; when the block ends without an error it
+    replaces ``folder`` (for a symbolic link: the folder it points to, so the link stays), else it is removed.
+    Call it holding ``folder``'s lock (:func:`claimed`): it first removes the leftovers of killed builds."""
+    folder = Path(os.path.realpath(folder))
+    sweep_leftovers(folder)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
+    try:
+        (tmp / PARTIAL_MARKER).write_text(json.dumps({"of": folder.name}), encoding="utf-8")  # first: ours
+        yield tmp
+        old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
+        if folder.exists():
+            os.replace(folder, old)  # onto the empty folder: allowed for directories
+        os.replace(tmp, folder)
+        (folder / PARTIAL_MARKER).unlink(missing_ok=True)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # still there only when the build failed

@@ -29,14 +29,15 @@ from typing import Any
 
 import json_repair
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError
+from tansaku.core.jsontext import nesting_exceeds
 
 _THINK_OPEN = "<think>"
 _THINK_CLOSE = "</think>"
 _TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _FINAL_ANSWER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 # Chat-template end markers a raw decode may leave behind.
-_JSON_BRACKETS = re.compile(r'[\[\]{}"\\]')  # what nesting_exceeds looks at
 _END_MARKERS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")
 
 # Tool results that mean "this call failed". The first two are what TRL's tool loop writes when a tool
@@ -62,7 +63,7 @@ class ToolCall:
 class ParseError:
     """A tool call the model tried to make but that could not be parsed."""
 
-    kind: str  # bad_json | not_object | missing_name | bad_arguments | unclosed
+    kind: str  # bad_json | not_object | missing_name | bad_arguments | unclosed | not_text (a response of another type)
     message: str
     raw: str
 
@@ -149,12 +150,14 @@ def coerce_tool_call(obj: object, raw: str = "", *, in_text: bool = False) -> To
     if arguments is None:
         arguments = {}
     if isinstance(arguments, str) and not in_text:
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return ParseError("bad_arguments", f"arguments string is not JSON: {exc.msg}", raw)
+        try:  # bounded like every JSON a model writes; lone surrogates read as U+FFFD
+            arguments = jsontext.loads(arguments, max_depth=MAX_JSON_DEPTH) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:  # also nested too deeply, a number too long (jsontext)
+            return ParseError("bad_arguments", f"arguments string is not JSON: {exc.msg}", raw[:200])
     if not isinstance(arguments, dict):
         return ParseError("bad_arguments", '"arguments" must be a JSON object', raw)
+    if jsontext.depth_exceeds(arguments, MAX_JSON_DEPTH):  # a dict a server or callable made: no text to check
+        return ParseError("bad_arguments", f"arguments nested deeper than {MAX_JSON_DEPTH} levels", raw[:200])
     return ToolCall(name if in_text else name.strip(), arguments)
 
 
@@ -182,12 +185,12 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall], list[ParseError]]:
             errors.append(ParseError("bad_json", f"nested deeper than {MAX_JSON_DEPTH} levels", raw[:200]))
             continue
         try:
-            obj = json.loads(raw)
+            obj = jsontext.loads(raw, max_depth=MAX_JSON_DEPTH)  # lone surrogates read as U+FFFD
+        except jsontext.JSONInputError as exc:  # an integer over Python's 4300-digit limit
+            errors.append(ParseError("bad_json", exc.msg, raw[:200]))
+            continue
         except json.JSONDecodeError as exc:
             errors.append(ParseError("bad_json", f"{exc.msg} at char {exc.pos}", raw))
-            continue
-        except ValueError as exc:  # an integer over Python's 4300-digit limit
-            errors.append(ParseError("bad_json", str(exc).split(";")[0], raw[:200]))
             continue
         parsed = coerce_tool_call(obj, raw, in_text=True)
         (calls if isinstance(parsed, ToolCall) else errors).append(parsed)
@@ -287,7 +290,7 @@ def to_wire(messages: list[dict]) -> list[dict]:
                     raise ValueError(f"message {i} has a tool call without a function name: {call!r:.120}")
                 arguments = fn.get("arguments")
                 arguments = {} if arguments is None else arguments
-                text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+                text = arguments if isinstance(arguments, str) else jsontext.dumps(arguments)
                 calls.append({**_call_id(call), "type": "function", "function": {"name": fn["name"], "arguments": text}})
             message = {**message, "tool_calls": calls}
         out.append(message)
@@ -361,37 +364,9 @@ def parse_json(text: str, schema: dict | None = None, repair: bool = True) -> di
     missing = [k for k in (schema or {}).get("required", []) if k not in value]
     if missing:
         raise LLMBadJSON(f"JSON misses required keys {missing}: {_excerpt(text)!r}")
+    # A lone surrogate ("\ud800") is left in: the answer's schema check (tansaku.core.llm.validate) drops
+    # such an answer with its reason, as a broken answer; jsontext.dumps would write it as U+FFFD.
     return value
-
-
-def nesting_exceeds(text: str, limit: int = 32) -> bool:
-    """True when brackets in ``text`` (outside JSON strings) nest deeper than ``limit``: checked on the
-    raw text so that neither ``json`` nor json-repair ever recurses into a hostile answer.
-
-    >>> nesting_exceeds("[" * 100 + "]" * 100, 32), nesting_exceeds('{"a": "[[[[["}', 2)
-    (True, False)
-    """
-    depth = 0
-    in_string = False
-    skip = -1  # position of a character escaped by a backslash
-    for match in _JSON_BRACKETS.finditer(text):
-        pos, char = match.start(), match.group()
-        if pos == skip:
-            continue
-        if in_string:
-            if char == "\\":
-                skip = pos + 1
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif char in "]}":
-            depth = max(0, depth - 1)
-    return False
 
 
 def _excerpt(text: str, limit: int = 200) -> str:

@@ -24,6 +24,7 @@ import hashlib
 import json
 from typing import Any
 
+from tansaku.core import jsontext
 from tansaku.core.engine import Stage, llm_identity
 
 MAX_CHANGES = 6  # named in a refusal; the rest are counted
@@ -35,7 +36,7 @@ def canonical_json(obj: Any) -> str:
     >>> canonical_json({"b": 1, "a": "探索"})
     '{"a":"探索","b":1}'
     """
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    return jsontext.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def build_recipe(*, pipeline: str, pipeline_version: str, config: dict, seed: int, inputs: list[dict],
@@ -75,7 +76,7 @@ def recipe_of_manifest(manifest: dict) -> dict:
 
 
 def _show(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    text = value if isinstance(value, str) else jsontext.dumps(value, sort_keys=True)
     return text if len(text) <= 48 else text[:47] + "…"
 
 

@@ -26,6 +26,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from tansaku.core import jsontext
 from tansaku.core.engine import Drop, Record, Stage, StageStats, instrumented
 from tansaku.core.jsonl import iter_jsonl
 from tansaku.core.streaming import ChunkEnd, run_stream
@@ -43,7 +44,7 @@ class _JsonlFile:
         self.file = open(self.tmp, "w", encoding="utf-8")
 
     def write(self, row: Record) -> None:
-        self.file.write(json.dumps(row, ensure_ascii=False))
+        self.file.write(jsontext.dumps(row))  # a lone surrogate (from any source) is written as U+FFFD
         self.file.write("\n")
 
     def commit(self) -> Path:
@@ -62,7 +63,7 @@ class _Rejects:
         self.file = _JsonlFile(path)
 
     def write(self, stage: str, drop: Drop) -> None:
-        record = None if drop.record is None else json.dumps(drop.record, ensure_ascii=False, default=str)
+        record = None if drop.record is None else jsontext.dumps(drop.record, default=str)
         self.file.write({"stage": stage, "reason": drop.reason, "detail": str(drop.detail or ""), "record": record})
 
     def commit(self) -> Path:
@@ -87,7 +88,7 @@ def _write_atomic_jsonl(path: Path, records: Iterable[Record]) -> int:
 
 def _write_atomic_json(path: Path, obj: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, ensure_ascii=False, indent=1), encoding="utf-8")
+    tmp.write_text(jsontext.dumps(obj, indent=1), encoding="utf-8")
     os.replace(tmp, path)
 
 

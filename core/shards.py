@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.core.engine import StageStats
 from tansaku.core.errors import InputError
 from tansaku.core.runner import run_pipeline
@@ -185,6 +186,6 @@ def adopt_shards(work: Path, markers: list[tuple[Path, dict]]) -> int:
         for stats in json.loads((seg_dir / f"{stem}.stats.json").read_text(encoding="utf-8")):
             totals.setdefault(stats["name"], StageStats(stats["name"])).add(stats)
     done = {"files": files, "stats": [t.as_dict() for t in totals.values()], "rejected": rejected}
-    (seg_dir / "done.json").write_text(json.dumps(done, ensure_ascii=False, indent=1), encoding="utf-8")
+    (seg_dir / "done.json").write_text(jsontext.dumps(done, indent=1), encoding="utf-8")
     return chunks
 

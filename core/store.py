@@ -41,9 +41,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 import tansaku
-from tansaku.core import ownership, shards
+from tansaku.core import jsontext, ownership, shards
 from tansaku.core.engine import Record, Stage
 from tansaku.core.errors import MissingInputError
 from tansaku.core.features import declare
@@ -176,7 +177,7 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
 
 def _write_json(path: Path, obj: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, ensure_ascii=False, indent=2), encoding="utf-8")
+    tmp.write_text(jsontext.dumps(obj, indent=2), encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -340,8 +341,8 @@ def read_records(path: str | Path, split: str = "train") -> list[Record]:
         return [row for _, row in iter_jsonl(p, objects=False, error=StoreError)]
     if p.suffix == ".json":
         try:
-            rows = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
+            rows = jsontext.loads(p.read_bytes())  # nesting bounded, lone surrogates read as U+FFFD
+        except json.JSONDecodeError as exc:  # also not UTF-8 or nested too deeply (jsontext.JSONInputError)
             raise StoreError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
         if not isinstance(rows, list):
             raise StoreError(f"{p}: expected a JSON list of rows")
@@ -364,10 +365,21 @@ def validate_for_push(path: str | Path) -> dict:
     if not data_rows(manifest):
         raise StoreError(f"{path} holds 0 rows in every data split (`synth info {path}` shows the stage that "
                          "dropped them): nothing to push")
-    DatasetCard.load(Path(path) / "README.md")
+    card = Path(path) / "README.md"
+    if not card.is_file():
+        raise StoreError(f"{card}: missing; rebuild the dataset (the card is written with the rows)")
+    try:  # broken YAML front matter, a header that is no mapping, not UTF-8: one line naming the card
+        DatasetCard.load(card)
+    except (ValueError, OSError, yaml.YAMLError) as exc:
+        raise StoreError(f"{card}: not a valid dataset card ({type(exc).__name__}: "
+                         f"{(str(exc).strip().splitlines() or [''])[0]}); fix its YAML header or rebuild") from None
     for split, n in manifest["splits"].items():
+        for f in shard_files(path, split):  # a truncated or foreign file, named here, not deep inside `datasets`
+            try:
+                pq.read_metadata(f)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise StoreError(f"{f}: not a readable parquet file ({exc}); rebuild the dataset") from None
         if not n:  # an empty split is a typed empty file that `datasets` cannot load (and no card config)
-            pq.read_schema(shard_files(path, split)[0])
             continue
         # A cache of its own: `datasets` keeps what it read of a path and serves it again after a rebuild of the
         # same folder (seen: last build's row count and columns), which would check the old rows, not these.

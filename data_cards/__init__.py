@@ -62,9 +62,9 @@ def nested_datasets(folder: str | Path) -> dict[str, list[str]]:
     for child in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
         try:
             splits = json.loads((child / "manifest.json").read_text(encoding="utf-8"))["splits"]
-        except (OSError, ValueError, KeyError, TypeError):  # not a dataset folder (index/, .work/ …)
-            continue
-        nested[child.name] = [s for s, n in splits.items() if s != "rejected" and n]
+            nested[child.name] = [s for s, n in splits.items() if s != "rejected" and n]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            continue  # not a dataset folder (index/, .work/ …), or a damaged one: validate_for_push names it
     return nested
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError, MissingInputError
 
 # Shown in this order; anything else numeric at the top level is left out on purpose (counts, settings).
@@ -71,8 +72,8 @@ def load_report(path: str | Path) -> dict:
     if not path.is_file():
         raise MissingInputError(f"no eval report at {path} (write one with `train eval … --out DIR`)")
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+        report = jsontext.loads(path.read_bytes())
+    except json.JSONDecodeError as e:  # also not UTF-8 or nested too deeply (jsontext.JSONInputError)
         raise InputError(f"{path} is not JSON: {e}") from None
     if not isinstance(report, dict):
         raise InputError(f"{path} is not an eval report (expected a JSON object)")

@@ -103,9 +103,11 @@ class SearchEnvironment:
             function.__qualname__ = function.__name__  # TypeErrors the model reads say "search()", not a path
             setattr(self, function.__name__, function)  # getattr(instance, name), as TRL does, finds these
 
-    def reset(self, **row) -> str | None:
+    def reset(self, /, **row) -> str | None:
         """Start an episode for one dataset row: fresh call budget, this episode's description variant.
-        With ``require_prompt`` (factories' default) a row without a non-empty user turn is refused."""
+        With ``require_prompt`` (factories' default) a row without a non-empty user turn is refused.
+        ``self`` is positional-only: a row may have a field named ``self`` (TRL and ``serve-env`` pass the row
+        as keywords)."""
         if self._require_prompt:
             require_prompt(row)
         self._calls = 0

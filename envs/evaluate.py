@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from pathlib import Path
 
+from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.llm import as_client
 from tansaku.core.options import check_count, check_limit, read_system_prompt
@@ -27,7 +29,7 @@ from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.retention import TASK as GENERAL_TASK
 from tansaku.envs.retention import general_report
 from tansaku.envs.rollout import run_rollouts
-from tansaku.envs.tasks import TASKS
+from tansaku.envs.tasks import TASKS, reward_columns
 
 
 class NotReadyForRL(TansakuError, RuntimeError):
@@ -57,7 +59,7 @@ def write_trajectories(path: str | Path, trajectories) -> None:
     """One ``Trajectory.to_record()`` per line (``trajectories.jsonl``)."""
     with open(path, "w", encoding="utf-8") as f:
         for trajectory in trajectories:
-            f.write(json.dumps(trajectory.to_record(), ensure_ascii=False, default=str) + "\n")
+            f.write(jsontext.dumps(trajectory.to_record(), default=str) + "\n")
 
 
 def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
@@ -151,7 +153,8 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
         index: search index folder / OpenSearch target for ``tansaku.envs.search.open_index``, or an opened backend.
         split: dataset split to read. ``limit``: first N rows only.
         k: samples per question (pass@k; also the group size of the zero-variance check).
-        out_dir: where ``trajectories.jsonl`` and ``report.json`` go (None: write nothing).
+        out_dir: where ``trajectories.jsonl`` and ``report.json`` go (None: write nothing): missing, empty or an
+            eval folder tansaku made, checked before the model loads (:func:`eval_out`).
         max_turns, max_tokens, temperature, seed: rollout settings (max_turns defaults to the task's).
         judge: LLM spec or client for rubric tasks (``deepresearch``).
         pass_threshold: correctness reward value that counts as a pass (default: the task's ``pass_threshold``).
@@ -161,12 +164,11 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
 
     check_limit(limit)
     check_count("--k", k)
+    out = eval_out(out_dir, dataset, index)  # before any model loads
     if task == GENERAL_TASK:  # retention: likelihood of reference chat answers, no environment (envs/retention.py)
         report = {**general_report(model, load_rows(dataset, split, limit)), "dataset": str(dataset), "split": split}
-        if out_dir is not None:
-            Path(out_dir).mkdir(parents=True, exist_ok=True)
-            (Path(out_dir) / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2),
-                                                       encoding="utf-8")
+        if out is not None:
+            write_out(out, report)
         return report
     if task not in TASKS:
         raise InputError(f"unknown task {task!r}; choose one of {sorted(TASKS) + [GENERAL_TASK]}")
@@ -181,6 +183,7 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     missing = sorted({c for row in rows for c in spec.columns if c not in row})
     if missing:
         raise InputError(f"{dataset} lacks column(s) {missing} that task {task} needs ({spec.columns})")
+    reward_columns(rows)  # a column named like one of TRL's reward arguments: refused before any rollout
     model_arg, judge_arg = model, judge
     model, judge = as_client(model), as_client(judge)
     if pass_threshold is None:
@@ -193,10 +196,42 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     for spec_or_client, client in ((model_arg, model), (judge_arg, judge)):
         if isinstance(spec_or_client, str):  # made here from a spec: release its weights/connections now
             client.close()
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_trajectories(out / "trajectories.jsonl", trajectories)
-        (out / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2, default=str),
-                                         encoding="utf-8")
+    if out is not None:
+        write_out(out, report, trajectories)
     return report
+
+
+def eval_out(out_dir: str | Path | None, dataset, index) -> Path | None:
+    """``out_dir`` as a Path when an evaluation may write into it: missing, empty or an eval folder tansaku made
+    (``tansaku_eval.json``, or an older tansaku's report); InputError for anything else — a user's folder, a
+    dataset or index — and for a folder that is, lies in or holds the dataset or index it reads."""
+    if out_dir is None:
+        return None
+    out = ownership.refuse_unmarked(out_dir, "--out", ownership.EVAL_MARKER, "eval", "eval folder", owned=_older_eval)
+    ownership.refuse_overlap(out, {"--dataset": dataset, "--index": index})
+    return out
+
+
+def _older_eval(folder: Path) -> bool:
+    """An eval folder of a tansaku from before the marker: report.json (with the keys every eval report has) and
+    trajectories.jsonl, nothing else."""
+    try:
+        report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError):
+        return False
+    return (set(os.listdir(folder)) <= {"report.json", "trajectories.jsonl"} and isinstance(report, dict)
+            and isinstance(report.get("task"), str)
+            and ({"pass@1", "episodes"} <= report.keys() or {"mean_token_logprob", "rows"} <= report.keys()))
+
+
+def write_out(out: Path, report: dict, trajectories=None) -> None:
+    """The eval marker first (a killed evaluation's folder stays provably its own), then the trajectories, then
+    ``report.json``: its presence means the evaluation finished."""
+    ownership.write_marker(out, ownership.EVAL_MARKER, {"kind": "eval", "task": report.get("task"),
+                                                        "dataset": report.get("dataset"),
+                                                        "files": ["trajectories.jsonl", "report.json"]})
+    if trajectories is not None:
+        write_trajectories(out / "trajectories.jsonl", trajectories)
+    else:  # a retention eval has none: an earlier run's episodes must not pass for this report's
+        (out / "trajectories.jsonl").unlink(missing_ok=True)
+    (out / "report.json").write_text(jsontext.dumps(report, indent=2, default=str), encoding="utf-8")

@@ -15,7 +15,11 @@ one TRL trains with: the same description variants, call budget, caps and error 
 scores with the task's own reward functions and weights. Episodes live in memory, at most
 ``max_episodes`` (the least recently used goes first) and ``idle_seconds`` without a request. A malformed
 request gets a JSON error (422 from the schema, 404 for an unknown episode); a tool's own error (a hostile
-query, the budget used up) is the tool's answer, ``{"output": "{'error': …}"}``, as TRL shows it.
+query, the budget used up) is the tool's answer, ``{"output": "{'error': …}"}``, as TRL shows it. Bodies are
+read by ``tansaku.core.jsontext.loads`` (nested too deeply: 422; a lone surrogate reads as U+FFFD); a field
+the service cannot use — an ``episode_id`` that is not text, a name TRL gives reward functions itself
+(``completions`` …), a ``/verify`` with neither an episode nor the task's columns, a ``response.output`` that
+is not a list, call arguments nested deeper than a model's JSON may — is 422 ``{"error": …}`` too.
 
     synth serve-env --task multihop_qa --index out/index --port 8010
     curl -c jar -X POST localhost:8010/seed_session -d '{"id": "q1", "question": "…", "answer": "…"}'
@@ -23,7 +27,6 @@ query, the budget used up) is the tool's answer, ``{"output": "{'error': …}"}`
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the route functions' annotations as objects.
-import json
 import sys
 import tempfile
 import threading
@@ -36,10 +39,13 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, field_validator
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError
 from tansaku.core.llm import as_client
+from tansaku.core.parsing import MAX_JSON_DEPTH
 from tansaku.envs.environments import (
     call_tool,
     make_environment_factory,
@@ -48,7 +54,7 @@ from tansaku.envs.environments import (
     tool_schemas,
 )
 from tansaku.envs.evaluate import load_rows
-from tansaku.envs.tasks import TASKS, Task
+from tansaku.envs.tasks import TASKS, Task, reward_columns
 
 COOKIE = "tansaku_episode"
 HEADER = "x-episode-id"
@@ -72,6 +78,42 @@ class VerifyBody(BaseModel):
     model_config = ConfigDict(extra="allow")
     responses_create_params: dict
     response: dict
+
+    @field_validator("response")
+    @classmethod
+    def _output_is_a_list(cls, response: dict) -> dict:
+        """``output`` is a list, and a call's ``arguments`` text nests no deeper than a model's JSON may."""
+        output = response.get("output")
+        if output is not None and not isinstance(output, list):
+            raise ValueError(f"response.output must be a list of items, not {type(output).__name__}")
+        for i, item in enumerate(output or []):
+            arguments = item.get("arguments") if isinstance(item, dict) else None
+            if isinstance(arguments, str) and jsontext.nesting_exceeds(arguments, MAX_JSON_DEPTH):
+                raise ValueError(f"response.output[{i}].arguments nests deeper than {MAX_JSON_DEPTH} levels")
+        return response
+
+
+class _BoundedJSONRequest(Request):
+    """A request whose JSON body ``tansaku.core.jsontext.loads`` reads: nesting over ``jsontext.MAX_DEPTH`` is
+    refused (FastAPI answers 422, as for any invalid JSON) before ``json`` recurses into it, and a lone
+    surrogate (``"\\ud800"``) reads as U+FFFD, so no tool, reward or answer meets text it cannot encode."""
+
+    async def json(self):
+        if not hasattr(self, "_json"):
+            self._json = jsontext.loads(await self.body())
+        return self._json
+
+
+class _BoundedJSONRoute(APIRoute):
+    """The routes of the app: each reads its body as a :class:`_BoundedJSONRequest`."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def bounded(request: Request) -> Response:
+            return await handler(_BoundedJSONRequest(request.scope, request.receive))
+
+        return bounded
 
 
 TOOL_ARGS = {"search": SearchArgs, "open_doc": OpenDocArgs}
@@ -173,8 +215,8 @@ def completion_from_response(response: dict) -> list[dict]:
         if kind == "reasoning":
             reasoning.append(_text(item.get("summary")) or _text(item.get("content")))
         elif kind == "function_call":
-            try:
-                arguments = json.loads(item.get("arguments") or "{}")
+            try:  # bounded as every model's JSON; unreadable arguments stay text, scored as the model's mistake
+                arguments = jsontext.loads(item.get("arguments") or "{}", max_depth=MAX_JSON_DEPTH)
             except (TypeError, ValueError):
                 arguments = item.get("arguments")
             open_turn()["tool_calls"].append({"type": "function", "function": {"name": item.get("name"),
@@ -191,7 +233,7 @@ def completion_from_response(response: dict) -> list[dict]:
 
 def verify_scores(task: Task, reward_functions: list, completion: list[dict], row: dict) -> dict:
     """``{"reward": weighted total, "reward_components": {name: score}}`` of one finished episode."""
-    columns = {k: [v] for k, v in row.items()}
+    columns = reward_columns([row])  # InputError for a field named like one of TRL's own reward arguments
     components = {}
     for name, fn in zip(task.reward_weights, reward_functions):
         score = fn([completion], **columns)[0]
@@ -224,10 +266,22 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
                for v in task_variants(task)}
     reward_functions = task.reward_functions(judge)
     app = FastAPI(title=f"tansaku {task.name} environment")
+    app.router.route_class = _BoundedJSONRoute  # before any route is added
     app.state.episodes = episodes
 
+    @app.exception_handler(InputError)
+    def refused(_request: Request, exc: InputError) -> JSONResponse:
+        """A request the service cannot use (a field of the wrong type or name): 422 with the reason."""
+        return JSONResponse({"error": str(exc)}, status_code=422)
+
+    def given_id(body: dict | None) -> str | None:
+        given = body.get("episode_id") if isinstance(body, dict) else None
+        if given is not None and not isinstance(given, str):
+            raise InputError(f"episode_id must be a string, not {type(given).__name__}")
+        return given
+
     def episode_id_of(request: Request, body: dict | None = None) -> str | None:
-        return (request.headers.get(HEADER) or (body or {}).get("episode_id") or request.cookies.get(COOKIE))
+        return request.headers.get(HEADER) or given_id(body) or request.cookies.get(COOKIE)
 
     def unknown(episode_id) -> JSONResponse:
         return JSONResponse({"error": f"unknown or expired episode {episode_id!r}: call /seed_session first"},
@@ -241,7 +295,8 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
     def seed_session(body: dict[str, Any], request: Request, response: Response) -> dict:
         row = body.get("task_data") if isinstance(body.get("task_data"), dict) else {
             k: v for k, v in body.items() if k not in ("responses_create_params", "episode_id")}
-        episode_id = str(body.get("episode_id") or request.headers.get(HEADER) or uuid.uuid4().hex)
+        reward_columns([row])  # a field TRL's reward call would collide with: refused now, not at /verify
+        episode_id = given_id(body) or request.headers.get(HEADER) or uuid.uuid4().hex
         environment = episodes.seed(episode_id, row)["environment"]
         response.set_cookie(COOKIE, episode_id, httponly=True)
         return {"episode_id": episode_id, "tool_variant": environment.tool_variant,
@@ -271,8 +326,12 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
         episode = episodes.get(episode_id)
         row = {**(episode["row"] if episode else {}), **(body.model_extra or {})}
         row.pop("episode_id", None)
+        missing = [c for c in task.columns if row.get(c) in (None, "", [])]
+        if missing:
+            where = "the episode's row nor the body has" if episode else "the body (no live episode) has"
+            raise InputError(f"{task.name} scores against {missing}: neither {where} them")
         completion = completion_from_response(body.response)
-        scores = verify_scores(task, reward_functions, completion, row)
+        scores = verify_scores(task, reward_functions, completion, row)  # InputError (422): a field named "completions"
         episodes.close(episode_id)
         return {**payload, **scores, **{k: v for k, v in scores["reward_components"].items()}}
 
@@ -295,7 +354,7 @@ def export_rows(task: Task, index, dataset, out, split: str = "train", seed: int
                                      suffix=".partial", delete=False) as f:
         try:
             for row in rows:
-                f.write(json.dumps(nemo_gym_row(task, row, factory), ensure_ascii=False, default=str) + "\n")
+                f.write(jsontext.dumps(nemo_gym_row(task, row, factory), default=str) + "\n")
         except BaseException:
             Path(f.name).unlink(missing_ok=True)
             raise

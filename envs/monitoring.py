@@ -11,11 +11,11 @@ They read what TRL logs (``tansaku.trainer.state.log_history`` entries with ``re
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.envs.zh_detect import chinese_spans
 
 _EXTRA_SERIES = ("reward", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
@@ -104,7 +104,7 @@ def dump_samples(trajectories, path: str | Path, n: int = 8, seed: int = 0) -> P
     for t in picked:
         lines.append(f"## row {t.row_index} sample {t.sample_index} — stop: {t.stop_reason}, "
                      f"calls: {t.tool_calls}, parse failures: {t.parse_failures}")
-        lines.append("rewards: " + json.dumps(t.rewards, ensure_ascii=False) + f" total: {t.total_reward}")
+        lines.append("rewards: " + jsontext.dumps(t.rewards) + f" total: {t.total_reward}")
         for message in t.messages:
             role = message.get("role")
             if message.get("reasoning_content"):
@@ -113,7 +113,7 @@ def dump_samples(trajectories, path: str | Path, n: int = 8, seed: int = 0) -> P
                 if spans:
                     lines.append(f"  - ⚠ Chinese: {spans}")
             for call in message.get("tool_calls") or []:
-                lines.append(f"- **call**: {json.dumps(call['function'], ensure_ascii=False)}")
+                lines.append(f"- **call**: {jsontext.dumps(call['function'])}")
             content = str(message.get("content") or "")
             if content:
                 shown = content if len(content) <= 600 else content[:600] + f"…(+{len(content) - 600})"

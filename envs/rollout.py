@@ -26,9 +26,9 @@ Requests carry the messages in the wire form (``to_wire``: arguments as JSON tex
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 
+from tansaku.core import jsontext
 from tansaku.core.llm import ChatRequest
 from tansaku.core.parsing import (
     ParseError,
@@ -42,6 +42,7 @@ from tansaku.core.parsing import (
 from tansaku.core.progress import progress_bar
 from tansaku.envs.environments import call_tool, tool_methods, tool_schemas
 from tansaku.envs.rewards import episode_stats
+from tansaku.envs.tasks import reward_columns
 
 
 @dataclass
@@ -104,15 +105,24 @@ def _parse_result(result) -> tuple[str | None, str, list[ToolCall], list[ParseEr
     loop (``parse_response`` fails, TRL keeps the decoded text and runs nothing): no call is returned and
     the content keeps every ``<tool_call>`` block, where ``format_reward`` finds the errors.
     """
-    reasoning, rest = split_think(strip_end_markers(result.content or ""))
-    reasoning = result.server_reasoning or reasoning
+    # A response of the wrong shape (a scripted {"content": 5}, a server's odd fields) is the model's mistake:
+    # a parse failure of this episode, never an exception out of the rollout.
+    malformed = [ParseError("not_text", f"the response's {name} is {type(value).__name__}, not text", "")
+                 for name, value in (("content", result.content), ("reasoning", result.server_reasoning))
+                 if value is not None and not isinstance(value, str)]
+    reasoning, rest = split_think(strip_end_markers(result.content if isinstance(result.content, str) else ""))
+    reasoning = (result.server_reasoning if isinstance(result.server_reasoning, str) else None) or reasoning
     content, calls, errors = parse_tool_calls(rest)
+    errors = malformed + errors
+    server_calls = result.server_tool_calls
     server_blocks = []
-    for raw_call in result.server_tool_calls or []:
-        parsed = coerce_tool_call(raw_call, raw=json.dumps(raw_call, ensure_ascii=False, default=str))
+    for raw_call in server_calls if isinstance(server_calls, list) else [server_calls] if server_calls else []:
+        # Shown as JSON text in the content when malformed; json.dumps would recurse into a hostile nesting.
+        shown = "" if jsontext.depth_exceeds(raw_call, jsontext.MAX_DEPTH) else jsontext.dumps(raw_call, default=str)
+        parsed = coerce_tool_call(raw_call, raw=shown)
         if isinstance(parsed, ToolCall):
             calls.append(parsed)
-            server_blocks.append(json.dumps({"name": parsed.name, "arguments": parsed.arguments}, ensure_ascii=False))
+            server_blocks.append(jsontext.dumps({"name": parsed.name, "arguments": parsed.arguments}))
         else:
             errors.append(parsed)
             server_blocks.append(parsed.raw)
@@ -202,8 +212,7 @@ def score_trajectories(task, rows: list[dict], trajectories: list[Trajectory], j
     if not trajectories:
         return
     completions = [t.completion for t in trajectories]
-    keys = {key for row in rows for key in row}
-    columns = {key: [rows[t.row_index].get(key) for t in trajectories] for key in keys}
+    columns = reward_columns([rows[t.row_index] for t in trajectories])  # a field named "completions": InputError
     for name, function in zip(task.reward_weights, task.reward_functions(judge), strict=True):
         for trajectory, value in zip(trajectories, function(completions, **columns), strict=True):
             trajectory.rewards[name] = value

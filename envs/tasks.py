@@ -25,9 +25,9 @@ overrides (``user_message``, ``build_prompt``, ``gold_completion``, ``gold_probl
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, replace
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError
 from tansaku.envs import abstention, rewards
 
@@ -129,7 +129,7 @@ class Task:
         for row in rows:
             row = {**row, "prompt": self.build_prompt(row)}
             if "rubric" in row and not isinstance(row["rubric"], str):
-                row["rubric"] = json.dumps(row["rubric"], ensure_ascii=False)
+                row["rubric"] = jsontext.dumps(row["rubric"])
             out.append(row)
         return out
 
@@ -346,4 +346,25 @@ def task_for_dataset(pipeline: str | None, row: dict | None) -> Task | None:
 
 
 def task_json(task: Task) -> str:
-    return json.dumps(task.describe(), ensure_ascii=False, sort_keys=True)
+    return jsontext.dumps(task.describe(), sort_keys=True)
+
+
+# What TRL's GRPO trainer hands reward functions itself next to the dataset's columns: a column of one of these
+# names collides with it (TypeError) or is silently overwritten, in training as here.
+TRL_REWARD_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+                        "environments")
+
+
+def reward_columns(rows: list[dict]) -> dict[str, list]:
+    """The fields of ``rows`` as the keyword columns reward functions take (one list per field, ``None`` where a
+    row lacks it), as TRL passes them. A field named like one of TRL's own arguments is ``InputError``.
+
+    >>> reward_columns([{"answer": "a"}, {"answer": "b", "id": 1}]) == {"answer": ["a", "b"], "id": [None, 1]}
+    True
+    """
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    reserved = [key for key in keys if key in TRL_REWARD_ARGUMENTS]
+    if reserved:
+        raise InputError(f"field(s) {reserved} are names TRL gives reward functions itself "
+                         f"({', '.join(TRL_REWARD_ARGUMENTS)}): rename them")
+    return {key: [row.get(key) for row in rows] for key in keys}

@@ -25,7 +25,6 @@ The readers live in ``tansaku.pipelines.corpus_readers``. Everything streams: me
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tansaku.core import jsontext
 from tansaku.core.engine import Drop, global_stage, map_stage
 from tansaku.core.licenses import SOURCE_LICENSES, choose_license
 from tansaku.core.options import check_count
@@ -116,7 +116,7 @@ def normalize_document(raw: dict) -> dict | Drop:
         # No id in the input: derive a stable one from the content so reruns agree.
         doc_id = "doc-" + hashlib.sha1(f"{norm_title}\n{norm_text}".encode()).hexdigest()[:12]
     return {"id": str(doc_id), "title": norm_title, "text": norm_text, "url": url,
-            "source": raw["source"], "meta": json.dumps(meta, ensure_ascii=False, sort_keys=True)}
+            "source": raw["source"], "meta": jsontext.dumps(meta, sort_keys=True)}
 
 
 def dedup_documents(records: Iterator[dict]) -> Iterator[dict | Drop]:
@@ -172,7 +172,7 @@ def build_corpus(input: str | Path, out: str | Path, fmt: str = "auto", min_char
     read_documents(input, fmt, fields)  # fail fast on a bad path/format, before any work is set up
     chosen = choose_license(license, license_file, input, SOURCE_LICENSES.get(fmt))  # JSONL: none, push refuses
     config = {"format": fmt, "min_chars": min_chars, **({"fields": fields.recipe()} if fields != JsonlFields() else {})}
-    precheck_out(out, pipeline="corpus")
+    precheck_out(out, pipeline="corpus", inputs={"--input": input, "--license-file": license_file})
     return chosen.write(out, build_dataset(
         out=out, name=name or f"corpus-{input.stem}", pipeline="corpus", pipeline_version=PIPELINE_VERSION,
         config={**config, **chosen.recipe()}, seed=0, inputs=[describe_input(input)],  # a new license: a new recipe

@@ -12,13 +12,13 @@ Formats: ``jsonl`` (keys mapped by :class:`JsonlFields`), ``cirrus`` (CirrusSear
 from __future__ import annotations
 
 import io
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError
 from tansaku.core.jsonl import (
     COMPRESSED,
@@ -184,8 +184,8 @@ def read_jaquad(root: Path) -> Iterator[dict]:
     files = [root] if root.is_file() else sorted(root.rglob("*.json"))
     for path in files:
         try:
-            data = json.loads(path.read_text(encoding="utf-8-sig"))
-        except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or bad UTF-8
+            data = jsontext.loads(path.read_bytes())  # nesting bounded, lone surrogates read as U+FFFD
+        except (OSError, ValueError) as e:  # ValueError: bad JSON or UTF-8, nested too deeply
             yield {"_error": "unreadable_file", "_where": f"{path}: {e}"}
             continue
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tansaku.core import jsontext
 from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
@@ -87,7 +88,7 @@ def _messages(value, key: str = "messages") -> list | str:
     """A prompt's messages (from the row's ``key``), or why there are none."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = jsontext.loads(value)
         except json.JSONDecodeError:
             return f"'{key}' is a string that is not JSON"
     if not isinstance(value, list):
@@ -129,7 +130,7 @@ def parse_prompt(record: dict) -> dict | Drop:
     if isinstance(given, bool) or not isinstance(given, (str, int, type(None))):
         return Drop("bad_prompt", detail=f"{where}: 'id' must be text or a whole number")
     if given is None or str(given).strip() == "":  # stable across reorderings and growing files
-        text = json.dumps([[m["role"], m["content"]] for m in messages], ensure_ascii=False)
+        text = jsontext.dumps([[m["role"], m["content"]] for m in messages])
         given = "p" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
     return {"prompt_id": str(given), "messages": messages}
 
@@ -203,7 +204,7 @@ def build_general(prompts: str | Path, out: str | Path, llm, reasoning: bool = F
     check_fraction("--temperature", temperature, 0, None)
     check_count("batch_size", batch_size)
     heldout = HeldOut(heldout_share, "prompt_id", seed)
-    out = precheck_out(out, pipeline=PIPELINE)  # before the prompts are read
+    out = precheck_out(out, pipeline=PIPELINE, inputs={"--prompts": prompts, "--license-file": license_file})
     chosen = choose_license(license, license_file, prompts if Path(prompts).is_dir() else None)
     records = read_prompt_rows(prompts)
     if not records:

@@ -262,7 +262,7 @@ def test_corpus_invalid_utf8_and_deep_line_are_dropped_with_file_and_line(tmp_pa
     assert [r["id"] for r in rows] == ["a", "b"]
     details = {r["reason"]: r["detail"] for r in rejected}
     assert details["bad_encoding"].endswith("in.jsonl:2: not valid UTF-8 (byte 0)")
-    assert "in.jsonl:3: not valid JSON (nested too deeply)" in details["bad_json_line"]
+    assert "in.jsonl:3: not valid JSON (nested too deeply, over 64 levels)" in details["bad_json_line"]
 
 
 def test_corpus_bom_keeps_the_first_record(tmp_path):

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from fixtures.cli_checks import refused, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -27,30 +28,6 @@ from tansaku.cli import synth_app
 
 ROOT = Path(__file__).resolve().parents[1]
 MINIWIKI = str(ROOT / "examples" / "miniwiki.jsonl")
-
-
-def snapshot(folder: Path) -> dict:
-    """Every folder and file under ``folder`` (and ``folder`` itself when it is a file) with its bytes."""
-    if folder.is_file():
-        return {".": folder.read_bytes()}
-    found = {}
-    for dirpath, _subdirs, filenames in os.walk(folder):
-        rel = Path(dirpath).relative_to(folder)
-        found[str(rel) + "/"] = None
-        for f in filenames:
-            found[str(rel / f)] = (Path(dirpath) / f).read_bytes()
-    return found
-
-
-def refused(result, *words: str) -> str:
-    """Exit 2, one ``error:`` line on stderr, no traceback; returns that line."""
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
 
 
 def build_corpus(out: str | Path):

@@ -189,5 +189,6 @@ def test_bad_arguments(corpus_and_index, tmp_path):
         build_deepresearch(corpus, index, tmp_path / "a", "scripted:deepresearch", clarify_share=2)
     with pytest.raises(FileNotFoundError, match="synth index build"):
         build_deepresearch(corpus, tmp_path / "no-index", tmp_path / "b", "scripted:deepresearch")
+    (tmp_path / "plain").mkdir()  # a folder that is no dataset (and does not hold --out: that is refused too)
     with pytest.raises(StoreError):
-        build_deepresearch(tmp_path, index, tmp_path / "c", "scripted:deepresearch")
+        build_deepresearch(tmp_path / "plain", index, tmp_path / "c", "scripted:deepresearch")

@@ -127,6 +127,34 @@ def test_broken_file_is_skipped_not_fatal():
     assert "broken.xml" in skips[0].message and len(items) - len(skips) == 12
 
 
+@pytest.mark.parametrize("attribute", ["PromulgateMonth", "PromulgateDay", "Year"])
+@pytest.mark.parametrize("value", ["xx", "十二", "²", "9" * 5000, "-1"],
+                         ids=["latin", "kanji", "superscript", "5000_digits", "signed"])
+def test_one_law_with_bad_metadata_is_dropped_the_others_survive(tmp_path, attribute, value):
+    """Issue 28: ``int("²")`` raises though ``"²".isdigit()``; one such law lost every other law."""
+    good = LIBRARY.read_bytes()
+    original = {"PromulgateMonth": b'PromulgateMonth="05"', "PromulgateDay": b'PromulgateDay="10"',
+                "Year": b'Year="06"'}[attribute]
+    bad = good.replace(original, f'{attribute}="{value}"'.encode(), 1)
+    (tmp_path / LIBRARY.name).write_bytes(good)
+    (tmp_path / "506AC0000000902_20250401_000000000000000.xml").write_bytes(bad)  # another law
+    (tmp_path / "506AC0000000901_20260401_000000000000000.xml").write_bytes(bad)  # a newer revision of the first
+    items = list(iter_articles([tmp_path]))
+    skips = [i for i in items if isinstance(i, Skip)]
+    assert sorted(s.reason for s in skips) == ["bad_law_metadata", "bad_law_metadata"]
+    assert all(attribute in s.message and "not a promulgation date" in s.message for s in skips)
+    kept = [i for i in items if isinstance(i, dict)]
+    assert len(kept) == 12 and {r["law_id"] for r in kept} == {"506AC0000000901"}  # the older revision stays
+    assert {r["promulgation_date"] for r in kept} == {"2024-05-10"}
+
+
+def test_a_paragraph_number_that_is_not_ascii_digits_falls_back_to_its_position():
+    data = LIBRARY.read_bytes().replace(b'<Paragraph Num="1">', b'<Paragraph Num="\xc2\xb2">', 1)
+    assert data != LIBRARY.read_bytes()
+    items = list(parse_law_bytes(data, LIBRARY.name))
+    assert len([i for i in items if isinstance(i, dict)]) == 12 and not [i for i in items if isinstance(i, Skip)]
+
+
 @pytest.mark.parametrize("name", ["xxe.xml", "billion_laughs.xml"])
 def test_hostile_xml_rejected_with_clear_message(name):
     data = (FIX / name).read_bytes()

@@ -194,3 +194,44 @@ def test_export_writes_nemo_gym_rows_that_seed_episodes(index, tmp_path):
     with Served(build_app(TASK, index)) as url:  # an exported line seeds an episode as it is
         status, seeded = Client(url).post("/seed_session", lines[1])
         assert status == 200 and seeded["tool_variant"] == episode_variant(TASK, {**ROW, "id": "q1"})
+
+
+# ---------------------------------------------------------------- issue 28: hostile values are 422, never 500
+
+DEEP = "[" * 100_000 + "]" * 100_000
+VERIFY = {"responses_create_params": {}, "response": {"output": []}}
+
+
+def test_a_lone_surrogate_or_a_field_named_self_seeds_a_usable_episode(index):
+    """Both were 500s: ``"\\ud800"`` reached a UTF-8 encoder, ``self`` collided with ``reset(self, **row)``."""
+    with Served(build_app(TASK, index)) as url:
+        for row in ('{"id": "\\ud800", "question": "\\udc00雪村製菓", "answer": "雪村清一郎"}', {**ROW, "self": 1}):
+            client = Client(url)
+            status, seeded = client.post("/seed_session", row)
+            assert status == 200 and seeded["tools"], seeded
+            assert client.post("/search", '{"query": "雪村製菓\\ud800"}')[0] == 200  # JSON's escape of one
+            status, verified = client.post("/verify", {**VERIFY, "answer": "雪村清一郎"})
+            assert status == 200 and set(verified["reward_components"]) == set(TASK.reward_weights)
+
+
+@pytest.mark.parametrize("route, body, says", [
+    ("/verify", {**VERIFY, **ROW, "completions": [1]}, "completions"),
+    ("/verify", {**VERIFY, **ROW, "prompts": 1}, "prompts"),
+    ("/verify", VERIFY, "answer"),  # no live episode and no answer: nothing to score against
+    ("/verify", {**VERIFY, **ROW, "response": {"output": 5}}, "response.output must be a list"),
+    ("/verify", {**VERIFY, **ROW, "response": {"output": [
+        {"type": "function_call", "name": "search", "arguments": DEEP}]}}, "nests deeper than"),
+    ("/seed_session", {**ROW, "episode_id": {"a": 1}}, "episode_id must be a string"),
+    ("/close_session", {"episode_id": ["x"]}, "episode_id must be a string"),
+    ("/seed_session", '{"id": ' + DEEP + "}", "nested too deeply"),
+    ("/search", '{"query": ' + DEEP + "}", "nested too deeply"),
+], ids=["completions", "prompts", "no_answer", "output_int", "deep_arguments", "seed_id_dict", "close_id_list",
+        "deep_body", "deep_tool_body"])
+def test_hostile_values_get_422_with_a_json_error(index, route, body, says):
+    with Served(build_app(TASK, index)) as url:
+        client = Client(url)  # a fresh cookie jar: no live episode unless the case seeds one
+        if route == "/search":
+            client.post("/seed_session", ROW)
+        status, error = client.post(route, body)
+        assert status == 422 and isinstance(error, dict), (status, error)
+        assert says in json.dumps(error, ensure_ascii=False), error

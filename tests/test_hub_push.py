@@ -9,6 +9,7 @@ Run: pytest tests/test_hub_push.py
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,58 @@ def test_local_names_are_relative_to_the_dataset(tmp_path_factory, parts):
     name = local_name(str(root.joinpath(*parts)), root)
     assert name == "/".join(parts) and not name.startswith("/")
     assert local_name("/nowhere/near/" + "/".join(parts), root) == parts[-1]
+
+
+def _edit_manifest(folder: Path, **changes) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    (folder / "manifest.json").write_text(json.dumps({**manifest, **changes}), encoding="utf-8")
+
+
+def _truncate_shard(folder: Path) -> None:
+    shard = next((folder / "data").glob("train-*.parquet"))
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+
+
+def _nested(folder: Path, text: str) -> None:
+    (folder / "sub").mkdir()
+    (folder / "sub" / "manifest.json").write_text(text, encoding="utf-8")
+
+
+PUSH, BOTH = ("push",), ("push", "info")
+DAMAGED = {  # issue 28: each was a traceback from these commands
+    "card_yaml_broken": (PUSH, lambda d: (d / "README.md").write_text("---\nlicense: [x\n  a: : :\n---\n", encoding="utf-8")),
+    "card_yaml_a_list": (PUSH, lambda d: (d / "README.md").write_text("---\n- a\n---\nhi\n", encoding="utf-8")),
+    "card_not_utf8": (PUSH, lambda d: (d / "README.md").write_bytes(b"\xff\xfe---\n")),
+    "card_missing": (PUSH, lambda d: (d / "README.md").unlink()),
+    "parquet_truncated": (PUSH, _truncate_shard),
+    "nested_manifest_a_list": (PUSH, lambda d: _nested(d, "[]")),
+    "nested_manifest_deep": (PUSH, lambda d: _nested(d, "[" * 100_000 + "]" * 100_000)),
+    "splits_a_list": (BOTH, lambda d: _edit_manifest(d, splits=[1])),
+    "split_count_text": (BOTH, lambda d: _edit_manifest(d, splits={"train": "x"})),
+    "stages_of_numbers": (BOTH, lambda d: _edit_manifest(d, stages=[5])),
+}
+
+
+@pytest.fixture(scope="module")
+def corpus_dataset(tmp_path_factory) -> Path:
+    from tansaku.pipelines.corpus import build_corpus
+
+    out = tmp_path_factory.mktemp("damaged") / "corpus"
+    build_corpus(ROOT / "examples" / "miniwiki.jsonl", out, fmt="jsonl", quiet=True, license="cc-by-4.0")
+    return out
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+def test_a_damaged_dataset_is_one_line_for_push_and_info(damage, corpus_dataset, tmp_path, monkeypatch):
+    monkeypatch.delenv("TANSAKU_DEBUG", raising=False)
+    commands, damage_it = DAMAGED[damage]
+    folder = tmp_path / "ds"
+    shutil.copytree(corpus_dataset, folder)
+    assert CliRunner().invoke(synth_app, ["push", str(folder), "--repo-id", "org/x", "--dry-run"]).exit_code == 0
+    damage_it(folder)
+    argvs = {"push": ["push", str(folder), "--repo-id", "org/x", "--dry-run"], "info": ["info", str(folder)]}
+    for argv in (argvs[name] for name in commands):
+        result = CliRunner().invoke(synth_app, argv)
+        assert result.exit_code == 2, (argv[0], result.exit_code, result.stderr, result.exception)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {folder}"), result.stderr

@@ -103,3 +103,25 @@ def test_concrete_hostile_lines(tmp_path, content, reason):
 def test_a_folder_is_input_error_not_missing(tmp_path):
     with pytest.raises(InputError, match="a folder"):
         list(iter_jsonl(tmp_path))
+
+
+def test_a_lone_surrogate_is_read_as_the_replacement_character_and_a_pair_as_its_character(tmp_path):
+    """Issue 28: ``"\\ud800"`` decoded to a string no UTF-8 writer takes; the build died in whichever wrote it."""
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"title": "\\ud800", "k\\udfff": ["a\\uDC00b", {"x": "\\ud83d\\ude00"}]}\n')
+    [(number, row)] = list(iter_jsonl(path))
+    assert number == 1
+    assert row == {"title": "\ufffd", "k\ufffd": ["a\ufffdb", {"x": "😀"}]}
+    json.dumps(row, ensure_ascii=False).encode("utf-8")
+
+
+def test_nesting_is_bounded_below_the_recursion_limit(tmp_path):
+    """Deep enough to break whatever walks the value later, yet under the parser's own RecursionError."""
+    from tansaku.core.jsontext import MAX_DEPTH
+
+    path = tmp_path / "x.jsonl"
+    ok, deep = MAX_DEPTH - 1, 500
+    path.write_text('{"a": ' + "[" * ok + "]" * ok + "}\n" + '{"a": ' + "[" * deep + "]" * deep + "}\n", encoding="utf-8")
+    got = list(iter_jsonl(path, on_bad="yield"))
+    assert isinstance(got[0][1], dict)
+    assert isinstance(got[1][1], BadLine) and "nested too deeply" in got[1][1].where

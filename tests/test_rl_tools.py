@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import train_app
+from tansaku.core.errors import InputError
 from tansaku.envs import rewards
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.collapse import collapse_warnings
@@ -83,6 +84,26 @@ def test_train_rescore_cli_and_its_refusals(tmp_path):
         refused = CliRunner().invoke(train_app, ["rescore", *args])
         assert refused.exit_code == 2 and refused.stderr.startswith("error: "), (args, refused.stderr)
     assert (tmp_path / "mine" / "notes.txt").read_text(encoding="utf-8") == "keep"
+
+
+
+def test_rescore_out_is_checked_before_scoring_and_only_its_own_folder_is_rewritten(tmp_path, monkeypatch):
+    run = write_run(tmp_path / "run")
+    (tmp_path / "mine").mkdir()  # a user's folder that merely holds a file of the same name
+    (tmp_path / "mine" / "rescore_report.json").write_text("mine", encoding="utf-8")
+    with pytest.raises(InputError, match="no tansaku rescore folder made it"):
+        rescore(run, "multihop_qa", out=tmp_path / "mine")
+    assert (tmp_path / "mine" / "rescore_report.json").read_text(encoding="utf-8") == "mine"
+    with pytest.raises(InputError, match="is inside the input --completions"):
+        rescore(run, "multihop_qa", out=run / "rescored")
+    rescore(run, "multihop_qa", out=tmp_path / "ours")
+    first = (tmp_path / "ours" / "rescore_report.json").read_text(encoding="utf-8")
+    rescore(run, "multihop_qa", out=tmp_path / "ours")  # its own folder: rewritten
+    assert (tmp_path / "ours" / "rescore_report.json").read_text(encoding="utf-8") == first
+    (tmp_path / "ours" / "notes.txt").write_text("added", encoding="utf-8")
+    monkeypatch.setattr("tansaku.trainer.rescore.load_completions", lambda run: pytest.fail("scored before the check"))
+    with pytest.raises(InputError, match="files added since"):
+        rescore(run, "multihop_qa", out=tmp_path / "ours")
 
 
 # ---------------------------------------------------------------- abstention

@@ -189,6 +189,54 @@ def test_stop_reasons_llm_error_max_turns_max_tokens(index_dir):
     assert all(t.rewards["answer_reward"] == 0.0 for t in trajectories)
 
 
+def _nested_dict(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def _server_call(arguments) -> ChatResult:
+    return ChatResult(content="", server_tool_calls=[{"type": "function",
+                                                      "function": {"name": "search", "arguments": arguments}}])
+
+
+@pytest.mark.parametrize("response", [
+    _server_call("[" * 50_000 + "]" * 50_000),  # RecursionError in json.loads before issue 28
+    _server_call(_nested_dict(50_000)),  # RecursionError in json.dumps
+    {"content": 5},  # AttributeError: 'int' object has no attribute 'replace'
+    {"content": "", "reasoning": ["考える"]},
+    {"tool_calls": 5},
+], ids=["deep_text_arguments", "deep_dict_arguments", "int_content", "list_reasoning", "int_tool_calls"])
+def test_a_malformed_response_is_a_counted_parse_failure_not_a_crash(index_dir, response):
+    task = TASKS["multihop_qa"]
+    [t] = run_rollouts(ScriptedLLM(lambda request: response), task, task_rows("multihop")[:1],
+                       make_environment_factory(task, index_dir))
+    assert t.stop_reason == "parse_error" and t.parse_failures == 1 and t.tool_calls == 0 and t.turns == 1
+    assert t.rewards["answer_reward"] == 0.0
+    json.dumps(t.to_record(), ensure_ascii=False).encode("utf-8")  # the record is storable as it is
+
+
+def test_a_lone_surrogate_in_model_output_is_read_as_the_replacement_character(index_dir):
+    """A server's JSON may carry ``"\\ud800"``; it reached a UTF-8 encoder (the cache key, the record file)."""
+    task = TASKS["multihop_qa"]
+    calls = [{"type": "function", "function": {"name": "search", "arguments": '{"query": "\\ud800月見坂"}'}}]
+
+    def model(request):
+        if not tool_results(request):
+            return ChatResult(content="<think>\ud800</think>", server_tool_calls=calls)
+        return '<tool_call>{"name": "open_doc", "arguments": {"doc_id": "\\udc00"}}</tool_call>' \
+            if len(tool_results(request)) == 1 else "{{白砂市\udfff}}"
+
+    [t] = run_rollouts(ScriptedLLM(model), task, task_rows("multihop")[:1], make_environment_factory(task, index_dir))
+    assert t.stop_reason == "answer" and t.tool_calls == 2 and t.parse_failures == 0
+    assert t.completion[0]["reasoning_content"] == "\ufffd"
+    assert t.completion[0]["tool_calls"][0]["function"]["arguments"] == {"query": "\ufffd月見坂"}
+    assert t.completion[2]["tool_calls"][0]["function"]["arguments"] == {"doc_id": "\ufffd"}
+    assert t.completion[-1]["content"] == "{{白砂市\ufffd}}"
+    json.dumps(t.to_record(), ensure_ascii=False).encode("utf-8")
+
+
 def test_one_batched_chat_call_per_turn(index_dir):
     task = TASKS["multihop_qa"]
     client = ScriptedLLM(multihop_model)

@@ -2,8 +2,9 @@
 
 Property tests throw random and hostile DSL (nested bools, long field lists, huge or odd
 minimum_should_match, very long strings, unknown keys, wrong types) at the embedded backend over the
-small fictional fixture index; the concrete cases pin the limits of ``envs/search/dsl.py`` and that the
-per-query timeout covers translation as well as execution.
+small fictional fixture index; the concrete cases pin the limits of ``envs/search/dsl.py`` (sloppy phrases
+included: issue 28's worst case) and that the per-query timeout covers translation as well as execution.
+A flood of worst-case queries over a bigger index is tests/test_search_flood.py.
 
     pytest tests/test_search_bounds.py -q -s      # -s prints the slowest query time
 """
@@ -150,6 +151,9 @@ valid_queries = st.recursive(
     max_leaves=30)
 
 
+BIG = {"bool": {"should": [{"match_phrase": {"text": t}} for t in ("港町大漁祭り", "紅葉谷", "白砂博物館")]}}
+
+
 def _nested(depth: int, width: int) -> dict:
     q: dict = {"match": {"text": "港"}}
     for _ in range(depth):
@@ -258,21 +262,37 @@ def test_refusals_quoting_hostile_names_stay_one_line(backend):
         assert "\n" not in msg and len(msg) <= 320
 
 
-def test_timeout_covers_translation(tmp_path):
+def test_timeout_covers_translation(tmp_path, monkeypatch):
+    """A query that may run long is translated in its worker process too, under its deadline: the caller's
+    thread never translates it, so a slow translation is stopped with the query."""
+    from tansaku.envs.search import embedded
+
     build_index(fixture.write_dataset(tmp_path / "ds"), tmp_path / "ix")
-    backend = EmbeddedBackend(tmp_path / "ix", Limits(timeout_ms=20))
-    inner = backend.translate
+    want = [h.doc_id for h in EmbeddedBackend(tmp_path / "ix", Limits(timeout_ms=0)).search(BIG).hits]
+    backend = EmbeddedBackend(tmp_path / "ix", Limits(timeout_ms=5000), workers=1)
+    monkeypatch.setattr(embedded, "INLINE_POSTINGS_PER_MS", 0)  # every query is one that may run long
 
-    def slow_translate(q):
-        time.sleep(0.3)
-        return inner(q)
+    def no_translation_here(q):
+        raise AssertionError("translated in the caller's thread")
 
-    backend.translate = slow_translate
-    big = {"bool": {"should": [{"match_phrase": {"text": "港町大漁祭り" * 5}}] * 3}}
-    t0 = time.perf_counter()
-    with pytest.raises(QueryError, match="longer than the 20 ms timeout"):
-        backend.search(big)
-    assert time.perf_counter() - t0 < 0.25
+    backend.translate = no_translation_here
+    assert [h.doc_id for h in backend.search(BIG).hits] == want and want
+    backend.close()
+
+
+def test_issue_28_worst_case_is_refused_before_it_runs(backend):
+    """31 sloppy phrases of 200 common characters (slop 10) kept the engine busy for seconds each: refused now
+    by what sloppy phrases may cost (the limit names both bounds); within them they are answered."""
+    worst = {"bool": {"should": [{"match_phrase": {"text": {"query": "の" * 200, "slop": 10}}}] * 31}}
+    with pytest.raises(QueryError, match=r"should\[0\].*2000 characters × slop; the limit is 8 clauses and 200"):
+        backend.search(worst)
+    with pytest.raises(QueryError, match=r"should\[8\].*9 clause\(s\)"):
+        backend.search({"bool": {"should": [{"match_phrase": {"text": {"query": "港町", "slop": 1}}}] * 9}})
+    msg = str(outcome(backend, json.dumps(worst, ensure_ascii=False)))
+    assert msg.startswith("query.bool.should[0].match_phrase.text.slop: sloppy phrases") and "\n" not in msg
+    at_bound = {"bool": {"should": [{"match_phrase": {"text": {"query": "港町大漁祭", "slop": 5}}}] * 8}}  # 8 × 25
+    assert [h.doc_id for h in backend.search(at_bound).hits]
+    assert backend.search({"match_phrase": {"text": {"query": "の" * 200, "slop": 0}}}).hits == []  # exact: cheap
 
 
 def test_cli_search_refuses_over_limit_query_with_exit_2(backend):

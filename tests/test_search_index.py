@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from tansaku.cli import synth_app, train_app
+from tansaku.core.errors import InputError
 from tansaku.envs.search import QueryError, build_index, build_index_cli, open_index, search_cli
 from tansaku.envs.search.documents import DatasetError, chunk_document
 
@@ -97,40 +101,46 @@ def test_old_index_layout_asks_for_a_rebuild(tmp_path):
         search_cli(str(tmp_path / "ix"), "港")
 
 
-def test_timeout_applies_to_queries_that_could_run_long(tmp_path):
-    """A query whose posting-work bound is small runs inline; a bigger one is cut off at the timeout."""
+def test_timeout_applies_to_queries_that_could_run_long(tmp_path, monkeypatch):
+    """A query whose estimated postings are few runs inline; a bigger one runs in a worker process — with the
+    same hits — which is killed at the timeout (a stopped worker stands in for a search that never ends)."""
+    import os
+    import signal
     import time
 
-    from tansaku.envs.search import Limits
+    from tansaku.envs.search import Limits, embedded
     from tansaku.envs.search.dsl import parse_request
-    from tansaku.envs.search.embedded import INLINE_POSTINGS_PER_MS, EmbeddedBackend, _work_bound
 
     build_index(fixture.write_dataset(tmp_path / "ds"), tmp_path / "ix")
-    backend = EmbeddedBackend(tmp_path / "ix", Limits(timeout_ms=20))
-
-    class SlowSearcher:  # stands in for a search that takes 300 ms
-        def __init__(self, inner):
-            self.inner, self.num_docs = inner, inner.num_docs
-
-        def search(self, *a, **k):
-            time.sleep(0.3)
-            return self.inner.search(*a, **k)
-
-        def doc(self, addr):
-            return self.inner.doc(addr)
-
-    backend.searcher = SlowSearcher(backend.searcher)
+    backend = embedded.EmbeddedBackend(tmp_path / "ix", Limits(timeout_ms=1000), workers=1)
+    monkeypatch.setattr(embedded, "INLINE_POSTINGS_PER_MS", 10)  # 36 documents: every posting list is short
     small = {"term": {"doc_id": "f001"}}
-    big = {"bool": {"should": [{"match_phrase": {"text": "港町大漁祭り" * 5}}] * 3}}
-    def bound(q):
-        return backend.searcher.num_docs * _work_bound(parse_request(q, 1, backend.fields)[0])
+    big = {"bool": {"should": [{"match_phrase": {"text": t}} for t in ("港町大漁祭り", "紅葉谷", "白砂博物館")]}}
 
-    assert bound(small) <= INLINE_POSTINGS_PER_MS * 20 < bound(big)
-    assert [h.doc_id for h in backend.search(small).hits] == ["f001"]
+    def cost(q):
+        return backend.postings(parse_request(q, 1, backend.fields)[0])
+
+    assert cost(small) <= 10 * 1000 < cost(big)
+    assert [h.doc_id for h in backend.search(small).hits] == ["f001"] and backend._workers is None
+    want = [(h.doc_id, h.score) for h in embedded.EmbeddedBackend(tmp_path / "ix", Limits(timeout_ms=0)).search(big).hits]
+    backend.workers().start()
+    assert [(h.doc_id, h.score) for h in backend.search(big).hits] == want and len(want) > 2
+    (pid,) = backend.workers().pids()
+    os.kill(pid, signal.SIGSTOP)  # it takes the next query and never answers
     t0 = time.perf_counter()
-    with pytest.raises(QueryError, match="longer than the 20 ms timeout"):
+    with pytest.raises(QueryError, match="longer than the 1000 ms timeout"):
         backend.search(big)
-    assert time.perf_counter() - t0 < 0.25
+    assert time.perf_counter() - t0 < 1.0 + 2.0  # the caller waits the timeout, not the query
+    assert backend.workers().killed == 1 and pid not in backend.workers().pids()
+    with pytest.raises(ProcessLookupError):  # killed and reaped: it uses no more CPU
+        os.kill(pid, 0)
+    backend.workers().start()  # its replacement answers the next one
+    assert [(h.doc_id, h.score) for h in backend.search(big).hits] == want
+    pids = backend.workers().pids()
+    backend.close()
+    for p in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(p, 0)
 
 
 def test_cli_entry_points(tmp_path):
@@ -167,3 +177,56 @@ def test_cli_exit_codes(tmp_path):
         res = runner.invoke(synth_app, ["search", "--index", str(tmp_path / "ix"), bad])
         assert res.exit_code == 2, (bad, res.output)
         assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def _truncate_a_segment(ix: Path) -> None:
+    segment = sorted(ix.glob("*.store"))[0]
+    segment.write_bytes(segment.read_bytes()[: segment.stat().st_size // 2])
+
+
+DAMAGE = {  # what a crash, a full disk or a stray edit leaves behind (issue 28)
+    "meta_not_json": lambda ix: (ix / "tansaku_index.json").write_text("{not json", encoding="utf-8"),
+    "meta_a_list": lambda ix: (ix / "tansaku_index.json").write_text("[2]", encoding="utf-8"),
+    "meta_missing_keys": lambda ix: (ix / "tansaku_index.json").write_text('{"format": 2}', encoding="utf-8"),
+    "meta_not_utf8": lambda ix: (ix / "tansaku_index.json").write_bytes(b"\xff\xfe"),
+    "tantivy_meta_missing": lambda ix: (ix / "meta.json").unlink(),
+    "segment_truncated": _truncate_a_segment,
+    "segment_missing": lambda ix: sorted(ix.glob("*.term"))[0].unlink(),
+}
+
+
+@pytest.fixture(scope="module")
+def good_index(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("damage")
+    build_index(fixture.write_dataset(base / "ds"), base / "ix")
+    return base / "ix"
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_index_is_refused_when_opened_naming_it(damage, good_index, tmp_path):
+    ix = tmp_path / "ix"
+    shutil.copytree(good_index, ix)
+    DAMAGE[damage](ix)
+    with pytest.raises(InputError, match=f"^{ix}: damaged search index .*synth index build"):
+        open_index(ix)
+
+
+@pytest.mark.parametrize("command", ["search", "serve-env", "eval"])
+@pytest.mark.parametrize("damage", ["meta_not_json", "meta_missing_keys", "tantivy_meta_missing", "segment_truncated"])
+def test_commands_on_a_damaged_index_print_one_line(command, damage, good_index, tmp_path, monkeypatch):
+    monkeypatch.delenv("TANSAKU_DEBUG", raising=False)
+    ix = tmp_path / "ix"
+    shutil.copytree(good_index, ix)
+    DAMAGE[damage](ix)
+    (tmp_path / "q.jsonl").write_text('{"id": "q1", "question": "白砂焼とは？", "answer": "焼き物"}\n', encoding="utf-8")
+    (tmp_path / "m.jsonl").write_text('{"content": "{{焼き物}}"}\n', encoding="utf-8")
+    app, args = {
+        "search": (synth_app, ["search", "--index", str(ix), "港"]),
+        "serve-env": (synth_app, ["serve-env", "--task", "multihop_qa", "--index", str(ix), "--port", "18731"]),
+        "eval": (train_app, ["eval", "--task", "multihop_qa", "--dataset", str(tmp_path / "q.jsonl"), "--model",
+                             f"scripted:{tmp_path / 'm.jsonl'}", "--index", str(ix), "--k", "1"]),
+    }[command]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, (result.exit_code, result.stderr, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {ix}: damaged search index"), result.stderr

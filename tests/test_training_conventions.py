@@ -49,19 +49,29 @@ def test_trackio_is_an_extra_and_the_gpu_recipes_log_to_it():
         assert load_recipe(path).report_to == ["trackio"], path.name
 
 
+def _installed(monkeypatch, *names: str) -> None:
+    """transformers' availability helpers (what ``check_reporters`` asks) see exactly ``names`` installed."""
+    from transformers.integrations import integration_utils
+
+    monkeypatch.setattr(integration_utils, "get_available_reporting_integrations", lambda: list(names))
+
+
 def test_report_to_trackio_without_trackio_is_refused_in_one_line_naming_the_extra(monkeypatch):
-    real_find_spec = sft_module.importlib.util.find_spec
-    monkeypatch.setattr(sft_module.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "trackio" else real_find_spec(name, *a))
+    _installed(monkeypatch, "tensorboard")
     with pytest.raises(RecipeError, match=r"report_to: trackio is not installed; pip install 'tansaku\[track\]'") as err:
         sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[trackio]"]))
     assert "\n" not in str(err.value)
-    sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[wandb,tensorboard]"]))  # passed through as is
+    # issue 28: any logger that is not installed is refused too (the Trainer failed only after the model loaded)
+    with pytest.raises(RecipeError, match=r"report_to: wandb is not installed; pip install wandb"):
+        sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[wandb,tensorboard]"]))
+    with pytest.raises(RecipeError, match=r"report_to: 'wandbb' is not a logger transformers knows"):
+        sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[wandbb]"]))
+    sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[tensorboard]"]))  # installed: passed through
     sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[]"]))
 
 
 def test_report_to_trackio_with_trackio_installed_starts(monkeypatch):
-    monkeypatch.setattr(sft_module.importlib.util, "find_spec", lambda name, *a: object())
+    _installed(monkeypatch, "trackio")
     sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[trackio]"]))
     assert sft_module.training_args(load_recipe(SFT_TINY, ["report_to=[trackio]"]))["report_to"] == ["trackio"]
 

@@ -7,13 +7,13 @@ commands so that ``train --help`` stays fast. Bad input is one line and exit 2 (
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from tansaku.core import jsontext
 from tansaku.core.cli_common import Version, friendly
 from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache
 
@@ -40,7 +40,7 @@ def train_sft(config: Recipe, set: Sets = None):
     """Supervised fine-tuning with TRL (tool results, system and user text get no loss)."""
     from tansaku.trainer.sft import run_sft
 
-    typer.echo(json.dumps(run_sft(config, set or []), ensure_ascii=False, default=str))
+    typer.echo(jsontext.dumps(run_sft(config, set or []), default=str))
 
 
 @train_app.command("rl")
@@ -53,7 +53,7 @@ def train_rl(
     """GRPO / GSPO with TRL over the tansaku search environments."""
     from tansaku.trainer.rl import run_rl
 
-    typer.echo(json.dumps(run_rl(config, set or [], skip_readiness=skip_readiness), ensure_ascii=False, default=str))
+    typer.echo(jsontext.dumps(run_rl(config, set or [], skip_readiness=skip_readiness), default=str))
 
 
 @train_app.command("eval")
@@ -81,7 +81,7 @@ def train_eval(
         model = f"transformers:{model}"
     report = run_eval(task, dataset, model, index, split=split, k=k, limit=limit, out_dir=out,
                       max_tokens=max_tokens, seed=seed, judge=judge, system_prompt=system_prompt)
-    typer.echo(json.dumps(report, ensure_ascii=False, default=str))
+    typer.echo(jsontext.dumps(report, default=str))
 
 
 @train_app.command("select")
@@ -105,7 +105,7 @@ def train_select(
     selection = select_checkpoint(run, task, dataset, index, split=split, rows=rows, k=k, temperature=temperature,
                                   max_tokens=max_tokens, seed=seed, system_prompt=system_prompt)
     Console(stderr=True).print(selection_table(selection))
-    typer.echo(json.dumps(selection, ensure_ascii=False, default=str))
+    typer.echo(jsontext.dumps(selection, default=str))
 
 
 @train_app.command("rescore")
@@ -122,7 +122,7 @@ def train_rescore(
 
     report = rescore(completions, task, out=out, judge=as_client(judge))
     Console(stderr=True).print(format_report(report))
-    typer.echo(json.dumps(report, ensure_ascii=False, default=str))
+    typer.echo(jsontext.dumps(report, default=str))
 
 
 @train_app.command("compare")
@@ -134,7 +134,7 @@ def train_compare(a: Annotated[Path, typer.Argument(help="Eval report A: report.
 
     result = compare_reports(load_report(a), load_report(b), (str(a), str(b)))
     Console(stderr=True).print(comparison_table(result))
-    typer.echo(json.dumps(result, ensure_ascii=False))
+    typer.echo(jsontext.dumps(result))
 
 
 @train_app.command("merge")

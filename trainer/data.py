@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tansaku.core import jsontext
 from tansaku.core.parsing import to_wire
 from tansaku.core.store import StoreError, read_records
 from tansaku.trainer.recipes import DataSource, RecipeError
@@ -55,7 +56,7 @@ def read_source(path: str | Path, split: str = "train") -> list[dict]:
 
 
 def _as_json_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return value if isinstance(value, str) else jsontext.dumps(value)
 
 
 def normalize_conversation(row: dict, system_prompt: str | None = None, where: str = "row") -> dict:
@@ -63,7 +64,7 @@ def normalize_conversation(row: dict, system_prompt: str | None = None, where: s
     messages = row.get("messages")
     if isinstance(messages, str):
         try:
-            messages = json.loads(messages)
+            messages = jsontext.loads(messages)
         except json.JSONDecodeError:
             raise RecipeError(f"{where}: 'messages' is a string that is not JSON") from None
     if not isinstance(messages, list) or not messages:

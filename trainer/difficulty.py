@@ -31,6 +31,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.core.llm import as_client
 from tansaku.core.llm.identity import weights_fingerprint
 from tansaku.envs.environments import make_environment_factory
@@ -67,7 +68,7 @@ def candidate_rows(spec: RLTask, rows: int | None) -> list[dict]:
 def band_key(recipe: RLRecipe, spec: RLTask, rows: list[dict], model_path: str) -> dict:
     """Everything a band depends on; a saved band is reused only when all of it matches."""
     difficulty = recipe.difficulty
-    rows_hash = hashlib.sha256(json.dumps(rows, ensure_ascii=False, sort_keys=True, default=str).encode()).hexdigest()
+    rows_hash = hashlib.sha256(jsontext.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
     return {"start_model": str(model_path), "start_weights": weights_fingerprint(Path(model_path)),
             "rows_sha256": rows_hash[:16], "split": spec.prompt_split(), "system_prompt": spec.system_prompt,
             "samples": difficulty.samples, "min_pass": difficulty.min_pass, "max_pass": difficulty.max_pass,
@@ -125,8 +126,8 @@ def band_task(recipe: RLRecipe, spec: RLTask, task, model_path: str, client, jud
     folder.mkdir(parents=True, exist_ok=True)
     write_trajectories(folder / "trajectories.jsonl", trajectories)
     # band.json last: its presence means a finished band (a killed run samples again)
-    (folder / BAND_FILE).write_text(json.dumps({"summary": band.summary(), **asdict(band)}, ensure_ascii=False, indent=2,
-                                               default=str), encoding="utf-8")
+    (folder / BAND_FILE).write_text(jsontext.dumps({"summary": band.summary(), **asdict(band)}, indent=2,
+                                                   default=str), encoding="utf-8")
     return band
 
 

@@ -16,15 +16,24 @@ combined in float32, cast back to the input dtype (or ``dtype``) and written int
 ``max_shard_bytes``, so memory holds one shard plus one tensor per input, not whole models.
 Config, tokenizer and chat template files are copied from the first model (soup) or the instruct
 model (chat vector), since the result should talk like it.
+
+``--out`` must be missing, empty or a merge tansaku wrote (``tansaku_model.json``), and neither one of the
+input folders nor inside nor around one; both are checked before any tensor is read or model loaded. The
+merge is written into a hidden sibling and swapped in whole (``tansaku.core.ownership.swapped_in``), so an
+earlier merge in the folder is replaced with nothing of it left (no stale shard), and a killed merge leaves
+only what the next one removes. Weights and scales must be finite (a NaN weight gives NaN tensors).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError
 
 WEIGHT_INDEX = "model.safetensors.index.json"
@@ -101,8 +110,31 @@ def _copy_side_files(src: Path, out_dir: Path) -> None:
     """Config, tokenizer, chat template: everything in the folder except weights and training state."""
     for f in src.iterdir():
         if f.is_file() and f.suffix != ".safetensors" and f.name not in (WEIGHT_INDEX, "training_args.bin") \
-                and not f.name.startswith(("optimizer", "scheduler", "rng_state", "trainer_state", "adapter_")):
+                and not f.name.startswith(("optimizer", "scheduler", "rng_state", "trainer_state", "adapter_",
+                                           "tansaku_", ".tansaku_")):  # no other output's marker
             shutil.copy2(f, out_dir / f.name)
+
+
+def check_out(out_dir: str | Path, inputs: dict[str, object]) -> Path:
+    """``out_dir`` as a Path when a merge may write it (missing, empty, a merge tansaku wrote) and it is none of
+    the ``inputs`` (option → path or paths), nor inside nor around one; else InputError, nothing written."""
+    out = ownership.refuse_unmarked(out_dir, "--out", ownership.MODEL_MARKER, "merge", "merged model")
+    ownership.refuse_overlap(out, inputs)
+    return out
+
+
+@contextmanager
+def _written(out: Path, info: dict) -> Iterator[Path]:
+    """A hidden folder to write the merged model into, locked and swapped in for ``out`` when the block ends
+    without an error, with ``tansaku_model.json`` (``info``) that proves whose it is."""
+    def check() -> None:  # again under the lock
+        ownership.refuse_unmarked(out, "--out", ownership.MODEL_MARKER, "merge", "merged model")
+
+    with ownership.claimed(out, "--out", check), ownership.swapped_in(out) as tmp:
+        yield tmp
+        files = sorted(p.name for p in tmp.iterdir() if p.name != ownership.PARTIAL_MARKER)  # all it may replace
+        (tmp / ownership.MODEL_MARKER).write_text(jsontext.dumps({"kind": "merge", **info, "files": files},
+                                                                 indent=2), encoding="utf-8")
 
 
 def merge_streaming(models: list[str | Path], combine: Callable[[str, list], object], out_dir: str | Path,
@@ -117,7 +149,7 @@ def merge_streaming(models: list[str | Path], combine: Callable[[str, list], obj
     import torch
     from safetensors import safe_open
 
-    out = Path(out_dir)
+    out = check_out(out_dir, {"model": [str(m) for m in models], "side files from": str(side_files_from)})
     maps = [weight_files(m) for m in models]
     names = list(maps[0])
     combined = {n for n in names if not first_only(n)}
@@ -126,8 +158,6 @@ def merge_streaming(models: list[str | Path], combine: Callable[[str, list], obj
         if missing or extra:
             raise MergeError(f"{m} has different tensors than {models[0]}: "
                              f"missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}")
-    out.mkdir(parents=True, exist_ok=True)
-    writer = _ShardWriter(out, max_shard_bytes)
     handles: dict[Path, object] = {}  # one open handle per file; get_tensor reads only that tensor
 
     def read(wmap, name):
@@ -136,20 +166,22 @@ def merge_streaming(models: list[str | Path], combine: Callable[[str, list], obj
             handles[f] = safe_open(f, framework="pt")
         return handles[f].get_tensor(name)
 
-    for name in names:
-        first = read(maps[0], name)
-        out_dtype = getattr(torch, dtype) if dtype else first.dtype
-        if name not in combined:
-            writer.add(name, first.to(out_dtype))
-            continue
-        tensors = [first] + [read(wmap, name) for wmap in maps[1:]]
-        shapes = {tuple(t.shape) for t in tensors}
-        if len(shapes) > 1:
-            raise MergeError(f"tensor {name}: shapes differ across models {sorted(shapes)}"
-                             " (for a chat vector with a grown vocabulary, exclude it)")
-        writer.add(name, combine(name, [t.to(torch.float32) for t in tensors]).to(out_dtype))
-    writer.close()
-    _copy_side_files(Path(side_files_from), out)
+    with _written(out, {"models": [str(m) for m in models]}) as tmp:
+        writer = _ShardWriter(tmp, max_shard_bytes)
+        for name in names:
+            first = read(maps[0], name)
+            out_dtype = getattr(torch, dtype) if dtype else first.dtype
+            if name not in combined:
+                writer.add(name, first.to(out_dtype))
+                continue
+            tensors = [first] + [read(wmap, name) for wmap in maps[1:]]
+            shapes = {tuple(t.shape) for t in tensors}
+            if len(shapes) > 1:
+                raise MergeError(f"tensor {name}: shapes differ across models {sorted(shapes)}"
+                                 " (for a chat vector with a grown vocabulary, exclude it)")
+            writer.add(name, combine(name, [t.to(torch.float32) for t in tensors]).to(out_dtype))
+        writer.close()
+        _copy_side_files(Path(side_files_from), tmp)
     return out
 
 
@@ -159,6 +191,8 @@ def soup(models: list[str | Path], out_dir: str | Path, weights: list[float] | N
     if not models:
         raise MergeError("soup needs at least one model")
     weights = [1.0] * len(models) if weights is None else [float(w) for w in weights]
+    if not all(math.isfinite(w) for w in weights):  # NaN/inf would write NaN tensors
+        raise MergeError(f"soup: every --weight must be a finite number, got {weights}")
     if len(weights) != len(models) or sum(weights) == 0:
         raise MergeError(f"soup: need one weight per model ({len(models)}) with a non-zero sum, got {weights}")
     norm = [w / sum(weights) for w in weights]
@@ -177,6 +211,8 @@ def chat_vector(target: str | Path, instruct: str | Path, base: str | Path, out_
                 max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> Path:
     """θ_target + scale · (θ_instruct − θ_base); tensors whose name contains an ``exclude`` item stay θ_target."""
     exclude = list(exclude or [])
+    if not math.isfinite(scale):
+        raise MergeError(f"chat_vector: --scale must be a finite number, got {scale}")
 
     def add_vector(_name, tensors):
         t, i, b = tensors
@@ -196,14 +232,16 @@ def merge_lora(adapter: str | Path, out_dir: str | Path, base: str | None = None
     if not (adapter / "adapter_config.json").is_file():
         raise MergeError(f"{adapter}: no adapter_config.json (not a LoRA adapter folder)")
     base = base or PeftConfig.from_pretrained(str(adapter)).base_model_name_or_path
+    out = check_out(out_dir, {"adapter": adapter, "--base": base})  # before the base model loads
     model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype) if dtype else "auto")
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    merged.save_pretrained(out_dir)
-    for src in (adapter, Path(base)):  # the adapter's own tokenizer (SFT saves one) wins over the base's
-        if (src / "tokenizer_config.json").is_file():
-            AutoTokenizer.from_pretrained(str(src)).save_pretrained(out_dir)
-            break
-    return Path(out_dir)
+    with _written(out, {"method": "lora", "adapter": str(adapter), "base": base}) as tmp:
+        merged.save_pretrained(tmp)
+        for src in (adapter, Path(base)):  # the adapter's own tokenizer (SFT saves one) wins over the base's
+            if (src / "tokenizer_config.json").is_file():
+                AutoTokenizer.from_pretrained(str(src)).save_pretrained(tmp)
+                break
+    return out
 
 
 def run_merge(method: str, models: list[str], output_dir: str, weights: list[float] | None = None,

@@ -42,6 +42,7 @@ import yaml
 
 from tansaku.core.heldout import RL as RL_SPLIT
 from tansaku.core.heldout import TEST as HELDOUT_SPLIT
+from tansaku.core.llm.identity import resolve_model as resolve_local_model
 from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.trainer.recipe_sections import DifficultySpec, ReadinessSpec, WatchSpec
 from tansaku.trainer.typed_config import (
@@ -233,6 +234,11 @@ def validate(recipe) -> None:
     _check(recipe.weights_dtype in WEIGHTS_DTYPES,
            f"weights_dtype: one of {', '.join(WEIGHTS_DTYPES)} (got {recipe.weights_dtype!r})")
     _check(recipe.max_steps > 0 or recipe.num_train_epochs > 0, "max_steps or num_train_epochs must be > 0")
+    # transformers takes 0 and hands it to the DataLoader, which fails only once the model is loaded
+    _check(recipe.per_device_train_batch_size is None or recipe.per_device_train_batch_size >= 1,
+           f"per_device_train_batch_size: must be >= 1 (got {recipe.per_device_train_batch_size})")
+    _check(recipe.gradient_accumulation_steps >= 1,
+           f"gradient_accumulation_steps: must be >= 1 (got {recipe.gradient_accumulation_steps})")
     if recipe.lora is not None:
         _check(recipe.lora.r > 0, f"lora.r: must be > 0 (got {recipe.lora.r})")
     if isinstance(recipe, SFTRecipe):
@@ -322,6 +328,10 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, kind: str 
         raise RecipeError(f"recipe {path} not found")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"recipe {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except RecursionError:  # PyYAML composes nested nodes recursively: thousands of levels overflow the stack
+        raise RecipeError(f"recipe {path} is not a recipe: its YAML is nested too deeply") from None
     except yaml.YAMLError as exc:
         raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
@@ -368,3 +378,13 @@ def resolve_model(name: str) -> str:
     if name == "tiny":
         return str(tiny_model_dir())
     return name
+
+
+def require_model(name: str) -> str:
+    """The folder of the recipe's ``model`` (``tiny``, a folder, a cached or downloadable Hub id), found before
+    any model loads, with the one-line refusal ``train rl``'s rollouts give (``tansaku.core.llm.identity``) where
+    transformers would end in a traceback; a folder without ``config.json`` (or a LoRA adapter's) is no model."""
+    folder = resolve_local_model(resolve_model(name))
+    if not folder.is_dir() or not any((folder / f).is_file() for f in ("config.json", "adapter_config.json")):
+        raise RecipeError(f"model: {name} is not a model folder (no config.json in {folder})")
+    return str(folder)

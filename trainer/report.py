@@ -35,6 +35,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.envs.monitoring import hacking_warnings, reward_decomposition, zero_variance_share
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.collapse import collapse_series, collapse_warnings
@@ -109,7 +110,7 @@ def _call_key(name, arguments) -> str:
             pass
     if isinstance(arguments, dict):  # parquet structs fill absent keys with None: drop them
         arguments = {k: v for k, v in arguments.items() if v is not None}
-    return f"{name}({json.dumps(arguments, ensure_ascii=False, sort_keys=True)})"
+    return f"{name}({jsontext.dumps(arguments, sort_keys=True)})"
 
 
 def _stats(values: list[float]) -> dict:
@@ -232,7 +233,7 @@ def run_report(output_dir: str | Path, weights: dict[str, float] | None = None) 
 def write_run_report(output_dir: str | Path, weights: dict[str, float] | None = None) -> dict:
     """``run_report`` written to ``output_dir/run_report.json``; returns the dict."""
     report = run_report(output_dir, weights)
-    Path(output_dir, REPORT_FILE).write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    Path(output_dir, REPORT_FILE).write_text(jsontext.dumps(report, indent=2), encoding="utf-8")
     return report
 
 

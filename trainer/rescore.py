@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 
 import tansaku
+from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.report import load_completions
@@ -74,7 +75,11 @@ def rescore(completions: str | Path, task_name: str, out: str | Path | None = No
     if task_name not in TASKS:
         raise InputError(f"--task {task_name!r}: one of {', '.join(sorted(TASKS))}")
     task = TASKS[task_name]
-    rows = load_completions(_folder(completions))
+    run = _folder(completions)
+    if out is not None:  # before any scoring: only a folder an earlier rescore made is rewritten
+        out = ownership.refuse_unmarked(out, "--out", RESCORE_MARKER, "rescore", "rescore folder")
+        ownership.refuse_overlap(out, {"--completions": run})
+    rows = load_completions(run)
     if rows and "reward_inputs" not in rows[0]:
         raise InputError("these completions have no reward_inputs column (a run from before tansaku logged the "
                          "rows' reward columns): they cannot be scored again")
@@ -109,21 +114,22 @@ def rescore(completions: str | Path, task_name: str, out: str | Path | None = No
     return report
 
 
-OUTPUTS = ("rescored.parquet", "rescore_report.json")
+RESCORE_MARKER = "tansaku_rescore.json"
+OUTPUTS = ["rescored.parquet", "rescore_report.json"]
 
 
 def _write(out: Path, rows: list[dict], report: dict) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if out.exists() and (not out.is_dir() or any(p.name not in OUTPUTS for p in out.iterdir())):
-        raise InputError(f"--out {out}: not empty and not an earlier rescore; give a new folder")
-    out.mkdir(parents=True, exist_ok=True)
+    # The marker first and listing what it writes: a later rescore proves the folder is its own.
+    ownership.write_marker(out, RESCORE_MARKER, {"kind": "rescore", "files": OUTPUTS})
+    (out / "rescored.parquet").unlink(missing_ok=True)  # no stale rows beside a report of none
     if rows:
-        flat = [{k: json.dumps(v, ensure_ascii=False, default=str) if k in ("prompt", "completion") else v
+        flat = [{k: jsontext.dumps(v, default=str) if k in ("prompt", "completion") else v
                  for k, v in row.items()} for row in rows]
         pq.write_table(pa.Table.from_pylist(flat), out / "rescored.parquet")
-    (out / "rescore_report.json").write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+    (out / "rescore_report.json").write_text(jsontext.dumps(report, indent=1), encoding="utf-8")
 
 
 def format_report(report: dict) -> str:

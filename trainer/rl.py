@@ -30,19 +30,19 @@ on each task and refuses to start when pass@k ≈ 0 or every group has zero rewa
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.llm import as_client
 from tansaku.core.options import read_system_prompt
 from tansaku.core.store import StoreError, read_records
 from tansaku.envs.environments import episode_variant, variant_factories
 from tansaku.envs.evaluate import load_rows
-from tansaku.envs.search import build_index
+from tansaku.envs.search import build_index, require_index
 from tansaku.envs.search.embedded import build_embedded
-from tansaku.envs.tasks import TASKS
+from tansaku.envs.tasks import TASKS, reward_columns
 from tansaku.trainer.data import mix_by_ratio
 from tansaku.trainer.difficulty import Band, band_prompts, banded_rows
 from tansaku.trainer.model_card import name_base_model
@@ -57,9 +57,11 @@ from tansaku.trainer.recipes import (
     auto_index_dir,
     batch_plan,
     load_recipe,
+    require_model,
     resolve_model,
 )
 from tansaku.trainer.report import plot_learning_curves, write_run_report
+from tansaku.trainer.run_folder import check_output_dir
 from tansaku.trainer.sft import (
     check_reporters,
     make_trl_config,
@@ -144,7 +146,7 @@ def reward_inputs(columns: dict, n: int) -> list[str]:
     ['{"answer": "a", "aliases": ["x"]}', '{"answer": "b", "aliases": []}']
     """
     keep = {k: v for k, v in columns.items() if k not in _TRL_KWARGS and isinstance(v, list) and len(v) == n}
-    return [json.dumps({k: v[i] for k, v in keep.items()}, ensure_ascii=False, default=str) for i in range(n)]
+    return [jsontext.dumps({k: v[i] for k, v in keep.items()}, default=str) for i in range(n)]
 
 
 def _logging_tool_variants(fn):
@@ -230,6 +232,16 @@ def build_rewards(recipe: RLRecipe, judge=None) -> tuple[list, list[float], dict
     return funcs, weights, groups
 
 
+def check_recipe(recipe: RLRecipe, judge=None) -> None:
+    """What needs no model, before the readiness or difficulty rollouts load one: tasks, system prompts, abstention
+    and reward weights, TRL's ``GRPOConfig`` checks, each task's rows, the model folder (RecipeError: one line)."""
+    _, weights, _ = build_rewards(recipe, judge)
+    grpo_config(recipe, weights)
+    for spec in recipe.tasks:  # a column named like one of TRL's own reward arguments is refused here
+        reward_columns(task_rows(spec, rl_task(spec)))
+    require_model(recipe.model)
+
+
 def _named(fn, name: str):
     def reward(completions, **columns):
         return fn(completions, **columns)
@@ -244,7 +256,6 @@ def build_dataset(recipe: RLRecipe, bands: dict[str, Band] | None = None):
     ``bands``: the difficulty banding's kept rows per task (``band_prompts``)."""
     from datasets import Dataset
 
-
     groups = []
     for spec in recipe.tasks:
         task = rl_task(spec)  # the prompts carry the recipe's system prompt, when it sets one
@@ -255,7 +266,7 @@ def build_dataset(recipe: RLRecipe, bands: dict[str, Band] | None = None):
     # Dataset.from_list keeps only the first row's keys: give every row every task's columns (None when
     # absent). Mappings (other than the prompt) become JSON text so Arrow does not merge their keys.
     columns = list(dict.fromkeys(key for row in mixed for key in row))
-    rows = [{key: json.dumps(row[key], ensure_ascii=False) if key != "prompt" and isinstance(row.get(key), dict)
+    rows = [{key: jsontext.dumps(row[key]) if key != "prompt" and isinstance(row.get(key), dict)
              else row.get(key) for key in columns} for row in mixed]
     return Dataset.from_list(rows)
 
@@ -274,7 +285,6 @@ def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):
     """The TRL ``GRPOConfig`` of a recipe: algorithm defaults, NeMo-RL batch plan, vLLM, logging."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOConfig
-
 
     defaults = ALGORITHM_DEFAULTS[recipe.algorithm]
     iterations = recipe.max_tool_calling_iterations
@@ -315,7 +325,6 @@ def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None
     """A GRPOTrainer over the recipe's tasks, environments and rewards, with the reward watch attached;
     ``bands``: only the prompts difficulty banding kept."""
     from trl import GRPOTrainer
-
 
     class ResumableGRPOTrainer(GRPOTrainer):
         """TRL's RepeatSampler draws each epoch's order from one generator, so a run resumed after the first
@@ -358,10 +367,15 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
     recipe = load_recipe(config_path, overrides, kind="rl")
     for task in recipe.tasks:  # resolved once, so the readiness check, training and the recipe copy agree
         task.split = task.prompt_split()
+    check_output_dir(recipe)  # before anything is built, loaded or written: a dataset or a user's folder is refused
     check_reporters(recipe)
-    ensure_indexes(recipe)
-    resume = resume_checkpoint(recipe)
     judge = as_client(judge)
+    check_recipe(recipe, judge)  # before the index build and the rollouts below: nothing here needs a model
+    write_recipe_copy(recipe, recipe.output_dir)  # first: from now on the folder is provably this run's
+    ensure_indexes(recipe)
+    for spec in recipe.tasks:  # each opened once: a damaged index is one line, before any model loads
+        require_index(spec.index)
+    resume = resume_checkpoint(recipe)
     bands = None
     if recipe.difficulty.samples:  # banding samples every candidate: it is the readiness check too
         bands = band_prompts(recipe, resolve_model(recipe.model), {t.name: rl_task(t) for t in recipe.tasks}, judge)
@@ -369,7 +383,6 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
     else:
         readiness = [] if skip_readiness or resume else check_readiness(recipe, resolve_model(recipe.model), judge)
     trainer = build_rl_trainer(recipe, judge=judge, bands=bands)
-    write_recipe_copy(recipe, recipe.output_dir)
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(recipe.output_dir)
     trainer.save_state()

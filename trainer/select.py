@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError
 from tansaku.core.heldout import TEST as HELDOUT_SPLIT
 from tansaku.core.llm import from_spec
@@ -88,7 +89,7 @@ def select_checkpoint(run: str | Path, task: str, dataset: str | Path, index, sp
                               max_tokens=max_tokens, temperature=temperature, seed=seed, system_prompt=system_prompt)
             client.close()
             report.update(weights=fingerprint, selection_rows=rows)
-            (report_dir / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2, default=str),
+            (report_dir / "report.json").write_text(jsontext.dumps(report, indent=2, default=str),
                                                     encoding="utf-8")
         table.append({"name": name, "step": step, "path": str(folder), "weights": fingerprint,
                       "pass@1": report["pass@1"], "entropy": report.get("mean_token_entropy"),
@@ -98,7 +99,7 @@ def select_checkpoint(run: str | Path, task: str, dataset: str | Path, index, sp
     selection = {"run": str(run), "task": task, "dataset": str(dataset), "split": split, "rows": rows, "k": k,
                  "temperature": temperature, "criterion": "max pass@1, ties to higher entropy",
                  "chosen": chosen, "checkpoints": table}
-    (run / SELECTION_FILE).write_text(json.dumps(selection, ensure_ascii=False, indent=2), encoding="utf-8")
+    (run / SELECTION_FILE).write_text(jsontext.dumps(selection, indent=2), encoding="utf-8")
     return selection
 
 

@@ -11,9 +11,10 @@ No row is truncated: rows longer than ``max_length`` are dropped, fitted or refu
 ``tansaku.trainer.length``), counted per source in ``output_dir/tansaku_data_report.json``.
 
 ``report_to: [trackio]`` (the GPU recipes' default) needs the ``track`` extra
-(``pip install 'tansaku[track]'``); ``check_reporters`` refuses to start without it in one line, where
-transformers would fail deep inside the Trainer. Other loggers (wandb, tensorboard …) pass through to
-transformers unchanged.
+(``pip install 'tansaku[track]'``); ``check_reporters`` refuses any logger that is not installed (wandb,
+tensorboard …: transformers' own availability helpers) in one line, where transformers would fail deep
+inside the Trainer, after the model loaded. Before anything is written or loaded, ``run_sft`` also builds TRL's
+``SFTConfig`` (its ``__post_init__`` checks, e.g. ``warmup_steps: -3``, are one line each) and finds the model.
 
 The helpers here (``training_args``, ``make_trl_config``, ``peft_config``, ``resume_checkpoint``) map the
 recipe fields shared with ``train rl`` onto TRL config keys.
@@ -23,16 +24,23 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.util
-import json
 import os
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.trainer.data import mix_dataset
 from tansaku.trainer.length import apply_overlong, write_report
 from tansaku.trainer.model_card import name_base_model
-from tansaku.trainer.recipes import RecipeError, SFTRecipe, TrainCommon, load_recipe, resolve_model
+from tansaku.trainer.recipes import (
+    RecipeError,
+    SFTRecipe,
+    TrainCommon,
+    load_recipe,
+    require_model,
+    resolve_model,
+)
 from tansaku.trainer.report import plot_loss_curve
+from tansaku.trainer.run_folder import check_output_dir, recipe_kind
 
 # Recipe fields copied verbatim onto transformers' TrainingArguments (same names, same meaning).
 SHARED_KEYS = (
@@ -42,16 +50,25 @@ SHARED_KEYS = (
 )
 
 
-# Loggers tansaku ships an extra for: report_to name → (module to import, extra that installs it).
-REPORTER_EXTRAS = {"trackio": ("trackio", "track")}
+# What installs a report_to logger, where it is not the package of the logger's name.
+REPORTER_PACKAGES = {"trackio": "'tansaku[track]'", "azure_ml": "azureml-core", "flyte": "flytekit"}
 
 
 def check_reporters(recipe: TrainCommon) -> None:
-    """Refuse a ``report_to`` logger whose package is missing, naming the extra that installs it."""
+    """Refuse a ``report_to`` logger that transformers does not know or cannot import (its own helpers:
+    ``INTEGRATION_TO_CALLBACK``, ``get_available_reporting_integrations``), naming what installs it: the
+    Trainer would fail only after the model loaded. ``[all]`` and ``[none]`` mean what they mean to transformers."""
+    from transformers.integrations import integration_utils as integrations
+
+    if recipe.report_to in (["all"], ["none"]):
+        return
+    available = integrations.get_available_reporting_integrations()
     for name in recipe.report_to:
-        module, extra = REPORTER_EXTRAS.get(name, (None, None))
-        if module and importlib.util.find_spec(module) is None:
-            raise RecipeError(f"report_to: {name} is not installed; pip install 'tansaku[{extra}]' "
+        if name not in integrations.INTEGRATION_TO_CALLBACK:
+            raise RecipeError(f"report_to: {name!r} is not a logger transformers knows; use "
+                              f"{', '.join(integrations.INTEGRATION_TO_CALLBACK)} (or report_to: [])")
+        if name not in available:
+            raise RecipeError(f"report_to: {name} is not installed; pip install {REPORTER_PACKAGES.get(name, name)} "
                               f"(or set report_to: [])")
 
 
@@ -80,7 +97,10 @@ def make_trl_config(config_cls, recipe: TrainCommon, kwargs: dict):
     merged = {**kwargs, **recipe.trl}
     if "model_init_kwargs" in recipe.trl:  # merge, so trl.model_init_kwargs.attn_implementation keeps dtype
         merged["model_init_kwargs"] = {**kwargs.get("model_init_kwargs", {}), **recipe.trl["model_init_kwargs"]}
-    return config_cls(**merged)
+    try:
+        return config_cls(**merged)
+    except ValueError as exc:  # TRL's / transformers' own checks (__post_init__): their message names the key
+        raise RecipeError(f"{config_cls.__name__}: {(str(exc).strip().splitlines() or [''])[0]}") from None
 
 
 def peft_config(recipe: TrainCommon):
@@ -111,9 +131,10 @@ def resume_checkpoint(recipe: TrainCommon) -> str | None:
 
 
 def write_recipe_copy(recipe, output_dir: str) -> None:
-    """Keep the resolved recipe next to the checkpoints (what exactly was run)."""
+    """Keep the resolved recipe and its kind next to the checkpoints (what exactly was run). Written first into
+    ``output_dir``: it is the marker that makes the folder this run's (``tansaku.trainer.run_folder``)."""
     Path(output_dir).mkdir(parents=True, exist_ok=True)
-    text = json.dumps(dataclasses.asdict(recipe), ensure_ascii=False, indent=2)
+    text = jsontext.dumps({"kind": recipe_kind(recipe), **dataclasses.asdict(recipe)}, indent=2)
     (Path(output_dir) / "tansaku_recipe.json").write_text(text, encoding="utf-8")
 
 
@@ -169,10 +190,13 @@ def run_sft(config_path: str | os.PathLike, overrides: list[str] | None = None) 
     (or LoRA adapter) and ``loss_curve.png`` (``tansaku.trainer.report``) are saved there too.
     """
     recipe = load_recipe(config_path, overrides, kind="sft")
+    check_output_dir(recipe)  # before anything is loaded or written: a dataset or a user's folder is refused
     check_reporters(recipe)
     resume = resume_checkpoint(recipe)
+    sft_config(recipe)  # TRL's own checks, and the model below, before anything is written or loaded
+    require_model(recipe.model)
+    write_recipe_copy(recipe, recipe.output_dir)  # first: from now on the folder is provably this run's
     trainer = build_sft_trainer(recipe)
-    write_recipe_copy(recipe, recipe.output_dir)
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(recipe.output_dir)
     trainer.save_state()

@@ -12,7 +12,8 @@ Keys that are TRL config fields (``learning_rate``, ``bf16``, ``lr_scheduler_typ
 (``bf16: yes`` is True, ``lr_scheduler_type`` must be one of transformers' schedulers, ``max_steps: 1e3`` is
 refused as TRL refuses it). Only parsing, never the config's ``__post_init__`` (``bf16`` on a CPU machine
 must still load). ``none``/``null`` clears a field the recipe declares optional (``per_device_train_batch_size:
-null`` = derived from the batch plan); mappings pass through.
+null`` = derived from the batch plan); mappings pass through. A number field must be finite: ``.nan`` and
+``.inf`` are refused (tansaku's fields and TRL's alike).
 
 >>> from dataclasses import dataclass
 >>> @dataclass
@@ -33,6 +34,7 @@ import argparse
 import dataclasses
 import difflib
 import functools
+import math
 import types
 import typing
 from typing import Any
@@ -111,7 +113,7 @@ def _coerce(value: Any, tp, where: str) -> Any:
         if tp is float:
             if isinstance(value, bool):
                 raise ValueError(value)
-            return float(value)
+            return _finite(float(value), value, where)
         if tp is str:
             if isinstance(value, (dict, list)):
                 raise ValueError(value)
@@ -123,6 +125,14 @@ def _coerce(value: Any, tp, where: str) -> Any:
     except (TypeError, ValueError):
         raise RecipeError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}") from None
     raise RecipeError(f"{where}: unsupported field type {tp}")
+
+
+def _finite(number: float, value: Any, where: str) -> float:
+    """``number`` unless it is NaN or ±inf (YAML ``.nan``/``.inf``): no recipe number means that, and NaN passes
+    every ``> 0`` check (each comparison with it is False) to fail deep inside training."""
+    if not math.isfinite(number):
+        raise RecipeError(f"{where}: expected a finite number, got {value!r}")
+    return number
 
 
 def build(cls, data: dict, where: str = "recipe"):
@@ -185,7 +195,11 @@ def _parse_one(config_cls, key: str, args: list[str], value: Any, where: str):
     except argparse.ArgumentError as exc:
         raise RecipeError(f"{where}: expected {_expected(actions[key])}, got {value!r} "
                           f"(TRL {config_cls.__name__}: {exc.message})") from None
-    return getattr(namespace, key)
+    parsed = getattr(namespace, key)
+    for number in parsed if isinstance(parsed, list) else [parsed]:
+        if isinstance(number, float):
+            _finite(number, value, where)
+    return parsed
 
 
 def coerce_trl_value(config_cls, key: str, value: Any, where: str) -> Any:
@@ -235,6 +249,8 @@ def apply_override(data: dict, assignment: str, aliases: dict[str, str] | None =
         raise RecipeError(f"--set expects key=value, got {assignment!r}")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
+    except RecursionError:
+        raise RecipeError(f"--set {key}: the value is nested too deeply") from None
     except yaml.YAMLError:
         value = raw
     parts = key.split(".")

@@ -3,7 +3,9 @@
 A backend implements ``_generate(requests) -> list[ChatResult]``; ``LLMClient.chat`` adds the
 response cache, turns any backend exception into per-request errors and keeps the counters.
 A backend returns the text the model generated as it is: it parses and repairs nothing. Reading that
-text (reasoning, tool calls, JSON answers) is ``tansaku.core.parsing``'s job, the one parser.
+text (reasoning, tool calls, JSON answers) is ``tansaku.core.parsing``'s job, the one parser. The one
+change ``chat`` makes: a lone surrogate in a result (an HTTP server's ``"\\ud800"``, a scripted answer)
+becomes U+FFFD (``tansaku.core.jsontext``), so no cache, file or tokenizer downstream refuses the text.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+
+from tansaku.core import jsontext
 
 # Re-exported: code that reads JSON answers imports them from the LLM layer (tansaku.core.llm).
 from tansaku.core.parsing import LLMBadJSON, parse_json  # noqa: F401
@@ -75,7 +79,7 @@ class ChatRequest:
             "json_schema": self.json_schema,
             "tools": self.tools,
         }
-        canonical = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+        canonical = jsontext.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -109,7 +113,7 @@ class ChatResult:
         data = asdict(self)
         data.pop("cached")
         data.pop("error")
-        return json.dumps(data, ensure_ascii=False)
+        return jsontext.dumps(data)
 
     @classmethod
     def from_json(cls, text: str, cached: bool = False) -> ChatResult | None:
@@ -125,6 +129,19 @@ class ChatResult:
                 return None
             data["server_reasoning"] = data.pop("reasoning", None)
         return cls(**data, cached=cached)
+
+
+def _without_lone_surrogates(result: ChatResult) -> ChatResult:
+    """``result`` with each lone surrogate in its texts and tool calls replaced by U+FFFD (itself when none).
+    Values of the wrong type stay as they are: the parser counts them as the model's mistakes."""
+    if not isinstance(result, ChatResult):
+        return result
+    fields = {name: jsontext.clean_text(value) for name in ("content", "server_reasoning", "error")
+              if isinstance(value := getattr(result, name), str) and jsontext.LONE_SURROGATE.search(value)}
+    calls, changed = jsontext.scrub(result.server_tool_calls) if result.server_tool_calls else (None, 0)
+    if changed:
+        fields["server_tool_calls"] = calls
+    return replace(result, **fields) if fields else result
 
 
 class LLMClient:
@@ -160,8 +177,8 @@ class LLMClient:
             identity = self.cache_identity()
             if identity is None:
                 return None
-            self._identity = identity if isinstance(identity, str) else json.dumps(
-                identity, sort_keys=True, ensure_ascii=False, default=str)
+            self._identity = identity if isinstance(identity, str) else jsontext.dumps(
+                identity, sort_keys=True, default=str)
         return self._identity
 
     def _generate(self, requests: list[ChatRequest]) -> list[ChatResult]:
@@ -193,10 +210,11 @@ class LLMClient:
                 if not self.counts_in_flight_itself:
                     self._count_in_flight(-len(todo), stage)
             for i, result in zip(todo, fresh):
-                results[i] = result
-            if identity is not None:
+                results[i] = _without_lone_surrogates(result)
+            if identity is not None:  # tool calls a callable nested past the bound stay out (json would recurse)
                 self.cache.put_many(
-                    [(keys[i], results[i].to_json()) for i in todo if keys[i] is not None and results[i].ok]
+                    [(keys[i], results[i].to_json()) for i in todo if keys[i] is not None and results[i].ok
+                     and not jsontext.depth_exceeds(results[i].server_tool_calls, jsontext.MAX_DEPTH)]
                 )
         counts = {"requests": len(requests), "hits": len(requests) - len(todo), "misses": len(todo),
                   "errors": sum(1 for i in todo if not results[i].ok),

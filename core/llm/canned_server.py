@@ -30,7 +30,6 @@ import asyncio
 import hashlib
 import importlib
 import importlib.util
-import json
 import math
 import random
 import re
@@ -38,6 +37,8 @@ import socket
 import threading
 import time
 import urllib.request
+
+from tansaku.core import jsontext
 
 _DIRECTIVE = re.compile(r"\b(fail|sleep|status|retry_after)=([0-9.]+)")
 _ONLY = re.compile(r"\bonly=(\w+)")
@@ -104,7 +105,7 @@ def _served_message(responder, body: dict) -> dict:
 
 
 def _as_text(arguments) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return arguments if isinstance(arguments, str) else jsontext.dumps(arguments)
 
 
 def build_app(name: str = "canned", root: str | None = None, served_model: str = "canned", responder=None,
@@ -169,7 +170,7 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
         body = await request.json()
         state["last"] = {"headers": dict(request.headers), "body": body}
         state["requests"] += 1
-        key = json.dumps(body, sort_keys=True, ensure_ascii=False)
+        key = jsontext.dumps(body, sort_keys=True)
         if key in state["seen"]:
             state["repeated"] += 1
             state["repeated_answered_at"].append([time.time(), state["answered"].get(key, time.time())])
@@ -200,7 +201,7 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
                 return JSONResponse({"error": {"message": f"injected failure {attempt}"}}, status_code=code,
                                     headers=headers)
             if body.get("response_format", {}).get("type") in ("json_schema", "json_object"):
-                content = json.dumps({"server": name, "echo": last}, ensure_ascii=False)
+                content = jsontext.dumps({"server": name, "echo": last})
             else:
                 content = f"{name}: {last}"
             return {

@@ -79,8 +79,12 @@ def _as_result(value: object) -> ChatResult:
         return ChatResult(content=value, finish_reason="stop")
     if isinstance(value, dict):
         fields = {_MESSAGE_KEYS.get(k, k): v for k, v in value.items() if _MESSAGE_KEYS.get(k, k) in _FIELDS}
-        fields["server_tool_calls"] = list(fields.get("server_tool_calls") or [])
-        fields["content"] = fields.get("content") or ""
+        # Passed on as given, of whatever type (a line may say "content": 5): the parser counts what is wrong.
+        calls = fields.get("server_tool_calls")
+        fields["server_tool_calls"] = [] if calls is None else list(calls) if isinstance(calls, list) else [calls]
+        fields["content"] = "" if fields.get("content") is None else fields["content"]
+        if fields.get("error") is not None:
+            fields["error"] = str(fields["error"])
         return ChatResult(**fields)
     raise TypeError(f"scripted response must be str, dict or ChatResult, not {type(value).__name__}")
 

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError, MissingInputError
 
 
@@ -74,7 +75,7 @@ def load_extra_body(text: str | None) -> dict | None:
 
     source = _read_value(text.strip(), "--extra-body")
     try:
-        data = json.loads(source) if not text.startswith("@") else yaml.safe_load(source)
+        data = jsontext.loads(source) if not text.startswith("@") else yaml.safe_load(source)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0]
         raise InputError(f"--extra-body is not valid {'JSON' if not text.startswith('@') else 'YAML'}: {first}") from None

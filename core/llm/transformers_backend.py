@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import copy
 import gc
-import json
 
+from tansaku.core import jsontext
 from tansaku.core.parsing import to_hf
 
 from .base import ChatRequest, ChatResult, LLMClient
@@ -107,8 +107,8 @@ class TransformersClient(LLMClient):
     def _prompt(self, req: ChatRequest) -> str:
         messages = to_hf(req.messages)  # templates render dict arguments (Qwen's would quote a JSON string)
         if req.json_schema is not None:
-            hint = "Answer with one JSON object that follows this JSON schema:\n" + json.dumps(
-                req.json_schema, ensure_ascii=False)
+            hint = "Answer with one JSON object that follows this JSON schema:\n" + jsontext.dumps(
+                req.json_schema)
             if messages and messages[0].get("role") == "system":
                 messages = [{**messages[0], "content": f"{messages[0]['content']}\n\n{hint}"}, *messages[1:]]
             else:

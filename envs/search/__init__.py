@@ -11,13 +11,12 @@ The query language (a subset of the OpenSearch DSL) is documented in ``envs/sear
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from urllib.parse import urlparse
 
+from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError, MissingInputError
-from tansaku.core.store import read_manifest
 
 from .base import Hit, SearchResult
 from .dsl import Limits, QueryError
@@ -49,6 +48,9 @@ def build_index(dataset_dir: str | Path, index_dir: str | Path, backend: str = "
     """
     from .documents import iter_documents, keyword_fields_of
 
+    if backend == "embedded":  # an index inside its dataset would change the dataset (its hash) it indexes
+        ownership.refuse_other_kind(Path(index_dir), "--index", "index")  # a dataset as --index: said so
+        ownership.refuse_overlap(index_dir, {"--dataset": dataset_dir}, "--index")
     keyword_fields = keyword_fields_of(dataset_dir)
     rows = iter_documents(dataset_dir)
     if backend == "embedded":
@@ -81,10 +83,13 @@ def open_index(target: str | Path, limits: Limits = Limits()):
 
 
 def require_index(target: str | Path, hint: str = "build it with `synth index build`") -> None:
-    """Fail fast with ``MissingInputError`` when ``target`` names an index folder that does not exist
-    (OpenSearch targets are checked when opened). Builds call this before any work, not at the first search."""
-    if _opensearch_target(str(target)) is None and not Path(target).is_dir():
-        raise MissingInputError(f"index {target} does not exist; {hint}")
+    """Fail fast with ``MissingInputError`` when ``target`` names an index folder that does not exist, and with
+    ``InputError`` when it is damaged (opened once: ``index_meta``); OpenSearch targets are checked when opened.
+    Builds call this before any work, not at the first search."""
+    if _opensearch_target(str(target)) is None:
+        if not Path(target).is_dir():
+            raise MissingInputError(f"index {target} does not exist; {hint}")
+        open_index(target)
 
 
 def build_index_cli(dataset: str, index: str, backend: str = "embedded", analyzer: str | None = None) -> dict:
@@ -94,6 +99,10 @@ def build_index_cli(dataset: str, index: str, backend: str = "embedded", analyze
     """
     if not Path(dataset).exists():
         raise MissingInputError(f"dataset folder {dataset} does not exist")
+    # Imported here, as build_index's: a search worker (workers.py) imports this package and starts 3× faster
+    # without the dataset store (pyarrow, numpy).
+    from tansaku.core.store import read_manifest
+
     manifest_file = Path(dataset) / "manifest.json"
     if manifest_file.is_file():  # an empty corpus is refused before an index folder is made for it
         splits = read_manifest(dataset).get("splits")
@@ -127,4 +136,4 @@ def format_hits(result: dict) -> str:
 
 
 def dumps(result: dict) -> str:
-    return json.dumps(result, ensure_ascii=False)
+    return jsontext.dumps(result)

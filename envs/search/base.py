@@ -1,4 +1,5 @@
-"""What both search backends return, plus the pieces they share: snippets and the per-query timeout.
+"""What both search backends return, plus the piece they share: snippets (what to mark, and the window). The
+embedded backend's per-query timeout is workers.py; OpenSearch enforces its own.
 
     >>> make_snippet("鎌倉幕府の御家人。足利貞氏の次男。", ["御家人"], 40)
     '鎌倉幕府の【御家人】。足利貞氏の次男。'
@@ -6,13 +7,8 @@
 
 from __future__ import annotations
 
-import threading
 import unicodedata
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
-
-from .dsl import QueryError
 
 MARK_OPEN, MARK_CLOSE = "【", "】"
 
@@ -39,6 +35,22 @@ class SearchResult:
     def to_dict(self) -> dict:
         return {"hits": [{k: h.to_dict()[k] for k in ("doc_id", "title", "score", "snippet")} for h in self.hits],
                 "took_ms": round(self.took_ms, 3)}
+
+
+def highlight_texts(q: dict) -> list[str]:
+    """Texts worth marking in snippets: the positive match/phrase texts of a canonical query."""
+    (kind, body), = q.items()
+    if kind in ("match", "match_phrase"):
+        return [spec["query"] for spec in body.values()]
+    if kind == "multi_match":
+        return [body["query"]]
+    if kind == "bool":
+        out = []
+        for occ in ("must", "should", "filter"):
+            for c in body[occ]:
+                out += highlight_texts(c)
+        return out
+    return []
 
 
 def _needles(texts: list[str]) -> list[str]:
@@ -97,26 +109,3 @@ def make_snippet(text: str, highlight: list[str], max_chars: int) -> str:
     out.append(window[last:])
     return ("…" if start > 0 else "") + "".join(out) + ("…" if end < len(text) else "")
 
-
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-
-
-def run_with_timeout(fn, timeout_ms: int):
-    """Run ``fn()``; past ``timeout_ms`` raise QueryError (the work finishes in the background).
-
-    tantivy has no query deadline; validation keeps queries small, and this keeps a caller from
-    waiting on one that is not.
-    """
-    global _pool
-    if timeout_ms <= 0:
-        return fn()
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
-    fut = _pool.submit(fn)
-    try:
-        return fut.result(timeout=timeout_ms / 1000)
-    except FutureTimeout:
-        raise QueryError(f"query: took longer than the {timeout_ms} ms timeout; "
-                         "use fewer or more specific clauses") from None

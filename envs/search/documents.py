@@ -18,8 +18,9 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError
-from tansaku.core.store import StoreError, iter_rows
+from tansaku.core.out_folder import StoreError
 
 BASE_FIELDS = ("id", "title", "text", "url", "source", "meta")
 SENTENCE_ENDS = "。！？!?\n"
@@ -34,7 +35,7 @@ def _meta_text(meta) -> str:
     (e-Gov articles) arrives as a dict."""
     if not meta:
         return ""
-    return meta if isinstance(meta, str) else json.dumps(meta, ensure_ascii=False, sort_keys=True)
+    return meta if isinstance(meta, str) else jsontext.dumps(meta, sort_keys=True)
 
 
 def keyword_fields_of(dataset_dir: str | Path) -> list[str]:
@@ -52,6 +53,8 @@ def keyword_fields_of(dataset_dir: str | Path) -> list[str]:
 
 def iter_documents(dataset_dir: str | Path, split: str = "train") -> Iterator[dict]:
     """Stream the rows of a document dataset (through ``tansaku.core.store``)."""
+    # Imported here: the store brings pyarrow and numpy, which a search worker (workers.py) never needs.
+    from tansaku.core.store import iter_rows
 
     try:
         for row in iter_rows(dataset_dir, split=split):

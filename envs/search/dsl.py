@@ -16,8 +16,8 @@ Supported (OpenSearch semantics):
   bool {must, should, must_not, filter, minimum_should_match, boost} (nesting allowed), match_all
 A plain string means ``multi_match`` (most_fields) over title and text.
 Every limit (``MAX_*`` below: nesting, clauses, fields per multi_match, text and request length, terms,
-``minimum_should_match`` — an integer within ±1000 or a percentage within ±100 %) is checked here, before
-any translation, so both the work and the error are bounded; the backends' timeout covers the rest.
+``minimum_should_match`` — an integer within ±1000 or a percentage within ±100 %, sloppy phrases) is checked
+here, before any translation, so both the work and the error are bounded; the backends' timeout covers the rest.
 Embedded backend, ``char`` analyzer: ``match`` terms are the character bigrams of each query word (a
 one-character word is itself), and ``operator`` / ``minimum_should_match`` count those terms; phrases
 stay exact over characters (whitespace ignored). See ``analysis.py``.
@@ -74,6 +74,8 @@ MAX_REQUEST_CHARS = 32_000  # characters of a query written as JSON text, checke
 MAX_MSM_COUNT = 1000      # |integer minimum_should_match|: more than any query has optional terms
 MAX_SIZE = 50             # hits per request
 MAX_SLOP = 10
+# A sloppy phrase (no bigram can lead it) costs its characters × slop on every document holding them all.
+MAX_SLOPPY_PHRASES, MAX_SLOP_WORK = 8, 200  # per query: match_phrase clauses with slop ≥ 1, their characters × slop
 TIMEOUT_MS = 2000         # per query, translation and execution, enforced by the backend
 _MSM = re.compile(r"-?[0-9]{1,6}%?")  # ASCII digits only: int() accepts other scripts' digits, "²" fails
 
@@ -88,6 +90,8 @@ class Limits:
     max_slop: int = MAX_SLOP
     timeout_ms: int = TIMEOUT_MS
     max_fields: int = MAX_FIELDS
+    max_sloppy_phrases: int = MAX_SLOPPY_PHRASES
+    max_slop_work: int = MAX_SLOP_WORK
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,7 @@ def _one_line(msg: str, limit: int = 300) -> str:
 
 class _Validator:
     def __init__(self, fields: Fields, limits: Limits):
-        self.fields, self.limits, self.count = fields, limits, 0
+        self.fields, self.limits, self.count, self.sloppy, self.slop_work = fields, limits, 0, 0, 0
 
     def fail(self, path: str, msg: str):
         raise QueryError(_one_line(f"{path}: {msg}"))
@@ -214,7 +218,13 @@ class _Validator:
         slop = spec.get("slop", 0)
         if not isinstance(slop, int) or isinstance(slop, bool) or not 0 <= slop <= self.limits.max_slop:
             self.fail(f"{p}.{f}.slop", f"slop must be an integer from 0 to {self.limits.max_slop}")
-        return {"match_phrase": {f: {"query": self.text(f"{p}.{f}.query", spec.get("query")), "slop": slop,
+        text = self.text(f"{p}.{f}.query", spec.get("query"))
+        self.sloppy, self.slop_work = self.sloppy + bool(slop), self.slop_work + len("".join(text.split())) * slop
+        if self.sloppy > self.limits.max_sloppy_phrases or self.slop_work > self.limits.max_slop_work:
+            self.fail(f"{p}.{f}.slop", f"sloppy phrases (slop ≥ 1) so far: {self.sloppy} clause(s), {self.slop_work} "
+                      f"characters × slop; the limit is {self.limits.max_sloppy_phrases} clauses and "
+                      f"{self.limits.max_slop_work} characters × slop per query: shorten them, lower slop or use slop 0")
+        return {"match_phrase": {f: {"query": text, "slop": slop,
                                      "boost": self.boost(f"{p}.{f}", spec.get("boost"))}}}
 
     def multi_match(self, body, p, depth):
@@ -367,22 +377,6 @@ def resolve_msm(spec, n_optional: int) -> int:
         k = int(s)
         k = k if k >= 0 else n_optional + k
     return max(0, k)
-
-
-def highlight_texts(q: dict) -> list[str]:
-    """Texts worth marking in snippets: the positive match/phrase texts of a canonical query."""
-    (kind, body), = q.items()
-    if kind in ("match", "match_phrase"):
-        return [spec["query"] for spec in body.values()]
-    if kind == "multi_match":
-        return [body["query"]]
-    if kind == "bool":
-        out = []
-        for occ in ("must", "should", "filter"):
-            for c in body[occ]:
-                out += highlight_texts(c)
-        return out
-    return []
 
 
 def plain_text_query(text: str) -> dict:

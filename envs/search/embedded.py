@@ -13,56 +13,39 @@ the layout ``format``, the analyzer and the keyword fields, so ``open`` can refu
 older layout, register the right tokenizers (tantivy forgets custom tokenizers on every
 ``Index.open``) and validate queries against the right fields.
 
-One ``Searcher`` is shared by all threads (tantivy searchers are immutable snapshots and thread-safe).
+One ``Searcher`` is shared by all threads (tantivy searchers are immutable snapshots and thread-safe). A
+query that reads few postings (cost.py) runs in the caller's thread; any other in a worker process that is
+killed at the query's timeout (workers.py), so a timed-out query stops using CPU.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
-import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
 import tantivy
 
-from tansaku.core import ownership
+from tansaku.core import jsontext, ownership
 from tansaku.core.analysis import BIGRAM_TOKENIZER, get_analyzer
-from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.errors import InputError
 from tansaku.core.progress import progress_bar
 
-from .base import Hit, SearchResult, make_snippet, run_with_timeout
+from .base import Hit, SearchResult, highlight_texts, make_snippet
+from .cost import INLINE_POSTINGS_PER_MS, QueryCost
 from .documents import iter_chunks
-from .dsl import Fields, Limits, QueryError, highlight_texts, parse_request, resolve_msm
+from .dsl import Fields, Limits, QueryError, parse_request, resolve_msm
+from .index_meta import damaged, read_index_meta
+from .workers import QueryWorkers, index_identity
 
 META_FILE = ownership.INDEX_MARKER
 FORMAT = 2  # 2: bigram fields for match (char analyzer); 1 had characters only
 _FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,40}$")
-
-
-# Queries whose bound is under this many postings per ms of timeout skip the timeout pool: tantivy gets
-# through >10k postings per ms on this 2-core machine, so they finish far inside the timeout.
-INLINE_POSTINGS_PER_MS = 1000
-
-
-def _work_bound(q: dict) -> int:
-    """Posting lists a canonical query can read, counting one per query character per field (a char
-    term and a bigram at most) and 8 for a phrase character (positions); × documents bounds the work."""
-    (kind, body), = q.items()
-    if kind in ("match", "match_phrase"):
-        (_, s), = body.items()
-        return len(s["query"]) * (8 if kind == "match_phrase" else 1)
-    if kind == "multi_match":
-        return len(body["query"]) * len(body["fields"]) * (8 if body["type"] == "phrase" else 1)
-    if kind == "terms":
-        return sum(len(v) for k, v in body.items() if k != "boost")
-    if kind == "bool":
-        return sum(_work_bound(c) for occ in ("must", "should", "must_not", "filter") for c in body[occ])
-    return 1  # term, match_all
 
 
 def _tantivy_field(name: str) -> str:
@@ -130,19 +113,11 @@ def _check_index_dir(index_dir: Path) -> None:
 
 def _build_locked(rows, index_dir: Path, an, analyzer: str, keyword_fields: list[str], chunk_chars: int,
                   heap_mb: int, threads: int, source_name: str, quiet: bool) -> dict:
-    """``build_embedded`` once ``index_dir`` is checked, created and locked."""
-    # Unique hidden siblings: no user file can bear these names, so removing them never destroys one.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.partial-", dir=index_dir.parent))
-    try:
-        meta = _write_index(rows, tmp, index_dir.name, an, analyzer, keyword_fields, chunk_chars, heap_mb,
+    """``build_embedded`` once ``index_dir`` is checked, created and locked: written into a marked hidden sibling
+    and swapped in whole (``ownership.swapped_in``), so a killed build leaves only what the next one removes."""
+    with ownership.swapped_in(index_dir) as tmp:
+        return _write_index(rows, tmp, index_dir.name, an, analyzer, keyword_fields, chunk_chars, heap_mb,
                             threads, source_name, quiet)
-        old = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.old-", dir=index_dir.parent))
-        os.replace(index_dir, old)  # onto the empty temp folder: allowed for directories
-        os.replace(tmp, index_dir)
-        shutil.rmtree(old, ignore_errors=True)
-        return meta
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # left only when the build failed
 
 
 def _write_index(rows, tmp: Path, label: str, an, analyzer: str, keyword_fields: list[str], chunk_chars: int,
@@ -186,31 +161,33 @@ def _write_index(rows, tmp: Path, label: str, an, analyzer: str, keyword_fields:
     meta = {"format": FORMAT, "backend": "embedded", "analyzer": analyzer, "keyword_fields": keyword_fields,
             "chunk_chars": chunk_chars, "documents": n_docs, "chunks": n_chunks, "source": source_name,
             "build_seconds": round(time.perf_counter() - t0, 3)}
-    (tmp / META_FILE).write_text(json.dumps(meta, ensure_ascii=False, indent=2), encoding="utf-8")
+    (tmp / META_FILE).write_text(jsontext.dumps(meta, indent=2), encoding="utf-8")
     return meta
 
 
 class EmbeddedBackend:
     """Read-only searcher over an index built by ``build_embedded``."""
 
-    def __init__(self, index_dir: str | Path, limits: Limits = Limits()):
+    def __init__(self, index_dir: str | Path, limits: Limits = Limits(), workers: int | None = None):
+        """``workers``: most worker processes for expensive queries (default: one per core but one, at most 8)."""
         self.index_dir = Path(index_dir)
-        meta_path = self.index_dir / META_FILE
-        if not meta_path.exists():
-            raise MissingInputError(f"{index_dir} is not a tansaku search index (no {META_FILE}); "
-                                    "build one with `synth index build`")
-        self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        if self.meta.get("format") != FORMAT:
-            raise InputError(f"{index_dir} has index layout {self.meta.get('format')!r}; this version reads "
-                             f"layout {FORMAT}. Rebuild it with `synth index build --dataset DIR --index {index_dir}`")
+        self.meta = read_index_meta(self.index_dir, FORMAT)
         self.analyzer = get_analyzer(self.meta["analyzer"])
-        self.index = tantivy.Index.open(str(self.index_dir))
-        self.analyzer.register(self.index)  # tantivy forgets custom tokenizers on open
-        self.schema = self.index.schema
-        self.searcher = self.index.searcher()
+        try:  # tantivy's meta.json or a segment file missing, truncated or corrupt: ValueError (or OSError)
+            self.index = tantivy.Index.open(str(self.index_dir))
+            self.analyzer.register(self.index)  # tantivy forgets custom tokenizers on open
+            self.schema = self.index.schema
+            self.searcher = self.index.searcher()
+        except (ValueError, OSError) as exc:
+            raise damaged(index_dir, str(exc)) from None
         self.fields = Fields(keyword=tuple(self.meta["keyword_fields"]))
         self.limits = limits
         self.get = lru_cache(maxsize=512)(self._get)
+        # Worker processes for the queries that may run long (workers.py), started on the first one; the
+        # identity lets a worker refuse an index rebuilt in place since this one was opened.
+        self._identity = index_identity(self.index_dir)
+        self._workers: QueryWorkers | None = None
+        self._workers_lock, self._max_workers = threading.Lock(), workers
 
     # ---- query translation -------------------------------------------------------------------
     def _boosted(self, q, boost: float):
@@ -324,16 +301,16 @@ class EmbeddedBackend:
         canonical, size = parse_request(query, size, self.fields, self.limits, default_size, max_size)
         limit = min(size * 4, 400) if collapse else size
 
-        def run():  # translation inside: it grows with the query too, so the timeout must cover it
+        # A query that reads few postings (cost.py) runs here: a hand-off costs more than it. Any other runs in
+        # a worker process, killed at the deadline, so a timed-out query stops using CPU.
+        budget = INLINE_POSTINGS_PER_MS * self.limits.timeout_ms
+        if self.limits.timeout_ms <= 0 or self.postings(canonical, budget) <= budget:
             try:
-                return self.searcher.search(self.translate(canonical), limit, count=False).hits
+                raw = self.searcher.search(self.translate(canonical), limit, count=False).hits
             except ValueError as e:  # tantivy refuses a query it cannot run
                 raise QueryError(f"query: the engine refused it ({e})") from None
-
-        # The timeout needs a hand-off to a pool thread, which costs more than a small search; a query
-        # whose posting-work bound is tiny runs here (see _work_bound).
-        inline = self.searcher.num_docs * _work_bound(canonical) <= INLINE_POSTINGS_PER_MS * self.limits.timeout_ms
-        raw = run() if inline else run_with_timeout(run, self.limits.timeout_ms)
+        else:
+            raw = self.workers().search(canonical, limit, self.limits.timeout_ms)
         highlight = highlight_texts(canonical)
         hits, seen = [], set()
         for score, addr in raw:
@@ -348,6 +325,26 @@ class EmbeddedBackend:
             if len(hits) >= size:
                 break
         return SearchResult(hits=hits, took_ms=(time.perf_counter() - t0) * 1000)
+
+    def postings(self, canonical: dict, budget: int | None = None) -> int:
+        """Estimated postings a canonical query reads here (cost.py; past ``budget`` it may stop counting)."""
+        cost = QueryCost(self.analyzer, self.searcher.doc_freq, _tantivy_field, self.searcher.num_docs)
+        return cost.postings(canonical, budget)
+
+    def workers(self) -> QueryWorkers:
+        """This index's pool of killable worker processes, made on first use; ``close`` ends it."""
+        with self._workers_lock:
+            if self._workers is None or self._workers.pid != os.getpid():  # none yet, or a forked copy's
+                self._workers = QueryWorkers(self.index_dir, self._identity, self._max_workers)
+                weakref.finalize(self, self._workers.close)  # no worker outlives its backend
+            return self._workers
+
+    def close(self) -> None:
+        """Stop the worker processes (a later expensive query starts new ones)."""
+        with self._workers_lock:
+            workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.close()
 
     def matching_chunks(self, query: str | dict, limit: int = 10_000) -> set[str]:
         """Every matching passage id (tests compare this with a brute-force evaluation)."""

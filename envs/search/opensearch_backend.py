@@ -21,9 +21,9 @@ from collections.abc import Iterable, Iterator
 
 from tansaku.core.errors import InputError
 
-from .base import Hit, SearchResult, make_snippet
+from .base import Hit, SearchResult, highlight_texts, make_snippet
 from .documents import iter_chunks
-from .dsl import Fields, Limits, QueryError, highlight_texts, parse_request
+from .dsl import Fields, Limits, QueryError, parse_request
 
 TANSAKU_META = "tansaku"  # key under the mapping's _meta that marks an index tansaku built
 

@@ -121,7 +121,8 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
     check_count("chunk_size", chunk_size)
     check_fraction("quality_threshold", quality_threshold, 0, None)
     heldout = HeldOut(heldout_share, "id", seed)
-    out = precheck_out(out, pipeline="deepresearch")  # before the corpus is read
+    out = precheck_out(out, pipeline="deepresearch", inputs={  # before the corpus is read
+        "--corpus": corpus, "--index": index, "--license-file": license_file})
     # Fails fast on a folder that is no dataset, a broken manifest or a question dataset given as --corpus.
     corpus_manifest = require_document_dataset(corpus, "--corpus")
     chosen = choose_license(license, license_file, corpus, {"license": "unknown"})

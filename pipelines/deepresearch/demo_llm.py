@@ -13,9 +13,9 @@ its instructions are templates.
 
 from __future__ import annotations
 
-import json
 import re
 
+from tansaku.core import jsontext
 from tansaku.core.llm import ScriptedLLM
 
 _KIND = re.compile(r"^# deepresearch/(\w+) v\d+")
@@ -35,7 +35,7 @@ def _names(text: str, label: str) -> list[str]:
 
 
 def _as_json(obj: dict) -> str:
-    return json.dumps(obj, ensure_ascii=False)
+    return jsontext.dumps(obj)
 
 
 def _writer(messages: list[dict]) -> dict:

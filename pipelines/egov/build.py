@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tansaku.core import shards
+from tansaku.core import jsontext, ownership, shards
 from tansaku.core.engine import Drop, Stage, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.features import QUESTION_COLUMNS, STRINGS
@@ -236,7 +236,8 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
         raise MissingInputError(f"--laws {', '.join(missing)}: no such file or folder")
     if not any(isinstance(s, str) for s in list_law_sources(laws)):  # names only: cheap
         raise InputError(f"--laws {', '.join(map(str, laws))}: no law XML files (*.xml, or *.xml inside a zip)")
-    out = precheck_out(out, pipeline="egov_mcq")  # before out/articles and out/index are written into it
+    out = precheck_out(out, pipeline="egov_mcq", inputs={  # before out/articles and out/index are written into it
+        "--laws": laws, "--index": index, "--license-file": license_file})
     articles_dir = out / "articles"
     with shards.nested_at("articles"):  # --shard / --from-shards apply to the articles (tansaku.core.shards)
         art_manifest = build_articles(laws, articles_dir, seed=seed, quiet=quiet)
@@ -247,7 +248,7 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     backend, index_path = None, None
     if retrieval or index is not None:
         index_path = str(index) if index is not None else str(out / "index")
-        if index is None and not (out / "index").exists():
+        if index is None and not ownership.is_index(out / "index"):  # missing, or a build killed while writing it
             build_index(articles_dir, out / "index")
         backend = open_index(index_path)
 
@@ -298,4 +299,4 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
 
 if __name__ == "__main__":
     m = build_egov(sys.argv[1], sys.argv[2])
-    print(json.dumps({"rows": m["splits"], "stages": m["stages"]}, ensure_ascii=False, indent=1))
+    print(jsontext.dumps({"rows": m["splits"], "stages": m["stages"]}, indent=1))

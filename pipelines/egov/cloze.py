@@ -20,6 +20,7 @@ import re
 from collections import defaultdict
 
 from tansaku.core.engine import rng_for
+from tansaku.pipelines.egov.lawindex import ByPosition
 from tansaku.pipelines.egov.parse import article_meta
 
 _K = "〇一二三四五六七八九十百千万"
@@ -157,14 +158,21 @@ def law_pools(articles: list[dict]) -> dict[str, dict]:
                 pool["terms"] += [(pos, t) for t in pattern.findall(sentence)]
         pool["terms"] += [(pos, term) for term, _ in definition_items(article)]
         pool.setdefault("position", {})[article["id"]] = pos
+    for pool in pools.values():  # sorted once: nearest_values walks them from each article
+        pool["terms"] = ByPosition(pool["terms"])
+        pool["units"] = {unit: ByPosition(pairs) for unit, pairs in pool["units"].items()}
     return dict(pools)
 
 
-def nearest_values(pool: list[tuple[int, str]], pos: int, keep, n: int) -> list[str]:
+def nearest_values(pool: list[tuple[int, str]] | ByPosition, pos: int, keep, n: int) -> list[str]:
     """Up to ``n`` distinct values of ``pool`` ((position, value) pairs) that ``keep`` accepts, the nearest
-    articles to ``pos`` first (the distractors of every rule-based kind)."""
+    articles to ``pos`` first (the distractors of every rule-based kind). The pools of a law are
+    :class:`ByPosition` (walked outward from ``pos``, sorted once per law; each value offered once, so ``keep``
+    must reject a value again once it has — every caller's does); a plain list is sorted here."""
     out: list[str] = []
-    for _, value in sorted(pool, key=lambda pv: (abs(pv[0] - pos), pv[0], pv[1])):
+    ordered = (pool.nearest(pos) if isinstance(pool, ByPosition)
+               else sorted(pool, key=lambda pv: (abs(pv[0] - pos), pv[0], pv[1])))
+    for _, value in ordered:
         if value not in out and keep(value):
             out.append(value)
             if len(out) == n:

@@ -38,6 +38,23 @@ class ExtractError(InputError):
     """Neither ja-law-parser nor the lxml walk could read the element."""
 
 
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+
+
+def ascii_int(value: str | None, max_digits: int = 9) -> int | None:
+    """``value`` (an XML attribute) as an int when it is 1 to ``max_digits`` ASCII digits, else None.
+
+    Not ``str.isdigit``: it accepts ``²`` and other digits that ``int()`` refuses; and ``int()`` refuses
+    more than 4300 digits. One hostile attribute must cost its law, never the build.
+
+    >>> ascii_int("05"), ascii_int("²"), ascii_int("十二"), ascii_int("9" * 5000), ascii_int(None)
+    (5, None, None, None, None)
+    """
+    if not isinstance(value, str) or len(value) > max_digits or not _ASCII_DIGITS.fullmatch(value):
+        return None
+    return int(value)
+
+
 # ---------------------------------------------------------------- ja-law-parser path
 
 
@@ -166,7 +183,7 @@ def _lx_paragraph(el, index: int) -> dict:
     caption = el.find("ParagraphCaption")
     text, extra = _lx_node_parts(el, "ParagraphNum", "ParagraphSentence", {"ParagraphCaption", "Item"})
     num = el.get("Num")
-    return {"num": int(num) if num and num.isdigit() else index, "label": _lx_text(el.find("ParagraphNum")),
+    return {"num": index if ascii_int(num) is None else ascii_int(num), "label": _lx_text(el.find("ParagraphNum")),
             "caption": _lx_text(caption) if caption is not None else None, "text": text, "extra": extra,
             "items": [_lx_item(i) for i in el.iterchildren("Item")]}
 

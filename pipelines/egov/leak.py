@@ -15,13 +15,13 @@ run over the final rows, and the count it reports must be 0.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 
+from tansaku.core import jsontext
 from tansaku.core.store import iter_rows
 
 _NUM = r"[0-9〇一二三四五六七八九十百千万零壱弐参]+"
@@ -113,5 +113,5 @@ def audit(rows: Iterable[dict]) -> Counter:
 
 if __name__ == "__main__":
     result = audit(iter_rows(sys.argv[1]))
-    print(json.dumps({"leaking_rows_by_kind": dict(result)}, ensure_ascii=False))
+    print(jsontext.dumps({"leaking_rows_by_kind": dict(result)}))
     sys.exit(1 if result else 0)

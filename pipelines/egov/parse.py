@@ -30,12 +30,21 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from copy import deepcopy
+from datetime import date as date_type
 from pathlib import Path
 
 import pyarrow as pa
 from lxml import etree
 
-from tansaku.pipelines.egov.extract import ExtractError, extract_article, flatten_lines, ruby_readings
+from tansaku.core import jsontext
+from tansaku.core.errors import InputError
+from tansaku.pipelines.egov.extract import (
+    ExtractError,
+    ascii_int,
+    extract_article,
+    flatten_lines,
+    ruby_readings,
+)
 from tansaku.pipelines.egov.sources import (
     Skip,
     iter_law_files,
@@ -68,8 +77,8 @@ def kanji_to_int(text: str) -> int | None:
     (398, 22, 10, 12)
     """
     text = unicodedata.normalize("NFKC", text)
-    if text.isdigit():
-        return int(text)
+    if text.isdigit():  # ASCII after NFKC (full-width digits), bounded: int() refuses over 4300 digits
+        return ascii_int(text)
     total, current = 0, 0
     for ch in text:
         if ch in _KANJI_DIGITS:
@@ -127,14 +136,31 @@ def law_metadata(root: etree._Element, law: etree._Element, source: str) -> dict
         title = unicodedata.normalize("NFKC", "".join(plain.itertext()).strip())
     title = title or _find_text(root, "law_title", "LawTitle") or ""
     date = _find_text(root, "promulgation_date", "PromulgationDate") if root is not law else None
-    if not date and era in ERA_OFFSETS and year.isdigit() and law.get("PromulgateMonth"):
-        date = f"{ERA_OFFSETS[era] + int(year):04d}-{int(law.get('PromulgateMonth')):02d}-" \
-               f"{int(law.get('PromulgateDay') or 1):02d}"
+    if not date and era in ERA_OFFSETS and law.get("PromulgateMonth"):
+        date = _promulgation_date(era, year, law.get("PromulgateMonth"), law.get("PromulgateDay") or "1", source)
     abbrev = (title_el.get("Abbrev") or "") if title_el is not None else ""
     return {"law_id": law_id, "law_num": (law.findtext("LawNum") or _find_text(root, "law_num") or "").strip(),
             "law_title": title, "law_type": law_type, "era": era, "promulgation_date": date,
             "abbrev": [a for a in re.split(r"[,、，]", abbrev) if a.strip()],
             "kana": title_el.get("Kana", "") if title_el is not None else ""}
+
+
+class LawMetadataError(InputError):
+    """A law's own metadata cannot be read (a promulgation date of ``Year="²"``): that law is dropped
+    (``bad_law_metadata``), the others are read."""
+
+
+def _promulgation_date(era: str, year: str, month: str, day: str, source: str) -> str:
+    """``YYYY-MM-DD`` from the ``Law`` element's era-year, month and day attributes (ASCII digits only)."""
+    numbers = [ascii_int(year, 3), ascii_int(month, 2), ascii_int(day, 2)]
+    try:
+        if None in numbers:
+            raise ValueError("not numbers")
+        return date_type(ERA_OFFSETS[era] + numbers[0], numbers[1], numbers[2]).isoformat()
+    except ValueError:
+        shown = ", ".join(f"{k}={v[:20]!r}" for k, v in (("Year", year), ("PromulgateMonth", month),
+                                                          ("PromulgateDay", day)))
+        raise LawMetadataError(f"{source}: <Law {shown}> is not a promulgation date") from None
 
 
 def deepcopy_without_rt(el: etree._Element) -> etree._Element:
@@ -186,7 +212,10 @@ def superseded_revisions(sources: Iterable[str], max_bytes: int = MAX_XML_BYTES)
         law = root if root.tag == "Law" else next(root.iter("Law"), None)
         if law is None or law.find("LawBody") is None:
             continue
-        law_id = law_metadata(root, law, src)["law_id"]
+        try:
+            law_id = law_metadata(root, law, src)["law_id"]
+        except LawMetadataError:  # the parse drops this file with its reason; it supersedes nothing
+            continue
         by_law.setdefault(law_id, []).append((revision_date(root, law, src), src))
     out = {}
     for revisions in by_law.values():
@@ -242,7 +271,7 @@ def _record(el, k, prov, meta: dict, source: str, prefer: str) -> dict:
         "law_id": meta["law_id"], "law_num": meta["law_num"], "law_title": meta["law_title"],
         "law_type": meta["law_type"], "era": meta["era"], "promulgation_date": meta["promulgation_date"],
         "article_num": num, "article_title": article_title, "caption": content["caption"] or "",
-        "paragraphs": json.dumps(content["paragraphs"], ensure_ascii=False), "is_suppl": k is not None,
+        "paragraphs": jsontext.dumps(content["paragraphs"]), "is_suppl": k is not None,
     }
 
 
@@ -270,7 +299,11 @@ def parse_law_bytes(data: bytes, source: str, prefer: str = "ja-law-parser") -> 
     if law.find("LawBody") is None:
         yield Skip(source, "no_law_body", f"{source}: <Law> has no <LawBody>")
         return
-    meta = law_metadata(root, law, source)
+    try:
+        meta = law_metadata(root, law, source)
+    except LawMetadataError as e:
+        yield Skip(source, "bad_law_metadata", str(e))
+        return
     seen: dict[str, int] = {}
     for el, k, prov in _provision_units(law):
         try:

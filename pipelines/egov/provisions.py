@@ -34,6 +34,7 @@ import re
 from collections import Counter, defaultdict
 
 from tansaku.pipelines.egov.cloze import BLANK, LEANS, _usable, nearest_values, outside_brackets, sentences_of
+from tansaku.pipelines.egov.lawindex import ByPosition, LawText
 from tansaku.pipelines.egov.statements import _clean
 from tansaku.pipelines.egov.subjects import _is_person, kanji_pairs, law_subject_pools, subject_targets
 
@@ -186,7 +187,9 @@ def law_provision_pools(articles: list[dict]) -> dict[str, dict]:
                 stock[conditional[1]] += 1
     subject_pools = law_subject_pools(articles)
     for law_id, pool in pools.items():
-        pool["text"] = "\n".join(pool.pop("texts"))
+        pool["text"] = LawText("\n".join(pool.pop("texts")))  # indexed once: see lawindex.py
+        pool["positive"] = ByPosition(pool["positive"])
+        pool["conditions"] = {family: ByPosition(pairs) for family, pairs in pool["conditions"].items()}
         pool["stock"] = {c for c, n in pool.pop("stock").items() if n >= STOCK_CONDITION}
         pool.update(subject_pools.get(law_id, {}))
     return dict(pools)

@@ -36,6 +36,7 @@ from tansaku.pipelines.egov.cloze import (
     nearest_values,
     sentences_of,
 )
+from tansaku.pipelines.egov.lawindex import ByPosition, LawText
 
 MAX_STATEMENT = 150  # characters of one choice of 「正しいものはどれか」
 MAX_STEM = 300  # characters of the provision an actor or effect question quotes (行政手続法's run long)
@@ -100,8 +101,8 @@ def _clean(sentence: str, longest: int = MAX_STEM, leaning: bool = False) -> boo
 
 
 def law_statement_pools(articles: list[dict]) -> dict[str, dict]:
-    """Per law: (position, actor) and (position, effect) lists, and the law's whole text (the contradiction
-    check's reference)."""
+    """Per law: (position, actor) and (position, effect) pools, and the law's whole text (the contradiction
+    check's reference, a :class:`~tansaku.pipelines.egov.lawindex.LawText`)."""
     pools: dict[str, dict] = defaultdict(lambda: {"actors": [], "effects": [], "texts": []})
     for pos, article in enumerate(articles):
         if not _usable(article):
@@ -116,8 +117,9 @@ def law_statement_pools(articles: list[dict]) -> dict[str, dict]:
                 pool["actors"].append((pos, found[1]))
             if (match := CONDITION.match(sentence)) and not GENERIC_EFFECT.search(match.group(2)):
                 pool["effects"].append((pos, match.group(2)))
-    for pool in pools.values():
-        pool["text"] = "\n".join(pool.pop("texts"))
+    for pool in pools.values():  # indexed once per law: each article's checks then cost their own length
+        pool["text"] = LawText("\n".join(pool.pop("texts")))
+        pool["actors"], pool["effects"] = ByPosition(pool["actors"]), ByPosition(pool["effects"])
     return dict(pools)
 
 

@@ -20,6 +20,7 @@ import re
 from collections import defaultdict
 
 from tansaku.pipelines.egov.cloze import BLANK, DEFINED, DEFINED_LATER, _usable, nearest_values, sentences_of
+from tansaku.pipelines.egov.lawindex import ByPosition
 from tansaku.pipelines.egov.statements import (
     GENERIC_ACTORS,
     GENERIC_EFFECT,
@@ -111,6 +112,8 @@ def law_subject_pools(articles: list[dict]) -> dict[str, dict]:
             for person in (_actor(sentence), _addressee(sentence)):
                 if person:
                     pool["people"].append((pos, person[1]))
+    for pool in pools.values():  # sorted once: nearest_values walks them from each article
+        pool["topics"], pool["people"] = ByPosition(pool["topics"]), ByPosition(pool["people"])
     return dict(pools)
 
 

@@ -162,7 +162,9 @@ def build_multihop(corpus=None, out="out/multihop", triples_path=None, llm=None,
         require_document_dataset(corpus, "--corpus")
     if index is not None and any(n in SEARCHING for n in names):
         require_index(index)
-    out = precheck_out(out, pipeline="multihop")  # before the inputs are read
+    out = precheck_out(out, pipeline="multihop", inputs={  # before the inputs are read
+        "--corpus": corpus, "--triples": triples_path, "--index": index, "--relations": relations,
+        "--license-file": license_file})
     chosen = choose_license(license, license_file, corpus, DEFAULT_LICENSE)
     llm, policy = as_client(llm), as_client(policy)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import polars as pl
 
+from tansaku.core import jsontext
 from tansaku.core.engine import Drop
 from tansaku.core.errors import InputError
 from tansaku.core.features import derivation_lists
@@ -232,8 +233,8 @@ def chain_record(row: dict) -> dict:
     bridge = row["subject_title_2"] or row["object_title_1"] or row["object_1"]
     return {
         "chain_id": row["chain_id"],
-        "derivations": json.dumps([[subject, row["relation_1"], [row["object_1"]]],
-                                   [bridge, row["relation_2"], [row["object_2"]]]], ensure_ascii=False),
+        "derivations": jsontext.dumps([[subject, row["relation_1"], [row["object_1"]]],
+                                       [bridge, row["relation_2"], [row["object_2"]]]]),
         "subject": subject, "bridge": bridge, "answer": row["object_2"],
         "answer_aliases": list(row["object_aliases_2"] or []),
         "relations": [row["relation_1"], row["relation_2"]],

@@ -15,11 +15,11 @@ prints the recall report.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.core.engine import Drop, map_stage
 from tansaku.core.errors import InputError
 from tansaku.core.features import derivation_structs
@@ -96,7 +96,7 @@ def import_jemhopqa(path: str | Path, out: str | Path, quiet: bool = False, held
     (default: JEMHopQA's CC BY-SA 4.0)."""
 
     heldout = HeldOut(heldout_share, "qid", seed)  # checks the share before anything is read
-    out = precheck_out(out, pipeline="import-jemhopqa")
+    out = precheck_out(out, pipeline="import-jemhopqa", inputs={"PATH": path, "--license-file": license_file})
     chosen = choose_license(license, license_file, default=license_card(JEMHOPQA_LICENSE))
     dev = is_dev_file(path)
     items = load_items(path)
@@ -203,7 +203,7 @@ def main(argv: list[str]) -> None:
     for cls, n in report["misses"].items():
         print(f"  {n:3d}  {cls}")
         for ex in report["examples"][cls][:3]:
-            print(f"         {ex['question']}  {json.dumps(ex['derivations'], ensure_ascii=False)}")
+            print(f"         {ex['question']}  {jsontext.dumps(ex['derivations'])}")
 
 
 if __name__ == "__main__":

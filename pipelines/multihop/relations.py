@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.core.errors import InputError
 
 TABLE = Path(__file__).with_name("relations.json")
@@ -76,15 +77,15 @@ class Relations:
                                  "phrasings that contain {S}, and variants as a list of strings")
             for spelling in (name, *entry.get("variants", [])):
                 self.canonical_of[spelling] = name
-        self.version = hashlib.sha256(json.dumps(self.table, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:12]
+        self.version = hashlib.sha256(jsontext.dumps(self.table, sort_keys=True).encode()).hexdigest()[:12]
 
     @classmethod
     def load(cls, extra: Path | None = None) -> Relations:
         table = json.loads(TABLE.read_text(encoding="utf-8"))
         if extra is not None:
             try:
-                more = json.loads(Path(extra).read_text(encoding="utf-8"))
-            except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or bad UTF-8
+                more = jsontext.loads(Path(extra).read_bytes())  # nesting bounded, lone surrogates → U+FFFD
+            except (OSError, ValueError) as e:  # ValueError: bad JSON or UTF-8, nested too deeply
                 raise InputError(f"--relations {extra}: not a readable JSON table of relations ({e})") from None
             if not isinstance(more, dict):
                 raise InputError(f"--relations {extra}: the table must be a JSON object of relation name -> entry")

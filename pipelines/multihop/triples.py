@@ -27,6 +27,7 @@ from pathlib import Path
 
 import mwparserfromhell
 
+from tansaku.core import jsontext
 from tansaku.core.engine import Drop
 from tansaku.core.errors import InputError
 from tansaku.core.jsonl import iter_jsonl
@@ -237,8 +238,8 @@ def read_triples_file(path: str | Path) -> Iterator[dict]:
         head = f.read(1024).lstrip()
     if head.startswith("["):
         try:
-            items = json.loads(path.read_text(encoding="utf-8-sig"))
-        except (ValueError, RecursionError) as e:  # bad JSON or UTF-8, or nesting deep enough to overflow
+            items = jsontext.loads(path.read_bytes())  # nesting bounded, lone surrogates read as U+FFFD
+        except ValueError as e:  # bad JSON or UTF-8, nested too deeply
             raise TriplesError(f"{path}: not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
         yield from _jemhopqa_triples(items, path)
         return

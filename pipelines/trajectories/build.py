@@ -91,7 +91,9 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
     check_fraction("--ratio", ratio, 0, None)
     check_fraction("temperature", temperature, 0, None)
     check_count("max_tokens", max_tokens)
-    out = precheck_out(out, pipeline="trajectories")  # before the questions are read
+    out = precheck_out(out, pipeline="trajectories", inputs={  # before the questions are read
+        "--dataset": dataset, "--index": index, "--general": general, "--catalog": catalog,
+        "--license-file": license_file})
     dataset_manifest = checked_manifest(dataset, "--dataset")
     chosen = choose_license(license, license_file, dataset)  # refused before the first rollout is paid for
     first = next(iter(question_source(dataset, 1)()), None)

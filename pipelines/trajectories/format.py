@@ -19,10 +19,9 @@ multihop_qa, ``{answer, answer_index, choices}`` for egov_mcq, the other fields 
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 
+from tansaku.core import jsontext
 from tansaku.core.engine import map_stage
 from tansaku.envs.answer_text import choice_index
 from tansaku.envs.rewards import _as_list
@@ -61,7 +60,7 @@ def clean_messages(messages: list[dict], drop_system: bool = True) -> list[dict]
 def tools_text(tools) -> str | None:
     if not tools:
         return None
-    return tools if isinstance(tools, str) else json.dumps(tools, ensure_ascii=False)
+    return tools if isinstance(tools, str) else jsontext.dumps(tools)
 
 
 def gold_of(row: dict) -> dict:
@@ -100,7 +99,7 @@ def general_row(row: dict, index: int) -> dict:
     """A general chat row in the same columns (no system prompt, no trajectory fields)."""
     messages = row.get("messages")
     if isinstance(messages, str):
-        messages = json.loads(messages)
+        messages = jsontext.loads(messages)
     return {**dict.fromkeys(ROW_KEYS), "id": str(row.get("id") or f"general-{index}"), "kind": "general",
             "messages": clean_messages(messages), "tools": tools_text(row.get("tools"))}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tansaku.core import jsontext
 from tansaku.core.engine import global_stage, rng_for
 from tansaku.core.errors import InputError
 from tansaku.core.store import StoreError, read_records
@@ -36,7 +37,7 @@ def read_chat_rows(path: str | Path) -> list[dict]:
         messages = row.get("messages") if isinstance(row, dict) else None
         if isinstance(messages, str):
             try:
-                messages = json.loads(messages)
+                messages = jsontext.loads(messages)
             except json.JSONDecodeError:
                 messages = None
         if not isinstance(messages, list) or not any(isinstance(m, dict) and m.get("role") == "assistant"

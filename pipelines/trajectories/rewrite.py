@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from tansaku.core import jsontext
 from tansaku.core.engine import batch_stage, rng_for
 from tansaku.core.errors import InputError
 from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
@@ -61,9 +62,9 @@ def _empty_or_error(text: str) -> bool:
 
 def _is_bool_query(arguments: str) -> bool:
     try:
-        query = json.loads(arguments).get("query")
+        query = jsontext.loads(arguments).get("query")
         if isinstance(query, str):
-            query = json.loads(query)
+            query = jsontext.loads(query)
     except (json.JSONDecodeError, AttributeError):
         return False
     return isinstance(query, dict) and "bool" in query
@@ -161,7 +162,7 @@ def steps_payload(messages: list[dict]) -> list[dict]:
 
 def _loads_or_text(arguments: str):
     try:
-        return json.loads(arguments)
+        return jsontext.loads(arguments)
     except json.JSONDecodeError:
         return arguments
 
@@ -174,7 +175,7 @@ def rewrite_request(kind: str, record: dict, scenario: dict | None = None):
                "steps": steps_payload(record["messages"])}
     if scenario is not None:
         payload["scenario"] = {"id": scenario["id"], "name": scenario.get("name", ""), "guide": scenario["guide"]}
-    body = "```json\n" + json.dumps(payload, ensure_ascii=False, indent=1) + "\n```"
+    body = "```json\n" + jsontext.dumps(payload, indent=1) + "\n```"
     return ChatRequest(messages=[{"role": "user", "content": text.replace("{{PAYLOAD}}", body)}],
                        max_tokens=4096, temperature=0.0, json_schema=REWRITE_SCHEMA)
 
@@ -210,7 +211,7 @@ def _canonical(arguments) -> str:
     value = _loads_or_text(arguments) if isinstance(arguments, str) else arguments
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return jsontext.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = None, batch_size: int = 16,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from tansaku.core import jsontext
 from tansaku.core.engine import map_stage
 from tansaku.envs.environments import call_tool, tool_methods
 from tansaku.pipelines.trajectories.records import fail
@@ -24,7 +25,7 @@ def arguments_text(arguments) -> str:
     """The one spelling of tool-call arguments stored in trajectories: JSON text, key order kept."""
     if isinstance(arguments, str):
         return arguments
-    return json.dumps(arguments, ensure_ascii=False)
+    return jsontext.dumps(arguments)
 
 
 def tool_calls_of(message: dict) -> list[tuple[str, str]]:
@@ -109,7 +110,7 @@ def replay_violation(messages: list[dict], environment_factory, row: dict | None
         if result is None:
             return "replay_missing_result", call
         try:
-            parsed = json.loads(args) if args.strip() else {}
+            parsed = jsontext.loads(args) if args.strip() else {}
         except json.JSONDecodeError:
             parsed = None
         if name not in functions or not isinstance(parsed, dict):
