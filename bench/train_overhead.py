@@ -49,7 +49,8 @@ def rl_pair(out: Path, steps: int, index: Path):
     from tansaku.envs.environments import make_environment_factory
     from tansaku.envs.tasks import TASKS
     from tansaku.trainer.recipes import load_recipe, resolve_model
-    from tansaku.trainer.rl import build_dataset, build_rewards, build_rl_trainer, grpo_config
+    from tansaku.trainer.rl import build_dataset, build_rl_trainer, grpo_config
+    from tansaku.trainer.rl_rewards import build_rewards
 
     recipe = load_recipe(ROOT / "trainer/recipes/rl-tiny.yaml", [
         f"output_dir={out}", f"max_steps={steps}", "save_steps=1000", f"tasks.0.index={index}",

@@ -90,8 +90,8 @@ def _shaped(obj: object, keys: tuple[str, ...]) -> bool:
 
 def _read_json(path: Path) -> object:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return jsontext.loads(path.read_bytes())  # depth-bounded: a 100k-deep "marker" is not one, not a crash
+    except (OSError, json.JSONDecodeError):
         return None
 
 
@@ -236,22 +236,32 @@ def claimed(folder: Path, option: str, check: Callable[[], object]) -> Iterator[
 
 
 def marker_kind(folder: str | Path, marker: str) -> str | None:
-    """The ``kind`` that ``folder/marker`` names when tansaku wrote it, else None. A recipe copy
-    (``RUN_MARKER``) of an older tansaku names none: its keys tell (``tasks``: rl, else sft)."""
+    """The ``kind`` that ``folder/marker`` names when tansaku wrote it, else None."""
     obj = _read_json(Path(folder) / marker)
-    if not isinstance(obj, dict):
-        return None
-    if marker == RUN_MARKER and not isinstance(obj.get("kind"), str):
-        return ("rl" if "tasks" in obj else "sft") if {"model", "output_dir"} <= obj.keys() else None
-    return obj["kind"] if isinstance(obj.get("kind"), str) else None
+    return obj["kind"] if isinstance(obj, dict) and isinstance(obj.get("kind"), str) else None
+
+
+def older_output_kind(folder: str | Path) -> str | None:
+    """The kind of output a tansaku from before the markers left in ``folder``, proven by its files alone, else
+    None: a run's recipe copy naming no ``kind`` (``sft``, or ``rl`` when it has ``tasks``), or an eval folder
+    (``report.json`` with the keys every eval report has, and ``trajectories.jsonl``, nothing else)."""
+    folder = Path(folder)
+    recipe = _read_json(folder / RUN_MARKER)
+    if isinstance(recipe, dict) and "kind" not in recipe and {"model", "output_dir"} <= recipe.keys():
+        return "rl" if "tasks" in recipe else "sft"
+    report = _read_json(folder / "report.json")
+    if (isinstance(report, dict) and isinstance(report.get("task"), str)
+            and ({"pass@1", "episodes"} <= report.keys() or {"mean_token_logprob", "rows"} <= report.keys())
+            and set(os.listdir(folder)) <= {"report.json", "trajectories.jsonl"}):
+        return "eval"
+    return None
 
 
 def refuse_unmarked(folder: str | Path | None, option: str, marker: str, kind: str, what: str,
-                    owned: Callable[[Path], bool] = lambda folder: False,
                     spare: Callable[[Path], bool] = lambda entry: False) -> Path:
     """``folder`` as a Path when a command writing a ``what`` (``eval folder``, ``sft run`` …) may write into it:
-    missing, empty, holding ``marker`` of ``kind``, or ``owned(folder)`` (a proof without the marker: an older
-    tansaku's output). Else InputError, one line, nothing written: a file, a dataset or index, another kind's
+    missing, empty, holding ``marker`` of ``kind``, or an older tansaku's output of ``kind``
+    (:func:`older_output_kind`). Else InputError, one line, nothing written: a file, a dataset or index, another kind's
     output, or a folder holding anything but the entries ``spare(entry)`` lets through. A marker that lists the
     ``files`` its command wrote (an output replaced whole) proves only those: anything added since is refused."""
     folder = require_named(folder, option)
@@ -260,18 +270,19 @@ def refuse_unmarked(folder: str | Path | None, option: str, marker: str, kind: s
     for other, proof in (("dataset folder", is_dataset), ("search index", is_index)):
         if proof(folder):
             raise InputError(f"{option} {folder} is a tansaku {other}, not a {what}; choose another {option}")
-    found = marker_kind(folder, marker)
+    marked = marker_kind(folder, marker)
+    found = marked or (older_output_kind(folder) if folder.is_dir() else None)
     if found is not None and found != kind:
-        raise InputError(f"{option} {folder} holds a tansaku {found} output ({marker}), not a {what}; "
+        raise InputError(f"{option} {folder} holds a tansaku {found} output, not a {what}; "
                          f"choose another {option}")
     if found == kind:
-        written = _read_json(folder / marker).get("files")
+        written = _read_json(folder / marker).get("files") if marked else None
         ours = {marker, PARTIAL_MARKER, *map(str, written)} if isinstance(written, list) else None
         if ours is not None and (added := sorted(set(os.listdir(folder)) - ours)):
             raise InputError(f"{option} {folder} is a tansaku {what} with files added since ({describe(added)}), "
                              f"which replacing it would delete; move them out or choose another {option}")
         return folder
-    if not folder.is_dir() or owned(folder):
+    if not folder.is_dir():
         return folder
     if foreign := sorted(e.name for e in folder.iterdir() if not spare(e)):
         raise InputError(f"{option} {folder} is not empty and no tansaku {what} made it (it holds "

@@ -78,8 +78,15 @@ def sha256_path(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def describe_input(path: str | Path, records: int | None = None) -> dict:
-    return {"path": str(path), "sha256": sha256_path(path), "records": records}
+def describe_input(path: str | Path, records: int | None = None, *, hashed: bool = True) -> dict:
+    """How a manifest names one input; the one place that shapes them, so every input has the same keys.
+
+    ``sha256`` is None for an input that is not a local file or folder (a remote index such as
+    ``opensearch:NAME``) or that the build does not hash (``hashed=False``); ``records`` is None when the
+    count is not known.
+    """
+    digest = sha256_path(path) if hashed and Path(str(path)).exists() else None
+    return {"path": str(path), "sha256": digest, "records": records}
 
 
 def code_version() -> dict:

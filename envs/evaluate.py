@@ -14,9 +14,7 @@ reward variance so every GRPO advantage is 0).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -207,21 +205,9 @@ def eval_out(out_dir: str | Path | None, dataset, index) -> Path | None:
     dataset or index — and for a folder that is, lies in or holds the dataset or index it reads."""
     if out_dir is None:
         return None
-    out = ownership.refuse_unmarked(out_dir, "--out", ownership.EVAL_MARKER, "eval", "eval folder", owned=_older_eval)
+    out = ownership.refuse_unmarked(out_dir, "--out", ownership.EVAL_MARKER, "eval", "eval folder")
     ownership.refuse_overlap(out, {"--dataset": dataset, "--index": index})
     return out
-
-
-def _older_eval(folder: Path) -> bool:
-    """An eval folder of a tansaku from before the marker: report.json (with the keys every eval report has) and
-    trajectories.jsonl, nothing else."""
-    try:
-        report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError):
-        return False
-    return (set(os.listdir(folder)) <= {"report.json", "trajectories.jsonl"} and isinstance(report, dict)
-            and isinstance(report.get("task"), str)
-            and ({"pass@1", "episodes"} <= report.keys() or {"mean_token_logprob", "rows"} <= report.keys()))
 
 
 def write_out(out: Path, report: dict, trajectories=None) -> None:

@@ -16,7 +16,8 @@ from tansaku.core.llm import ScriptedLLM
 from tansaku.envs.evaluate import NotReadyForRL
 from tansaku.trainer.difficulty import band_prompts, keep_rule
 from tansaku.trainer.recipes import RecipeError, load_recipe
-from tansaku.trainer.rl import build_dataset, rl_task
+from tansaku.trainer.rl import build_dataset
+from tansaku.trainer.rl_rewards import rl_task
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "trainer" / "recipes" / "rl-tiny.yaml"

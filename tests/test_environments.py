@@ -130,7 +130,7 @@ def test_one_grpo_step_with_environment_factory(task_name, index_dir, tiny_model
 
     from tansaku.core.llm import ScriptedLLM
     from tansaku.envs.environments import episode_variant, variant_factories
-    from tansaku.trainer.rl import environment_name
+    from tansaku.trainer.rl_rewards import environment_name
 
     task = TASKS[task_name]
     fixture = {"multihop_qa": "multihop", "egov_mcq": "egov_mcq", "deepresearch": "deepresearch"}[task_name]

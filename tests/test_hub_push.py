@@ -195,6 +195,25 @@ MANIFEST = {"name": "t", "version": "v", "pipeline": "p", "pipeline_version": "1
             "inputs": [], "parents": [], "config": {}, "seed": 0}
 
 
+def test_card_renders_inputs_without_records_or_hash_and_the_version_without_a_commit():
+    """A manifest input without ``records`` (an older manifest) and a remote index (``opensearch:NAME``, no
+    sha256) render as a line each; a wheel install (commit None) shows its version and no `None` commit."""
+    from tansaku.core.store import describe_input
+
+    remote = describe_input("opensearch:wiki")
+    assert remote == {"path": "opensearch:wiki", "sha256": None, "records": None}
+    manifest = {**MANIFEST, "code": {"package": "tansaku", "version": "9.8.7", "commit": None, "dirty": None},
+                "inputs": [{"path": "old/corpus", "sha256": "ab" * 32}, remote,
+                           {"path": "q.jsonl", "sha256": "cd" * 32, "records": 3}]}
+    text = render_card(manifest, [{"q": "x"}], {})
+    assert "- `old/corpus` (sha256 `abababababababab`)\n" in text
+    assert "- `opensearch:wiki` (not hashed)\n" in text
+    assert "- `q.jsonl` (sha256 `cdcdcdcdcdcdcdcd`, 3 records)\n" in text
+    assert "with tansaku 9.8.7\n" in text and "None" not in text.split("## Funnel")[0]
+    checkout = {**manifest, "code": {**manifest["code"], "commit": "f00d", "dirty": True}}
+    assert "with tansaku 9.8.7, commit `f00d` (with uncommitted changes)\n" in render_card(checkout, [], {})
+
+
 GOOD_NAMES = ["egov-terms", "my-license-1.0", "jemhopqa", "cc-by-sa-4.0+egov"]
 BAD_NAMES = ["", "My License", "日本の規約", "-leading-dash", "with space"]
 PLAIN_TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=12)

@@ -60,7 +60,8 @@ def test_train_rl_reads_the_rl_split_unless_told_otherwise(built):
     assert RLTask(name="multihop_qa", data=str(built / "with-rl")).prompt_split() == "rl"
     assert RLTask(name="multihop_qa", data=str(built / "plain")).prompt_split() == "train"
     assert RLTask(name="multihop_qa", data=str(built / "with-rl"), split="train").prompt_split() == "train"
-    from tansaku.trainer.rl import rl_task, task_rows
+    from tansaku.trainer.rl import task_rows
+    from tansaku.trainer.rl_rewards import rl_task
 
     spec = RLTask(name="multihop_qa", data=str(built / "with-rl"), index=str(built / "index"))
     rl_questions = {r["question"] for r in read_rows(built / "with-rl", "rl")}

@@ -21,7 +21,7 @@ from tansaku.trainer.collapse import collapse_warnings
 from tansaku.trainer.recipes import RecipeError, load_recipe
 from tansaku.trainer.report import run_report
 from tansaku.trainer.rescore import rescore
-from tansaku.trainer.rl import build_rewards, reward_inputs
+from tansaku.trainer.rl_rewards import build_rewards, reward_inputs
 
 TASK = TASKS["multihop_qa"]
 

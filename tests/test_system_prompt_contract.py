@@ -22,7 +22,8 @@ from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.trajectories.build import build_trajectories
 from tansaku.trainer.data import normalize_conversation
 from tansaku.trainer.recipes import RecipeError, RLTask
-from tansaku.trainer.rl import rl_task, task_rows
+from tansaku.trainer.rl import task_rows
+from tansaku.trainer.rl_rewards import rl_task
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "teacher_script.py"

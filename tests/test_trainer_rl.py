@@ -34,7 +34,8 @@ def two_task_recipe(tmp_path):
 
 
 def test_task_mix_routes_rows_and_scores_each_task_with_its_own_rewards(tmp_path):
-    from tansaku.trainer.rl import build_dataset, build_rewards, task_of_environment
+    from tansaku.trainer.rl import build_dataset
+    from tansaku.trainer.rl_rewards import build_rewards, task_of_environment
 
     recipe = two_task_recipe(tmp_path)
     dataset = build_dataset(recipe)
@@ -65,7 +66,7 @@ def test_task_mix_routes_rows_and_scores_each_task_with_its_own_rewards(tmp_path
 
 def test_unknown_reward_override_is_refused(tmp_path):
     from tansaku.trainer.recipes import RecipeError, load_recipe
-    from tansaku.trainer.rl import build_rewards
+    from tansaku.trainer.rl_rewards import build_rewards
 
     recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", "tasks.0.reward_weights={answr_reward: 2}"])
     with pytest.raises(RecipeError, match="unknown components \\['answr_reward'\\]"):

@@ -59,7 +59,8 @@ def train_rl(
 @train_app.command("eval")
 @friendly
 def train_eval(
-    task: Annotated[str, typer.Option("--task", help="multihop_qa | egov_mcq | deepresearch | general (retention)")],
+    task: Annotated[str, typer.Option("--task", help="multihop_qa | multihop_qa_compact (small models) | egov_mcq | "
+                                      "deepresearch | general (retention)")],
     dataset: Annotated[Path, typer.Option("--dataset", help="Dataset folder or JSONL of rows.")],
     model: Annotated[str, typer.Option("--model", help="LLM spec, or a model folder (= transformers:FOLDER).")],
     index: Annotated[str | None, typer.Option("--index", help="Search index the agent uses (not for general).")] = None,

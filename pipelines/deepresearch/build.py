@@ -134,8 +134,7 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
     config = {"clarify_share": clarify_share, "limit": limit, "keywords": keyword_config.to_dict(),
               "keyword_thresholds": keyword_config.thresholds(n_docs), "quality_threshold": quality_threshold,
               "min_sources": 2, "max_turns": 6, "prompts": PROMPTS, **chosen.recipe()}
-    inputs = [describe_input(corpus, n_docs),
-              {"path": str(index), "sha256": None, "records": None}]
+    inputs = [describe_input(corpus, n_docs), describe_input(index, hashed=False)]  # the index is not hashed
     manifest = build_dataset(
         out=out, name=name or "deepresearch", pipeline="deepresearch", pipeline_version=PIPELINE_VERSION,
         config=config, seed=seed, inputs=inputs, source=lambda: iter_rows(corpus),

@@ -134,9 +134,7 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
     }
     # Full descriptions for the card; the fingerprint holds only their identities (the stages' llm).
     models = {"teacher": _describe(teacher_client), "translator": _describe(rewriter)}
-    index_path = Path(str(index))
-    inputs = [describe_input(dataset), describe_input(catalog or CATALOG_PATH),
-              describe_input(index_path) if index_path.exists() else {"path": str(index), "sha256": None}]
+    inputs = [describe_input(dataset), describe_input(catalog or CATALOG_PATH), describe_input(index)]
     if general:
         inputs.append(describe_input(general, len(general_rows)))
 
