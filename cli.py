@@ -52,7 +52,7 @@ def prepare_tiny(dir: Annotated[Path | None, typer.Option("--dir", help="Cache f
 
 
 @index_app.command("build")
-@friendly
+@friendly(outputs=("index",))  # the index is what it writes
 def index_build(
     dataset: Annotated[Path, typer.Option("--dataset", help="Document dataset folder (synth build corpus).")],
     index: Annotated[str, typer.Option("--index", help="Index folder; with opensearch an index name or URL/NAME.")],
@@ -96,6 +96,8 @@ def serve_env(
     dataset: Annotated[Path | None, typer.Option("--dataset", help="Rows for --export.")] = None,
     split: Annotated[str, typer.Option("--split", help="Split for --export.")] = "train",
     seed: Seed = 0,
+    no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
+    concurrency: Concurrency = None,
 ):
     """Serve a task's tools and verifier over HTTP, as a NeMo Gym resources server (NeMo-RL, any trainer)."""
     from tansaku.envs.gym_service import serve

@@ -27,11 +27,11 @@ from tansaku.envs.rewards import (
     answer_reward,
     format_reward,
     make_format_reward,
-    make_rubric_reward,
     mcq_reward,
     tool_call_reward,
     zh_mix_penalty,
 )
+from tansaku.envs.rubric_reward import make_rubric_reward
 
 PEER = re.compile(r"\{\{([^{}]*)\}\}")
 

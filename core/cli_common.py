@@ -31,13 +31,20 @@ License = Annotated[str | None, typer.Option("--license", help="The card's licen
 LicenseFile = Annotated[Path | None, typer.Option("--license-file", help="License text, copied into the dataset as LICENSE; needed with --license other:NAME unless the input folder ships a LICENSE (then carried over).")]
 
 
-# The options that name what a command writes, most specific first: a full disk names the first one given
-# (``train eval --out`` rather than its --index; ``synth index build --index``).
-OUTPUT_OPTIONS = ("out", "export", "dir", "index")
+# The options that name what a command writes, most specific first: a full disk names the first one given.
+# Only outputs: ``--index`` is an input of most commands (``train eval``, ``train select``, ``synth search``), so a
+# command whose output is another option names it itself (``synth index build``: ``friendly(outputs=("index",))``).
+OUTPUT_OPTIONS = ("out", "export", "dir")
 
 
-def friendly(fn):
-    """Bad input (``TansakuError``, OS error on a user's path, refused connection, full disk) → one line, exit 2."""
+def friendly(fn=None, *, outputs: tuple[str, ...] = OUTPUT_OPTIONS):
+    """Bad input (``TansakuError``, OS error on a user's path, refused connection, full disk) → one line, exit 2.
+
+    ``@friendly``, or ``@friendly(outputs=(…))`` for a command that writes to options other than
+    ``OUTPUT_OPTIONS``: the parameter names, most specific first, that a full disk with no file name is
+    reported against (none given: the line says the command's output could not be written)."""
+    if fn is None:
+        return functools.partial(friendly, outputs=outputs)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -45,9 +52,9 @@ def friendly(fn):
             return fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - re-raised unless it is bad input
             given = [x for v in (*args, *kwargs.values()) for x in (v if isinstance(v, list) else [v])]
-            outputs = [kwargs[name] for name in OUTPUT_OPTIONS if kwargs.get(name) is not None]
+            written = [kwargs[name] for name in outputs if kwargs.get(name) is not None]
             ours = isinstance(e, TansakuError)
-            text = (str(e).strip() or type(e).__name__) if ours else user_error_line(e, given, outputs)
+            text = (str(e).strip() or type(e).__name__) if ours else user_error_line(e, given, written)
             if text is None or os.environ.get("TANSAKU_DEBUG") == "1":
                 raise
             typer.echo(f"error: {text if ours and e.multiline else text.splitlines()[0]}", err=True)

@@ -28,11 +28,11 @@ from huggingface_hub import DatasetCard
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError
 from tansaku.core.licenses import LICENSE_FIX
+from tansaku.core.ownership import INDEX_MARKER
 from tansaku.core.store import MANIFEST, read_manifest, validate_for_push
 from tansaku.data_cards import card_problems, nested_datasets, subset_configs
 
 CARD = "README.md"
-INDEX_MARKER = "tansaku_index.json"  # written into every search index folder (tansaku.search)
 
 
 class HubPushError(InputError):

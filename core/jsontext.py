@@ -4,6 +4,8 @@
     line = jsontext.dumps(row)              # json.dumps(ensure_ascii=False); a lone surrogate is written as U+FFFD
     value = jsontext.loads(text_or_bytes)   # json.loads with nesting bounded; lone surrogates read as U+FFFD
     value, n = jsontext.scrub(value)        # a value made elsewhere (a model's answer, a Python callable's)
+    value = jsontext.read_file(path)        # a JSON file: any way it fails is one JSONInputError
+    meta = jsontext.read_object(path)       # a JSON object file, or None (missing, broken, not an object)
 
 Lone surrogates. JSON may spell half of a UTF-16 pair on its own (``"\\ud800"``); ``json.loads`` returns it
 as a Python string that no UTF-8 writer accepts, so it raised ``UnicodeEncodeError`` far from the input, in
@@ -22,6 +24,11 @@ them on text, for parsers that recurse in Python (json-repair). Refusals are
 :class:`JSONInputError`, a ``json.JSONDecodeError``: callers (and FastAPI, which answers 422) treat it as
 invalid JSON, with ``msg`` saying why.
 
+Files. :func:`read_file` is how tansaku reads a JSON file (a manifest, an index's metadata, a report, a
+trainer state): the bytes through ``loads``, and every way the file fails to give a value — unreadable,
+not UTF-8, not JSON, too deep — is one ``JSONInputError``, so each caller words one line (or treats the file as
+absent, :func:`read_object`) instead of listing the exceptions it remembered.
+
 >>> dumps({"title": "\\ud800港"})
 '{"title": "\\ufffd港"}'
 >>> loads('{"title": "\\\\ud800港"}')
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 REPLACEMENT = "\ufffd"
@@ -193,3 +201,38 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH, decoded: bool = Fals
     if text.count("[") + text.count("{") > max_depth and depth_exceeds(value, max_depth):
         raise JSONInputError(f"nested too deeply, over {max_depth} levels")
     return scrub(value)[0] if may_hold_surrogates(text, decoded) else value
+
+
+def read_file(path: str | Path, *, max_depth: int = MAX_DEPTH) -> Any:
+    """The JSON value in the file at ``path``: its bytes read by :func:`loads` (nesting bounded, a BOM allowed,
+    lone surrogates read as U+FFFD).
+
+    Raises :class:`JSONInputError` (a ``json.JSONDecodeError``, so a ``ValueError``), and only that, for every
+    file that gives no value; ``msg`` says why: the file cannot be read (missing, a folder, no permission: the
+    OS's words), is not UTF-8, is not JSON (json's reason with its line and column), nests deeper than
+    ``max_depth`` or holds a number over Python's digit limit. No ``OSError`` passes through: the caller names
+    the file in its own one-line message. What the value must be (an object, its keys) is the caller's check.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise JSONInputError(f"cannot be read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        return loads(data, max_depth=max_depth)
+    except JSONInputError:
+        raise
+    except json.JSONDecodeError as exc:  # invalid JSON: json's own reason and where
+        raise JSONInputError(str(exc)) from None
+
+
+def read_object(path: str | Path, default: Any = None, *, max_depth: int = MAX_DEPTH) -> dict | Any:
+    """The JSON object (a dict) in the file at ``path``, else ``default``: for a file that is missing or that
+    :func:`read_file` refuses, and for a file holding another JSON value (a list, a string, a number).
+
+    For files a program may do without — a cache, a saved result it recomputes, a state it can skip — never
+    for a file whose damage the user must be told about (use ``read_file`` and say so in one line)."""
+    try:
+        value = read_file(path, max_depth=max_depth)
+    except JSONInputError:
+        return default
+    return value if isinstance(value, dict) else default

@@ -18,10 +18,9 @@ Two checks run at different times:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tansaku.core import ownership
+from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.recipe import describe_changes, fingerprint, recipe_of_manifest
 
@@ -40,13 +39,15 @@ class EmptyBuildError(InputError):
 
 
 def read_manifest(path: str | Path) -> dict:
+    """The manifest of the dataset folder ``path``, checked; ``StoreError`` (one line naming the file) when there
+    is none, when it is not a readable JSON object (``jsontext.read_file``) or its splits and stages are malformed."""
     p = Path(path) / MANIFEST
     if not p.exists():
         raise StoreError(f"{path} is not a tansaku dataset (no {MANIFEST}); build it with `synth build …`")
     try:
-        manifest = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{p}: not valid JSON ({type(exc).__name__}); rebuild the dataset") from None
+        manifest = jsontext.read_file(p)
+    except jsontext.JSONInputError as exc:  # unreadable, not UTF-8, not JSON, nested too deeply
+        raise StoreError(f"{p}: not valid JSON ({exc.msg}); rebuild the dataset") from None
     if not isinstance(manifest, dict):
         raise StoreError(f"{p}: not a tansaku manifest (a JSON {type(manifest).__name__}); rebuild the dataset")
     # What every reader indexes into: row counts per split, one object per stage (else a TypeError far away).

@@ -12,6 +12,7 @@ own (:func:`refuse_unmarked` checks them, :func:`write_marker` writes them):
 
     eval folder      tansaku_eval.json    (``train eval --out``: ``{"kind": "eval", …}``; report.json comes last)
     training run     tansaku_recipe.json  (``train sft`` / ``train rl`` output_dir: the resolved recipe and its kind)
+    rescore folder   tansaku_rescore.json (``train rescore --out``: ``{"kind": "rescore", …}``)
 
 ``foreign_entries(folder, kind)`` lists what in a folder is not provably tansaku's (a dataset folder may
 also hold nested tansaku outputs: the egov build keeps ``articles/`` and ``index/`` in its dataset folder,
@@ -22,9 +23,10 @@ or removed. :func:`refuse_overlap` refuses an output that is, lies inside or hol
 Outputs swapped in whole (an index, a merged model) are written into a hidden sibling ``.NAME.partial-XXXXXXXX``
 whose first file (``.tansaku_partial.json``) names ``NAME``, then renamed over ``NAME`` through an empty
 ``.NAME.old-XXXXXXXX`` (:func:`swapped_in`). After a ``kill -9`` at any point each leftover is provably the
-build's own (marked, empty, or the output it replaced), and the next build into ``NAME`` removes it.
+build's own (marked, empty, or the output it replaced), and the next build into ``NAME`` removes it. A live
+build holds a ``flock`` on its leftovers, so a sweep never removes one in use (:func:`swapped_in` says why).
 
-``folder_lock(folder, option)`` holds an exclusive ``flock`` on the folder itself for the whole build, so a
+``folder_lock(folder, option)`` (``tansaku.core.folder_locks``) holds an exclusive ``flock`` on the folder itself for the whole build, so a
 second build into the same folder is refused in one line instead of racing for the same temp files. The
 kernel drops the lock when the process exits, even on ``kill -9``, so a killed build never leaves a stale
 lock behind, and no lock file is ever written into the user's folder.
@@ -35,18 +37,19 @@ lock behind, and no lock file is ever written into the user's folder.
 
 from __future__ import annotations
 
-import fcntl
+import errno
 import json
 import os
 import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError
+from tansaku.core.folder_locks import FolderBusyError, folder_lock, locked, still_names
 
 DATASET_MARKER = "manifest.json"
 INDEX_MARKER = "tansaku_index.json"
@@ -59,13 +62,13 @@ NESTED_WRITES = ("articles", "index")
 MODEL_MARKER = "tansaku_model.json"
 EVAL_MARKER = "tansaku_eval.json"
 RUN_MARKER = "tansaku_recipe.json"
+RESCORE_MARKER = "tansaku_rescore.json"
+# Every marker that names its output's kind: a folder holding one of them is that kind's output, whichever
+# command is given it (refuse_unmarked names the kind instead of calling it a user's folder).
+KIND_MARKERS = (EVAL_MARKER, RUN_MARKER, MODEL_MARKER, RESCORE_MARKER)
 PARTIAL_MARKER = ".tansaku_partial.json"
 # tempfile.mkdtemp's names: the prefix, then 8 of [a-z0-9_]; "of" is the folder the leftover was made for.
 _LEFTOVER = re.compile(r"^\.(?P<of>.+)\.(?P<part>partial|old)-[a-z0-9_]{8}$")
-
-
-class FolderBusyError(InputError):
-    """Another process is building into the same folder right now."""
 
 
 def refuse_other_kind(folder: Path, option: str, kind: str) -> None:
@@ -89,9 +92,11 @@ def _shaped(obj: object, keys: tuple[str, ...]) -> bool:
 
 
 def _read_json(path: Path) -> object:
+    """The JSON value in ``path``, or None when it is missing or broken (depth-bounded: a 100k-deep "marker" is
+    no marker, not a crash)."""
     try:
-        return jsontext.loads(path.read_bytes())  # depth-bounded: a 100k-deep "marker" is not one, not a crash
-    except (OSError, json.JSONDecodeError):
+        return jsontext.read_file(path)
+    except jsontext.JSONInputError:
         return None
 
 
@@ -158,17 +163,6 @@ def _unfinished_build(folder: Path) -> bool:
     return work.is_dir() and not work.is_symlink() and not any(work.iterdir()) and os.listdir(folder) == [".work"]
 
 
-def refuse_foreign(folder: str | Path, option: str) -> Path:
-    """Early check for a build that writes sub-builds (egov: ``out/articles``, ``out/index``) before its own
-    dataset: refuse ``folder`` unless it is missing, empty, or a dataset folder tansaku made, finished or
-    interrupted (the store checks its recipe later), so a refused run leaves nothing in someone else's folder."""
-    folder = require_named(folder, option)
-    refuse_other_kind(folder, option, "dataset")
-    if not (is_dataset(folder) or work_recipe(folder) is not None):  # finished, or interrupted (resumes)
-        refuse_foreign_entries(folder, option)
-    return folder
-
-
 def refuse_foreign_entries(folder: Path, option: str, error: type[Exception] = InputError) -> None:
     """``error`` (one line naming a few of them) when ``folder`` holds anything no tansaku build made."""
     if foreign := foreign_entries(folder, "dataset"):
@@ -187,27 +181,6 @@ def make_folder(folder: Path, option: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"{option} {folder}: cannot create the folder ({exc.strerror or exc})") from None
-
-
-@contextmanager
-def folder_lock(folder: Path, option: str) -> Iterator[None]:
-    """Hold an exclusive lock on the existing folder ``folder``; FolderBusyError when another process holds it."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise FolderBusyError(f"{option} {folder} is being built by another process right now; wait for it "
-                                  f"to finish or choose another {option}") from None
-        except OSError:
-            # A file system without flock (some network mounts): build unlocked rather than not at all.
-            pass
-        st, now = os.fstat(fd), os.stat(folder)
-        if (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino):  # swapped in by a build that just finished
-            raise FolderBusyError(f"{option} {folder} was just replaced by another process; run again")
-        yield
-    finally:
-        os.close(fd)  # closing the last descriptor releases the flock
 
 
 @contextmanager
@@ -262,7 +235,8 @@ def refuse_unmarked(folder: str | Path | None, option: str, marker: str, kind: s
     """``folder`` as a Path when a command writing a ``what`` (``eval folder``, ``sft run`` …) may write into it:
     missing, empty, holding ``marker`` of ``kind``, or an older tansaku's output of ``kind``
     (:func:`older_output_kind`). Else InputError, one line, nothing written: a file, a dataset or index, another kind's
-    output, or a folder holding anything but the entries ``spare(entry)`` lets through. A marker that lists the
+    output (current: any of :data:`KIND_MARKERS`; or older), or a folder holding anything but the entries
+    ``spare(entry)`` lets through. A marker that lists the
     ``files`` its command wrote (an output replaced whole) proves only those: anything added since is refused."""
     folder = require_named(folder, option)
     if folder.exists() and not folder.is_dir():
@@ -271,7 +245,9 @@ def refuse_unmarked(folder: str | Path | None, option: str, marker: str, kind: s
         if proof(folder):
             raise InputError(f"{option} {folder} is a tansaku {other}, not a {what}; choose another {option}")
     marked = marker_kind(folder, marker)
-    found = marked or (older_output_kind(folder) if folder.is_dir() else None)
+    others = (marker_kind(folder, m) for m in KIND_MARKERS if m != marker)
+    found = marked or next((k for k in others if k is not None), None) or (
+        older_output_kind(folder) if folder.is_dir() else None)
     if found is not None and found != kind:
         raise InputError(f"{option} {folder} holds a tansaku {found} output, not a {what}; "
                          f"choose another {option}")
@@ -334,29 +310,64 @@ def leftover_of(entry: Path) -> str | None:
 
 
 def sweep_leftovers(folder: Path) -> None:
-    """Remove what killed builds into ``folder`` left next to it. Only the holder of ``folder``'s lock makes
-    such siblings, so under the lock none of them is in use."""
+    """Remove what killed builds into ``folder`` left next to it: every leftover that no live build holds
+    locked (a killed build's locks are gone: the kernel drops them, even on ``kill -9``)."""
     for entry in folder.parent.iterdir():
         if leftover_of(entry) == folder.name:
-            shutil.rmtree(entry, ignore_errors=True)
+            with suppress(OSError):  # removed meanwhile, or unreadable: nothing to remove now
+                if (fd := locked(entry)) is not None:
+                    shutil.rmtree(entry, ignore_errors=True)
+                    os.close(fd)
+
+
+def _sibling(folder: Path, part: str, option: str | None, held: ExitStack) -> Path:
+    """A new empty ``.NAME.<part>-XXXXXXXX`` next to ``folder``, locked until ``held`` closes; InputError when
+    ``folder``'s parent folder is not writable."""
+    named = f"{option} {folder}" if option else str(folder)
+    try:
+        path = Path(tempfile.mkdtemp(prefix=f".{folder.name}.{part}-", dir=folder.parent))
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise InputError(f"{named}: cannot write beside it ({exc.strerror}): the output is built next to it and "
+                         f"swapped in, so its parent folder {folder.parent} must be writable") from None
+    with suppress(OSError):  # gone, or locked by another: a sweep took it, empty and not yet locked, for a leftover
+        if (fd := locked(path)) is not None:
+            held.callback(os.close, fd)
+            if still_names(fd, path):
+                return path
+    raise FolderBusyError(f"{named} is being built by another process right now; run again")
 
 
 @contextmanager
-def swapped_in(folder: Path) -> Iterator[Path]:
+def swapped_in(folder: Path, option: str | None = None) -> Iterator[Path]:
     """A new hidden sibling of ``folder`` to write a whole output into; when the block ends without an error it
-    replaces ``folder`` (for a symbolic link: the folder it points to, so the link stays), else it is removed.
-    Call it holding ``folder``'s lock (:func:`claimed`): it first removes the leftovers of killed builds."""
+    replaces ``folder`` (for a symbolic link: the folder it points to, so the link stays), else it is removed
+    and ``folder`` is left as it was. Call it holding ``folder``'s lock (:func:`claimed`): it first removes the
+    leftovers of killed builds. ``option`` names ``folder`` in an error (an unwritable parent folder).
+
+    ``folder``'s lock alone does not prove a leftover dead: between the two renames the name is free, so a
+    second build can create and lock a fresh ``folder`` and sweep. So this build holds a ``flock`` on each of its
+    siblings while they are its own (``held``; once ``.old-*`` holds the replaced output, it is the folder that
+    the caller's :func:`folder_lock` holds), and :func:`sweep_leftovers` skips what it cannot lock."""
     folder = Path(os.path.realpath(folder))
     sweep_leftovers(folder)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
-    try:
+    with ExitStack() as held:
+        tmp = _sibling(folder, "partial", option, held)
+        held.callback(shutil.rmtree, tmp, ignore_errors=True)  # still there only when the build failed
         (tmp / PARTIAL_MARKER).write_text(json.dumps({"of": folder.name}), encoding="utf-8")  # first: ours
         yield tmp
-        old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
-        if folder.exists():
-            os.replace(folder, old)  # onto the empty folder: allowed for directories
-        os.replace(tmp, folder)
+        old, moved = _sibling(folder, "old", option, held), False
+        try:
+            if folder.exists():
+                os.replace(folder, old)  # onto the empty folder: allowed for directories
+                moved = True
+            os.replace(tmp, folder)
+        except BaseException:
+            if moved:  # the old output back: never leave folder missing and its output in .old-* (swept)
+                os.replace(old, folder)
+            else:
+                old.rmdir()  # still empty
+            raise
         (folder / PARTIAL_MARKER).unlink(missing_ok=True)
         shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # still there only when the build failed

@@ -105,14 +105,26 @@ def set_plan(shard: str | None = None, merge_from: list[Path] | None = None) -> 
 
 @contextmanager
 def nested_at(sub: str):
-    """Shard (or merge) only the build a pipeline nests at ``--out/sub`` inside this block; what the pipeline
-    builds after it runs whole (e-Gov: the articles are sharded, the questions are one build on the merge)."""
+    """Shard (or merge) the build a pipeline nests at ``--out/sub`` inside this block; the plan in force before
+    it is back after it (also when the block raises). A build after it that must run whole goes in
+    :func:`whole` (e-Gov: the articles are sharded, the questions are one build on the merge)."""
     global PLAN
-    PLAN = PLAN.under(sub)
+    outer, PLAN = PLAN, PLAN.under(sub)
     try:
         yield PLAN
     finally:
-        PLAN = ShardPlan()
+        PLAN = outer
+
+
+@contextmanager
+def whole():
+    """Builds inside this block run whole whatever the plan (no shard, no merge); the plan is back after it."""
+    global PLAN
+    outer, PLAN = PLAN, ShardPlan()
+    try:
+        yield PLAN
+    finally:
+        PLAN = outer
 
 
 def _is_shard(folder: Path) -> bool:

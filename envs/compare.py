@@ -12,7 +12,6 @@ the two not comparable (another task, task version, dataset, split or k).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich.table import Table
@@ -72,8 +71,8 @@ def load_report(path: str | Path) -> dict:
     if not path.is_file():
         raise MissingInputError(f"no eval report at {path} (write one with `train eval … --out DIR`)")
     try:
-        report = jsontext.loads(path.read_bytes())
-    except json.JSONDecodeError as e:  # also not UTF-8 or nested too deeply (jsontext.JSONInputError)
+        report = jsontext.read_file(path)
+    except jsontext.JSONInputError as e:  # unreadable, not UTF-8, not JSON, nested too deeply
         raise InputError(f"{path} is not JSON: {e}") from None
     if not isinstance(report, dict):
         raise InputError(f"{path} is not an eval report (expected a JSON object)")

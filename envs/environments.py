@@ -12,6 +12,17 @@ means the task's ``top_k`` (stated in the description: schemas carry no defaults
 ``top_k`` in the signature so a ``"size"`` inside a JSON query body still counts). ``tool_methods`` /
 ``tool_schemas`` read what the model is shown; ``tool_variant`` records which variant it was.
 
+Per-episode tool interfaces (opt-in, ``tansaku.envs.tool_interfaces``): with ``ToolsConfig.interface_variants``
+= 2, ``reset`` also draws an interface (``draw_interface``: stable per row and seed, independent of the
+description draw; ``interface=`` or ``ToolsConfig.interface_variant`` fixes it). Interface 0 is this class,
+``search(query, size)`` / ``open_doc(doc_id, offset)``; interface 1 is ``FindReadEnvironment``,
+``find(keywords: list[str], top_k)`` / ``read(doc_id, page)``, the same backend calls and replies. TRL lists
+tool names on the *class*, so the instance takes its interface's class (``_bind`` sets ``__class__``; the
+subclass hides ``search``/``open_doc`` behind non-functions): ``type(env)`` lists exactly the drawn tools,
+and a call in the other interface's shape (``search`` on interface 1, ``find(query=…)``) fails like any
+other tool error. ``tool_interface`` records it; ``episode_prompt`` renames the tools a system prompt
+mentions (``search で…`` → ``find で…``), as RL's dataset, eval/teacher rollouts and SFT rows all do.
+
 How TRL 1.16 (``trl/trainer/grpo_trainer.py``) uses this class, and why RL passes one factory per variant:
 * ``__init__`` (l. 685-704) calls each factory once (a probe instance), lists the tool names on the *class*
   (``inspect.getmembers(type(instance), isfunction)``, minus ``reset``/``get_reward``/``_…``) and keeps
@@ -21,15 +32,19 @@ How TRL 1.16 (``trl/trainer/grpo_trainer.py``) uses this class, and why RL passe
 * Per batch (l. 2364-2383) it builds the callables from each pooled instance, then calls ``reset(**row)``
   (l. 2385-2389, ``environment`` column left out); a tool that raises counts in ``tools/failure_frequency``
   (l. 1980-1990, 2312-2320) and its content is ``str({"error": str(e)})`` (l. 1989, 2018).
-So with a single factory every prompt shows one fixed variant. ``tansaku.trainer.rl`` passes
-``variant_factories`` instead — ``{"<task>@tools-v<n>": factory}`` — with an ``environment`` column drawn
-per row by ``episode_variant`` (the same draw ``reset`` makes), so each row's prompt carries its variant.
+So with a single factory every prompt shows one fixed variant (and one class: one interface; worse, TRL takes
+a batch's callables before ``reset``, which may then switch an instance to another interface's class).
+``tansaku.trainer.rl`` passes ``variant_factories`` instead — one factory per (description variant,
+interface), ``{"<task>@tools-v<d>": factory}`` for interface 0 and ``"<task>@tools-v<d>-i<k>"`` for the
+others — with an ``environment`` column drawn per row by ``episode_variant`` / ``episode_interface`` (the
+draws ``reset`` makes), so each row's prompt carries its variant and its interface.
 
 No ``get_reward`` on purpose: TRL would add it as an extra reward with weight 1, outside the task's weights.
 
     from tansaku.envs.environments import make_environment_factory
     factory = make_environment_factory(TASKS["multihop_qa"], "out/index")
     env = factory(); env.reset(**row); env.search("白砂市"); env.tool_variant; tool_schemas(env)
+    task = replace(task, tools_config={**task.tools_config, "interface_variants": 2})  # find/read too
 """
 
 from __future__ import annotations
@@ -41,11 +56,14 @@ from pathlib import Path
 
 from tansaku.core.errors import InputError
 from tansaku.envs.search import open_index
+from tansaku.envs.tool_interfaces import INTERFACES, check_interfaces, draw_interface, interface_prompt
 from tansaku.envs.tools import (
     N_VARIANTS,
     ToolError,
     ToolsConfig,
     draw_variant,
+    keyword_search_text,
+    numbered_page_text,
     page_text,
     search_text,
     tool_docstrings,
@@ -69,50 +87,83 @@ def require_prompt(row: dict) -> None:
                          "(synth build … writes `prompt`) or add it with TASKS[task].to_trl_rows(rows)")
 
 
+class _NotATool:
+    """A class attribute hiding an inherited tool: not a function, so neither TRL nor ``tool_methods`` lists
+    it; called directly, it fails as a tool error."""
+
+    def __set_name__(self, owner, name):
+        self.name, self.owner = name, owner
+
+    def __call__(self, *args, **kwargs):
+        raise ToolError(f"{self.name} is not a tool of this episode; its tools are "
+                        f"{' and '.join(INTERFACES[self.owner.interface])}.")
+
+
 class SearchEnvironment:
-    """One episode's ``search``/``open_doc`` over a shared backend: config, description variant, call budget."""
+    """One episode's tools over a shared backend: config, description variant, interface, call budget.
+
+    This class is interface 0 (``search``/``open_doc``); ``FindReadEnvironment`` is interface 1. An instance
+    takes the class of its episode's interface (``_bind``), so ``type(env)`` lists exactly its tools."""
+
+    interface = 0
 
     def __init__(self, backend, tools_config: dict | ToolsConfig | None = None, max_tool_calls: int = 16,
-                 variant: int | None = None, seed: int = 0, require_prompt: bool = False):
+                 variant: int | None = None, seed: int = 0, require_prompt: bool = False,
+                 interface: int | None = None):
         config = tools_config if isinstance(tools_config, ToolsConfig) else ToolsConfig(**(tools_config or {}))
         fixed = variant if variant is not None else config.description_variant
         if fixed is not None and not 0 <= fixed < N_VARIANTS:
             raise ValueError(f"variant must be in 0..{N_VARIANTS - 1}, got {fixed}")
+        fixed_interface = interface if interface is not None else config.interface_variant
+        check_interfaces(config.interface_variants, fixed_interface)
         self._backend, self._config, self._max_tool_calls = backend, config, max_tool_calls
         self._fixed_variant, self._seed, self._require_prompt = fixed, seed, require_prompt
-        self._calls, self._variant = 0, None
-        # Before any reset (TRL's probe instance): the fixed variant, else the draw for an empty row.
-        self._bind(fixed if fixed is not None else draw_variant("", seed))
+        self._fixed_interface = fixed_interface
+        self._calls, self._variant, self._interface = 0, None, None
+        # Before any reset (TRL's probe instance): the fixed variant/interface, else the draws for an empty row.
+        self._bind(*self._draw(""))
 
-    def _bind(self, variant: int) -> None:
-        """Shadow the class's tools with instance functions carrying ``variant``'s descriptions."""
-        if variant == self._variant:
+    def _draw(self, key: str) -> tuple[int, int]:
+        """(description variant, interface) of the episode of row key ``key``."""
+        variant = self._fixed_variant if self._fixed_variant is not None else draw_variant(key, self._seed)
+        interface = (self._fixed_interface if self._fixed_interface is not None
+                     else draw_interface(key, self._seed, self._config.interface_variants))
+        return variant, interface
+
+    def _bind(self, variant: int, interface: int = 0) -> None:
+        """Take ``interface``'s class and shadow its tools with instance functions carrying ``variant``'s
+        descriptions (the signatures are the interface's: a call in another shape is a TypeError)."""
+        if (variant, interface) == (self._variant, self._interface):
             return
-        self._variant = variant
-        docs = tool_docstrings(variant, self._config)
-        cls = type(self)
-
-        def search(query: str, size: int | None = None) -> str:
-            return cls.search(self, query, size)
-
-        def open_doc(doc_id: str, offset: int = 0) -> str:
-            return cls.open_doc(self, doc_id, offset)
-
-        for function in (search, open_doc):
+        for name in INTERFACES[self._interface or 0]:
+            self.__dict__.pop(name, None)
+        if type(self).interface != interface:  # a subclass of the right interface is kept
+            self.__class__ = ENVIRONMENT_CLASSES[interface]
+        self._variant, self._interface = variant, interface
+        docs = tool_docstrings(variant, self._config, interface)
+        for function in self._tool_functions():
             function.__doc__ = docs[function.__name__]
             function.__qualname__ = function.__name__  # TypeErrors the model reads say "search()", not a path
             setattr(self, function.__name__, function)  # getattr(instance, name), as TRL does, finds these
 
+    def _tool_functions(self) -> tuple[Callable, ...]:
+        def search(query: str, size: int | None = None) -> str:
+            return type(self).search(self, query, size)
+
+        def open_doc(doc_id: str, offset: int = 0) -> str:
+            return type(self).open_doc(self, doc_id, offset)
+
+        return search, open_doc
+
     def reset(self, /, **row) -> str | None:
-        """Start an episode for one dataset row: fresh call budget, this episode's description variant.
-        With ``require_prompt`` (factories' default) a row without a non-empty user turn is refused.
+        """Start an episode for one dataset row: fresh call budget, this episode's description variant and
+        interface. With ``require_prompt`` (factories' default) a row without a non-empty user turn is refused.
         ``self`` is positional-only: a row may have a field named ``self`` (TRL and ``serve-env`` pass the row
         as keywords)."""
         if self._require_prompt:
             require_prompt(row)
         self._calls = 0
-        self._bind(self._fixed_variant if self._fixed_variant is not None
-                   else draw_variant(episode_key(row), self._seed))
+        self._bind(*self._draw(episode_key(row)))
         return None
 
     def _spend(self) -> None:
@@ -154,6 +205,11 @@ class SearchEnvironment:
         return self._variant
 
     @property
+    def tool_interface(self) -> int:
+        """The tool interface this episode's model sees (0: search/open_doc, 1: find/read)."""
+        return self._interface
+
+    @property
     def tools_config(self) -> ToolsConfig:
         return self._config
 
@@ -161,6 +217,53 @@ class SearchEnvironment:
     def tool_calls_made(self) -> int:
         """Calls made in this episode."""
         return self._calls
+
+
+class FindReadEnvironment(SearchEnvironment):
+    """Interface 1: ``find(keywords, top_k)`` and ``read(doc_id, page)``, over the same backend calls and
+    replies (``tools.keyword_search_text`` / ``numbered_page_text``); interface 0's tools are hidden."""
+
+    interface = 1
+    search = _NotATool()
+    open_doc = _NotATool()
+
+    def _tool_functions(self) -> tuple[Callable, ...]:
+        def find(keywords: list[str], top_k: int | None = None) -> str:
+            return type(self).find(self, keywords, top_k)
+
+        def read(doc_id: str, page: int = 0) -> str:
+            return type(self).read(self, doc_id, page)
+
+        return find, read
+
+    def find(self, keywords: list[str], top_k: int | None = None) -> str:
+        """Search the document collection by keywords (the episode's variant replaces this description).
+
+        Args:
+            keywords: Keywords to search for, as a list of strings.
+            top_k: How many hits to return (default: the task's top_k).
+
+        Returns:
+            Ranked hits with doc_id, title and snippet.
+        """
+        self._spend()
+        return keyword_search_text(self._backend, self._config, keywords, top_k)
+
+    def read(self, doc_id: str, page: int = 0) -> str:
+        """Read a document by doc_id, one numbered page at a time (the episode's variant replaces this).
+
+        Args:
+            doc_id: The doc_id from a search hit.
+            page: Page number to read (0 = first page).
+
+        Returns:
+            A page of the document and the next page number.
+        """
+        self._spend()
+        return numbered_page_text(self._backend, self._config, doc_id, page)
+
+
+ENVIRONMENT_CLASSES = (SearchEnvironment, FindReadEnvironment)  # by interface number (tool_interfaces.INTERFACES)
 
 
 def tool_methods(environment) -> dict[str, Callable]:
@@ -206,8 +309,9 @@ def open_backend(index):
 @dataclass
 class EnvironmentFactory:
     """Zero-argument callable for TRL's ``environment_factory`` and ``run_rollouts``: one fresh environment
-    per call, all sharing one backend. ``variant``: fix the description variant (else drawn at ``reset``).
-    ``require_prompt``: ``reset(**row)`` refuses a row without a ``prompt`` whose user turn has text."""
+    per call, all sharing one backend. ``variant`` / ``interface``: fix the description variant / the tool
+    interface (else drawn at ``reset``). ``require_prompt``: ``reset(**row)`` refuses a row without a
+    ``prompt`` whose user turn has text."""
 
     backend: object
     config: ToolsConfig
@@ -215,21 +319,22 @@ class EnvironmentFactory:
     variant: int | None = None
     seed: int = 0
     require_prompt: bool = True
+    interface: int | None = None
 
     def __call__(self) -> SearchEnvironment:
         return SearchEnvironment(self.backend, self.config, self.max_tool_calls, self.variant, self.seed,
-                                 self.require_prompt)
+                                 self.require_prompt, self.interface)
 
 
 def make_environment_factory(task, index, variant: int | None = None, seed: int = 0,
-                             require_prompt: bool = True) -> EnvironmentFactory:
+                             require_prompt: bool = True, interface: int | None = None) -> EnvironmentFactory:
     """The task's environments (its ``tools_config`` and ``max_tool_calls``) over ``index``.
 
     ``index``: an index folder / OpenSearch target for ``tansaku.envs.search.open_index``, or an opened backend.
-    ``seed`` changes which variant each row draws.
+    ``seed`` changes which variant (and interface) each row draws.
     """
     return EnvironmentFactory(open_backend(index), ToolsConfig(**task.tools_config), task.max_tool_calls,
-                              variant, seed, require_prompt)
+                              variant, seed, require_prompt, interface)
 
 
 def task_variants(task) -> list[int]:
@@ -238,13 +343,35 @@ def task_variants(task) -> list[int]:
     return [fixed] if fixed is not None else list(range(N_VARIANTS))
 
 
+def task_interfaces(task) -> list[int]:
+    """The tool interfaces a task's episodes can show: the one its ``tools_config`` fixes, else the first
+    ``interface_variants`` (default 1: interface 0 only)."""
+    config = ToolsConfig(**task.tools_config)
+    fixed = config.interface_variant
+    return [fixed] if fixed is not None else list(range(config.interface_variants))
+
+
 def episode_variant(task, row: dict, seed: int = 0) -> int:
     """The variant ``reset(**row)`` draws for ``row`` in the task's environments (fixed one if configured)."""
     fixed = task.tools_config.get("description_variant")
     return fixed if fixed is not None else draw_variant(episode_key(row), seed)
 
 
-def variant_factories(task, index) -> dict[int, EnvironmentFactory]:
-    """``{variant: factory with that variant fixed}`` over one backend, for TRL (see module docstring)."""
+def episode_interface(task, row: dict, seed: int = 0) -> int:
+    """The interface ``reset(**row)`` draws for ``row`` in the task's environments (fixed one if configured)."""
+    config = ToolsConfig(**task.tools_config)
+    fixed = config.interface_variant
+    return fixed if fixed is not None else draw_interface(episode_key(row), seed, config.interface_variants)
+
+
+def variant_factories(task, index) -> dict[tuple[int, int], EnvironmentFactory]:
+    """``{(variant, interface): factory with both fixed}`` over one backend, for TRL (see module docstring)."""
     backend = open_backend(index)
-    return {v: make_environment_factory(task, backend, variant=v) for v in task_variants(task)}
+    return {(v, i): make_environment_factory(task, backend, variant=v, interface=i)
+            for v in task_variants(task) for i in task_interfaces(task)}
+
+
+def episode_prompt(environment, prompt: list[dict]) -> list[dict]:
+    """``prompt`` as this episode shows it: system messages name the tools of its interface
+    (``tool_interfaces.interface_prompt``; unchanged for interface 0)."""
+    return interface_prompt(prompt, getattr(environment, "tool_interface", 0) or 0)

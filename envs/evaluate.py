@@ -2,9 +2,10 @@
 
 ``run_eval`` runs ``k`` episodes per question through ``tansaku.envs.rollout``, writes ``trajectories.jsonl`` and
 ``report.json``, and returns the report: pass@1, pass@k, mean tool calls, parse-failure rate, each reward
-component's mean, stop reasons, and the share of zero-variance groups. ``check_rl_readiness(report)`` raises
-``NotReadyForRL`` with the numbers when RL would learn nothing (pass@k ≈ 0, or every group has zero
-reward variance so every GRPO advantage is 0).
+component's mean, stop reasons, the share of zero-variance groups, and parse failures, tool errors and pass@1
+per tool description variant × interface (``by_tool_variant``: ``{"d0-i0": {…}, …}``).
+``check_rl_readiness(report)`` raises ``NotReadyForRL`` with the numbers when RL would learn nothing (pass@k ≈ 0,
+or every group has zero reward variance so every GRPO advantage is 0).
 
     from tansaku.envs.evaluate import run_eval, check_rl_readiness
     report = run_eval("multihop_qa", "out/multihop", "http:Qwen/Qwen3-8B@http://gpu1:8000", "out/index",
@@ -23,11 +24,12 @@ from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.llm import as_client
 from tansaku.core.options import check_count, check_limit, read_system_prompt
 from tansaku.core.store import read_records
-from tansaku.envs.environments import make_environment_factory
+from tansaku.envs.environments import make_environment_factory, open_backend
 from tansaku.envs.retention import TASK as GENERAL_TASK
 from tansaku.envs.retention import general_report
 from tansaku.envs.rollout import run_rollouts
 from tansaku.envs.tasks import TASKS, reward_columns
+from tansaku.envs.tool_interfaces import variant_label
 
 
 class NotReadyForRL(TansakuError, RuntimeError):
@@ -66,12 +68,9 @@ def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
     groups: dict[int, list] = {}
     for trajectory in trajectories:
         groups.setdefault(trajectory.row_index, []).append(trajectory)
-
-    def correct(t) -> bool:
-        return is_correct(task, t, pass_threshold)
-
-    pass1 = [pass_at_k(len(g), sum(map(correct, g)), 1) for g in groups.values()]
-    passk = [pass_at_k(len(g), sum(map(correct, g)), min(k, len(g))) for g in groups.values()]
+    correct = [sum(is_correct(task, t, pass_threshold) for t in g) for g in groups.values()]
+    pass1 = [pass_at_k(len(g), c, 1) for g, c in zip(groups.values(), correct)]
+    passk = [pass_at_k(len(g), c, min(k, len(g))) for g, c in zip(groups.values(), correct)]
     zero_variance = [len({round(t.total_reward or 0.0, 9) for t in g}) == 1 for g in groups.values()]
     attempts = sum(t.tool_calls + t.parse_failures for t in trajectories)
     components = {}
@@ -102,7 +101,26 @@ def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
         "mean_token_entropy": sum(entropies) / len(entropies) if entropies else None,
         "stop_reasons": dict(Counter(t.stop_reason for t in trajectories)),
         "tool_call_distribution": dict(sorted(Counter(t.tool_calls for t in trajectories).items())),
+        "by_tool_variant": by_tool_variant(task, trajectories, pass_threshold),
     }
+
+
+def by_tool_variant(task, trajectories, pass_threshold: float = 1.0) -> dict[str, dict]:
+    """Per (description variant, interface) the episodes showed, ``"d<n>-i<k>"``: episodes, parse failures and
+    tool errors (counts and the report's rates) and pass@1 (the share of those episodes that pass; a row's k
+    samples share its draw, so this is the mean of its rows' pass@1)."""
+    cells: dict[str, list] = {}
+    for t in trajectories:
+        cells.setdefault(variant_label(t.tool_variant, t.tool_interface), []).append(t)
+    out = {}
+    for label, group in sorted(cells.items()):
+        calls, failures = sum(t.tool_calls for t in group), sum(t.parse_failures for t in group)
+        errors = sum(t.tool_errors for t in group)
+        out[label] = {"episodes": len(group), "parse_failures": failures, "tool_errors": errors,
+                      "parse_failure_rate": failures / max(calls + failures, 1),
+                      "tool_error_rate": errors / max(calls, 1),
+                      "pass@1": sum(is_correct(task, t, pass_threshold) for t in group) / len(group)}
+    return out
 
 
 def check_rl_readiness(report: dict, min_pass_at_k: float = 0.02, max_zero_variance_share: float = 0.999) -> None:
@@ -148,7 +166,8 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
         dataset: dataset folder (``tansaku.core.store`` layout) or a ``.jsonl`` file of rows.
         model: an LLM spec for ``tansaku.core.llm.from_spec`` (``http:…``, ``vllm:…``, ``transformers:…``,
             ``scripted:…``) or a client object.
-        index: search index folder / OpenSearch target for ``tansaku.envs.search.open_index``, or an opened backend.
+        index: search index folder / OpenSearch target for ``tansaku.envs.search.open_index`` (opened here and
+            closed at the end, worker processes and all), or an opened backend (left open: the caller's).
         split: dataset split to read. ``limit``: first N rows only.
         k: samples per question (pass@k; also the group size of the zero-variance check).
         out_dir: where ``trajectories.jsonl`` and ``report.json`` go (None: write nothing): missing, empty or an
@@ -186,8 +205,14 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     model, judge = as_client(model), as_client(judge)
     if pass_threshold is None:
         pass_threshold = spec.pass_threshold  # the task owns it: 1.0 for exact answers, 0.5 for rubrics
-    trajectories = run_rollouts(model, spec, rows, make_environment_factory(spec, index), k=k, max_turns=max_turns,
-                                max_tokens=max_tokens, temperature=temperature, seed=seed, judge=judge)
+    backend = open_backend(index)
+    try:
+        trajectories = run_rollouts(model, spec, rows, make_environment_factory(spec, backend), k=k,
+                                    max_turns=max_turns, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                                    judge=judge)
+    finally:
+        if backend is not index and hasattr(backend, "close"):  # opened here from a path: its workers end now
+            backend.close()
     report = summarize(spec, trajectories, k, pass_threshold)
     report.update({"dataset": str(dataset), "split": split, "model": getattr(model, "describe", dict)(),
                    "temperature": temperature, "max_tokens": max_tokens, "seed": seed})

@@ -48,13 +48,16 @@ from tansaku.core.llm import as_client
 from tansaku.core.parsing import MAX_JSON_DEPTH
 from tansaku.envs.environments import (
     call_tool,
+    episode_prompt,
     make_environment_factory,
+    task_interfaces,
     task_variants,
     tool_methods,
     tool_schemas,
 )
 from tansaku.envs.evaluate import load_rows
 from tansaku.envs.tasks import TASKS, Task, reward_columns
+from tansaku.envs.tool_interfaces import INTERFACES
 
 COOKIE = "tansaku_episode"
 HEADER = "x-episode-id"
@@ -70,6 +73,18 @@ class OpenDocArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     doc_id: str
     offset: int = 0
+
+
+class FindArgs(BaseModel):  # tool interface 1 (tansaku.envs.tool_interfaces)
+    model_config = ConfigDict(extra="forbid")
+    keywords: list[str]
+    top_k: int | None = None
+
+
+class ReadArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    doc_id: str
+    page: int = 0
 
 
 class VerifyBody(BaseModel):
@@ -116,7 +131,7 @@ class _BoundedJSONRoute(APIRoute):
         return bounded
 
 
-TOOL_ARGS = {"search": SearchArgs, "open_doc": OpenDocArgs}
+TOOL_ARGS = {"search": SearchArgs, "open_doc": OpenDocArgs, "find": FindArgs, "read": ReadArgs}
 
 
 class Episodes:
@@ -248,7 +263,7 @@ def nemo_gym_row(task: Task, row: dict, factory) -> dict:
     environment.reset(**row)
     tools = [{"type": "function", "name": t["function"]["name"], "description": t["function"].get("description", ""),
               "parameters": t["function"]["parameters"], "strict": False} for t in tool_schemas(environment)]
-    prompt = task.build_prompt(row)  # the task's own rendering, as train rl and eval make it (not a stored copy)
+    prompt = episode_prompt(environment, task.build_prompt(row))  # the task's own rendering, as train rl and eval
     return {**{k: v for k, v in row.items() if k != "prompt"},
             "responses_create_params": {"input": prompt, "tools": tools}}
 
@@ -261,9 +276,9 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
     """The FastAPI app serving ``task`` over ``index`` (see the module docstring)."""
     factory = make_environment_factory(task, index, seed=seed, require_prompt=False)
     episodes = Episodes(factory, max_episodes, idle_seconds)
-    # Each description variant's tool schemas, made once at start (transformers reads the docstrings).
-    schemas = {v: tool_schemas(make_environment_factory(task, factory.backend, variant=v)())
-               for v in task_variants(task)}
+    # Each (description variant, interface)'s tool schemas, made once at start (transformers reads the docstrings).
+    schemas = {(v, i): tool_schemas(make_environment_factory(task, factory.backend, variant=v, interface=i)())
+               for v in task_variants(task) for i in task_interfaces(task)}
     reward_functions = task.reward_functions(judge)
     app = FastAPI(title=f"tansaku {task.name} environment")
     app.router.route_class = _BoundedJSONRoute  # before any route is added
@@ -300,7 +315,8 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
         environment = episodes.seed(episode_id, row)["environment"]
         response.set_cookie(COOKIE, episode_id, httponly=True)
         return {"episode_id": episode_id, "tool_variant": environment.tool_variant,
-                "tools": schemas[environment.tool_variant]}
+                "tool_interface": environment.tool_interface,
+                "tools": schemas[environment.tool_variant, environment.tool_interface]}
 
     def tool_route(name: str, model: type[BaseModel]):
         def run(args, request: Request):
@@ -316,7 +332,7 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
         run.__annotations__["args"] = model  # the body's schema: FastAPI answers 422 to anything else
         app.post(f"/{name}")(run)
 
-    for name in tool_methods(factory()):
+    for name in dict.fromkeys(n for i in task_interfaces(task) for n in INTERFACES[i]):  # another interface's: failed
         tool_route(name, TOOL_ARGS[name])
 
     @app.post("/verify")

@@ -9,8 +9,9 @@ shape TRL hands to reward functions, so ``tansaku.envs.rewards`` scores both ali
 
 Tools come from an environment factory (``tansaku.envs.environments.make_environment_factory``), one fresh
 ``SearchEnvironment`` per episode, ``reset(**row)`` as in TRL: each episode's request carries the schemas of
-its own description variant (drawn at reset; ``Trajectory.tool_variant`` records it, ``Trajectory.tools``
-keeps the schemas). A tool call runs through ``environments.call_tool``, exactly TRL's tool loop: a tool
+its own description variant and tool interface (drawn at reset; ``Trajectory.tool_variant`` /
+``tool_interface`` record them, ``Trajectory.tools`` keeps the schemas; a system prompt names the interface's
+tools: ``environments.episode_prompt``). A tool call runs through ``environments.call_tool``, exactly TRL's tool loop: a tool
 that raises gives ``{'error': '<message>'}`` as the tool content and counts in ``tool_errors``.
 
 Model output is read by ``tansaku.core.parsing`` exactly as TRL's GRPO loop reads it (transformers'
@@ -40,7 +41,7 @@ from tansaku.core.parsing import (
     to_wire,
 )
 from tansaku.core.progress import progress_bar
-from tansaku.envs.environments import call_tool, tool_methods, tool_schemas
+from tansaku.envs.environments import call_tool, episode_prompt, tool_methods, tool_schemas
 from tansaku.envs.rewards import episode_stats
 from tansaku.envs.tasks import reward_columns
 
@@ -60,6 +61,7 @@ class Trajectory:
     rewards: dict[str, float | None] = field(default_factory=dict)
     total_reward: float | None = None
     tool_variant: int | None = None  # tool description variant the model was shown (drawn at reset)
+    tool_interface: int | None = None  # tool interface (0: search/open_doc, 1: find/read; drawn at reset)
     generated_tokens: int = 0  # over all turns, when the backend counts them
     # mean next-token entropy over those tokens (``ChatResult.entropy``; local backends): how deterministic
     token_entropy: float | None = None
@@ -157,13 +159,15 @@ def run_rollouts(client, task, rows: list[dict], environment_factory, k: int = 1
             environment = _environment_for_episode(environment_factory)
             prompt = task.build_prompt(row)
             # As TRL does: the row with its prompt (the environment refuses a row without one).
-            observation = environment.reset(**{**row, "prompt": prompt})  # draws this episode's description variant
+            observation = environment.reset(**{**row, "prompt": prompt})  # draws this episode's variant and interface
+            prompt = episode_prompt(environment, prompt)  # the system prompt names this interface's tools
             if observation:  # TRL appends reset()'s text to the last prompt message; do the same
                 prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + observation}
             # Read after reset: the tools (and their descriptions) this episode's model is shown.
             functions.append(tool_methods(environment))
             episodes.append(Trajectory(row_index, sample_index, prompt, tools=tool_schemas(environment),
-                                       tool_variant=getattr(environment, "tool_variant", None)))
+                                       tool_variant=getattr(environment, "tool_variant", None),
+                                       tool_interface=getattr(environment, "tool_interface", None)))
 
     with progress_bar(f"{task.name} rollouts", total=len(episodes), quiet=quiet) as advance:
         for turn in range(max_turns):

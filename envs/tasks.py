@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError
-from tansaku.envs import abstention, rewards
+from tansaku.envs import abstention, rewards, rubric_reward
 
 # The system prompt is the switch of the blog's recipe: the agentic rows of SFT, the RL prompts and evaluation
 # all render the task's own (``Task.system_prompt``), and every one asks for reasoning in Japanese; general chat
@@ -216,7 +216,7 @@ class MultihopQA(Task):
     source_pipelines: tuple[str, ...] = ("multihop", "jemhopqa")
 
     def gold_problem(self, row: dict) -> str | None:
-        aliases = rewards._as_list(row.get("aliases"))
+        aliases = rewards.as_list(row.get("aliases"))
         bad_aliases = [a for a in aliases
                        if rewards.answer_reward([[{"role": "assistant", "content": "{{" + str(a) + "}}"}]],
                                                 answer=[row["answer"]], aliases=[aliases])[0] != 1.0]
@@ -243,14 +243,14 @@ class EgovMCQ(Task):
     source_pipelines: tuple[str, ...] = ("egov_mcq", "egov")
 
     def user_message(self, row: dict) -> str:
-        choices = rewards._as_list(row["choices"])
+        choices = rewards.as_list(row["choices"])
         return "\n".join([str(row["question"]), ""] + [f"{i + 1}. {c}" for i, c in enumerate(choices)])
 
     def gold_answer(self, row: dict) -> str:
         return str(int(row["answer_index"]) + 1)  # choices are numbered from 1 in the prompt
 
     def gold_problem(self, row: dict) -> str | None:
-        choices = rewards._as_list(row["choices"])
+        choices = rewards.as_list(row["choices"])
         if not 0 <= int(row["answer_index"]) < len(choices):
             return f"answer_index {row['answer_index']} outside {len(choices)} choices"
         score = rewards.mcq_reward([self.gold_completion(row)], answer_index=[row["answer_index"]],
@@ -286,7 +286,7 @@ class DeepResearch(Task):
 
     def build_prompt(self, row: dict, variant: int | None = None) -> list[dict]:
         """With clarifying Q/A (``dialogue``): instruction, clarifying question, the user's answer."""
-        dialogue = rewards._as_list(row.get("dialogue"))
+        dialogue = rewards.as_list(row.get("dialogue"))
         if not dialogue:
             return super().build_prompt(row, variant)
         return [{"role": "system", "content": self.system_prompt(row, variant)},
@@ -295,8 +295,9 @@ class DeepResearch(Task):
     def reward_function(self, name: str, judge=None):
         if name == "rubric_reward":
             if judge is None:
-                raise InputError(f"task {self.name!r} scores reports with a judge: pass judge=<LLM client>")
-            return rewards.make_rubric_reward(judge)
+                raise InputError(f"task {self.name!r} scores reports with an LLM judge: give one (--judge SPEC, "
+                                 "or `judge: SPEC` in a train rl recipe)")
+            return rubric_reward.make_rubric_reward(judge)
         return super().reward_function(name, judge)
 
     def gold_completion(self, row: dict) -> list[dict]:
@@ -304,7 +305,7 @@ class DeepResearch(Task):
 
     def gold_problem(self, row: dict) -> str | None:
         try:
-            texts, weights, _ = rewards._rubric_items(row["rubric"])
+            texts, weights, _ = rubric_reward.rubric_items(row["rubric"])
         except (TypeError, ValueError) as exc:
             return f"unreadable rubric: {exc}"
         if not texts or not all(t.strip() for t in texts) or sum(weights) <= 0:
@@ -343,10 +344,6 @@ def task_for_dataset(pipeline: str | None, row: dict | None) -> Task | None:
             return task
     fitting = [task for task in TASKS.values() if row and task.fits(row)]
     return max(fitting, key=lambda t: len(t.columns), default=None)
-
-
-def task_json(task: Task) -> str:
-    return jsontext.dumps(task.describe(), sort_keys=True)
 
 
 # What TRL's GRPO trainer hands reward functions itself next to the dataset's columns: a column of one of these

@@ -9,6 +9,9 @@ holds its parts, none of them a tool itself:
 * Four phrasings per tool (``SEARCH_SUMMARIES`` …). ``draw_variant`` picks one per episode (augmentation
   against description sensitivity of tool calling), ``tool_docstrings`` writes that variant's Google-style
   docstrings, from which TRL / transformers build the JSON schema the model sees.
+* Interface variants (``tansaku.envs.tool_interfaces``): the tools' names and argument shapes, drawn per
+  episode when ``interface_variants`` > 1; ``tool_docstrings(variant, config, interface)`` covers each.
+  ``keyword_search_text`` / ``numbered_page_text`` are interface 1's ``find`` / ``read`` over the same replies.
 * ``search_text`` / ``page_text`` — the replies. A call the model got wrong (bad query, size or offset,
   unknown doc id) or that could not run raises ``ToolError`` whose message the model reads: TRL's tool loop
   shows it as ``{'error': '<message>'}`` and counts it in ``tools/failure_frequency``.
@@ -17,6 +20,8 @@ holds its parts, none of them a tool itself:
 (True, True)
 >>> print(tool_docstrings(0, ToolsConfig(top_k=3))["search"].splitlines()[-4])
     size: How many hits to return (default 3, at most 10).
+>>> print(tool_docstrings(0, ToolsConfig(top_k=3), interface=1)["find"].splitlines()[-4])
+    top_k: How many hits to return (default 3, at most 10).
 """
 
 from __future__ import annotations
@@ -25,6 +30,16 @@ import zlib
 from dataclasses import asdict, dataclass
 
 from tansaku.envs.search import QueryError
+from tansaku.envs.tool_interfaces import (
+    FIND_ARGS,
+    FIND_READ_RETURNS,
+    FIND_READ_SHORT,
+    FIND_SUMMARIES,
+    INTERFACES,
+    READ_ARGS,
+    READ_SUMMARIES,
+    check_interfaces,
+)
 
 TRUNCATION = ("cut", "drop")
 # How a search reply that matched nothing begins: not a failure, but no call worth a tool reward either
@@ -90,6 +105,8 @@ class ToolsConfig:
     truncation: str = "cut"     # cut: trim the last hit to the budget; drop: leave out hits that do not fit
     description_variant: int | None = None  # fix a phrasing; None draws one per episode
     short_descriptions: bool = False  # SHORT's terse phrasing instead of the variant's (small models)
+    interface_variants: int = 1  # tool interfaces drawn from per episode (tool_interfaces.py); 1: interface 0 only
+    interface_variant: int | None = None  # fix an interface; None draws one of the first interface_variants
 
     def __post_init__(self):
         if self.truncation not in TRUNCATION:
@@ -100,6 +117,7 @@ class ToolsConfig:
             raise ValueError(f"top_k ({self.top_k}) must not exceed max_k ({self.max_k})")
         if self.description_variant is not None and not 0 <= self.description_variant < N_VARIANTS:
             raise ValueError(f"description_variant must be in 0..{N_VARIANTS - 1}")
+        check_interfaces(self.interface_variants, self.interface_variant)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -115,16 +133,24 @@ def _doc(summary: str, args: dict[str, str], returns: str) -> str:
     return "\n".join(lines)
 
 
-def tool_docstrings(variant: int, config: ToolsConfig) -> dict[str, str]:
-    """``{"search": docstring, "open_doc": docstring}`` of one description variant."""
+# Per interface: (summaries, argument phrasings, argument names) of its search tool, then of its reading tool.
+_PHRASINGS = (((SEARCH_SUMMARIES, SEARCH_ARGS, ("query", "size")), (OPEN_SUMMARIES, OPEN_ARGS, ("doc_id", "offset"))),
+              ((FIND_SUMMARIES, FIND_ARGS, ("keywords", "top_k")), (READ_SUMMARIES, READ_ARGS, ("doc_id", "page"))))
+
+
+def tool_docstrings(variant: int, config: ToolsConfig, interface: int = 0) -> dict[str, str]:
+    """``{tool name: docstring}`` of one description variant in one interface (0: ``search``/``open_doc``)."""
     numbers = {"top_k": config.top_k, "max_k": config.max_k}
     if config.short_descriptions:
+        short = SHORT if interface == 0 else FIND_READ_SHORT
         return {name: _doc(summary, {k: v.format(**numbers) for k, v in args.items()}, returns)
-                for name, (summary, args, returns) in SHORT.items()}
-    q, s = SEARCH_ARGS[variant]
-    d, o = OPEN_ARGS[variant]
-    return {"search": _doc(SEARCH_SUMMARIES[variant], {"query": q, "size": s.format(**numbers)}, RETURNS["search"]),
-            "open_doc": _doc(OPEN_SUMMARIES[variant], {"doc_id": d, "offset": o}, RETURNS["open_doc"])}
+                for name, (summary, args, returns) in short.items()}
+    returns = RETURNS if interface == 0 else FIND_READ_RETURNS
+    docs = {}
+    for name, (summaries, arg_texts, arg_names) in zip(INTERFACES[interface], _PHRASINGS[interface]):
+        texts = [text.format(**numbers) for text in arg_texts[variant]]
+        docs[name] = _doc(summaries[variant], dict(zip(arg_names, texts)), returns[name])
+    return docs
 
 
 def _as_int(value, name: str) -> int:
@@ -137,11 +163,12 @@ def _as_int(value, name: str) -> int:
     raise ToolError(f"{name} must be an integer, got {value!r}")
 
 
-def search_text(backend, config: ToolsConfig, query, size=None) -> str:
-    """Ranked hits as text, cut to ``config``'s budgets; raises ``ToolError``. ``size`` None/"": ``top_k``."""
-    k = None if size is None or size == "" else _as_int(size, "size")
+def search_text(backend, config: ToolsConfig, query, size=None, size_name: str = "size") -> str:
+    """Ranked hits as text, cut to ``config``'s budgets; raises ``ToolError``. ``size`` None/"": ``top_k``.
+    ``size_name``: what the model calls ``size`` (the errors it reads name its own argument)."""
+    k = None if size is None or size == "" else _as_int(size, size_name)
     if k is not None and not 1 <= k <= config.max_k:
-        raise ToolError(f"size must be between 1 and {config.max_k}.")
+        raise ToolError(f"{size_name} must be between 1 and {config.max_k}.")
     if not isinstance(query, (str, dict)):
         raise ToolError("query must be text or a JSON query object.")
     try:
@@ -168,23 +195,80 @@ def search_text(backend, config: ToolsConfig, query, size=None) -> str:
     return "\n\n".join(parts)
 
 
-def page_text(backend, config: ToolsConfig, doc_id, offset=0) -> str:
-    """One page of a document from ``offset``, with where to continue; raises ``ToolError``."""
-    start = 0 if offset is None or offset == "" else _as_int(offset, "offset")
-    if start < 0:
-        raise ToolError("offset must be 0 or more.")
+def keyword_search_text(backend, config: ToolsConfig, keywords, top_k=None) -> str:
+    """Interface 1's ``find``: the keywords joined by spaces, searched as plain text (``search_text``'s reply).
+
+    A keyword list that would read as JSON (``["{…"]``) goes to the backend as the ``multi_match`` clause a
+    plain-text query becomes, so keywords are never a query DSL."""
+    if not isinstance(keywords, list) or not keywords:
+        raise ToolError('keywords must be a non-empty list of strings, e.g. ["白砂市", "市長"].')
+    if not all(isinstance(k, str) for k in keywords):
+        raise ToolError("keywords must be strings.")
+    text = " ".join(k.strip() for k in keywords if k.strip())
+    if not text:
+        raise ToolError("keywords are empty; write words to search for.")
+    query = {"multi_match": {"query": text, "type": "most_fields"}} if text[0] in "{[" else text
+    return search_text(backend, config, query, top_k, size_name="top_k")
+
+
+def _document(backend, doc_id) -> dict:
     try:
         doc = backend.get(str(doc_id).strip())
     except Exception as e:
         raise ToolError(f"could not open the document ({type(e).__name__}); try again.") from e
     if doc is None:
         raise ToolError(f"no document with doc_id {doc_id!r}. Use a doc_id from the search results.")
+    return doc
+
+
+def _header(doc: dict, start: int) -> str:
+    return f"doc_id: {doc['doc_id']} | title: {doc['title']} | characters {start}-"
+
+
+def _room(config: ToolsConfig, header: str) -> int:
+    """Characters of text one reply holds after ``header`` (``page_chars``, less when the header is long)."""
+    return max(1, min(config.page_chars, config.chars_per_call - len(header) - 80))
+
+
+def _page(doc: dict, start: int, end: int, tail: str) -> str:
+    text = doc["text"]
+    return f"{_header(doc, start)}{end} of {len(text)}\n{text[start:end]}\n{tail}"
+
+
+def page_text(backend, config: ToolsConfig, doc_id, offset=0) -> str:
+    """One page of a document from ``offset``, with where to continue; raises ``ToolError``."""
+    start = 0 if offset is None or offset == "" else _as_int(offset, "offset")
+    if start < 0:
+        raise ToolError("offset must be 0 or more.")
+    doc = _document(backend, doc_id)
     text = doc["text"]
     if start >= len(text) and not (start == 0 and not text):
         raise ToolError(f"offset {start} is past the end; the document has {len(text)} characters.")
-    header = f"doc_id: {doc['doc_id']} | title: {doc['title']} | characters {start}-"
-    room = max(1, min(config.page_chars, config.chars_per_call - len(header) - 80))
-    end = min(len(text), start + room)
+    end = min(len(text), start + _room(config, _header(doc, start)))
     tail = (f"[continues: open_doc(doc_id=\"{doc['doc_id']}\", offset={end})]" if end < len(text)
             else "[end of document]")
-    return f"{header}{end} of {len(text)}\n{text[start:end]}\n{tail}"
+    return _page(doc, start, end, tail)
+
+
+def page_size(config: ToolsConfig, doc: dict) -> int:
+    """Characters per numbered page of ``doc`` (interface 1's ``read``): ``page_text``'s room at the document's
+    last offset, the longest header, so one size serves every page and each fits ``chars_per_call``. That is
+    ``page_chars`` unless the doc_id and title are long: page p starts at offset p × this."""
+    return _room(config, _header(doc, len(doc["text"])))
+
+
+def numbered_page_text(backend, config: ToolsConfig, doc_id, page=0) -> str:
+    """Interface 1's ``read``: page ``page`` (from 0) of a document, ``page_text``'s reply naming the next page."""
+    number = 0 if page is None or page == "" else _as_int(page, "page")
+    if number < 0:
+        raise ToolError("page must be 0 or more.")
+    doc = _document(backend, doc_id)
+    text, size = doc["text"], page_size(config, doc)
+    pages = max(1, -(-len(text) // size))
+    if number >= pages:
+        raise ToolError(f"page {number} is past the end; the document has {pages} pages (0-{pages - 1}).")
+    start = number * size
+    end = min(len(text), start + size)
+    tail = (f"[continues: read(doc_id=\"{doc['doc_id']}\", page={number + 1})]" if end < len(text)
+            else "[end of document]")
+    return _page(doc, start, end, tail)

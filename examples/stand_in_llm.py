@@ -9,6 +9,9 @@ tests: deterministic (the answer depends only on the request), no model, no GPU.
   sentence as evidence;
   question writing: 「{subject}」の{relation1}の{relation2}は？; the quality judge: natural, unambiguous;
 - deepresearch: ``tansaku.pipelines.deepresearch.demo_llm.respond``;
+- the rubric judge of ``train rl`` (``tansaku.envs.rubric_reward.judge_messages``): one score per criterion, its top
+  points when the report holds at least half of the criterion's names and numbers (a doc id for a doc_id
+  criterion), else 0 — a deterministic stand-in, not a judge of quality;
 - trajectories: the teacher (requests with tools) and the rewriter are ``examples/teacher_script.py``.
 
 Serve it over HTTP (the way ``bench/llm_throughput.py`` does) with
@@ -29,6 +32,9 @@ _FACT = re.compile(r"^([^、。「」]{1,12})は([^、。「」]{1,20})$")
 _NOUN = r"[一-龥ァ-ヶー々A-Za-z0-9・]"
 _NOUN_OF_NOUN = re.compile(rf"({_NOUN}{{2,15}})の({_NOUN}{{2,8}})")
 _DISTRACTOR_CONDITIONS = ("緊急の場合に限り", "書面による場合に限り", "一年以内に限り")
+_CRITERION = re.compile(r"^\d+\. （0〜(\d+) 点）(.*)$", re.MULTILINE)
+_TERM = re.compile(r"[一-龥ァ-ヶー々]{2,}|[0-9]{3,4}")
+_GENERIC_TERMS = {"言及", "根拠", "文書", "県内", "以上", "著者", "出身地", "創業者", "出版社", "所在地", "本社所在地"}
 
 
 def _json(data: dict) -> str:
@@ -72,6 +78,20 @@ def _question(prompt: str) -> str:
     return _json({"question": f"「{subject.group(1)}」の{subject.group(2)}の{relation2.group(1)}は何ですか？"})
 
 
+def _rubric_verdict(prompt: str) -> str:
+    """``{"scores": [...]}`` with exactly one integer per criterion of the judge prompt (its count is stated there)."""
+    head, _, criteria = prompt.rpartition("## 採点基準（")
+    report = head.split(">", 1)[-1].rpartition("</report-")[0]
+    count = int(re.match(r"\d+", criteria).group())
+    scores = []
+    for top, criterion in _CRITERION.findall(criteria)[:count]:
+        terms = [t for t in _TERM.findall(criterion) if t not in _GENERIC_TERMS]
+        met = (re.search(r"\b[a-z]+[0-9]{2,}", report) is not None if "doc_id" in criterion
+               else bool(terms) and 2 * sum(t in report for t in terms) >= len(terms))
+        scores.append(int(top) if met else 0)
+    return _json({"scores": scores + [0] * (count - len(scores))})
+
+
 def respond(request) -> str | dict:
     """The stand-in answer to one ``ChatRequest`` (see the module docstring)."""
     system = next((m["content"] for m in request.messages if m["role"] == "system"), "")
@@ -80,6 +100,8 @@ def respond(request) -> str | dict:
     if request.tools:
         return teacher_script.respond(request)
     prompt = next((m["content"] for m in reversed(request.messages) if m["role"] == "user"), "")
+    if "## 採点基準（" in prompt:  # before the checks below: a report may contain any of their words
+        return _rubric_verdict(prompt)
     if "ルーブリック" in prompt:
         return _json({"single_correct": 1, "grounded": 1, "plausible_distractors": 1, "no_leak": 1, "comment": "ok"})
     if "【条文】" in prompt:

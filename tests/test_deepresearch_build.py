@@ -127,7 +127,7 @@ def test_clarifying_share_respected(clean):
 
 def test_rubrics_valid_and_usable_by_reward(clean):
     from tansaku.core.llm import ScriptedLLM
-    from tansaku.envs.rewards import make_rubric_reward
+    from tansaku.envs.rubric_reward import make_rubric_reward
     from tansaku.envs.tasks import check_gold
 
     _, rows = clean
@@ -137,7 +137,7 @@ def test_rubrics_valid_and_usable_by_reward(clean):
         assert {c["kind"] for c in r["rubric"]} >= {"coverage", "fact"}
         assert all(set(c["source_doc_ids"]) <= set(r["supporting_doc_ids"]) for c in r["rubric"])
     # A judge that gives the first criterion its full marks and the rest 0: the reward is that criterion's weight.
-    from tansaku.envs.rewards import SCALE_POINTS
+    from tansaku.envs.rubric_reward import SCALE_POINTS
 
     top = SCALE_POINTS[rows[0]["rubric"][0]["scale"]]
     judge = ScriptedLLM(lambda req: json.dumps({"scores": [top] + [0] * (len(rows[0]["rubric"]) - 1)}))

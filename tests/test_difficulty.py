@@ -120,3 +120,22 @@ def test_train_rl_trains_only_on_the_banded_prompts(tmp_path, envs_index, tiny_m
     asked = {message["content"] for prompt in completions["prompt"].to_list() for message in prompt
              if message["role"] == "user"}
     assert asked and all(ROWS[1]["question"] in text for text in asked)
+
+
+def test_a_saved_band_that_is_no_band_is_sampled_again(tmp_path):
+    """A ``band.json`` holding a list, another type per field, a missing field, 100k-deep nesting or non-UTF-8
+    bytes was an AttributeError / KeyError / RecursionError; now the band is simply sampled again."""
+    from tansaku.trainer.difficulty import BAND_FILE, _saved_band
+
+    key = {"start_weights": "w", "samples": 4}
+    band = {"task": "multihop_qa", "key": key, "pass_rates": [0.5], "kept": [0], "dropped": {}, "report": {}}
+    path = tmp_path / BAND_FILE
+    path.write_text(json.dumps({"summary": {}, **band}), encoding="utf-8")
+    assert _saved_band(tmp_path, key).kept == [0]
+    assert _saved_band(tmp_path, {**key, "samples": 8}) is None
+    for broken in ([band], "band", {**band, "kept": None}, {k: v for k, v in band.items() if k != "report"}):
+        path.write_text(json.dumps(broken), encoding="utf-8")
+        assert _saved_band(tmp_path, key) is None, broken
+    for broken in (b"[" * 100_000 + b"]" * 100_000, b'{"task": "\xff"}'):
+        path.write_bytes(broken)
+        assert _saved_band(tmp_path, key) is None

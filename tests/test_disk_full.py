@@ -175,3 +175,26 @@ def test_a_real_file_size_limit_is_one_line(tmp_path, command, index_dir):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {out}") and "File too large" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("command", ["eval", "select"])
+def test_a_full_disk_is_never_reported_against_the_index_a_command_reads(command, tmp_path, monkeypatch):
+    """``--index`` is an input of train eval and train select: with no --out, a full disk names train select's
+    --run (what it writes into) or says the output could not be written; it used to name the index."""
+    import tansaku.envs.evaluate as evaluate
+    import tansaku.trainer.select as select
+
+    monkeypatch.setattr(evaluate, "run_eval", _enospc)
+    monkeypatch.setattr(select, "select_checkpoint", _enospc)
+    index, run, rows = tmp_path / "ix", tmp_path / "run", ENV_FIXTURES / "multihop.jsonl"
+    index.mkdir()
+    common = ["--task", "multihop_qa", "--dataset", str(rows), "--index", str(index)]
+    args = ["eval", *common, "--model", "scripted:x"] if command == "eval" else ["select", "--run", str(run), *common]
+    result = CliRunner().invoke(train_app, args)
+    assert result.exit_code == 2 and "Traceback" not in result.output + result.stderr, result.stderr
+    (line,) = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert FULL in line and str(index) not in line, line
+    if command == "select":
+        assert line.startswith(f"error: {run}: ")
+    else:
+        assert line.startswith("error: No space left on device") and "output could not be written" in line

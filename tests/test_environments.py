@@ -148,8 +148,8 @@ def test_one_grpo_step_with_environment_factory(task_name, index_dir, tiny_model
     )
     trainer = GRPOTrainer(model=str(tiny_model_path), processing_class=tokenizer, args=args,
                           reward_funcs=task.reward_functions(judge=judge), train_dataset=Dataset.from_list(rows),
-                          environment_factory={environment_name(task_name, v): f
-                                               for v, f in variant_factories(task, index_dir).items()})
+                          environment_factory={environment_name(task_name, *pair): f
+                                               for pair, f in variant_factories(task, index_dir).items()})
     # One probe per variant factory: four search and four open_doc functions, each with its variant's text.
     assert sorted({t.__name__ for t in trainer.tools}) == ["open_doc", "search"] and len(trainer.tools) == 8
     assert len({t.__doc__ for t in trainer.tools if t.__name__ == "search"}) == 4

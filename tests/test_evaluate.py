@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from fixtures.cli_checks import pid_alive
 from fixtures.envs.helpers import HERE, build_fixture_index, task_rows, tool_results
 
 from tansaku.core.llm import ScriptedLLM
@@ -70,6 +71,29 @@ def test_parse_failures_are_reported(index_dir):
                          else "{{白砂市}}")
     report = run_eval("multihop_qa", HERE / "multihop.jsonl", broken, index_dir, k=1, limit=2)
     assert report["parse_failure_rate"] == 1.0 and report["episodes_with_parse_failure"] == 1.0
+
+
+def test_run_eval_closes_a_backend_it_opened_and_leaves_a_given_one_open(index_dir, monkeypatch):
+    """``train select`` evaluates checkpoint after checkpoint: a backend opened from the path per call must not
+    leave its worker processes behind."""
+    from tansaku.envs.search.embedded import EmbeddedBackend
+
+    opened, init = [], EmbeddedBackend.__init__
+
+    def init_with_workers(self, *args, **kwargs):  # as if an expensive query had started its workers
+        init(self, *args, **kwargs)
+        self.workers().start()
+        opened.append((self, self.workers().pids()))
+
+    monkeypatch.setattr(EmbeddedBackend, "__init__", init_with_workers)
+    model = ScriptedLLM(lambda request: "{{白砂市}}")
+    run_eval("multihop_qa", HERE / "multihop.jsonl", model, index_dir, k=1, limit=1)
+    [(backend, pids)] = opened
+    assert pids and backend._workers is None and not any(pid_alive(pid) for pid in pids)
+    given = EmbeddedBackend(index_dir)
+    run_eval("multihop_qa", HERE / "multihop.jsonl", model, given, k=1, limit=1)
+    assert given._workers is not None and all(pid_alive(pid) for pid in opened[-1][1])  # the caller's to close
+    given.close()
 
 
 def test_run_eval_rejects_bad_inputs(index_dir, tmp_path):

@@ -235,3 +235,29 @@ def test_hostile_values_get_422_with_a_json_error(index, route, body, says):
         status, error = client.post(route, body)
         assert status == 422 and isinstance(error, dict), (status, error)
         assert says in json.dumps(error, ensure_ascii=False), error
+
+
+def test_tool_interfaces_are_served_as_drawn(index):
+    """With two tool interfaces, an episode's seeded tools are its interface's; /find and /read serve interface 1,
+    and a call in the other interface's shape is the tool's error, as TRL shows it."""
+    from dataclasses import replace
+
+    from tansaku.envs.environments import episode_interface
+
+    task = replace(TASK, tools_config={**TASK.tools_config, "interface_variants": 2})
+    rows, drawn = [{**ROW, "id": f"q-gym-{i}"} for i in range(12)], set()
+    with Served(build_app(task, index)) as url:
+        for row in rows:
+            client, interface = Client(url), episode_interface(task, row)
+            status, seeded = client.post("/seed_session", row)
+            assert status == 200 and seeded["tool_interface"] == interface
+            names = {t["function"]["name"] for t in seeded["tools"]}
+            assert names == ({"find", "read"} if interface else {"search", "open_doc"})
+            status, found = client.post("/find", {"keywords": ["雪村製菓"]})
+            assert status == 200 and found["failed"] == (interface == 0)
+            status, searched = client.post("/search", {"query": "雪村製菓"})
+            assert status == 200 and searched["failed"] == (interface == 1)
+            drawn.add(interface)
+            if interface:
+                assert "doc_id:" in found["output"] and searched["output"] == "{'error': 'Tool search not found.'}"
+    assert drawn == {0, 1}

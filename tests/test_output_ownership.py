@@ -12,6 +12,8 @@ by every pipeline before any work (``ownership.refuse_overlap``). Nothing here l
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -201,6 +203,39 @@ def test_a_run_folder_of_its_own_kind_is_its_own_and_one_of_the_other_kind_is_re
     check_output_dir(load_recipe(RL_TINY, [f"output_dir={copied}", "resume_from_checkpoint=latest"]))
     with pytest.raises(InputError, match="checkpoint-2"):
         check_output_dir(load_recipe(RL_TINY, [f"output_dir={copied}"]))
+
+
+def test_a_current_output_of_another_kind_is_named_by_its_kind(envs, model, tmp_path):
+    from tansaku.trainer.recipes import load_recipe
+    from tansaku.trainer.sft import write_recipe_copy
+
+    spec, sentinel = model
+    run = tmp_path / "sft"  # a current sft run (its marker names its kind), given as an eval --out
+    write_recipe_copy(load_recipe(SFT_TINY, [f"output_dir={run}"]), str(run))
+    before = snapshot(run)
+    refused(evaluate(envs, spec, run), str(run), "holds a tansaku sft output")
+    assert snapshot(run) == before and not sentinel.exists()
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "read_only"])
+def test_an_unwritable_output_dir_is_one_line_not_a_traceback(tmp_path, where):
+    from tansaku.trainer.recipes import load_recipe
+    from tansaku.trainer.sft import write_recipe_copy
+
+    if where == "read_only" and os.geteuid() == 0:
+        pytest.skip("root ignores chmod (under_a_file stands in)")
+    place = tmp_path / where
+    if where == "under_a_file":
+        place.write_text("x", encoding="utf-8")
+    else:
+        place.mkdir(mode=0o555)
+    run = place / "run"
+    try:
+        with pytest.raises(InputError, match=f"^output_dir {re.escape(str(run))}: cannot create the folder"):
+            write_recipe_copy(load_recipe(SFT_TINY, [f"output_dir={run}"]), str(run))
+    finally:
+        place.chmod(0o755)
+    assert not run.exists()
 
 
 def test_training_output_dir_equal_to_inside_or_holding_its_model_is_refused(tmp_path):

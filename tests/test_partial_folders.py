@@ -12,15 +12,21 @@ remove every leftover, and give the same rows as an uninterrupted build, row by 
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
+from tansaku.core import ownership
+from tansaku.core.errors import InputError
 from tansaku.core.store import read_manifest, read_rows
 from tansaku.envs.search import build_index
 from tansaku.envs.search.embedded import EmbeddedBackend
@@ -138,6 +144,107 @@ def test_index_build_through_a_symlink_replaces_what_it_points_to(docs, tmp_path
     assert result.exit_code == 0, result.output
     assert link.is_symlink() and link.resolve() == real.resolve()
     assert sorted(os.listdir(tmp_path)) == ["link", "real"] and index_rows(link, ids) == ref
+
+
+# ---------------------------------------------------------------- swapped_in beside another build
+
+
+def merged(folder: Path, text: str = "old") -> Path:
+    """A finished output of a swapped-in kind (a merge): as ``.NAME.old-*`` it is provably a leftover."""
+    folder.mkdir(parents=True)
+    (folder / ownership.MODEL_MARKER).write_text(json.dumps({"kind": "merge", "files": ["w"]}), encoding="utf-8")
+    (folder / "w").write_text(text, encoding="utf-8")
+    return folder
+
+
+def swap(out: Path):  # what train merge does: claim (create, lock) the folder, then swap into it
+    return ownership.claimed(out, "--out", lambda: None), ownership.swapped_in(out, "--out")
+
+
+def test_a_sweep_by_a_second_build_leaves_a_live_builds_folders_alone(tmp_path, monkeypatch):
+    out, replace = merged(tmp_path / "out"), os.replace
+
+    def second_build_between_the_renames(a, b):
+        replace(a, b)
+        if ".old-" in str(b):  # out is missing now: a second build makes a fresh one, locks it and sweeps
+            out.mkdir()
+            with ownership.folder_lock(out, "--out"):
+                ownership.sweep_leftovers(out)
+            assert len(leftovers(tmp_path)) == 2  # .out.partial-* and .out.old-*: both in use
+
+    monkeypatch.setattr(os, "replace", second_build_between_the_renames)
+    claim, swapping = swap(out)
+    with claim, swapping as tmp:
+        ownership.sweep_leftovers(out)  # a sweep while the block is open
+        assert tmp.is_dir()
+        (tmp / "w").write_text("new", encoding="utf-8")
+    assert (out / "w").read_text(encoding="utf-8") == "new" and leftovers(tmp_path) == []
+
+
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("locked", flush=True)
+time.sleep(300)
+"""
+
+
+def test_the_leftover_of_a_killed_build_is_swept(tmp_path):
+    out, partial = tmp_path / "out", tmp_path / ".out.partial-abcd1234"
+    out.mkdir()
+    partial.mkdir()
+    (partial / ownership.PARTIAL_MARKER).write_text(json.dumps({"of": "out"}), encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(partial)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        ownership.sweep_leftovers(out)
+        assert partial.is_dir()  # its build is alive
+    finally:
+        proc.kill()  # SIGKILL: the kernel drops its lock
+        proc.wait(timeout=30)
+        proc.stdout.close()
+    ownership.sweep_leftovers(out)
+    assert leftovers(tmp_path) == []
+
+
+def test_a_failed_swap_puts_the_old_output_back(tmp_path, monkeypatch):
+    out, replace, calls = merged(tmp_path / "out"), os.replace, []
+
+    def second_fails(a, b):  # out → .out.old-* works; .out.partial-* → out fails
+        calls.append(b)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        replace(a, b)
+
+    monkeypatch.setattr(os, "replace", second_fails)
+    claim, swapping = swap(out)
+    with pytest.raises(OSError, match="Input/output error"), claim, swapping as tmp:
+        (tmp / "w").write_text("new", encoding="utf-8")
+    assert (out / "w").read_text(encoding="utf-8") == "old" and leftovers(tmp_path) == []
+
+
+def refuse(*_args, **_kwargs):
+    raise PermissionError(errno.EACCES, "Permission denied")
+
+
+@pytest.mark.parametrize("stand_in", [False, True])
+def test_swapping_into_a_read_only_folder_is_one_line(tmp_path, monkeypatch, stand_in):
+    if stand_in:  # what mkdtemp raises there for a non-root user (root ignores chmod)
+        monkeypatch.setattr(ownership, "tempfile", SimpleNamespace(mkdtemp=refuse))
+    elif os.geteuid() == 0:
+        pytest.skip("root ignores chmod (the stand-in covers it)")
+    parent = tmp_path / "ro"
+    out = merged(parent / "out")
+    parent.chmod(0o555)
+    claim, swapping = swap(out)
+    try:
+        with pytest.raises(InputError, match=f"^--out {re.escape(str(out))}: .*parent folder {re.escape(str(parent))} must be"):
+            with claim, swapping:
+                pass
+    finally:
+        parent.chmod(0o755)
+    assert os.listdir(parent) == ["out"] and (out / "w").read_text(encoding="utf-8") == "old"
 
 
 # ---------------------------------------------------------------- synth build egov

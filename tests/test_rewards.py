@@ -4,17 +4,18 @@ import json
 
 import pytest
 
+from tansaku.envs import rubric_reward
 from tansaku.envs.rewards import (
     answer_reward,
     episode_stats,
     format_reward,
     make_format_reward,
-    make_rubric_reward,
     make_tool_call_reward,
     mcq_reward,
     tool_call_reward,
     zh_mix_penalty,
 )
+from tansaku.envs.rubric_reward import make_rubric_reward
 
 
 def call(name, **arguments):
@@ -259,24 +260,22 @@ def test_rewards_accept_trl_extra_kwargs():
 
 def test_rubric_reward_grades_on_each_criterions_scale():
     from tansaku.core.llm import ScriptedLLM
-    from tansaku.envs import rewards
 
     rubric = [{"criterion": "月見湖と星降湖の面積を両方挙げる", "weight": 0.5, "scale": "0-2"},
               {"criterion": "表形式で比較する", "weight": 0.5, "scale": "binary"}]
     completion = [{"role": "assistant", "content": "| 湖 | 面積 |\n|---|---|\n| 月見湖 | 12km² |"}]
     judge = ScriptedLLM(lambda req: '{"scores": [1, 1]}')
-    fn = rewards.make_rubric_reward(judge)
+    fn = rubric_reward.make_rubric_reward(judge)
     assert fn([completion], rubric=[rubric], instruction=["比較せよ"]) == [0.5 * 1 / 2 + 0.5]
     assert "0〜2 点" in judge_prompt_of(rubric, completion)
-    over = rewards.make_rubric_reward(ScriptedLLM(lambda req: '{"scores": [3, 1]}'))
+    over = rubric_reward.make_rubric_reward(ScriptedLLM(lambda req: '{"scores": [3, 1]}'))
     assert over([completion], rubric=[rubric], instruction=["比較せよ"]) == [None]  # 3 exceeds the 0-2 scale
 
 
 def judge_prompt_of(rubric, completion):
-    from tansaku.envs import rewards
 
-    texts, _, points = rewards._rubric_items(rubric)
-    return rewards.judge_messages("比較せよ", texts, completion[0]["content"], points)[1]["content"]
+    texts, _, points = rubric_reward.rubric_items(rubric)
+    return rubric_reward.judge_messages("比較せよ", texts, completion[0]["content"], points)[1]["content"]
 
 
 def test_deepresearch_prompt_carries_the_clarifying_dialogue():

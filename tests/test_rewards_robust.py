@@ -21,13 +21,13 @@ from tansaku.envs.rewards import (
     answer_reward,
     format_reward,
     make_format_reward,
-    make_rubric_reward,
     make_tool_call_reward,
     mcq_reward,
     parse_choice,
     tool_call_reward,
     zh_mix_penalty,
 )
+from tansaku.envs.rubric_reward import make_rubric_reward
 
 
 class StubJudge:
@@ -187,7 +187,10 @@ def test_rubric_reads_a_strict_verdict_and_logs_failures():
     rubric = [["基準1", {"criterion": "基準2", "scale": "0-3", "weight": 3}]] * 2
     scores = reward([REPORT, REPORT], rubric=rubric, instruction=["x", "y"], log_metric=lambda k, v: logged.append((k, v)))
     assert scores == [pytest.approx((1 + 3 * 2 / 3) / 4), None]
-    assert reward.failures == {"judge_error": 1} and logged == [("rubric/judge_failures", 1.0)]
+    assert reward.failures == {"judge_error": 1}
+    metrics = dict(logged)
+    assert [k for k, _ in logged] == ["rubric/judge_failures", "rubric/judge_seconds", "rubric/judged"]
+    assert metrics["rubric/judge_failures"] == 1.0 and metrics["rubric/judged"] == 2.0  # both reports were sent
 
 
 @pytest.mark.parametrize("weight", [float("nan"), float("inf"), -1, "重い", None])

@@ -12,17 +12,20 @@ outcomes (answers, timeouts, live processes, CPU used once the flood is over), n
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from fixtures.cli_checks import pid_alive
 
 from tansaku.envs.search import Limits, QueryError
 from tansaku.envs.search.cost import INLINE_POSTINGS_PER_MS
 from tansaku.envs.search.dsl import parse_request
 from tansaku.envs.search.embedded import EmbeddedBackend, build_embedded
+from tansaku.envs.search.workers import QueryWorkers, _Worker, index_identity
 
 ALPHABET = "のはがをにでとも港町祭市川山"
 TIMEOUT_MS = 300
@@ -55,14 +58,6 @@ def _cpu_seconds(pids) -> float:
             continue
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +98,7 @@ def test_flood_of_worst_case_queries_then_normal_queries_are_answered(index):
     assert all("longer than the 300 ms timeout" in str(e) for e in timeouts), {str(e) for e in timeouts}
     assert timeouts and backend.workers().killed >= 1  # some ran past the deadline and were stopped
     for pid in before - backend.workers().pids():
-        assert not _alive(pid), pid  # killed and reaped, not still working
+        assert not pid_alive(pid), pid  # killed and reaped, not still working
     # Right after: the normal queries (inline) are answered as before the flood ...
     assert [answer(backend, q) for q in normal] == want
     # ... and once the replacement workers are up, the worker lane answers too.
@@ -115,4 +110,92 @@ def test_flood_of_worst_case_queries_then_normal_queries_are_answered(index):
     time.sleep(0.5)
     assert _cpu_seconds(pids) - cpu < 0.25
     backend.close()
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(pid_alive(pid) for pid in pids)
+
+
+# ---- the worker pool's bookkeeping (small index: each test starts one or two workers) ------------------------
+
+@pytest.fixture(scope="module")
+def small_index(tmp_path_factory):
+    ix = tmp_path_factory.mktemp("small") / "ix"
+    build_embedded(_rows(50), ix, quiet=True)
+    return ix
+
+
+def _pool(small_index, n: int = 1) -> QueryWorkers:
+    return QueryWorkers(small_index, index_identity(small_index), max_workers=n)
+
+
+def _canonical(small_index) -> dict:
+    return parse_request({"match": {"text": "灯台"}}, 10, EmbeddedBackend(small_index).fields)[0]
+
+
+def test_request_carries_the_time_left_and_a_query_that_waited_past_it_never_runs(small_index, monkeypatch):
+    pool = _pool(small_index)
+    pool.start()
+    [pid] = pool.pids()
+    canonical, sent = _canonical(small_index), []
+    send = _Worker.send
+    monkeypatch.setattr(_Worker, "send", lambda self, message: (sent.append(message), send(self, message)))
+    await_ready = pool._await_ready
+
+    def slow_ready(worker, deadline):  # the wait for a free/ready worker takes 150 ms of the query's time
+        time.sleep(0.15)
+        return await_ready(worker, deadline)
+
+    monkeypatch.setattr(pool, "_await_ready", slow_ready)
+    t0 = time.time()
+    assert pool.search(canonical, 10, 2000)  # answered
+    assert sent[-1]["deadline"] <= t0 + 2.0 + 0.01  # the caller's deadline, not 2 s from after the wait
+    n = len(sent)
+    with pytest.raises(QueryError, match="longer than the 100 ms timeout"):
+        pool.search(canonical, 10, 100)  # the wait used the 100 ms up: not sent, no worker killed
+    assert len(sent) == n and pool.killed == 0 and pool.pids() == {pid}
+    pool.close()
+
+
+def test_start_reaps_a_worker_that_died_before_ready_and_gives_the_others_back(small_index):
+    pool = _pool(small_index, 2)
+    far = time.monotonic() + 60
+    dead, good = pool._take(far), pool._take(far)
+    dead.proc.kill()  # dies before its ready line: start reads EOF
+    pool._give(dead)  # first in line: before, start stopped at it and the next one was never given back
+    pool._give(good)
+    with pytest.raises(QueryError, match="stopped before it was ready"):
+        pool.start()
+    assert dead.proc.returncode is not None  # reaped, not a zombie
+    assert pool.pids() == {good.proc.pid} and pool._slots == 1 and pool._idle == [good] and good.ready
+    assert pool.search(_canonical(small_index), 10, 2000)  # the pool works on
+    pool.close()
+    assert good.proc.returncode is not None
+
+
+def test_close_leaves_a_checked_out_worker_to_its_search_and_kills_it_when_given_back(small_index):
+    pool = _pool(small_index, 2)
+    pool.start()
+    far = time.monotonic() + 60
+    busy = pool._take(far)  # as a search in another thread holds it
+    idle = pool._take(far)
+    pool._await_ready(idle, far)
+    pool._give(idle)
+    pool.close()
+    assert idle.proc.returncode is not None  # the idle one at once
+    assert busy.proc.poll() is None and not busy.proc.stdout.closed  # its search still reads its pipe
+    assert pool._await_ready(busy, far)
+    busy.send({"query": _canonical(small_index), "limit": 10, "deadline": time.time() + 2})
+    assert busy.receive(far)["hits"]
+    pool._give(busy)  # given back to a closed pool: killed and reaped
+    assert busy.proc.returncode is not None and not pool.pids()
+
+
+def test_workers_end_with_their_backends_last_reference(small_index):
+    backend = EmbeddedBackend(small_index, Limits(timeout_ms=TIMEOUT_MS), workers=1)
+    backend.workers().start()
+    assert backend.get("d00001")["doc_id"] == "d00001" and backend.get("nope") is None
+    pids = backend.workers().pids()
+    gc.disable()  # no cycle collection: only reference counting may end it
+    try:
+        del backend
+        assert pids and not any(pid_alive(pid) for pid in pids)
+    finally:
+        gc.enable()

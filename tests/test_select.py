@@ -37,12 +37,17 @@ def fake_run(root: Path, model: Path, steps: list[int], final_step: int | None) 
     return run
 
 
-def test_the_final_model_is_listed_only_when_it_is_not_the_last_checkpoint(tmp_path):
+def fake_run_with_model(tmp_path: Path, steps: list[int], final_step: int | None) -> Path:
+    """:func:`fake_run` over a stand-in model folder (``tmp_path/m``: a config.json) in ``tmp_path/a``."""
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text("{}", encoding="utf-8")
     (tmp_path / "a").mkdir()
-    run = fake_run(tmp_path / "a", model, [4, 12, 8], final_step=12)
+    return fake_run(tmp_path / "a", model, steps, final_step)
+
+
+def test_the_final_model_is_listed_only_when_it_is_not_the_last_checkpoint(tmp_path):
+    run = fake_run_with_model(tmp_path, [4, 12, 8], final_step=12)
     assert [step for step, _ in checkpoints(run)] == [4, 8, 12]
     (run / "trainer_state.json").write_text(json.dumps({"global_step": 14}), encoding="utf-8")
     assert [step for step, _ in checkpoints(run)] == [4, 8, 12, None]
@@ -80,3 +85,43 @@ def test_each_checkpoint_is_measured_and_a_rerun_reuses_the_reports(tmp_path, en
     monkeypatch.setattr(select, "from_spec", no_model)
     again = select_checkpoint(run, "multihop_qa", DATA, envs_index, split="train", rows=2, max_tokens=24)
     assert again["checkpoints"] == selection["checkpoints"]
+
+
+def test_only_checkpoint_folders_with_ascii_steps_count(tmp_path):
+    """``checkpoint-²`` passes ``str.isdigit`` but not ``int``: it was a ValueError traceback; now it is no checkpoint."""
+    run = fake_run_with_model(tmp_path, [4], final_step=4)
+    for name in ("checkpoint-\u00b2", "checkpoint-\u0663", "checkpoint-x", "checkpoint-5.bak", "checkpoint-"):
+        (run / name).mkdir()
+        (run / name / "config.json").write_text("{}", encoding="utf-8")
+    assert [step for step, _ in checkpoints(run)] == [4]
+    only_odd = tmp_path / "odd"
+    only_odd.mkdir()
+    (only_odd / "tansaku_recipe.json").write_text("{}", encoding="utf-8")
+    (only_odd / "checkpoint-\u00b2").mkdir()
+    (only_odd / "checkpoint-\u00b2" / "config.json").write_text("{}", encoding="utf-8")
+    result = CliRunner().invoke(train_app, ["select", "--run", str(only_odd), "--task", "multihop_qa", "--dataset",
+                                            str(DATA), "--index", str(tmp_path / "ix")])
+    assert result.exit_code == 2 and "no checkpoint-*" in result.output, result.output
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def test_a_broken_trainer_state_lists_the_final_model(tmp_path):
+    run = fake_run_with_model(tmp_path, [4], final_step=4)
+    for broken in (b"[4]", DEEP, b'{"global_step": 4, "x": "\xff"}', b'{"global_step": [4]}', b"{"):
+        (run / "trainer_state.json").write_bytes(broken)
+        assert [step for step, _ in checkpoints(run)] == [4, None], broken[:20]
+
+
+def test_a_saved_report_that_is_not_a_complete_object_is_evaluated_again(tmp_path):
+    good = {"weights": "w", "k": 1, "split": "rl", "temperature": 0.0, "selection_rows": 2, "pass@1": 0.5,
+            "mean_tool_calls": 1.0, "mean_total_reward": 0.5, "questions": 2}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(good), encoding="utf-8")
+    assert select._reusable_report(tmp_path, "w", 2, 1, 0.0, "rl") == good
+    assert select._reusable_report(tmp_path, "other weights", 2, 1, 0.0, "rl") is None
+    for broken in (b"[]", b'"report"', b"3", DEEP, b'{"weights": "\xff"}',
+                   json.dumps({**good, "pass@1": None}).encode()):
+        path.write_bytes(broken)
+        assert select._reusable_report(tmp_path, "w", 2, 1, 0.0, "rl") is None, broken[:20]

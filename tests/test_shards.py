@@ -177,3 +177,21 @@ def test_sharded_deepresearch_equals_the_single_build(tmp_path):
     merged = _shards_then_merge(tmp_path / "shards", 2, build)
     assert merged["version"] == single["version"] and _funnel(merged) == _funnel(single)
     assert sum(merged["splits"].values()) > 0
+
+
+def test_a_nested_build_keeps_the_outer_plan_and_whole_runs_unsharded():
+    """``nested_at`` and ``whole`` put back the plan in force before them, also when their block raises."""
+    outer = shards.set_plan("1/4")
+    try:
+        with shards.nested_at("articles") as inner:
+            assert shards.PLAN is inner and (inner.index, inner.of, inner.sub) == (1, 4, "articles")
+            with shards.whole():
+                assert shards.PLAN == shards.ShardPlan()
+            assert shards.PLAN is inner
+        assert shards.PLAN is outer
+        with pytest.raises(RuntimeError), shards.nested_at("articles"):
+            raise RuntimeError("a build failed")
+        assert shards.PLAN is outer
+    finally:
+        shards.set_plan()
+    assert shards.PLAN == shards.ShardPlan()

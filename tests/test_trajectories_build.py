@@ -236,3 +236,25 @@ def test_egov_trajectories_keep_the_choice_gold_in_the_same_struct(built, inputs
         source = gold[row["messages"][1]["content"]]
         assert row["answer"] == {"answer": source["answer"], "aliases": None,
                                  "answer_index": source["answer_index"], "choices": list(source["choices"])}
+
+
+def test_interface_variants_drop_the_scripted_teachers_other_interface_episodes(inputs, monkeypatch):
+    """With two tool interfaces drawn, the demo teacher (it speaks search/open_doc only) calls `search` on the
+    find/read episodes: each such episode is dropped at the teacher stage as `wrong_interface`, never a row."""
+    from dataclasses import replace
+
+    from tansaku.envs.tasks import TASKS
+
+    task = TASKS["multihop_qa"]
+    monkeypatch.setitem(TASKS, "multihop_qa", replace(task, tools_config={**task.tools_config,
+                                                                           "interface_variants": 2}))
+    out = inputs / "sft-interfaces"
+    manifest = build_trajectories(inputs / "multihop", out, teacher=f"scripted:{SCRIPT}", index=inputs / "index",
+                                  translator=f"scripted:{SCRIPT}:rewrite", n=1, limit=20, seed=1, quiet=True,
+                                  task="multihop_qa")
+    train, rejected = read_rows(out, "train"), read_rows(out, "rejected")
+    wrong = [r for r in rejected if r["reason"] == "wrong_interface"]
+    assert wrong and all(r["stage"] == "teacher" and "find, read" in r["detail"] for r in wrong)
+    assert all(json.loads(r["record"])["tool_interface"] == 1 for r in wrong)
+    assert train and {r["tool_interface"] for r in train} == {0}  # what is kept spoke its own interface
+    assert manifest["trajectories"]["failure_reasons"]["teacher/wrong_interface"] == len(wrong)

@@ -49,11 +49,14 @@ def train_rl(
     config: Recipe,
     set: Sets = None,
     skip_readiness: Annotated[bool, typer.Option("--skip-readiness", help="Start even when the pre-flight check says the task is not learnable yet.")] = False,
+    judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch); replaces the recipe's judge.model.")] = None,
+    no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
+    concurrency: Concurrency = None,
 ):
     """GRPO / GSPO with TRL over the tansaku search environments."""
     from tansaku.trainer.rl import run_rl
 
-    typer.echo(jsontext.dumps(run_rl(config, set or [], skip_readiness=skip_readiness), default=str))
+    typer.echo(jsontext.dumps(run_rl(config, set or [], skip_readiness=skip_readiness, judge=judge), default=str))
 
 
 @train_app.command("eval")
@@ -86,7 +89,7 @@ def train_eval(
 
 
 @train_app.command("select")
-@friendly
+@friendly(outputs=("run",))  # it writes into the run folder (checkpoint_selection.json, selection/)
 def train_select(
     run: Annotated[Path, typer.Option("--run", help="A train sft output_dir with checkpoint-* folders.")],
     task: Annotated[str, typer.Option("--task", help="The task RL will train (multihop_qa, egov_mcq, …).")],
@@ -116,6 +119,8 @@ def train_rescore(
     task: Annotated[str, typer.Option("--task", help="The task whose rewards score them (multihop_qa, egov_mcq, …).")],
     out: Annotated[Path | None, typer.Option("--out", help="Folder for rescored.parquet and rescore_report.json.")] = None,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
+    no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
+    concurrency: Concurrency = None,
 ):
     """Score stored rollouts again with the current reward functions; report what changed per component."""
     from tansaku.core.llm import as_client
@@ -128,14 +133,73 @@ def train_rescore(
 
 @train_app.command("compare")
 @friendly
-def train_compare(a: Annotated[Path, typer.Argument(help="Eval report A: report.json or a train eval --out folder.")],
-                  b: Annotated[Path, typer.Argument(help="Eval report B (deltas are B − A).")]):
-    """Two eval reports side by side: A, B and B − A per metric (table on stderr, JSON on stdout)."""
+def train_compare(
+    a: Annotated[Path | None, typer.Argument(help="Eval report A: report.json or a train eval --out folder.")] = None,
+    b: Annotated[Path | None, typer.Argument(help="Eval report B (deltas are B − A).")] = None,
+    completions: Annotated[Path | None, typer.Option("--completions", help="Instead: a train rl run (or its completions folder) whose samples to compare across --steps.")] = None,
+    steps: Annotated[tuple[int, int] | None, typer.Option("--steps", help="With --completions: steps A B; the prompts both sampled, side by side.")] = None,
+    limit: Limit = None,
+    width: Annotated[int, typer.Option("--width", min=20, help="With --completions: characters of each completion shown in the table (the JSON has all).")] = 400,
+):
+    """Two eval reports side by side (A, B, B − A per metric), or with --completions RUN --steps A B the same
+    prompts' samples at two steps of a run with their reward components (table on stderr, JSON on stdout)."""
+    from tansaku.core.errors import InputError
+
+    if completions is not None or steps is not None:
+        if completions is None or steps is None or a is not None or b is not None:
+            raise InputError("give either two eval reports (train compare A B) or --completions RUN --steps A B")
+        from tansaku.trainer.step_samples import samples_table, step_samples
+
+        result = step_samples(completions, *steps, limit=limit)
+        Console(stderr=True).print(samples_table(result, width))
+        typer.echo(jsontext.dumps(result))
+        return
+    if a is None or b is None:
+        raise InputError("give two eval reports (train compare A B), or --completions RUN --steps A B")
     from tansaku.envs.compare import compare_reports, comparison_table, load_report
 
     result = compare_reports(load_report(a), load_report(b), (str(a), str(b)))
     Console(stderr=True).print(comparison_table(result))
     typer.echo(jsontext.dumps(result))
+
+
+@train_app.command("report")
+@friendly
+def train_report(
+    run: Annotated[list[Path], typer.Argument(help="A run's output_dir; with --runs, two or more runs (seeds).")],
+    runs: Annotated[bool, typer.Option("--runs", help="Overlay the runs given and flag collapses that recur at the same step.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="PNG to write: one run's learning curves, or the --runs overlay (none without it).")] = None,
+    lookback: Annotated[int, typer.Option("--lookback", min=1, help="--runs: a collapse is a drop below (1 − drop) × the peak of this many previous steps.")] = 5,
+    drop: Annotated[float, typer.Option("--drop", help="--runs: relative drop from that peak, 0 < drop < 1.")] = 0.5,
+    within: Annotated[int, typer.Option("--within", min=0, help="--runs: onsets this many steps apart or closer coincide.")] = 1,
+    min_runs: Annotated[int, typer.Option("--min-runs", min=2, help="--runs: runs that must share a collapse.")] = 2,
+):
+    """One run: its run report as JSON on stdout (reward weights 1) and its learning curves at --out; nothing
+    is written into the run. With --runs R1 R2 …: each run's reward, zero-variance share and entropy per step
+    overlaid (--out PNG) and its collapse onsets, flagged where they coincide (table on stderr, JSON on stdout)."""
+    from tansaku.core.errors import InputError
+
+    if runs:
+        from tansaku.trainer.seeds import compare_seeds, plot_seeds, seeds_table
+
+        result = compare_seeds(run, lookback=lookback, drop=drop, within=within, min_runs=min_runs)
+        if out is not None:
+            plot_seeds(result, out)
+        Console(stderr=True).print(seeds_table(result))
+        typer.echo(jsontext.dumps({**result, "png": str(out) if out else None}))
+        return
+    if len(run) != 1:
+        raise InputError(f"give one run, or --runs for {len(run)} runs side by side")
+    from tansaku.core.errors import MissingInputError
+    from tansaku.trainer.report import plot_learning_curves, run_report
+
+    if not run[0].is_dir():
+        raise MissingInputError(f"no run folder at {run[0]}")
+    report = run_report(run[0])
+    if not report["per_step"]:
+        raise InputError(f"{run[0]}: no trainer_state.json log history and no completions/*.parquet to read")
+    png = plot_learning_curves(run[0], out, report=report) if out is not None else None
+    typer.echo(jsontext.dumps({**report, "png": str(png) if png else None}))
 
 
 @train_app.command("merge")

@@ -18,6 +18,10 @@ report (``tansaku.trainer.report``) includes the series and the warnings.
     from tansaku.trainer.collapse import collapse_series, collapse_warnings
     series = collapse_series(completion_rows, total_reward)   # one dict per step
     collapse_warnings(series)                                 # [] or ["reasoning collapsed: …"]
+
+``collapse_onsets`` finds the steps where one signal collapses suddenly (the reward, the policy entropy,
+reasoning length, tool calls: signals that are positive while healthy); ``train report --runs`` uses it to
+see whether several seeds collapse at the same step (``tansaku.trainer.seeds``).
 """
 
 from __future__ import annotations
@@ -98,3 +102,30 @@ def collapse_warnings(series: list[dict], window: int = 3, max_drop: float = 0.5
         if after - before >= max_rise:
             found.append(f"{what} rose {before:.2f} → {after:.2f} {reward}")
     return found
+
+
+def collapse_onsets(points: list[tuple[int, float]], lookback: int = 5, drop: float = 0.5) -> list[int]:
+    """The steps where a signal collapses, from its ``(step, value)`` points in step order (None values skipped).
+
+    A signal is *collapsed at step s* when the peak of the ``lookback`` values logged before s is positive
+    and its value at s is at most ``(1 - drop)`` × that peak (``drop=0.5``: half of its recent peak or less).
+    A *collapse onset* is a collapsed step whose previous logged step was not collapsed, so a signal that stays
+    down counts once, and one that recovers and falls again counts twice. A peak ≤ 0 is never a collapse
+    (the signals watched are positive while healthy). Nothing is smoothed: with few prompts per step, a noisy
+    reward can cross the threshold by chance; raise ``drop`` or ``lookback`` for such runs.
+
+    >>> collapse_onsets([(1, 1.0), (2, 1.1), (3, 0.4), (4, 0.3), (5, 1.0), (6, 0.2)], lookback=3)
+    [3, 6]
+    >>> collapse_onsets([(1, 1.0), (2, 0.6), (3, 0.4)], lookback=1), collapse_onsets([(1, 0.0), (2, -1.0)])
+    ([], [])
+    """
+    values = [(step, float(value)) for step, value in points if value is not None]
+    onsets, before = [], False
+    for i, (step, value) in enumerate(values):
+        recent = [v for _, v in values[max(0, i - lookback):i]]
+        peak = max(recent) if recent else 0.0
+        collapsed = peak > 0 and value <= (1 - drop) * peak
+        if collapsed and not before:
+            onsets.append(step)
+        before = collapsed
+    return onsets

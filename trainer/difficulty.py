@@ -27,7 +27,6 @@ run instead; ``frac_reward_zero_std`` in the run report shows how much of it hel
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -95,13 +94,16 @@ def keep_rule(pass_rates: list[float], min_pass: float, max_pass: float) -> tupl
     return kept, dropped
 
 
+_BAND_FIELDS = {"task": str, "key": dict, "pass_rates": list, "kept": list, "dropped": dict, "report": dict}
+
+
 def _saved_band(folder: Path, key: dict) -> Band | None:
-    try:
-        data = json.loads((folder / BAND_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """The band ``folder`` holds for ``key``; None (sample again) when there is none, it was made for another key,
+    or its ``band.json`` is no band (unreadable, not a JSON object, a field missing or of another type)."""
+    data = jsontext.read_object(folder / BAND_FILE)
+    if data is None or data.get("key") != key or not all(isinstance(data.get(k), t) for k, t in _BAND_FIELDS.items()):
         return None
-    return Band(**{k: data[k] for k in ("task", "key", "pass_rates", "kept", "dropped", "report")}) \
-        if data.get("key") == key else None
+    return Band(**{k: data[k] for k in _BAND_FIELDS})
 
 
 def band_task(recipe: RLRecipe, spec: RLTask, task, model_path: str, client, judge=None) -> Band:

@@ -130,7 +130,7 @@ def _written(out: Path, info: dict) -> Iterator[Path]:
     def check() -> None:  # again under the lock
         ownership.refuse_unmarked(out, "--out", ownership.MODEL_MARKER, "merge", "merged model")
 
-    with ownership.claimed(out, "--out", check), ownership.swapped_in(out) as tmp:
+    with ownership.claimed(out, "--out", check), ownership.swapped_in(out, "--out") as tmp:
         yield tmp
         files = sorted(p.name for p in tmp.iterdir() if p.name != ownership.PARTIAL_MARKER)  # all it may replace
         (tmp / ownership.MODEL_MARKER).write_text(jsontext.dumps({"kind": "merge", **info, "files": files},

@@ -1,10 +1,14 @@
 """The nested sections of an RL recipe that configure checks around training: the reward watch (``watch:``), the
-readiness check (``readiness:``) and difficulty banding (``difficulty:``). ``tansaku.trainer.recipes`` reads them.
+readiness check (``readiness:``) and difficulty banding (``difficulty:``), and the rubric judge (``judge:``).
+``tansaku.trainer.recipes`` reads them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from tansaku.core.llm.settings import parse_api_keys
 
 
 @dataclass
@@ -54,3 +58,45 @@ class DifficultySpec:
              f"difficulty.temperature: sampling needs > 0 (got {self.temperature})"),
         ]
         return [message for ok, message in checks if not ok]
+
+
+@dataclass
+class JudgeSpec:
+    """The LLM that scores rubric tasks (``deepresearch``) during ``train rl``: in the recipe as ``judge: SPEC`` or
+    as a mapping with the client options synthesis takes on the command line (``--api-key``, ``--extra-body``,
+    ``--concurrency``, ``--no-cache``). ``train rl --judge SPEC`` replaces ``model``. The readiness and difficulty
+    rollouts and every training step score through it; a judge that fails, times out or answers out of range gives
+    that completion no score (None, counted in ``rubric/judge_failures``), never a stopped run."""
+
+    model: str | None = None  # LLM spec: http:MODEL@URL, vllm:MODEL, transformers:PATH, scripted:FILE
+    api_key: str | None = None  # http: KEY or @FILE (default $OPENAI_API_KEY or --api-key)
+    extra_body: dict[str, Any] | None = None  # http: merged into every request body
+    concurrency: int | None = None  # http: requests in flight (a step's completions are judged at once)
+    timeout: float = 120.0  # http: seconds per request before it counts as a judge failure
+    cache: bool = False  # replay judge replies from the response cache (off: a rerun judges again)
+    max_tokens: int = 256  # tokens of one verdict
+
+    def problems(self) -> list[str]:
+        """What is wrong with these settings, as recipe error messages (empty: fine)."""
+        http = (self.model or "").startswith("http:")
+        given = [k for k in ("api_key", "extra_body", "concurrency") if getattr(self, k) is not None]
+        checks = [
+            (http or not given, f"judge: {', '.join(given)} apply to http: judges only (judge.model is "
+                                f"{self.model!r})"),
+            (self.concurrency is None or self.concurrency >= 1,
+             f"judge.concurrency: must be >= 1 (got {self.concurrency})"),
+            (self.timeout > 0, f"judge.timeout: must be > 0 seconds (got {self.timeout})"),
+            (self.max_tokens > 0, f"judge.max_tokens: must be > 0 (got {self.max_tokens})"),
+        ]
+        return [message for ok, message in checks if not ok]
+
+    def client_options(self) -> dict:
+        """Keyword arguments for ``tansaku.core.llm.as_client``: the cache, and for http: judges the client options."""
+        options: dict = {"cache": "default" if self.cache else False}
+        if (self.model or "").startswith("http:"):
+            options.update(timeout=self.timeout, max_concurrency=self.concurrency)
+            if self.extra_body is not None:
+                options["extra_body"] = self.extra_body
+            if self.api_key is not None:  # KEY, URL=KEY or @FILE, as --api-key reads it
+                options["api_key"] = parse_api_keys([self.api_key])
+        return options

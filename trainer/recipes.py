@@ -44,7 +44,7 @@ from tansaku.core.heldout import RL as RL_SPLIT
 from tansaku.core.heldout import TEST as HELDOUT_SPLIT
 from tansaku.core.llm.identity import resolve_model as resolve_local_model
 from tansaku.core.tiny_model import tiny_model_dir
-from tansaku.trainer.recipe_sections import DifficultySpec, ReadinessSpec, WatchSpec
+from tansaku.trainer.recipe_sections import DifficultySpec, JudgeSpec, ReadinessSpec, WatchSpec
 from tansaku.trainer.typed_config import (
     RecipeError,
     apply_override,
@@ -195,6 +195,7 @@ class RLRecipe(TrainCommon):
     watch: WatchSpec = field(default_factory=WatchSpec)
     readiness: ReadinessSpec = field(default_factory=ReadinessSpec)
     difficulty: DifficultySpec = field(default_factory=DifficultySpec)
+    judge: JudgeSpec = field(default_factory=JudgeSpec)  # `judge: SPEC` or a mapping (recipe_sections.JudgeSpec)
     learning_rate: float = 5e-7
 
 
@@ -275,7 +276,7 @@ def validate(recipe) -> None:
         _check(value is None or value > 0, f"{name}: must be > 0 (got {value})")
     _check(recipe.vllm_mode in ("colocate", "server"), f"vllm_mode: colocate or server (got {recipe.vllm_mode!r})")
     _check(not (recipe.use_vllm and recipe.use_cpu), "use_vllm needs a GPU: set use_cpu=false or use_vllm=false")
-    for problem in recipe.difficulty.problems():
+    for problem in recipe.difficulty.problems() + recipe.judge.problems():
         _check(False, problem)
     batch_plan(recipe)  # raises when the batch does not divide
 
@@ -317,6 +318,12 @@ def trl_config_class(kind: str):
     return getattr(trl, TRL_CONFIG_NAMES[kind])
 
 
+def _judge_as_section(data: dict, kind: str) -> None:
+    """``judge: http:MODEL@URL`` (the spec alone) is ``judge: {model: http:MODEL@URL}``."""
+    if kind == "rl" and isinstance(data.get("judge"), str):
+        data["judge"] = {"model": data["judge"]}
+
+
 def load_recipe(path: str | Path, overrides: list[str] | None = None, kind: str | None = None):
     """Read a recipe YAML, apply ``--set`` overrides, coerce, validate; return the dataclass.
 
@@ -345,7 +352,9 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, kind: str 
     if kind == "rl":
         data = _rename_nemo_keys(data)
     for assignment in overrides or []:
+        _judge_as_section(data, kind)  # so `--set judge.model=…` reaches a recipe that says `judge: SPEC`
         apply_override(data, assignment, NEMO_RL_KEYS if kind == "rl" else None)
+    _judge_as_section(data, kind)
     config_cls = trl_config_class(kind)
     shared = {f.name for f in dataclasses.fields(RECIPE_KINDS[kind])} & trl_field_names(config_cls)
     recipe = build(RECIPE_KINDS[kind], coerce_trl_fields(config_cls, data, shared))

@@ -24,6 +24,12 @@ The report runs the seed recipe's troubleshooting checks, per step and overall:
 - ``tool_call_spam``: calls per episode (distribution, max) and episodes repeating an identical call;
 - ``reasoning_collapse``: reasoning length, repetition, non-Japanese share and tool calls per step, and a
   warning when one collapses while the reward rises (``tansaku.trainer.collapse``).
+
+It also carries the training signals TRL logs (``tansaku.trainer.signals``: loss, ``kl``, clip ratios, entropy,
+completion lengths, ``frac_reward_zero_std``, the sampler–trainer gap, the rubric judge's metrics): each
+step's values in ``per_step[i]["signals"]``, ``signals: {name: {first, last, min, max, mean, n}}`` over the
+run, and ``judge: {steps, judged, failures, failure_share, seconds_mean, seconds_total}`` (None without a
+judge). A signal the run did not log is absent. The curves are drawn by ``tansaku.trainer.curves``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ from tansaku.core import jsontext
 from tansaku.envs.monitoring import hacking_warnings, reward_decomposition, zero_variance_share
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.collapse import collapse_series, collapse_warnings
+from tansaku.trainer.curves import plot_learning_curves, plot_loss_curve  # noqa: F401 - re-exported
+from tansaku.trainer.run_folder import checkpoint_step
+from tansaku.trainer.signals import judge_summary, signal_summary, step_signals
 
 REPORT_FILE = "run_report.json"
 CURVES_FILE = "learning_curves.png"
@@ -56,13 +65,16 @@ _LOGGED_SERIES = {"step", "reward", "frac_reward_zero_std", "tools/call_frequenc
 
 
 def load_log_history(output_dir: str | Path) -> list[dict]:
-    """``log_history`` of ``output_dir/trainer_state.json`` (else of the latest ``checkpoint-*``); [] if none."""
+    """``log_history`` of ``output_dir/trainer_state.json`` (else of the latest ``checkpoint-*``); [] if none.
+    A state file that is unreadable or not a JSON object counts as none (``jsontext.read_object``)."""
     out = Path(output_dir)
-    candidates = [out / "trainer_state.json"] + sorted(
-        out.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1]), reverse=True)
-    for path in candidates:
-        if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8")).get("log_history", [])
+    saved = sorted(((step, p) for p in out.glob("checkpoint-*/trainer_state.json")
+                    if (step := checkpoint_step(p.parent.name)) is not None), reverse=True)
+    for path in [out / "trainer_state.json", *(p for _, p in saved)]:
+        state = jsontext.read_object(path)
+        if state is not None:
+            history = state.get("log_history", [])
+            return [entry for entry in history if isinstance(entry, dict)] if isinstance(history, list) else []
     return []
 
 
@@ -198,12 +210,14 @@ def run_report(output_dir: str | Path, weights: dict[str, float] | None = None) 
     history = load_log_history(output_dir)
     completions = load_completions(output_dir)
     logged = {row["step"]: row for row in reward_decomposition(history)}
+    signals = step_signals(history)
     by_step: dict[int, list[dict]] = {}
     for row in completions:
         by_step.setdefault(int(row["step"]), []).append(row)
     per_step = []
-    for step in sorted(set(logged) | set(by_step)):
-        entry = {"step": step, "logged": {k: v for k, v in logged.get(step, {}).items() if k != "step"}}
+    for step in sorted(set(logged) | set(by_step) | set(signals)):
+        entry = {"step": step, "logged": {k: v for k, v in logged.get(step, {}).items() if k != "step"},
+                 "signals": signals.get(step, {})}
         if step in by_step:
             entry.update(completion_checks(by_step[step], weights))
         per_step.append(entry)
@@ -227,6 +241,7 @@ def run_report(output_dir: str | Path, weights: dict[str, float] | None = None) 
     checks.append({"name": "reasoning_collapse", "ok": not collapsed, "detail": "; ".join(collapsed) or "none"})
     return {"output_dir": str(output_dir), "steps": len(per_step), "checks": checks, "ok": all(c["ok"] for c in checks),
             "overall": {**overall, "hacking_warnings": warnings, "collapse_warnings": collapsed},
+            "signals": signal_summary(signals), "judge": judge_summary(signals),
             "per_step": per_step, "collapse": collapse}
 
 
@@ -235,74 +250,3 @@ def write_run_report(output_dir: str | Path, weights: dict[str, float] | None = 
     report = run_report(output_dir, weights)
     Path(output_dir, REPORT_FILE).write_text(jsontext.dumps(report, indent=2), encoding="utf-8")
     return report
-
-
-def _figure(rows: int, cols: int):
-    # The object API with the Agg canvas: no pyplot, no global backend switch, works without a display.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(6 * cols, 3.6 * rows), layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure, figure.subplots(rows, cols, squeeze=False)
-
-
-def _plot(ax, xs, ys, label, **kwargs) -> None:
-    points = [(x, y) for x, y in zip(xs, ys) if y is not None]
-    if points:
-        ax.plot(*zip(*points), marker="o", markersize=3, label=label, **kwargs)
-
-
-def plot_learning_curves(output_dir: str | Path, out_png: str | Path | None = None,
-                         report: dict | None = None) -> Path:
-    """A 2×2 PNG per step: reward components, tool calls per episode, tool failure share, zero-variance groups."""
-    report = report or run_report(output_dir)
-    steps = report["per_step"]
-    xs = [s["step"] for s in steps]
-    figure, axes = _figure(2, 2)
-    (rewards, calls), (failures, zero) = axes
-    names = list(dict.fromkeys(k for s in steps for k in s["logged"] if k not in _LOGGED_SERIES))
-    for name in names:
-        _plot(rewards, xs, [s["logged"].get(name) for s in steps], name)
-    _plot(rewards, xs, [s["logged"].get("reward") for s in steps], "total (weighted)", color="black", linewidth=2)
-    rewards.set_title("reward components (mean per step)")
-    _plot(calls, xs, [s["logged"].get("tools/call_frequency") for s in steps], "tools/call_frequency")
-    _plot(calls, xs, [s.get("calls_per_episode", {}).get("max") for s in steps], "max per episode", linestyle="--")
-    calls.set_title("tool calls per episode")
-    _plot(failures, xs, [s["logged"].get("tools/failure_frequency") for s in steps], "tools/failure_frequency")
-    _plot(failures, xs, [s.get("repeated_call_share") for s in steps], "episodes repeating a call", linestyle="--")
-    failures.set_title("failed calls / repeated calls")
-    _plot(zero, xs, [s["logged"].get("frac_reward_zero_std") for s in steps], "frac_reward_zero_std (TRL)")
-    _plot(zero, xs, [s.get("zero_variance_group_share") for s in steps], "from completions", linestyle="--")
-    entropy = [s["logged"].get("entropy") for s in steps]
-    if any(v is not None for v in entropy):  # TRL's mean token entropy of the policy, on its own scale
-        twin = zero.twinx()
-        _plot(twin, xs, entropy, "entropy (TRL, right axis)", color="tab:purple", linestyle=":")
-        twin.legend(fontsize=7, loc="lower right")
-    zero.set_title("zero-variance group share / policy entropy")
-    zero.set_ylim(-0.05, 1.05)
-    for ax in (rewards, calls, failures, zero):
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    out = Path(out_png) if out_png else Path(output_dir, CURVES_FILE)
-    figure.savefig(out, dpi=100)
-    return out
-
-
-def plot_loss_curve(output_dir: str | Path, out_png: str | Path | None = None) -> Path:
-    """SFT: training loss (and learning rate) per logged step as a PNG (default ``output_dir/loss_curve.png``)."""
-    history = [e for e in load_log_history(output_dir) if "loss" in e]
-    figure, ((loss, rate),) = _figure(1, 2)
-    xs = [e.get("step") for e in history]
-    _plot(loss, xs, [e.get("loss") for e in history], "loss")
-    _plot(rate, xs, [e.get("learning_rate") for e in history], "learning_rate")
-    loss.set_title("training loss")
-    rate.set_title("learning rate")
-    for ax in (loss, rate):
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    out = Path(out_png) if out_png else Path(output_dir, LOSS_FILE)
-    figure.savefig(out, dpi=100)
-    return out

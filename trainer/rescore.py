@@ -114,7 +114,7 @@ def rescore(completions: str | Path, task_name: str, out: str | Path | None = No
     return report
 
 
-RESCORE_MARKER = "tansaku_rescore.json"
+RESCORE_MARKER = ownership.RESCORE_MARKER
 OUTPUTS = ["rescored.parquet", "rescore_report.json"]
 
 

@@ -5,9 +5,10 @@
 
 Each recipe task names ``tansaku.envs.tasks.TASKS[name]``, its prompt dataset (store folder or .jsonl) and its
 search index. The rollouts are multi-turn: TRL's tool loop calls ``tansaku.envs.environments.SearchEnvironment``
-(``environment_factory``: a ``{"<task>@tools-v<n>": factory}`` dict, one factory per tool-description variant,
-and an ``environment`` column drawn per row — TRL renders each prompt with its environment's schemas, so
-every row shows the model its own variant; see ``tansaku.envs.environments``), tool-result tokens get no
+(``environment_factory``: a ``{"<task>@tools-v<n>": factory}`` dict, one factory per tool-description variant
+and tool interface, ``-i<k>`` for interface k > 0, and an ``environment`` column drawn per row — TRL renders
+each prompt with its environment's schemas, so every row shows the model its own variant and interface; see
+``tansaku.envs.environments``), tool-result tokens get no
 loss, and every reward component of the task is its own TRL reward function (``tansaku.trainer.rl_rewards``; logged as
 ``rewards/<name>/mean``, one column each in ``completions/*.parquet``), weighted by the task's weights
 (overridable per task). With several tasks, components are named ``<task>/<component>`` and return None on
@@ -33,14 +34,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tansaku.core import jsontext
+from tansaku.core import jsontext, ownership
 from tansaku.core.llm import as_client
 from tansaku.core.store import StoreError, read_records
-from tansaku.envs.environments import episode_variant, variant_factories
+from tansaku.envs.environments import episode_interface, episode_variant, variant_factories
 from tansaku.envs.evaluate import load_rows
 from tansaku.envs.search import build_index, require_index
 from tansaku.envs.search.embedded import build_embedded
 from tansaku.envs.tasks import TASKS, reward_columns
+from tansaku.envs.tool_interfaces import interface_prompt
 from tansaku.trainer.data import mix_by_ratio
 from tansaku.trainer.difficulty import Band, band_prompts, banded_rows
 from tansaku.trainer.model_card import name_base_model
@@ -70,22 +72,21 @@ from tansaku.trainer.sft import (
     write_recipe_copy,
 )
 
-INDEX_META = "tansaku_index.json"  # written last by an index build: its presence means a finished index
-
 
 def ensure_indexes(recipe: RLRecipe) -> list[str]:
     """Build each task's ``index: auto`` folder from its ``corpus`` when absent; return the folders built.
 
-    A folder that exists without ``tansaku_index.json`` was not made by a finished build: refused, not overwritten.
+    A folder that is not a finished tansaku index (``ownership.is_index``) but holds something: refused, not
+    overwritten.
     """
     built = []
     for spec in recipe.tasks:
         if not spec.corpus or spec.index != auto_index_dir(recipe.output_dir, spec.name):
             continue
         index = Path(spec.index)
-        if (index / INDEX_META).is_file():
+        if ownership.is_index(index):
             continue
-        if index.exists() and any(index.iterdir()):
+        if index.exists() and (not index.is_dir() or any(index.iterdir())):
             raise RecipeError(f"task {spec.name}: {index} exists but is not a finished index; remove it to rebuild")
         corpus = Path(spec.corpus)
         if not corpus.exists():
@@ -133,15 +134,19 @@ def check_recipe(recipe: RLRecipe, judge=None) -> None:
 
 def build_dataset(recipe: RLRecipe, bands: dict[str, Band] | None = None):
     """The mixed prompt dataset, with an ``environment`` column routing each row to its task's environment
-    of the tool description variant drawn for it (``episode_variant``: what ``reset`` would draw).
+    of the tool description variant and interface drawn for it (``episode_variant`` / ``episode_interface``:
+    what ``reset`` would draw).
     ``bands``: the difficulty banding's kept rows per task (``band_prompts``)."""
     from datasets import Dataset
 
     groups = []
     for spec in recipe.tasks:
         task = rl_task(spec)  # the prompts carry the recipe's system prompt, when it sets one
-        rows = [{**row, "environment": environment_name(spec.name, episode_variant(task, row, recipe.seed))}
-                for row in task_rows(spec, task, (bands or {}).get(spec.name))]
+        rows = []
+        for row in task_rows(spec, task, (bands or {}).get(spec.name)):
+            variant, interface = episode_variant(task, row, recipe.seed), episode_interface(task, row, recipe.seed)
+            rows.append({**row, "prompt": interface_prompt(row["prompt"], interface),  # names its interface's tools
+                         "environment": environment_name(spec.name, variant, interface)})
         groups.append(rows)
     mixed = mix_by_ratio(groups, [t.ratio for t in recipe.tasks], recipe.mix_size, recipe.seed)
     # Dataset.from_list keeps only the first row's keys: give every row every task's columns (None when
@@ -153,13 +158,13 @@ def build_dataset(recipe: RLRecipe, bands: dict[str, Band] | None = None):
 
 
 def build_environments(recipe: RLRecipe) -> dict:
-    """``environment_factory`` for TRL: ``{"<task>@tools-v<n>": factory with variant n fixed}`` (one index
-    opened per task). One factory per variant because TRL renders a prompt's tool schemas from the factory's
-    first instance, once (``tansaku.envs.environments`` docstring): a variant drawn in ``reset`` alone would
-    never reach the prompt."""
+    """``environment_factory`` for TRL: ``{"<task>@tools-v<n>[-i<k>]": factory with variant n (and interface k)
+    fixed}`` (one index opened per task). One factory per pair because TRL renders a prompt's tool schemas
+    from the factory's first instance, once (``tansaku.envs.environments`` docstring): a variant drawn in
+    ``reset`` alone would never reach the prompt."""
 
-    return {environment_name(spec.name, variant): factory for spec in recipe.tasks
-            for variant, factory in variant_factories(TASKS[spec.name], spec.index).items()}
+    return {environment_name(spec.name, variant, interface): factory for spec in recipe.tasks
+            for (variant, interface), factory in variant_factories(TASKS[spec.name], spec.index).items()}
 
 
 def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):
@@ -234,12 +239,28 @@ def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None
     return name_base_model(trainer, recipe.model, model)  # its model card names the base model, not None
 
 
+def judge_client(recipe: RLRecipe, judge=None):
+    """The rubric judge of a run: ``judge`` when it is a client; else the recipe's ``judge:`` section, whose
+    ``model`` a ``judge`` spec (``train rl --judge SPEC``) replaces first, so the recipe copy names the judge the
+    run used. None when neither names one (a deepresearch task is then refused by ``check_recipe``)."""
+    if judge is not None and not isinstance(judge, str):
+        return judge
+    if judge is not None:
+        recipe.judge.model = judge
+        for problem in recipe.judge.problems():
+            raise RecipeError(problem)
+    if recipe.judge.model is None:
+        return None
+    return as_client(recipe.judge.model, **recipe.judge.client_options())
+
+
 def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, skip_readiness: bool = False,
            judge=None) -> dict:
     """Run ``train rl``: recipe (+ ``--set`` overrides) → readiness check → GRPO/GSPO training → final save.
 
     ``skip_readiness``: start without the pre-flight pass@k / zero-variance check. ``judge``: an LLM
-    client (or spec) for tasks scored by a rubric judge (``deepresearch``). Returns
+    client, or a spec that replaces the recipe's ``judge.model`` (``train rl --judge``), for tasks scored by a
+    rubric judge (``deepresearch``); without it the recipe's ``judge:`` (``judge_client``). Returns
     ``{"output_dir", "global_step", "training_loss", "readiness", "warnings", "difficulty", "report_ok"}``
     (``difficulty``: kept / dropped counts per task when the recipe bands its prompts); checkpoints,
     ``trainer_state.json``, ``completions/completions_<step>.parquet``, ``tansaku_recipe.json``,
@@ -250,7 +271,8 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
         task.split = task.prompt_split()
     check_output_dir(recipe)  # before anything is built, loaded or written: a dataset or a user's folder is refused
     check_reporters(recipe)
-    judge = as_client(judge)
+    made_judge = judge is None or isinstance(judge, str)
+    judge = judge_client(recipe, judge)
     check_recipe(recipe, judge)  # before the index build and the rollouts below: nothing here needs a model
     write_recipe_copy(recipe, recipe.output_dir)  # first: from now on the folder is provably this run's
     ensure_indexes(recipe)
@@ -264,7 +286,11 @@ def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, s
     else:
         readiness = [] if skip_readiness or resume else check_readiness(recipe, resolve_model(recipe.model), judge)
     trainer = build_rl_trainer(recipe, judge=judge, bands=bands)
-    result = trainer.train(resume_from_checkpoint=resume)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    finally:
+        if made_judge and judge is not None:  # made here from the recipe's spec: its connections end with the run
+            judge.close()
     trainer.save_model(recipe.output_dir)
     trainer.save_state()
     watch = next(cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "RewardWatchCallback")

@@ -5,8 +5,9 @@
 Every reward component of each recipe task is its own TRL reward function (``f(completions, **columns)``,
 logged as ``rewards/<name>/mean``), weighted by the task's weights with the recipe's overrides. With several
 tasks, components are named ``<task>/<component>`` and score only their task's rows (None elsewhere, which TRL
-skips), routed by the row's ``environment`` column (``<task>@tools-v<n>``). The first function also logs each
-completion's tool description variant and the row columns the rewards read (``train rescore`` scores them again).
+skips), routed by the row's ``environment`` column (``<task>@tools-v<n>``, ``<task>@tools-v<n>-i<k>`` for tool
+interface k > 0). The first function also logs each completion's tool description variant and the row columns the
+rewards read (``train rescore`` scores them again; the ``environment`` among them names the interface).
 """
 
 from __future__ import annotations
@@ -14,25 +15,24 @@ from __future__ import annotations
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.options import read_system_prompt
-from tansaku.envs.tasks import TASKS
+from tansaku.envs.tasks import TASKS, TRL_REWARD_ARGUMENTS
 from tansaku.trainer.recipes import RecipeError, RLRecipe
 
 
-def environment_name(task_name: str, variant: int) -> str:
-    """The ``environment`` column value / factory key of a task's episodes showing tool description ``variant``.
+def environment_name(task_name: str, variant: int, interface: int = 0) -> str:
+    """The ``environment`` column value / factory key of a task's episodes showing tool description ``variant``
+    in tool ``interface`` (interface 0 keeps the name it always had).
 
     >>> environment_name("multihop_qa", 2), task_of_environment("multihop_qa@tools-v2")
     ('multihop_qa@tools-v2', 'multihop_qa')
+    >>> environment_name("multihop_qa", 2, 1), task_of_environment("multihop_qa@tools-v2-i1")
+    ('multihop_qa@tools-v2-i1', 'multihop_qa')
     """
-    return f"{task_name}@tools-v{variant}"
+    return f"{task_name}@tools-v{variant}" + (f"-i{interface}" if interface else "")
 
 
 def task_of_environment(name: str) -> str:
     return str(name).split("@tools-v", 1)[0]
-
-
-# TRL's own reward kwargs: not row columns, never logged as reward inputs.
-_TRL_KWARGS = {"trainer_state", "completion_ids", "prompts", "completions"}
 
 
 def reward_inputs(columns: dict, n: int) -> list[str]:
@@ -41,7 +41,8 @@ def reward_inputs(columns: dict, n: int) -> list[str]:
     >>> reward_inputs({"answer": ["a", "b"], "aliases": [["x"], []], "trainer_state": object()}, 2)
     ['{"answer": "a", "aliases": ["x"]}', '{"answer": "b", "aliases": []}']
     """
-    keep = {k: v for k, v in columns.items() if k not in _TRL_KWARGS and isinstance(v, list) and len(v) == n}
+    keep = {k: v for k, v in columns.items()
+            if k not in TRL_REWARD_ARGUMENTS and isinstance(v, list) and len(v) == n}  # TRL's own: no row column
     return [jsontext.dumps({k: v[i] for k, v in keep.items()}, default=str) for i in range(n)]
 
 
@@ -55,6 +56,9 @@ def _logging_tool_variants(fn):
             log_extra("tool_variant", variants)
             if log_metric is not None:
                 log_metric("tools/distinct_description_variants", float(len(set(variants))))
+                # No tool_interface column: trainer/report.py would read a numeric column as a reward.
+                interfaces = {getattr(e, "tool_interface", 0) for e in environments}
+                log_metric("tools/distinct_interface_variants", float(len(interfaces)))
         if log_extra is not None:
             log_extra("reward_inputs", reward_inputs(columns, len(completions)))
         return fn(

@@ -21,7 +21,17 @@ from pathlib import Path
 from tansaku.core import ownership
 from tansaku.trainer.recipes import RLRecipe, TrainCommon, auto_index_dir
 
-_CHECKPOINT = re.compile(r"checkpoint-\d+")
+_CHECKPOINT = re.compile(r"checkpoint-[0-9]+")  # ASCII digits: "checkpoint-²" passes isdigit() but not int()
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a TRL ``checkpoint-<step>`` folder name, else None (any other name: ``checkpoint-²``,
+    ``checkpoint-3.bak``, ``checkpoint-x``).
+
+    >>> checkpoint_step("checkpoint-12"), checkpoint_step("checkpoint-\u00b2"), checkpoint_step("checkpoint-3.bak")
+    (12, None, None)
+    """
+    return int(name.split("-", 1)[1]) if _CHECKPOINT.fullmatch(name) else None
 
 
 def recipe_kind(recipe: TrainCommon) -> str:

@@ -18,31 +18,30 @@ are in ``<run>/selection/<checkpoint>/``, reused on a rerun while the checkpoint
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tansaku.core import jsontext
+from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError
 from tansaku.core.heldout import TEST as HELDOUT_SPLIT
 from tansaku.core.llm import from_spec
 from tansaku.core.llm.identity import weights_fingerprint
 from tansaku.envs.evaluate import run_eval
+from tansaku.trainer.run_folder import checkpoint_step
 
 SELECTION_FILE = "checkpoint_selection.json"
-RUN_MARKER = "tansaku_recipe.json"  # written by train sft / train rl: the folder is a tansaku training run
+RUN_MARKER = ownership.RUN_MARKER  # written by train sft / train rl: the folder is a tansaku training run
+_TABLE_NUMBERS = ("pass@1", "mean_tool_calls", "mean_total_reward", "questions")  # what a reused report must hold
 
 
 def checkpoints(run: Path) -> list[tuple[int | None, Path]]:
     """``(step, folder)`` of each saved checkpoint in step order, then the final model (step None) if saved and
-    not the same step as the last checkpoint (``trainer_state.json`` says which step it is)."""
-    found = sorted((int(p.name.split("-")[1]), p) for p in run.glob("checkpoint-*")
-                   if p.name.split("-")[1].isdigit() and (p / "config.json").is_file())
+    not the same step as a checkpoint (``trainer_state.json`` says which step it is; listed when that file is
+    missing or unreadable). Only ``checkpoint-<ASCII digits>`` folders count (``run_folder.checkpoint_step``)."""
+    found = sorted((step, p) for p in run.glob("checkpoint-*")
+                   if (step := checkpoint_step(p.name)) is not None and (p / "config.json").is_file())
     if (run / "config.json").is_file():
-        try:
-            final_step = json.loads((run / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]
-        except (OSError, ValueError, KeyError):
-            final_step = None
-        if final_step is None or final_step not in {step for step, _ in found}:
+        final_step = jsontext.read_object(run / "trainer_state.json", {}).get("global_step")
+        if type(final_step) is not int or final_step not in {step for step, _ in found}:
             found.append((None, run))
     return found
 
@@ -104,13 +103,15 @@ def select_checkpoint(run: str | Path, task: str, dataset: str | Path, index, sp
 
 
 def _reusable_report(report_dir: Path, fingerprint: str, rows: int, k: int, temperature: float, split: str):
-    try:
-        report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """The report a previous selection wrote for these weights and settings; None (evaluate again) when there is
+    none, it was made for other weights or settings, or ``report.json`` is not a JSON object."""
+    report = jsontext.read_object(report_dir / "report.json")
+    if report is None:
         return None
     same = (report.get("weights") == fingerprint and report.get("k") == k and report.get("split") == split
             and report.get("temperature") == temperature and report.get("selection_rows") == rows)
-    return report if same else None
+    complete = all(type(report.get(key)) in (int, float) for key in _TABLE_NUMBERS)
+    return report if same and complete else None
 
 
 def selection_table(selection: dict) -> str:

@@ -27,7 +27,7 @@ import difflib
 import os
 from pathlib import Path
 
-from tansaku.core import jsontext
+from tansaku.core import ownership
 from tansaku.trainer.data import mix_dataset
 from tansaku.trainer.length import apply_overlong, write_report
 from tansaku.trainer.model_card import name_base_model
@@ -133,9 +133,8 @@ def resume_checkpoint(recipe: TrainCommon) -> str | None:
 def write_recipe_copy(recipe, output_dir: str) -> None:
     """Keep the resolved recipe and its kind next to the checkpoints (what exactly was run). Written first into
     ``output_dir``: it is the marker that makes the folder this run's (``tansaku.trainer.run_folder``)."""
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    text = jsontext.dumps({"kind": recipe_kind(recipe), **dataclasses.asdict(recipe)}, indent=2)
-    (Path(output_dir) / "tansaku_recipe.json").write_text(text, encoding="utf-8")
+    ownership.write_marker(Path(output_dir), ownership.RUN_MARKER,
+                           {"kind": recipe_kind(recipe), **dataclasses.asdict(recipe)}, option="output_dir")
 
 
 def sft_config(recipe: SFTRecipe):

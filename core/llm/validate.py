@@ -11,8 +11,8 @@ next to the stage that uses it): ``type`` (one name or a list), ``properties``, 
 rubric weights, distinct choices) stay with the stage, so its own drop reasons keep their meaning.
 Whatever the schema says, every value must be safe to store: finite numbers, integers within ±2**53,
 strings that encode to UTF-8 and are at most ``MAX_STRING_CHARS`` long, lists of at most ``MAX_ITEMS``,
-at most ``MAX_DEPTH`` levels of nesting (the raw text's depth is checked before parsing:
-``tansaku.core.parsing.nesting_exceeds``).
+at most ``tansaku.core.parsing.MAX_JSON_DEPTH`` levels of nesting, the bound of every JSON answer (the raw
+text's depth is checked against it before parsing: ``tansaku.core.jsontext.nesting_exceeds``).
 
 >>> schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 5}}}
 >>> output_problem({"n": 3}, schema) is None
@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 
-MAX_DEPTH = 32              # levels of nesting: no answer schema has more than four
+from tansaku.core.parsing import MAX_JSON_DEPTH  # levels of nesting: no answer schema has more than four
+
 MAX_STRING_CHARS = 20_000   # characters of one string without its own maxLength: a long explanation fits
 MAX_ITEMS = 1_000           # items of one list without its own maxItems
 MAX_INT = 2**53             # larger integers lose precision in JSON readers and overflow int64 columns
@@ -89,8 +90,8 @@ def output_problem(value, schema: dict | None = None) -> str | None:
     stack = [(value, schema or {}, "$", 0)]
     while stack:
         node, node_schema, path, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return f"{path}: nested deeper than {MAX_DEPTH} levels"
+        if depth > MAX_JSON_DEPTH:
+            return f"{path}: nested deeper than {MAX_JSON_DEPTH} levels"
         problem = _scalar_problem(node, node_schema) or _type_problem(node, node_schema)
         if problem:
             return f"{path}: {problem}"

@@ -13,14 +13,13 @@ Chunks never overlap and cover the text exactly, so ``"".join(chunk texts) == te
 
 from __future__ import annotations
 
-import json
 import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError
-from tansaku.core.out_folder import StoreError
+from tansaku.core.out_folder import MANIFEST, StoreError, read_manifest
 
 BASE_FIELDS = ("id", "title", "text", "url", "source", "meta")
 SENTENCE_ENDS = "。！？!?\n"
@@ -39,15 +38,20 @@ def _meta_text(meta) -> str:
 
 
 def keyword_fields_of(dataset_dir: str | Path) -> list[str]:
-    """Keyword columns the dataset declares (``manifest.json`` → ``config.keyword_fields``)."""
-    path = Path(dataset_dir) / "manifest.json"
-    if not path.exists():
+    """Keyword columns the dataset declares (``manifest.json`` → ``config.keyword_fields``); none without a
+    manifest. ``DatasetError`` (one line naming the file) for a manifest ``out_folder.read_manifest`` refuses
+    (unreadable, not UTF-8, not JSON, nested too deeply, not an object …) or whose ``config.keyword_fields``
+    is not a list."""
+    if not (Path(dataset_dir) / MANIFEST).exists():
         return []
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DatasetError(f"{path}: manifest is not valid JSON ({e})") from e
-    fields = (manifest.get("config") or {}).get("keyword_fields") or []
+        manifest = read_manifest(dataset_dir)
+    except StoreError as e:
+        raise DatasetError(str(e)) from None
+    config = manifest.get("config") or {}
+    fields = (config.get("keyword_fields") if isinstance(config, dict) else None) or []
+    if not isinstance(config, dict) or not isinstance(fields, list):
+        raise DatasetError(f"{Path(dataset_dir) / MANIFEST}: config.keyword_fields must be a list of column names")
     return [str(f) for f in fields]
 
 

@@ -25,8 +25,8 @@ import re
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterable
-from functools import lru_cache
 from pathlib import Path
 
 import tantivy
@@ -44,6 +44,7 @@ from .index_meta import damaged, read_index_meta
 from .workers import QueryWorkers, index_identity
 
 META_FILE = ownership.INDEX_MARKER
+GET_CACHE = 512  # documents EmbeddedBackend.get keeps
 FORMAT = 2  # 2: bigram fields for match (char analyzer); 1 had characters only
 _FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,40}$")
 
@@ -115,7 +116,7 @@ def _build_locked(rows, index_dir: Path, an, analyzer: str, keyword_fields: list
                   heap_mb: int, threads: int, source_name: str, quiet: bool) -> dict:
     """``build_embedded`` once ``index_dir`` is checked, created and locked: written into a marked hidden sibling
     and swapped in whole (``ownership.swapped_in``), so a killed build leaves only what the next one removes."""
-    with ownership.swapped_in(index_dir) as tmp:
+    with ownership.swapped_in(index_dir, "--index") as tmp:
         return _write_index(rows, tmp, index_dir.name, an, analyzer, keyword_fields, chunk_chars, heap_mb,
                             threads, source_name, quiet)
 
@@ -182,7 +183,11 @@ class EmbeddedBackend:
             raise damaged(index_dir, str(exc)) from None
         self.fields = Fields(keyword=tuple(self.meta["keyword_fields"]))
         self.limits = limits
-        self.get = lru_cache(maxsize=512)(self._get)
+        # get's cache: a dict on the instance, not lru_cache(self._get) — that bound method held in an attribute
+        # would be a reference cycle, so the backend (and the finalizer that stops its workers) would last until
+        # a cyclic GC instead of ending with its last reference.
+        self._docs: OrderedDict[str, dict | None] = OrderedDict()
+        self._docs_lock = threading.Lock()
         # Worker processes for the queries that may run long (workers.py), started on the first one; the
         # identity lets a worker refuse an index rebuilt in place since this one was opened.
         self._identity = index_identity(self.index_dir)
@@ -336,7 +341,9 @@ class EmbeddedBackend:
         with self._workers_lock:
             if self._workers is None or self._workers.pid != os.getpid():  # none yet, or a forked copy's
                 self._workers = QueryWorkers(self.index_dir, self._identity, self._max_workers)
-                weakref.finalize(self, self._workers.close)  # no worker outlives its backend
+                # No worker outlives its backend: the finalizer holds the pool, not the backend (which holds no
+                # reference cycle), so it runs as soon as the backend's last reference goes.
+                weakref.finalize(self, self._workers.close)
             return self._workers
 
     def close(self) -> None:
@@ -351,6 +358,20 @@ class EmbeddedBackend:
         canonical, _ = parse_request(query, 1, self.fields, self.limits)
         hits = self.searcher.search(self.translate(canonical), limit, count=False).hits
         return {self.searcher.doc(a).get_first("chunk_id") for _, a in hits}
+
+    def get(self, doc_id: str) -> dict | None:
+        """The whole document (its passages joined), or None; the last :data:`GET_CACHE` looked up are cached."""
+        doc_id = str(doc_id)
+        with self._docs_lock:
+            if doc_id in self._docs:
+                self._docs.move_to_end(doc_id)
+                return self._docs[doc_id]
+        doc = self._get(doc_id)
+        with self._docs_lock:
+            self._docs[doc_id] = doc
+            if len(self._docs) > GET_CACHE:
+                self._docs.popitem(last=False)
+        return doc
 
     def _get(self, doc_id: str) -> dict | None:
         q = tantivy.Query.term_query(self.schema, "doc_id", str(doc_id))

@@ -12,10 +12,9 @@ opening needs; tantivy's own files (``meta.json``, a segment file) missing, trun
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tansaku.core import ownership
+from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError, MissingInputError
 
 META_FILE = ownership.INDEX_MARKER
@@ -37,9 +36,9 @@ def read_index_meta(index_dir: Path, layout: int) -> dict:
         raise MissingInputError(f"{index_dir} is not a tansaku search index (no {META_FILE}); "
                                 "build one with `synth index build`")
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
-        raise damaged(index_dir, f"{META_FILE} is not readable JSON: {type(exc).__name__}") from None
+        meta = jsontext.read_file(path)
+    except jsontext.JSONInputError as exc:  # unreadable, not UTF-8, not JSON, nested too deeply
+        raise damaged(index_dir, f"{META_FILE} is not readable JSON: {exc.msg}") from None
     if not isinstance(meta, dict):
         raise damaged(index_dir, f"{META_FILE} holds a JSON {type(meta).__name__}, not an object")
     if meta.get("format") != layout:

@@ -12,9 +12,11 @@ inline. A worker is ``python -c … _serve(INDEX_DIR)``, niced (:data:`WORKER_NI
 backend answers in the caller's thread keep the CPU while expensive ones run); it opens the index
 read-only, says ``{"ready": identity}`` and answers one JSON line per request line. Waiting for a free
 worker, and for a new one to be ready, counts against the deadline (a query that waited past it never
-runs; a request carries its deadline too). At the deadline the worker running the query is killed and a
+runs; a request carries the wall-clock time its query's deadline falls at, so a worker that reads it late
+answers ``expired`` without running it). At the deadline the worker running the query is killed and a
 fresh one is started in its place.
-Workers exit when their pool is closed or collected, or when the parent process ends (end of stdin).
+Workers exit when their pool is closed or collected (an idle one at once, one running a query when its
+query ends), or when the parent process ends (end of stdin).
 Uses ``select.poll`` on pipes: POSIX only, as the rest of the toolkit.
 """
 
@@ -120,8 +122,9 @@ class QueryWorkers:
                 self._cond.notify()
             raise QueryError(f"query: could not start a search worker ({e})") from None
         with self._cond:
-            self._all.add(worker)
             closed = self._closed
+            if not closed:
+                self._all.add(worker)
         if closed:
             worker.kill()
             raise QueryError("query: the search index was closed")
@@ -144,6 +147,7 @@ class QueryWorkers:
         return self._spawn()
 
     def _give(self, worker: _Worker) -> None:
+        """Back to the idle ones; killed instead once the pool is closed (``close`` leaves checked-out ones)."""
         with self._cond:
             if worker not in self._all:  # dropped meanwhile
                 return
@@ -151,6 +155,7 @@ class QueryWorkers:
                 self._idle.append(worker)
                 self._cond.notify()
                 return
+            self._all.discard(worker)
         worker.kill()
 
     def _drop(self, worker: _Worker, replace: bool) -> None:
@@ -174,12 +179,18 @@ class QueryWorkers:
         if not waiting and (worker := self._take(deadline)) is not None:
             waiting = [worker]
         error = None
-        for worker in waiting:
-            try:
-                self._await_ready(worker, deadline)
-            except QueryError as e:  # that one is dropped; the others go back all the same
-                error = error or e
-            self._give(worker)
+        try:
+            for worker in waiting:
+                try:
+                    self._await_ready(worker, deadline)
+                except QueryError as e:  # _await_ready dropped that one; the others go back all the same
+                    error = error or e
+                except (EOFError, OSError, json.JSONDecodeError):  # it died before its ready line
+                    self._drop(worker, replace=False)  # reaped, its slot freed
+                    error = error or QueryError("query: a search worker stopped before it was ready")
+        finally:
+            for worker in waiting:
+                self._give(worker)  # a dropped one is no longer in the pool: skipped
         if error:
             raise error
 
@@ -206,10 +217,13 @@ class QueryWorkers:
         if worker is None:  # every worker busy until the deadline: the query never ran
             raise timeout_error(timeout_ms)
         try:
-            if not self._await_ready(worker, deadline):  # still starting: it stays for the next query
-                self._give(worker)
+            ready = self._await_ready(worker, deadline)
+            left = deadline - time.monotonic()
+            if not ready or left <= 0:  # still starting, or the wait used the time up: the query never runs
+                self._give(worker)  # (a starting one stays for the next query)
                 raise timeout_error(timeout_ms)
-            worker.send({"query": canonical, "limit": limit, "deadline": time.time() + timeout_ms / 1000})
+            # The time actually left, as a wall-clock time (the worker's clock is time.time()).
+            worker.send({"query": canonical, "limit": limit, "deadline": time.time() + left})
             msg = worker.receive(deadline)
         except (EOFError, OSError, json.JSONDecodeError):  # it died (or was killed by someone else)
             self._drop(worker, replace=True)
@@ -227,13 +241,16 @@ class QueryWorkers:
         return [(score, tantivy.DocAddress(segment, doc)) for score, segment, doc in msg["hits"]]
 
     def close(self) -> None:
+        """Kill the idle workers; one checked out by a ``search`` in another thread is killed when it is given
+        back (``_give``): killing it here would close the pipes that thread is reading."""
         if os.getpid() != self.pid:
             return
         with self._cond:
             self._closed = True
-            workers, self._all, self._idle = list(self._all), set(), []
+            idle, self._idle = self._idle, []
+            self._all.difference_update(idle)
             self._cond.notify_all()
-        for worker in workers:
+        for worker in idle:
             worker.kill()
 
 

@@ -148,7 +148,7 @@ def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, l
                              "the supporting doc ids its writer confirmed through search, an optional "
                              "clarifying question and user answer (`dialogue`), and a per-instruction rubric "
                              "(`rubric`: criteria with id, weight summing to 1, scale, kind coverage/fact/"
-                             "format/other, entities, source_doc_ids) for `tansaku.envs.rewards.make_rubric_reward`.",
+                             "format/other, entities, source_doc_ids) for `tansaku.envs.rubric_reward.make_rubric_reward`.",
               "limitations": ["Instructions, judgements and rubrics are LLM-written; the manifest's `llm` names "
                               "the model (the demo script `scripted:deepresearch` writes templates).",
                               "Single-page and quality filters are LLM judges and can be wrong both ways.",

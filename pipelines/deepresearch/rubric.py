@@ -1,6 +1,6 @@
 """Stage 5 of ``synth build deepresearch``: one rubric per instruction, validated against a JSON schema.
 
-A rubric is a list of criteria (the ``rubric`` column, read by ``tansaku.envs.rewards.make_rubric_reward``)::
+A rubric is a list of criteria (the ``rubric`` column, read by ``tansaku.envs.rubric_reward.make_rubric_reward``)::
 
     {"id": "c1", "criterion": "月見湖水質保全条例の制定年（1976年）を正しく書いている", "weight": 0.25,
      "scale": "binary", "kind": "fact", "entities": ["月見湖水質保全条例"], "source_doc_ids": ["dr0007"]}

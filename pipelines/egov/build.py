@@ -284,14 +284,15 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
               "prompts": [generate.GENERATE_PROMPT, generate.JUDGE_PROMPT] if client is not None else [],
               "retrieval_index": index_path, "retrieval_k": retrieval_k, "max_retrieval_rank": max_retrieval_rank,
               "dedup_threshold": dedup_threshold, "task": "egov_mcq", **chosen.recipe()}
-    manifest = build_dataset(
-        out=out, name="egov-mcq", pipeline="egov_mcq", pipeline_version=QUESTIONS_VERSION, config=config,
-        seed=seed, inputs=[describe_input(articles_dir, art_manifest["splits"].get("train", 0))
-                           | {"version": art_manifest["version"]}],
-        source=lambda: islice(iter_rows(articles_dir), limit), stages=stages, column_types=QUESTION_TYPES,
-        card=question_card,
-        llm=client, parents=[str(articles_dir)], chunk_size=200, quiet=quiet, keep_rejected=keep_rejected,
-        heldout=heldout)
+    with shards.whole():  # the questions: one build, on the merge of the article shards
+        manifest = build_dataset(
+            out=out, name="egov-mcq", pipeline="egov_mcq", pipeline_version=QUESTIONS_VERSION, config=config,
+            seed=seed, inputs=[describe_input(articles_dir, art_manifest["splits"].get("train", 0))
+                               | {"version": art_manifest["version"]}],
+            source=lambda: islice(iter_rows(articles_dir), limit), stages=stages, column_types=QUESTION_TYPES,
+            card=question_card,
+            llm=client, parents=[str(articles_dir)], chunk_size=200, quiet=quiet, keep_rejected=keep_rejected,
+            heldout=heldout)
     manifest["articles"] = {"path": str(articles_dir), "rows": art_manifest["splits"].get("train", 0),
                             "stages": art_manifest["stages"], "skipped": art_manifest.get("skipped", [])}
     return chosen.write(out, manifest)

@@ -36,8 +36,9 @@ from tansaku.pipelines.trajectories.rewrite import CATALOG_PATH, PROMPTS, load_c
 from tansaku.pipelines.trajectories.teacher import guess_task, make_tools, teacher_stage
 from tansaku.pipelines.trajectories.verify import verify_stage
 
-PIPELINE_VERSION = "3"  # 2: failed trajectories go to the engine's rejected split (was a failures split);
+PIPELINE_VERSION = "4"  # 2: failed trajectories go to the engine's rejected split (was a failures split);
 # 3: `answer` is a typed struct (was JSON text); agentic rows carry their task's system prompt (the one RL and eval use)
+# 4: a `tool_interface` column (the episode's tool interface, tansaku.envs.tool_interfaces; 0 before)
 
 
 def question_source(dataset: str | Path, limit: int | None = None):
@@ -64,7 +65,8 @@ def _empty_hints(rewriter_is_teacher: bool) -> dict[str, str]:
     rewrite = ("the rewriter is the teacher (no --translator): pass --translator SPEC, an LLM that answers the "
                "rewrite prompts in JSON" if rewriter_is_teacher else "check --translator: its rewrites were unusable")
     return {"input": "the --dataset train split has no questions",
-            "teacher": "the teacher gave no rollout: check --teacher",
+            "teacher": "the teacher gave no rollout: check --teacher (with tool interface variants, a teacher that "
+                       "calls another interface's tools is dropped as wrong_interface: the rejected split)",
             "correct_only": "no teacher rollout reached the gold answer: check --teacher and that --index holds "
                             "the documents the questions come from, or raise --n",
             **{stage: rewrite for stage in ("translate", "refine", "scenario")},

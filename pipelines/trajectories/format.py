@@ -7,9 +7,10 @@ JSON text — the chat template and ``tansaku.trainer.data`` take both as string
 its task's system prompt for its question (``Task.system_prompt``): the very text ``train rl`` and ``train eval``
 put before the same question, which is what makes the system prompt the switch.
 
-Row columns of the ``train`` split: ``id, kind (agentic|general), messages, tools, tool_variant, task,
-question_id, try_index, scenario, answer, reward`` (failed trajectories are in the ``rejected`` split). ``tools`` are the schemas the teacher episode was shown (the RL environment's, in the
-description variant ``tool_variant`` drawn for that episode).
+Row columns of the ``train`` split: ``id, kind (agentic|general), messages, tools, tool_variant, tool_interface,
+task, question_id, try_index, scenario, answer, reward`` (failed trajectories are in the ``rejected`` split).
+``tools`` are the schemas the teacher episode was shown (the RL environment's, in the description variant
+``tool_variant`` and tool interface ``tool_interface`` drawn for that episode; 0 = ``search``/``open_doc``).
 
 ``answer`` is the question's gold as one declared struct (``GOLD``) for every task, so its type never depends on
 which task or rows a build holds and datasets of two tasks concatenate: ``{answer, aliases}`` filled for
@@ -24,17 +25,19 @@ import pyarrow as pa
 from tansaku.core import jsontext
 from tansaku.core.engine import map_stage
 from tansaku.envs.answer_text import choice_index
-from tansaku.envs.rewards import _as_list
+from tansaku.envs.rewards import as_list
+from tansaku.envs.tool_interfaces import interface_text
 from tansaku.pipelines.trajectories.verify import arguments_text
 
 MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "name", "tool_call_id")
-ROW_KEYS = ("id", "kind", "messages", "tools", "tool_variant", "task", "question_id", "try_index", "scenario",
-            "answer", "reward")
+ROW_KEYS = ("id", "kind", "messages", "tools", "tool_variant", "tool_interface", "task", "question_id", "try_index",
+            "scenario", "answer", "reward")
 # The gold of every task that can build trajectories (the question row's answer columns, typed as its task does).
 GOLD = pa.struct([("answer", pa.string()), ("aliases", pa.list_(pa.string())), ("answer_index", pa.int64()),
                   ("choices", pa.list_(pa.string()))])
 # Declared so no type depends on the rows: a build whose trajectories all failed holds general rows only.
-COLUMN_TYPES = {"answer": GOLD, "reward": pa.float64(), "try_index": pa.int64(), "tool_variant": pa.int64()}
+COLUMN_TYPES = {"answer": GOLD, "reward": pa.float64(), "try_index": pa.int64(), "tool_variant": pa.int64(),
+                "tool_interface": pa.int64()}
 
 
 def clean_messages(messages: list[dict], drop_system: bool = True) -> list[dict]:
@@ -70,7 +73,7 @@ def gold_of(row: dict) -> dict:
     {'answer': '楠沼栞', 'aliases': ['楠沼'], 'answer_index': None, 'choices': None}
     """
     def strings(value):
-        return None if value is None else [str(v) for v in _as_list(value)]  # a JSON-text list reads as a list
+        return None if value is None else [str(v) for v in as_list(value)]  # a JSON-text list reads as a list
 
     answer, index = row.get("answer"), row.get("answer_index")
     return {"answer": None if answer is None else str(answer), "aliases": strings(row.get("aliases")),
@@ -79,13 +82,16 @@ def gold_of(row: dict) -> dict:
 
 def chat_row(record: dict, task) -> dict:
     """The dataset row of a trajectory record, under ``task``'s system prompt for the record's question."""
-    system = {"role": "system", "content": task.system_prompt(record.get("row") or {})}
+    # Named for the episode's tool interface, as its rollout showed it (tool_interfaces.interface_text).
+    system = {"role": "system",
+              "content": interface_text(task.system_prompt(record.get("row") or {}), record.get("tool_interface") or 0)}
     return {
         "id": record["id"],
         "kind": "agentic",
         "messages": [system, *clean_messages(record["messages"])],
         "tools": tools_text(record.get("tools")),
         "tool_variant": record.get("tool_variant"),
+        "tool_interface": record.get("tool_interface") or 0,
         "task": record.get("task"),
         "question_id": record.get("question_id"),
         "try_index": record.get("try_index"),

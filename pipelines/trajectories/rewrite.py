@@ -30,6 +30,7 @@ from tansaku.core.engine import batch_stage, rng_for
 from tansaku.core.errors import InputError
 from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
 from tansaku.core.parsing import is_tool_error
+from tansaku.envs.tool_interfaces import TOOL_ROLES
 from tansaku.pipelines.trajectories.language import MIN_CHINESE_CHARS, MIN_JAPANESE_SHARE, language_violation
 from tansaku.pipelines.trajectories.records import fail
 from tansaku.pipelines.trajectories.verify import (
@@ -74,13 +75,13 @@ def trajectory_features(messages: list[dict]) -> dict:
     """What the trajectory actually did, for matching scenario ``requires``."""
 
     pairs = list(call_pairs(messages))
-    searches = [(a, r) for n, a, r in pairs if n == "search"]
+    searches = [(a, r) for n, a, r in pairs if TOOL_ROLES.get(n) == "search"]  # search, or interface 1's find
     return {
         "tool_calls": len(pairs),
         "searches": len(searches),
         "empty_result": any(r is not None and _empty_or_error(str(r.get("content", ""))) for _, r in searches),
         "bool_query": any(_is_bool_query(a) for a, _ in searches),
-        "opened_doc": any(n == "open_doc" for n, _, _ in pairs),
+        "opened_doc": any(TOOL_ROLES.get(n) == "open" for n, _, _ in pairs),
     }
 
 

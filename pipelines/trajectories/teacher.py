@@ -5,11 +5,14 @@ Each question row (a multihop or egov dataset row) becomes ``n`` trajectory reco
     {"id": "q7-t0", "question_id": "q7", "try_index": 0, "task": "multihop_qa", "question": …,
      "row": {question row, for the answer reward}, "messages": [system, user, assistant, tool, …],
      "teacher_messages": (the same, frozen for the byte-identity check), "n_prompt": 2,
-     "tools": [tool schemas], "tool_variant": 2, "stop_reason": "answer", "scenario": None}
+     "tools": [tool schemas], "tool_variant": 2, "tool_interface": 0, "stop_reason": "answer", "scenario": None}
 
 ``tools`` are the JSON schemas the teacher was shown in *that* episode: each episode is a fresh
 ``tansaku.envs.environments.SearchEnvironment`` (the RL environment class) whose ``reset`` draws a
-description variant (``tool_variant``), so SFT rows carry the same schemas RL shows, varied per question.
+description variant (``tool_variant``) and, when the task draws them, a tool interface (``tool_interface``), so
+SFT rows carry the same schemas RL shows, varied per question. An episode that called another interface's tools
+(a teacher that speaks only ``search``/``open_doc`` on a ``find``/``read`` episode) is dropped as
+``wrong_interface``.
 
 Tool-call arguments are stored as JSON text (one spelling, fixed here), so every later comparison of
 tool calls is a plain string comparison.
@@ -27,6 +30,7 @@ from tansaku.core.errors import InputError
 from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.rollout import run_rollouts
 from tansaku.envs.tasks import task_for_dataset
+from tansaku.envs.tool_interfaces import INTERFACES
 from tansaku.pipelines.trajectories.records import fail
 from tansaku.pipelines.trajectories.verify import arguments_text
 
@@ -57,6 +61,17 @@ def stored_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
+def wrong_interface_calls(trajectory) -> list[str]:
+    """Tool names the episode called that belong to another tool interface than the one it was shown
+    (``tansaku.envs.tool_interfaces``): such a teacher does not speak the drawn interface (the scripted demo
+    teacher speaks interface 0 only), so its episode teaches nothing and is dropped as ``wrong_interface``."""
+    shown = {s.get("function", s).get("name") for s in trajectory.tools or []}
+    others = {name for names in INTERFACES for name in names} - shown
+    called = [c.get("function", c).get("name") for m in trajectory.completion if m.get("role") == "assistant"
+              for c in m.get("tool_calls") or []]
+    return list(dict.fromkeys(name for name in called if name in others))
+
+
 def trajectory_records(question: dict, trajectories, task_name: str) -> list[dict]:
     """One record per trajectory of ``question`` (a failed teacher episode is a ``Drop`` named by its stop reason)."""
     records = []
@@ -74,11 +89,16 @@ def trajectory_records(question: dict, trajectories, task_name: str) -> list[dic
             "n_prompt": len(t.prompt),
             "tools": t.tools,
             "tool_variant": t.tool_variant,
+            "tool_interface": t.tool_interface,
             "stop_reason": t.stop_reason,
             "parse_failures": t.parse_failures,
             "scenario": None,
         }
-        if t.stop_reason != "answer":
+        wrong = wrong_interface_calls(t)
+        if wrong:
+            record = fail(record, "wrong_interface", f"called {', '.join(wrong)}; this episode's tools are "
+                                                     f"{', '.join(INTERFACES[t.tool_interface or 0])}")
+        elif t.stop_reason != "answer":
             record = fail(record, t.stop_reason, t.error or "")
         records.append(record)
     return records
