@@ -157,7 +157,8 @@ def load_rows(dataset: str | Path, split: str = "test", limit: int | None = None
 def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", k: int = 4,
              limit: int | None = None, out_dir: str | Path | None = None, max_turns: int | None = None,
              max_tokens: int = 1024, temperature: float = 0.7, seed: int = 0, judge=None,
-             pass_threshold: float | None = None, system_prompt: str | None = None) -> dict:
+             pass_threshold: float | None = None, system_prompt: str | None = None,
+             interface_variants: int | None = None) -> dict:
     """Evaluate ``model`` on ``task`` over ``dataset``'s ``split``; return (and write) the report.
 
     Args:
@@ -177,11 +178,15 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
         pass_threshold: correctness reward value that counts as a pass (default: the task's ``pass_threshold``).
         system_prompt: text (or ``@FILE``) instead of the task's system prompts — the one the model was trained
             under (``synth build trajectories --system-prompt``, a recipe task's ``system_prompt``).
+        interface_variants: tool interfaces drawn per episode (``Task.with_tools``; 2: ``find``/``read`` too,
+            ``tansaku.envs.tool_interfaces``); None: the task's own ``tools_config``.
     """
 
     check_limit(limit)
     check_count("--k", k)
     out = eval_out(out_dir, dataset, index)  # before any model loads
+    if task == GENERAL_TASK and interface_variants is not None:
+        raise InputError(f"task {GENERAL_TASK} runs no tools: --interface-variants is for a search task")
     if task == GENERAL_TASK:  # retention: likelihood of reference chat answers, no environment (envs/retention.py)
         report = {**general_report(model, load_rows(dataset, split, limit)), "dataset": str(dataset), "split": split}
         if out is not None:
@@ -194,6 +199,8 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     spec = TASKS[task]
     if system_prompt is not None:
         spec = spec.with_system_prompt(read_system_prompt(system_prompt))
+    if interface_variants is not None:
+        spec = spec.with_tools(interface_variants=interface_variants)
     rows = load_rows(dataset, split, limit)
     if not rows:
         raise InputError(f"no rows in {dataset} (split {split!r})")

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError
 from tansaku.envs import abstention, rewards, rubric_reward
+from tansaku.envs.tools import ToolsConfig
 
 # The system prompt is the switch of the blog's recipe: the agentic rows of SFT, the RL prompts and evaluation
 # all render the task's own (``Task.system_prompt``), and every one asks for reasoning in Japanese; general chat
@@ -104,6 +105,21 @@ class Task:
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"task {self.name}: the system prompt must be non-empty text")
         return replace(self, system_prompts=(text,))
+
+    def with_tools(self, **fields) -> Task:
+        """The same task with ``fields`` (``ToolsConfig`` fields) over its ``tools_config``, e.g.
+        ``interface_variants=2`` (``train eval --interface-variants``, ``synth build trajectories
+        --interface-variants``). A bad field or value is one ``InputError`` line.
+
+        >>> TASKS["multihop_qa"].with_tools(interface_variants=2).tools_config["interface_variants"]
+        2
+        """
+        merged = {**self.tools_config, **fields}
+        try:
+            ToolsConfig(**merged)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"task {self.name}: bad tools config ({exc})") from None
+        return replace(self, tools_config=merged)
 
     # ------------------------------------------------------------------ prompts
     def user_message(self, row: dict) -> str:

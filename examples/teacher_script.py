@@ -8,6 +8,10 @@ table of patterns written for the example mini-wiki (``examples/miniwiki.jsonl``
 value it gives up with a wrong answer, which the pipeline stores as a failure. Its reasoning is in English,
 so the translation stage has work to do.
 
+It speaks the tool interface of its episode (``tansaku.envs.tool_interfaces``): ``search(query=…)`` /
+``open_doc(doc_id=…)``, or, when the request's tool schemas name ``find``, ``find(keywords=query.split())`` (plain
+keywords: that interface has no JSON query, so no bool query either) / ``read(doc_id=…)``.
+
 ``rewrite(request)`` answers the translate/refine/scenario prompts of ``pipelines/trajectories/rewrite.py``
 with templated Japanese reasoning (keyed by scenario), echoing every tool call unchanged.
 
@@ -89,6 +93,20 @@ def _call(name: str, reasoning: str, **arguments) -> dict:
     return {"reasoning": reasoning, "content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
 
 
+def _tool_names(request) -> tuple[str, str]:
+    """The episode's (search tool, reading tool): ``find``/``read`` when its tool schemas name ``find``."""
+    names = {(schema.get("function") or schema).get("name") for schema in request.tools or []
+             if isinstance(schema, dict)}
+    return ("find", "read") if "find" in names else ("search", "open_doc")
+
+
+def _search(tools: tuple[str, str], reasoning: str, query: str) -> dict:
+    """A plain-text search in the episode's interface (``find`` takes the query's words as keywords)."""
+    if tools[0] == "find":
+        return _call("find", reasoning, keywords=query.split())
+    return _call("search", reasoning, query=query)
+
+
 def respond_compact(request) -> dict:
     """``respond`` in the compact style: plain-text queries only (a JSON bool query costs ~40 tokens)."""
     return respond(request, bool_queries=False)
@@ -100,15 +118,15 @@ def respond(request, bool_queries: bool = True) -> dict:
     parts = template_parts(question.strip())
     if parts is None and (stand_in := STAND_IN_QUESTION.match(question.strip())):
         parts = stand_in.groups()
-    history = _history(request.messages)
+    history, tools = _history(request.messages), _tool_names(request)
     if not parts:
         if not history:
-            return _call("search", "I cannot split this question; I will search for it as a whole.", query=question)
+            return _search(tools, "I cannot split this question; I will search for it as a whole.", question)
         return {"reasoning": "The results do not settle it; I give up.", "content": "{{不明}}"}
     subject, r1, r2 = parts
     hops, entity, hop, tries, opened = [(subject, r1), (None, r2)], subject, 0, [], set()
     for name, args, result in history:
-        if name == "open_doc":
+        if name in ("open_doc", "read"):
             opened.add(args.get("doc_id"))
         tries.append(result)
         found = _value(hops[hop][1], entity, result)
@@ -119,21 +137,21 @@ def respond(request, bool_queries: bool = True) -> dict:
             entity, hop, tries = found, 1, []
     relation = hops[hop][1]
     if not tries:
-        if bool_queries and hop == 1 and len(question) % 2 == 0:  # half the questions pin the bridge page with a bool query
+        if bool_queries and tools[0] == "search" and hop == 1 and len(question) % 2 == 0:  # half the questions pin the bridge page with a bool query
             query = json.dumps({"bool": {"must": [{"match_phrase": {"title": entity}}]}}, ensure_ascii=False)
             return _call("search", f"The {r1} of {subject} is {entity}. Similar titles exist, so I narrow the "
                                    f"search to the page titled {entity} to find its {relation}.", query=query)
         what = f"The question asks for the {r2} of the {r1} of {subject}. First I look up {subject}." if hop == 0 \
             else f"The {r1} of {subject} is {entity}. Now I need the {relation} of {entity}."
-        return _call("search", what, query=entity)
+        return _search(tools, what, entity)
     hits = [doc_id for text in tries for doc_id, title, _ in HIT.findall(text) if title.strip() == entity]
     unopened = [d for d in hits if d not in opened]
     if unopened:
-        return _call("open_doc", f"The snippet of {entity} does not show its {relation}; I open the page.",
+        return _call(tools[1], f"The snippet of {entity} does not show its {relation}; I open the page.",
                      doc_id=unopened[0])
     if len(tries) < 3:
-        return _call("search", f"No page for {entity} gave its {relation}; I broaden the query.",
-                     query=f"{entity} {relation}")
+        return _search(tools, f"No page for {entity} gave its {relation}; I broaden the query.",
+                       f"{entity} {relation}")
     return {"reasoning": f"I could not find the {relation} of {entity}; I answer my best guess.", "content": "{{不明}}"}
 
 
@@ -156,6 +174,14 @@ def _payload(request) -> dict:
     return json.loads(block)
 
 
+def _query(call: dict):
+    """What a search call searched: ``query``, or a ``find`` call's keywords joined by spaces."""
+    args = call.get("arguments") or {}
+    if call.get("name") == "find" and isinstance(args.get("keywords"), list):
+        return " ".join(str(k) for k in args["keywords"])
+    return args.get("query")
+
+
 def _step_reasoning(step: dict, previous: dict | None, kind: str, scenario: str | None) -> str:
     parts = []
     if previous is not None:
@@ -169,10 +195,10 @@ def _step_reasoning(step: dict, previous: dict | None, kind: str, scenario: str 
             parts.append("前の結果で文書の本文を確認した。")
     for call in step.get("tool_calls") or []:
         args = call.get("arguments") or {}
-        if call.get("name") == "open_doc":
+        if call.get("name") in ("open_doc", "read"):
             parts.append(f"文書 {args.get('doc_id')} を開いて本文を読む。")
         else:
-            parts.append(f"「{args.get('query')}」で検索する。")
+            parts.append(f"「{_query(call)}」で検索する。")
     if not step.get("tool_calls"):
         parts.append(f"根拠が揃ったので {step.get('content', '')} と答える。")
     if kind == "scenario" and scenario in SCENARIO_LINES:
@@ -196,11 +222,10 @@ def rewrite(request) -> str:
 def _compact_step(step: dict, i: int, bridge: str | None, parts: tuple[str, str, str] | None) -> str:
     """One short sentence: what the last result said (when it matters) and what this step does."""
     call = (step.get("tool_calls") or [None])[0]
-    args = (call or {}).get("arguments") or {}
-    if call and call.get("name") == "open_doc":
+    if call and call.get("name") in ("open_doc", "read"):
         return "本文を開いて確かめる。"
     if call:
-        query = args.get("query")
+        query = _query(call)
         query = query if isinstance(query, str) else json.dumps(query, ensure_ascii=False)
         if i == 0 or parts is None:
             return f"「{query}」を検索する。"
@@ -218,8 +243,8 @@ def rewrite_compact(request) -> str:
     payload = _payload(request)
     parts = template_parts((payload.get("question") or "").strip())
     steps = payload["steps"]
-    searches = [c["arguments"].get("query") for s in steps for c in s.get("tool_calls") or []
-                if c.get("name") == "search" and isinstance(c.get("arguments"), dict)]
+    searches = [_query(c) for s in steps for c in s.get("tool_calls") or []
+                if c.get("name") in ("search", "find") and isinstance(c.get("arguments"), dict)]
     # The bridge is the entity searched after the subject (the last search that is not the subject).
     bridge = next((q for q in reversed(searches) if parts and q != parts[0] and isinstance(q, str)), None)
     out = [{"reasoning": _compact_step(step, i, bridge, parts), "tool_calls": step.get("tool_calls") or []}

@@ -169,6 +169,7 @@ def build_trajectories(
     limit: Limit = None,
     seed: Seed = 0,
     system_prompt: Annotated[str | None, typer.Option("--system-prompt", help="Text (or @FILE) every agentic row gets as its system prompt instead of the task's own; give train rl/eval the same (recipe task system_prompt).")] = None,
+    interface_variants: Annotated[int | None, typer.Option("--interface-variants", help="Tool interfaces the teacher's episodes draw from: 1 = search/open_doc, 2 = find/read too (default: the task's own).")] = None,
     license: License = None, license_file: LicenseFile = None,
     shard: Shard = None,
     from_shards: FromShards = None,
@@ -180,7 +181,7 @@ def build_trajectories(
 
     with _sharding(shard, from_shards):
         manifest = run(dataset, out, teacher, index, translator=translator, general=general, ratio=ratio, n=n,
-                       system_prompt=read_system_prompt(system_prompt),
+                       system_prompt=read_system_prompt(system_prompt), interface_variants=interface_variants,
                        seed=seed, limit=limit, quiet=quiet, license=license, license_file=license_file)
     _print_manifest(manifest, out)
 

@@ -206,6 +206,33 @@ def test_sample_dump_and_distributions(index_dir, tmp_path):
     assert zero_variance_share([[1.0, 1.0], [0.0, 1.0]]) == 0.5
 
 
+def test_train_eval_interface_variants(index_dir, tmp_path):
+    """``--interface-variants 2``: episodes draw find/read too, the demo teacher speaks them (no tool errors), the
+    report breaks them out; a value that is no interface count is one line, exit 2, before any episode."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from tansaku.trainer.cli import train_app
+
+    teacher = Path(__file__).resolve().parents[1] / "examples" / "teacher_script.py"
+    args = ["eval", "--task", "multihop_qa", "--dataset", str(HERE / "multihop.jsonl"), "--model",
+            f"scripted:{teacher}", "--index", str(index_dir), "--k", "1", "--no-cache"]
+    result = CliRunner().invoke(train_app, [*args, "--interface-variants", "2", "--out", str(tmp_path / "e")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "e" / "report.json").read_text(encoding="utf-8"))
+    cells = report["by_tool_variant"]
+    assert {label[-2:] for label in cells} == {"i0", "i1"} and report["tool_error_rate"] == 0.0
+    for line in (tmp_path / "e" / "trajectories.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        names = {c["function"]["name"] for m in record["messages"] for c in m.get("tool_calls") or []}
+        assert names and names <= ({"find", "read"} if record["tool_interface"] else {"search", "open_doc"})
+    for bad in ("0", "3"):
+        result = CliRunner().invoke(train_app, [*args, "--interface-variants", bad])
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and "interface_variants" in lines[0], result.stderr
+
+
 @pytest.mark.parametrize("options", [{"limit": -1}, {"limit": 0}, {"k": 0}])
 def test_eval_options_are_checked_before_any_work(options):
     from tansaku.core.errors import InputError

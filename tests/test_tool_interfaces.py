@@ -28,6 +28,7 @@ from tansaku.envs.tools import N_VARIANTS, ToolsConfig, draw_variant
 
 TWO = {"interface_variants": 2}
 TASK = replace(TASKS["multihop_qa"], tools_config={**TASKS["multihop_qa"].tools_config, **TWO})
+RL_TINY = Path(__file__).resolve().parents[1] / "trainer" / "recipes" / "rl-tiny.yaml"
 
 
 def listed(environment) -> list[str]:
@@ -116,9 +117,9 @@ def test_the_draw_is_opt_in_stable_balanced_and_independent_of_the_description()
             ToolsConfig(**bad)
 
 
-def test_one_factory_per_pair_and_the_dataset_routes_each_row(envs_index, tmp_path, monkeypatch):
-    from tansaku.trainer.recipes import load_recipe
-    from tansaku.trainer.rl import build_dataset, build_environments
+def test_one_factory_per_pair_and_the_dataset_routes_each_row(envs_index, tmp_path):
+    from tansaku.trainer.recipes import RecipeError, load_recipe
+    from tansaku.trainer.rl import build_dataset, build_environments, check_recipe
     from tansaku.trainer.rl_rewards import task_of_environment
 
     assert sorted(variant_factories(TASKS["multihop_qa"], envs_index)) == [(v, 0) for v in range(N_VARIANTS)]
@@ -129,12 +130,11 @@ def test_one_factory_per_pair_and_the_dataset_routes_each_row(envs_index, tmp_pa
         assert (probe.tool_variant, probe.tool_interface) == (variant, interface)
         assert listed(probe) == (["find", "read"] if interface else ["open_doc", "search"])
 
-    monkeypatch.setitem(TASKS, "multihop_qa", TASK)
     rows = [{"id": f"r{i}", "question": f"質問{i}", "answer": "白砂市"} for i in range(60)]
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    recipe = load_recipe(Path(__file__).resolve().parents[1] / "trainer" / "recipes" / "rl-tiny.yaml",
-                         [f"output_dir={tmp_path / 'out'}", f"tasks.0.data={data}", f"tasks.0.index={envs_index}"])
+    sets = [f"output_dir={tmp_path / 'out'}", f"tasks.0.data={data}", f"tasks.0.index={envs_index}"]
+    recipe = load_recipe(RL_TINY, [*sets, "tasks.0.tools={interface_variants: 2}"])  # the recipe's own key
     dataset, environments = build_dataset(recipe), build_environments(recipe)
     assert len(environments) == 2 * N_VARIANTS and "multihop_qa@tools-v0" in environments
     probes = {name: factory() for name, factory in environments.items()}
@@ -153,6 +153,10 @@ def test_one_factory_per_pair_and_the_dataset_routes_each_row(envs_index, tmp_pa
         seen.add((variant, interface))
     assert {i for _, i in seen} == {0, 1} and len(seen) > 4
     assert (True, False, 0) in named and (False, True, 1) in named
+    with pytest.raises(RecipeError, match="interface_variants"):  # checked before any model loads
+        check_recipe(load_recipe(RL_TINY, [*sets, "tasks.0.tools={interface_variants: 5}"]))
+    with pytest.raises(RecipeError, match="tasks multihop_qa: tools"):
+        check_recipe(load_recipe(RL_TINY, [*sets, "tasks.0.tools={no_such_setting: 1}"]))
 
 
 def search_then_answer(request):
@@ -219,3 +223,40 @@ def test_trajectories_drop_a_teacher_that_speaks_another_interface(envs_index):
             assert row["messages"][0]["content"] == t.prompt[0]["content"]
             assert trajectory_features(record["messages"])["searches"] == 1
             assert replay_violation(record["messages"], factory, rows[t.row_index]) is None  # the verify stage
+
+
+def test_the_demo_teacher_speaks_the_interface_its_schemas_name():
+    """examples/teacher_script.py: find(keywords=…)/read(doc_id=…) when the schemas name find (plain keywords, no
+    bool query), search/open_doc otherwise; a read counts as an opened document."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "teacher_script.py"
+    spec = importlib.util.spec_from_file_location("demo_teacher_interfaces", path)
+    teacher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(teacher)
+    question = "「水城遥」の最終学歴が設立された年を答えてください。"
+    hit = "[1] doc_id: mw0008 | title: 水城遥\n水城遥は小説家。"
+    page = "doc_id: mw0008 | title: 水城遥 | characters 0-16 of 16\n水城遥は、小説家。青葉大学卒業。\n[end of document]"
+
+    def turn(names, *steps):  # steps: (tool name, arguments, result)
+        messages = [{"role": "system", "content": "s"}, {"role": "user", "content": question}]
+        for name, arguments, result in steps:
+            messages += [{"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]},
+                {"role": "tool", "content": result}]
+        tools = [{"type": "function", "function": {"name": n}} for n in names]
+        [call] = teacher.respond(SimpleNamespace(messages=messages, tools=tools))["tool_calls"]
+        return call["name"], call["arguments"]
+
+    one, zero = ("find", "read"), ("search", "open_doc")
+    assert turn(one) == ("find", {"keywords": ["水城遥"]}) and turn(zero) == ("search", {"query": "水城遥"})
+    assert turn(one, ("find", {"keywords": ["水城遥"]}, hit)) == ("read", {"doc_id": "mw0008"})
+    assert turn(zero, ("search", {"query": "水城遥"}, hit)) == ("open_doc", {"doc_id": "mw0008"})
+    read = turn(one, ("find", {"keywords": ["水城遥"]}, hit), ("read", {"doc_id": "mw0008"}, page))
+    assert read == ("find", {"keywords": ["青葉大学"]})  # the bridge, as plain keywords
+    unread = turn(one, ("find", {"keywords": ["水城遥"]}, hit), ("read", {"doc_id": "mw0008"}, "[end of document]"))
+    assert unread == ("find", {"keywords": ["水城遥", "最終学歴"]})  # read counted as opened: it broadens instead
+    step = {"tool_calls": [{"name": "find", "arguments": {"keywords": ["水城遥", "最終学歴"]}},
+                           {"name": "read", "arguments": {"doc_id": "mw0008"}}]}
+    assert teacher._step_reasoning(step, None, "translate", None) == "「水城遥 最終学歴」で検索する。文書 mw0008 を開いて本文を読む。"

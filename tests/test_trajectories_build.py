@@ -238,23 +238,39 @@ def test_egov_trajectories_keep_the_choice_gold_in_the_same_struct(built, inputs
                                  "answer_index": source["answer_index"], "choices": list(source["choices"])}
 
 
-def test_interface_variants_drop_the_scripted_teachers_other_interface_episodes(inputs, monkeypatch):
-    """With two tool interfaces drawn, the demo teacher (it speaks search/open_doc only) calls `search` on the
-    find/read episodes: each such episode is dropped at the teacher stage as `wrong_interface`, never a row."""
-    from dataclasses import replace
-
-    from tansaku.envs.tasks import TASKS
-
-    task = TASKS["multihop_qa"]
-    monkeypatch.setitem(TASKS, "multihop_qa", replace(task, tools_config={**task.tools_config,
-                                                                           "interface_variants": 2}))
+def test_interface_variants_keep_the_scripted_teachers_find_read_episodes(inputs):
+    """With two tool interfaces drawn (``--interface-variants 2``), the demo teacher reads the schemas it is shown
+    and calls find/read on the find/read episodes: they become rows, and the option is in the build's recipe.
+    (A teacher that speaks one interface only is dropped as `wrong_interface`: tests/test_tool_interfaces.py.)"""
     out = inputs / "sft-interfaces"
     manifest = build_trajectories(inputs / "multihop", out, teacher=f"scripted:{SCRIPT}", index=inputs / "index",
                                   translator=f"scripted:{SCRIPT}:rewrite", n=1, limit=20, seed=1, quiet=True,
-                                  task="multihop_qa")
+                                  task="multihop_qa", interface_variants=2)
     train, rejected = read_rows(out, "train"), read_rows(out, "rejected")
-    wrong = [r for r in rejected if r["reason"] == "wrong_interface"]
-    assert wrong and all(r["stage"] == "teacher" and "find, read" in r["detail"] for r in wrong)
-    assert all(json.loads(r["record"])["tool_interface"] == 1 for r in wrong)
-    assert train and {r["tool_interface"] for r in train} == {0}  # what is kept spoke its own interface
-    assert manifest["trajectories"]["failure_reasons"]["teacher/wrong_interface"] == len(wrong)
+    assert not [r for r in rejected if r["reason"] == "wrong_interface"]
+    agentic = [r for r in train if r["kind"] == "agentic"]
+    assert {r["tool_interface"] for r in agentic} == {0, 1}
+    for row in agentic:
+        calls = [c["function"] for m in row["messages"] for c in m.get("tool_calls") or []]
+        names = {"find", "read"} if row["tool_interface"] else {"search", "open_doc"}
+        assert calls and {c["name"] for c in calls} <= names
+        assert {s["function"]["name"] for s in json.loads(row["tools"])} == names
+        if row["tool_interface"]:  # plain keywords, never a JSON query
+            assert all(isinstance(json.loads(c["arguments"]).get("keywords", []), list) for c in calls)
+            assert "search" not in row["messages"][0]["content"]
+    assert manifest["config"]["tools_config"]["interface_variants"] == 2
+    default = read_manifest(inputs / "sft")["config"]  # no option: the task's own tools config, as before
+    assert "interface_variants" not in default and default["tools_config"]["interface_variants"] == 1
+
+
+def test_a_bad_interface_variants_is_one_line(inputs, tmp_path):
+    from typer.testing import CliRunner
+
+    from tansaku.cli import synth_app
+
+    for bad in ("0", "3"):
+        result = CliRunner().invoke(synth_app, [
+            "build", "trajectories", "--dataset", str(inputs / "multihop"), "--out", str(tmp_path / bad),
+            "--teacher", f"scripted:{SCRIPT}", "--index", str(inputs / "index"), "--interface-variants", bad])
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and "interface_variants" in lines[0], result.stderr

@@ -32,6 +32,7 @@ Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a recipe
 Recipe = Annotated[Path, typer.Option("--config", "-c", help="YAML recipe (see trainer/recipes/).")]
 MaxTokens = Annotated[int, typer.Option("--max-tokens", min=1, help="New tokens per turn.")]
 SystemPrompt = Annotated[str | None, typer.Option("--system-prompt", help="Text (or @FILE) instead of the task's system prompt: the one the model was trained under.")]
+InterfaceVariants = Annotated[int | None, typer.Option("--interface-variants", help="Tool interfaces drawn per episode: 1 = search/open_doc, 2 = find/read too (default: the task's own).")]
 
 
 @train_app.command("sft")
@@ -74,6 +75,7 @@ def train_eval(
     max_tokens: MaxTokens = 1024,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
     system_prompt: SystemPrompt = None,
+    interface_variants: InterfaceVariants = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None,
     seed: Seed = 0,
@@ -84,7 +86,8 @@ def train_eval(
     if Path(model).is_dir():
         model = f"transformers:{model}"
     report = run_eval(task, dataset, model, index, split=split, k=k, limit=limit, out_dir=out,
-                      max_tokens=max_tokens, seed=seed, judge=judge, system_prompt=system_prompt)
+                      max_tokens=max_tokens, seed=seed, judge=judge, system_prompt=system_prompt,
+                      interface_variants=interface_variants)
     typer.echo(jsontext.dumps(report, default=str))
 
 

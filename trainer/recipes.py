@@ -109,6 +109,7 @@ class RLTask:
     reward_weights: dict[str, float] = field(default_factory=dict)  # overrides of the task's weights
     abstention_weight: float = 0.0  # > 0: add abstention_reward (Task.with_abstention; at most the answer's weight)
     system_prompt: str | None = None  # text or @FILE instead of the task's own (the one the SFT rows were built with)
+    tools: dict[str, Any] = field(default_factory=dict)  # ToolsConfig fields over the task's (interface_variants: 2 …)
 
     def prompt_split(self) -> str:
         """The split RL prompts come from: ``split`` when the recipe names one, else the dataset's ``rl`` split

@@ -164,7 +164,7 @@ def build_environments(recipe: RLRecipe) -> dict:
     ``reset`` alone would never reach the prompt."""
 
     return {environment_name(spec.name, variant, interface): factory for spec in recipe.tasks
-            for (variant, interface), factory in variant_factories(TASKS[spec.name], spec.index).items()}
+            for (variant, interface), factory in variant_factories(rl_task(spec), spec.index).items()}
 
 
 def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):

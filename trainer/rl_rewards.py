@@ -94,7 +94,7 @@ def _subset_reward(fn, task_key: str, name: str):
 def rl_task(spec) -> object:
     """The recipe's task: ``TASKS[name]``, under the recipe's ``system_prompt`` when it gives one (the text the
     SFT rows were built with: ``synth build trajectories --system-prompt``), with the abstention reward when the
-    recipe asks for it."""
+    recipe asks for it, and its ``tools`` settings over the task's (``ToolsConfig`` fields)."""
     if spec.name not in TASKS:
         raise RecipeError(f"tasks: unknown task {spec.name!r}; choose from {sorted(TASKS)}")
     task = TASKS[spec.name]
@@ -110,6 +110,11 @@ def rl_task(spec) -> object:
             task = task.with_abstention(spec.abstention_weight)
         except InputError as exc:
             raise RecipeError(str(exc)) from None
+    if spec.tools:  # e.g. interface_variants: 2 (the SFT rows and eval must be built the same way)
+        try:
+            task = task.with_tools(**spec.tools)
+        except InputError as exc:
+            raise RecipeError(f"tasks {spec.name}: tools: {exc}") from None
     return task
 
 

@@ -78,13 +78,16 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
                        task: str | None = None, temperature: float = 0.7, max_tokens: int = 1024,
                        system_prompt: str | None = None, catalog: str | Path | None = None,
                        name: str | None = None, chunk_size: int = 64, license: str | None = None,
-                       license_file: str | Path | None = None) -> dict:
+                       license_file: str | Path | None = None, interface_variants: int | None = None) -> dict:
     """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring).
     ``chunk_size``: questions per checkpoint (what an interruption costs; the unit a ``--shard`` takes).
     ``license``/``license_file``: the card's license (``tansaku.core.licenses.choose_license``); default the
     ``dataset`` card's, whose questions the rows hold. ``system_prompt``: the text every agentic row (and the
     teacher) gets instead of the task's own system prompts — give ``train rl``/``train eval`` the same
-    (a recipe task's ``system_prompt``, ``--system-prompt``) so the switch stays one text."""
+    (a recipe task's ``system_prompt``, ``--system-prompt``) so the switch stays one text.
+    ``interface_variants``: tool interfaces the teacher's episodes draw from (``Task.with_tools``; 2: ``find``/
+    ``read`` too, ``tansaku.envs.tool_interfaces``), recorded in the config's ``tools_config``; None: the
+    task's own (a default build's config and fingerprint are those of a build without the option)."""
 
     # Checked before the teacher stage: a bad --ratio used to fail only after every rollout was paid for.
     check_count("--n", n)
@@ -105,6 +108,8 @@ def build_trajectories(dataset, out, teacher, index, translator=None, general=No
     if task_name not in TASKS:
         raise InputError(f"unknown task {task_name!r}; known: {sorted(TASKS)}")
     task_def = TASKS[task_name] if system_prompt is None else TASKS[task_name].with_system_prompt(system_prompt)
+    if interface_variants is not None:
+        task_def = task_def.with_tools(interface_variants=interface_variants)
     try:
         task_def.answer_reward()  # correct-only needs an automatic answer reward (no rubric judge)
     except ValueError as exc:

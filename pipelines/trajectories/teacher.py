@@ -64,7 +64,8 @@ def stored_messages(messages: list[dict]) -> list[dict]:
 def wrong_interface_calls(trajectory) -> list[str]:
     """Tool names the episode called that belong to another tool interface than the one it was shown
     (``tansaku.envs.tool_interfaces``): such a teacher does not speak the drawn interface (the scripted demo
-    teacher speaks interface 0 only), so its episode teaches nothing and is dropped as ``wrong_interface``."""
+    teacher reads the schemas it is shown and speaks either), so its episode teaches nothing and is dropped as
+    ``wrong_interface``."""
     shown = {s.get("function", s).get("name") for s in trajectory.tools or []}
     others = {name for names in INTERFACES for name in names} - shown
     called = [c.get("function", c).get("name") for m in trajectory.completion if m.get("role") == "assistant"
