@@ -42,6 +42,7 @@ from collections import Counter
 from pathlib import Path
 
 from tansaku.core import jsontext
+from tansaku.core.errors import InputError, MissingInputError
 from tansaku.envs.monitoring import hacking_warnings, reward_decomposition, zero_variance_share
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.collapse import collapse_series, collapse_warnings
@@ -76,6 +77,19 @@ def load_log_history(output_dir: str | Path) -> list[dict]:
             history = state.get("log_history", [])
             return [entry for entry in history if isinstance(entry, dict)] if isinstance(history, list) else []
     return []
+
+
+def completions_run(path: str | Path) -> Path:
+    """The run folder of ``path`` (a run folder, or its ``completions`` folder) that holds TRL's completions;
+    MissingInputError / InputError (one line) for no folder or no ``completions/completions_*.parquet``."""
+    path = Path(path)
+    if not path.exists():
+        raise MissingInputError(f"no run folder at {path}")
+    if path.name == "completions" or any(path.glob("completions_*.parquet")):
+        path = path.parent
+    if not any((path / "completions").glob("completions_*.parquet")):
+        raise InputError(f"{path}: no completions/completions_*.parquet (train rl writes them with log_completions)")
+    return path
 
 
 def load_completions(output_dir: str | Path) -> list[dict]:

@@ -26,19 +26,9 @@ import tansaku
 from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError
 from tansaku.envs.tasks import TASKS
-from tansaku.trainer.report import load_completions
+from tansaku.trainer.report import completions_run, load_completions
 
 SHOWN_CHANGES = 5
-
-
-def _folder(path: str | Path) -> Path:
-    """The run folder of a ``completions`` folder (or the run folder itself)."""
-    path = Path(path)
-    if path.name == "completions" or list(path.glob("completions_*.parquet")):
-        path = path.parent
-    if not list((path / "completions").glob("completions_*.parquet")):
-        raise InputError(f"{path}: no completions/completions_*.parquet (train rl writes them with log_completions)")
-    return path
 
 
 def _score(value) -> float | None:
@@ -75,7 +65,7 @@ def rescore(completions: str | Path, task_name: str, out: str | Path | None = No
     if task_name not in TASKS:
         raise InputError(f"--task {task_name!r}: one of {', '.join(sorted(TASKS))}")
     task = TASKS[task_name]
-    run = _folder(completions)
+    run = completions_run(completions)
     if out is not None:  # before any scoring: only a folder an earlier rescore made is rewritten
         out = ownership.refuse_unmarked(out, "--out", RESCORE_MARKER, "rescore", "rescore folder")
         ownership.refuse_overlap(out, {"--completions": run})

@@ -20,21 +20,10 @@ from pathlib import Path
 from rich.table import Table
 
 from tansaku.core import jsontext
-from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.errors import InputError
 from tansaku.envs.answer_text import as_messages
 
 SHOWN_TOOL_RESULT = 80
-
-
-def _run_folder(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.exists():
-        raise MissingInputError(f"no run folder at {path}")
-    if path.name == "completions" or any(path.glob("completions_*.parquet")):
-        path = path.parent
-    if not any((path / "completions").glob("completions_*.parquet")):
-        raise InputError(f"{path}: no completions/completions_*.parquet (train rl writes them with log_completions)")
-    return path
 
 
 def completion_text(completion) -> str:
@@ -77,7 +66,7 @@ def _prompt_text(prompt) -> str:
 
 def _answer(row: dict):
     try:
-        inputs = json.loads(row.get("reward_inputs") or "{}")
+        inputs = jsontext.loads(row.get("reward_inputs") or "{}")
     except (TypeError, json.JSONDecodeError):
         return None
     return inputs.get("answer") if isinstance(inputs, dict) else None
@@ -100,9 +89,9 @@ def step_samples(run: str | Path, step_a: int, step_b: int, limit: int | None = 
     """``{"run", "steps", "components", "prompts": [{"prompt", "answer", "a": [sample], "b": [sample]}],
     "only_a", "only_b", "mean": {"a": {component: mean}, "b": …}}`` for the prompts both steps sampled
     (the first ``limit`` of them, in step A's order); ``mean`` is over all their samples."""
-    from tansaku.trainer.report import load_completions, reward_columns
+    from tansaku.trainer.report import completions_run, load_completions, reward_columns
 
-    folder = _run_folder(run)
+    folder = completions_run(run)
     rows = load_completions(folder)
     logged = sorted({int(row["step"]) for row in rows})
     for step in (step_a, step_b):
