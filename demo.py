@@ -38,7 +38,7 @@ so what one step allocated (weights, optimizer state, the allocator's freed-but-
 before the next starts: the demo's peak is the largest single step, not their sum. Training takes one row per micro-batch
 (a 1.3k-token row's fp32 logits over the 49k vocabulary are 250 MB, and the loss keeps several copies) with
 gradient checkpointing. SFT trains bf16 weights (lr 3e-4 is far above bf16's resolution); RL keeps fp32
-master weights (its small steps would round away in bf16; ``weights_dtype`` in the recipe docs) and uses
+master weights (its small steps would round away in bf16; ``dtype`` in docs/recipes.md) and uses
 Adafactor (``optim: adafactor``, factored second moments) rather than AdamW, whose two fp32 moment copies
 would add 1.1 GB to the RL step. The trainers are imported in the children
 only.
@@ -58,7 +58,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tansaku.core import jsontext
-from tansaku.core.llm import from_spec
+from tansaku.core.context import BuildContext
+from tansaku.core.llm import LLMOptions, from_spec
 from tansaku.core.memory import RSSMeter, maxrss_mb, rss_mb, run_isolated
 from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.envs.evaluate import run_eval
@@ -66,10 +67,15 @@ from tansaku.envs.retention import TASK as GENERAL
 from tansaku.envs.retention import retention
 from tansaku.envs.search import build_index
 from tansaku.pipelines.corpus import build_corpus
+from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.egov.build import build_egov
+from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.general import build_general
+from tansaku.pipelines.general_config import GeneralConfig
 from tansaku.pipelines.multihop.build import build_multihop
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.trainer.report import CURVES_FILE, plot_learning_curves
 
 # The example data ships inside the package (tansaku.examples); pip installs packages unzipped, so it is a folder.
@@ -194,7 +200,7 @@ def _trained(output_dir: Path) -> bool:
 
 def _resume(output_dir: Path) -> list[str]:
     """An interrupted training run continues from its newest checkpoint."""
-    return ["resume_from_checkpoint=latest"] if any(output_dir.glob("checkpoint-*")) else []
+    return ["--resume_from_checkpoint", "latest"] if any(output_dir.glob("checkpoint-*")) else []
 
 
 def _isolated_step(fn, *args, **kwargs) -> tuple[object, dict]:
@@ -230,8 +236,9 @@ def general_set(out: Path, model_dir: Path, sizes: DemoSizes, quiet: bool) -> di
     """``synth build general`` with the tiny model as its own base: its greedy answers to the example prompts,
     generated in bf16 in one batch (like the evaluations), no system prompt."""
     client = from_spec(f"transformers:{model_dir}", dtype="bfloat16", batch_size=sizes.general_prompts)
-    return build_general(EXAMPLES / "general_prompts.jsonl", out, client, max_tokens=sizes.general_tokens,
-                         limit=sizes.general_prompts, quiet=quiet)
+    config = GeneralConfig(prompts=EXAMPLES / "general_prompts.jsonl", llm=client, max_tokens=sizes.general_tokens,
+                           limit=sizes.general_prompts)
+    return build_general(config, out, BuildContext(quiet=quiet))
 
 
 def _learning_curves(rl_dir: Path, out: Path) -> Path | None:
@@ -272,9 +279,11 @@ def _evaluate(summary: Summary, label: str, model_dir: Path, out: Path, sizes: D
 
 
 def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool = False,
-             quiet: bool = False) -> dict:
+             quiet: bool = False, llm_options: LLMOptions | None = None) -> dict:
     """Run every step (see the module docstring); write ``summary.json``/``summary.md`` and return
-    ``{"summary": rows, "eval": {"before", "after"}, "sft", "rl", "summary_json": {…}}``."""
+    ``{"summary": rows, "eval": {"before", "after"}, "sft", "rl", "summary_json": {…}}``. ``llm_options``: the
+    command's ``--api-key`` / ``--extra-body`` / ``--concurrency`` / ``--no-cache`` for ``llm``'s client."""
+    context = BuildContext(quiet=quiet, llm=llm_options or LLMOptions())
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -290,7 +299,7 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
 
     # 2. Documents and search indexes.
     t = time.time()
-    corpus = build_corpus(EXAMPLES / "miniwiki_large.jsonl", out / "corpus", quiet=quiet)
+    corpus = build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki_large.jsonl"), out / "corpus", context)
     summary.add("synth build corpus", out / "corpus", _funnel(corpus), time.time() - t, **_rows(corpus))
     t = time.time()
     wiki_index = out / "index" / "wiki"
@@ -299,14 +308,13 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
     summary.add("synth index build", wiki_index, "embedded tantivy, char tokens", time.time() - t)
 
     t = time.time()
-    egov = build_egov(EXAMPLES / "laws", out / "egov", llm=llm, limit=sizes.egov_limit, quiet=quiet)
+    egov = build_egov(EgovConfig(laws=EXAMPLES / "laws", llm=llm, limit=sizes.egov_limit), out / "egov", context)
     summary.add("synth build egov", out / "egov", f"{_funnel(egov)}; articles + index in egov/", time.time() - t,
                 **_rows(egov))
 
     # 3. Multi-hop questions; the scripted agent plays the policy of the solvability check.
     t = time.time()
-    multihop = build_multihop(corpus=out / "corpus", out=out / "multihop", llm=llm, policy=SCRIPTED_AGENT,
-                              index=wiki_index, limit=sizes.multihop_limit, k=1, m=1, quiet=quiet)
+    multihop = build_multihop(MultihopConfig(corpus=out / "corpus", llm=llm, policy=SCRIPTED_AGENT, index=wiki_index, limit=sizes.multihop_limit, k=1, m=1), out / "multihop", context)
     summary.add("synth build multihop", out / "multihop", _funnel(multihop), time.time() - t, **_rows(multihop))
 
     # 4. The general half of the switch: the base model's own answers, no system prompt (synth build general),
@@ -318,9 +326,9 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
     summary.add("synth build general", out / "general", _funnel(general), time.time() - t, **_rows(general),
                 **memory)
     t = time.time()
-    trajectories = build_trajectories(out / "multihop", out / "trajectories", SCRIPTED_AGENT, str(wiki_index),
-                                      translator=SCRIPTED_REWRITER, general=out / "general",
-                                      ratio=0.1, n=sizes.trajectories_n, quiet=quiet, task=TASK)
+    trajectories = build_trajectories(TrajectoriesConfig(
+        dataset=out / "multihop", teacher=SCRIPTED_AGENT, index=str(wiki_index), translator=SCRIPTED_REWRITER,
+        general=out / "general", ratio=0.1, n=sizes.trajectories_n, task=TASK), out / "trajectories", context)
     summary.add("synth build trajectories", out / "trajectories", _funnel(trajectories), time.time() - t,
                 **_rows(trajectories))
 
@@ -332,14 +340,14 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
     # 5. SFT, then GSPO from the SFT model. The recipes are written next to the runs so they can be rerun.
     sft_dir = out / "sft"
     sft_recipe = _write_recipe(out / "recipes" / "sft.yaml", {
-        "kind": "sft", "model": "tiny", "output_dir": str(sft_dir),
+        "model_name_or_path": "tiny", "output_dir": str(sft_dir),
         "data": [{"path": str(out / "trajectories"), "ratio": 1.0}],
         # Compact rows measure 1.2k–1.35k tokens with the tiny tokenizer (~530 of them the system prompt and
         # tool schemas); longer ones are fitted or dropped with a reason (sft/tansaku_data_report.json).
-        "max_length": 1536, "learning_rate": 3e-4, "lr_scheduler_type": "constant",
-        "per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "gradient_checkpointing": True,
-        "max_steps": sizes.sft_steps, "bf16": True, "weights_dtype": "bfloat16", "use_cpu": True, "seed": 42,
-        "logging_steps": 1, "save_steps": 4, "report_to": [],
+        "max_length": 1536, "assistant_only_loss": True, "shuffle_dataset": True, "learning_rate": 3e-4,
+        "lr_scheduler_type": "constant", "per_device_train_batch_size": 1, "gradient_accumulation_steps": 2,
+        "gradient_checkpointing": True, "max_steps": sizes.sft_steps, "bf16": True, "dtype": "bfloat16",
+        "use_cpu": True, "seed": 42, "logging_steps": 1, "save_steps": 4, "report_to": "none",
         # AdamW, not Adafactor: with Adafactor the same 12 steps left held-out pass@1 at 0.00 (0.19 with AdamW)
         # and 69 % of episodes ending in an answer (100 %), for 0.3 GB less peak memory.
     }, f"train sft --config {out / 'recipes' / 'sft.yaml'}")
@@ -351,17 +359,19 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
 
     rl_dir = out / "rl"
     rl_recipe = _write_recipe(out / "recipes" / "rl.yaml", {
-        "kind": "rl", "model": str(sft_dir), "output_dir": str(rl_dir),
+        "model_name_or_path": str(sft_dir), "output_dir": str(rl_dir),
         "tasks": [{"name": TASK, "data": str(out / "multihop"), "index": str(wiki_index)}],
-        "algorithm": "gspo", "num_generations_per_prompt": 2, "num_prompts_per_step": 2,
-        "per_device_train_batch_size": 1, "policy_kl_penalty": 0.0, "max_completion_length": sizes.rl_completion,
-        "max_tool_calling_iterations": 3, "temperature": 0.9, "learning_rate": 1e-5, "adam_eps": 1e-8,
-        "max_steps": sizes.rl_steps, "bf16": True, "use_cpu": True,  # fp32 master weights (the default)
-        "save_steps": 1, "logging_steps": 1, "log_completions": True, "report_to": [],
+        # GSPO (sequence-level ratios, the paper's clip); 2 prompts × 2 generations per step, one per micro-batch
+        "importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": 3e-4, "epsilon_high": 4e-4,
+        "num_generations": 2, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 4,
+        "beta": 0.0, "max_completion_length": sizes.rl_completion, "max_tool_calling_iterations": 3,
+        "temperature": 0.9, "learning_rate": 1e-5, "lr_scheduler_type": "constant", "adam_epsilon": 1e-8,
+        "max_steps": sizes.rl_steps, "bf16": True, "use_cpu": True,  # fp32 master weights (the default dtype)
+        "save_steps": 1, "logging_steps": 1, "log_completions": True, "report_to": "none",
         "gradient_checkpointing": True,  # as for SFT; TRL turns it off while generating (KV cache kept)
         # Adafactor keeps factored second moments instead of AdamW's two fp32 copies of the weights (1.1 GB):
         # one demo GSPO step peaked at 3.5 GB instead of 4.4 GB.
-        "trl": {"optim": "adafactor"},
+        "optim": "adafactor",
     }, f"train rl --config {out / 'recipes' / 'rl.yaml'} --skip-readiness")
     t = time.time()
     sft_eval = _evaluate(summary, "sft", sft_dir, out, sizes, eval_tasks)

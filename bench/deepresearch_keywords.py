@@ -16,6 +16,9 @@ import statistics
 import time
 from pathlib import Path
 
+from tansaku.core.context import BuildContext
+from tansaku.pipelines.corpus_config import CorpusConfig
+
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jawiki"
 SOURCES = {"wac": DATA / "WikipediaAnnotatedCorpus", "jaquad": DATA / "JaQuAD" / "data" / "dev"}
 
@@ -26,7 +29,7 @@ def load(name: str, work: Path) -> list[dict]:
 
     out = work / name
     if not (out / "manifest.json").exists():
-        build_corpus(SOURCES[name], out, quiet=True)
+        build_corpus(CorpusConfig(input=SOURCES[name]), out, BuildContext(quiet=True))
     return list(iter_rows(out))
 
 

@@ -34,11 +34,15 @@ from pathlib import Path
 
 import yaml
 
+from tansaku.core.context import BuildContext
 from tansaku.demo import EXAMPLES, evaluate_model
 from tansaku.envs.search import build_index
 from tansaku.pipelines.corpus import build_corpus
+from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.multihop.build import build_multihop
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.trainer.report import load_log_history, plot_learning_curves
 from tansaku.trainer.rl import run_rl
 from tansaku.trainer.select import select_checkpoint, selection_table
@@ -54,6 +58,12 @@ START = time.time()
 # transformers backend reused the system turn's KV cache, and in bf16 that reuse changes rounding (a token
 # here and there), so every model of this experiment is evaluated without it.
 EVAL_CLIENT = {"prefix_cache": False}
+# The two methods compared, as GRPOConfig keys: GSPO's sequence-level ratio with the paper's tight clip, and
+# token-level GRPO with DAPO's asymmetric clip and loss.
+ALGORITHMS = {
+    "gspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4, "loss_type": "grpo"},
+    "grpo": {"importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": 0.28, "loss_type": "dapo"},
+}
 
 
 def log(message: str) -> None:
@@ -80,14 +90,14 @@ def save_result(results: Path, method: str, seed: int, result: dict) -> None:
 
 
 def build_data(work: Path, args) -> None:
-    corpus = build_corpus(EXAMPLES / "miniwiki_large.jsonl", work / "corpus", quiet=True)
+    corpus = build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki_large.jsonl"), work / "corpus", BuildContext(quiet=True))
     if not (work / "index" / "tansaku_index.json").exists():
         build_index(work / "corpus", work / "index")
-    multihop = build_multihop(corpus=work / "corpus", out=work / "multihop", policy=TEACHER, index=work / "index",
-                              k=1, m=1, quiet=True, rl_share=args.rl_share)
-    trajectories = build_trajectories(work / "multihop", work / "trajectories", TEACHER, str(work / "index"),
-                                      translator=REWRITER, general=EXAMPLES / "general_chat.jsonl", ratio=0.1,
-                                      n=1, quiet=True, task=TASK)
+    multihop = build_multihop(MultihopConfig(corpus=work / "corpus", policy=TEACHER, index=work / "index", k=1, m=1, rl_share=args.rl_share), work / "multihop", BuildContext(quiet=True))
+    trajectories = build_trajectories(TrajectoriesConfig(
+        dataset=work / "multihop", teacher=TEACHER, index=str(work / "index"), translator=REWRITER,
+        general=EXAMPLES / "general_chat.jsonl", ratio=0.1, n=1, task=TASK), work / "trajectories",
+        BuildContext(quiet=True))
     log(f"data: corpus {corpus['splits']}; multihop {multihop['splits']}; SFT rows {trajectories['splits']}")
 
 
@@ -109,13 +119,14 @@ def sft_seed(work: Path, seed: int, args) -> dict:
     """SFT with ``seed``, the RL start chosen on the rl slice, and that start's held-out numbers."""
     run = work / f"sft-seed{seed}"
     recipe = write_recipe(work / "recipes" / f"sft-seed{seed}.yaml", {
-        "kind": "sft", "model": "tiny", "output_dir": str(run),
+        "model_name_or_path": "tiny", "output_dir": str(run),
         "data": [{"path": str(work / "trajectories"), "ratio": 1.0}],
         # compact rows are 1.2–1.35k tokens (≈ 530 of them the system prompt + tool schemas)
-        "max_length": 1536, "learning_rate": args.sft_lr, "lr_scheduler_type": "constant",
-        "per_device_train_batch_size": args.sft_batch, "max_steps": args.sft_steps, "bf16": True,
-        "weights_dtype": "bfloat16",  # pure bf16: ~2x faster here, and lr 3e-4 is far above bf16 resolution
-        "use_cpu": True, "seed": seed, "logging_steps": 1, "save_steps": args.sft_save_steps, "report_to": [],
+        "max_length": 1536, "assistant_only_loss": True, "shuffle_dataset": True, "learning_rate": args.sft_lr,
+        "lr_scheduler_type": "constant", "per_device_train_batch_size": args.sft_batch, "max_steps": args.sft_steps,
+        "bf16": True, "gradient_checkpointing": False,
+        "dtype": "bfloat16",  # pure bf16: ~2x faster here, and lr 3e-4 is far above bf16 resolution
+        "use_cpu": True, "seed": seed, "logging_steps": 1, "save_steps": args.sft_save_steps, "report_to": "none",
     })
     if not (run / "model.safetensors").exists():
         trained = run_sft(recipe)
@@ -134,15 +145,17 @@ def rl_seed(work: Path, method: str, seed: int, start: Path, args) -> dict:
     """GSPO or GRPO from ``start`` on the banded rl prompts, then its held-out numbers."""
     run = work / f"{method}-seed{seed}"
     recipe = write_recipe(work / "recipes" / f"{method}-seed{seed}.yaml", {
-        "kind": "rl", "model": str(start), "output_dir": str(run),
+        "model_name_or_path": str(start), "output_dir": str(run),
         "tasks": [{"name": TASK, "data": str(work / "multihop"), "index": str(work / "index"), "split": "rl"}],
-        "algorithm": method, "num_generations": args.rl_generations, "prompts_per_step": args.rl_prompts,
-        # one completion per micro-batch: a 1.3k-token row's fp32 logits over 49k tokens are 250 MB each
-        "per_device_train_batch_size": 1,
+        **ALGORITHMS[method], "num_generations": args.rl_generations,
+        # one completion per micro-batch: a 1.3k-token row's fp32 logits over 49k tokens are 250 MB each;
+        # P prompts × G generations per optimizer step (one process)
+        "per_device_train_batch_size": 1, "gradient_accumulation_steps": args.rl_prompts * args.rl_generations,
         "beta": 0.0, "max_completion_length": args.rl_completion, "max_tool_calling_iterations": 3,
-        "temperature": args.rl_temperature, "learning_rate": args.rl_lr, "max_steps": args.rl_steps, "bf16": True,
+        "temperature": args.rl_temperature, "learning_rate": args.rl_lr, "lr_scheduler_type": "constant",
+        "max_steps": args.rl_steps, "bf16": True, "gradient_checkpointing": False,
         "use_cpu": True, "seed": seed, "save_steps": args.rl_save_steps, "logging_steps": 1, "log_completions": True,
-        "report_to": [], "resume_from_checkpoint": "latest" if any(run.glob("checkpoint-*")) else None,
+        "report_to": "none", "resume_from_checkpoint": "latest" if any(run.glob("checkpoint-*")) else None,
         "difficulty": {"samples": args.band_samples, "rows": args.band_rows, "max_tokens": args.max_tokens,
                        "min_pass": args.band_min_pass, "max_pass": args.band_max_pass},
     })

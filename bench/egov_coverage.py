@@ -30,8 +30,10 @@ EXAMPLES = ROOT / "examples" / "laws"
 os.environ.setdefault("TANSAKU_QUIET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tansaku.core.store import iter_rows  # noqa: E402  (after the path and quiet setup)
+from tansaku.core.context import BuildContext  # noqa: E402  (after the path and quiet setup)
+from tansaku.core.store import iter_rows  # noqa: E402
 from tansaku.pipelines.egov.build import RULE_KINDS, build_egov  # noqa: E402
+from tansaku.pipelines.egov.config import EgovConfig  # noqa: E402
 from tansaku.pipelines.egov.parse import article_meta  # noqa: E402
 
 
@@ -50,7 +52,7 @@ def measure(law: Path, work: Path) -> dict:
     laws.mkdir(parents=True)
     shutil.copy(law, laws / law.name)
     out = work / law.stem / "out"
-    build_egov(laws, out, quiet=True, retrieval=False)
+    build_egov(EgovConfig(laws=laws, retrieval=False), out, BuildContext(quiet=True))
     articles = {a["id"]: a for a in iter_rows(out / "articles")}
     main = {i for i, a in articles.items() if not a["is_suppl"] and not article_meta(a).get("is_deleted")}
     rows = [r for split in ("train", "test") for r in iter_rows(out, split=split)]

@@ -155,8 +155,10 @@ def main() -> None:
                        ("tansaku parse_law_bytes, lxml path only", t_lxml, n_lxml)):
         print(f"| {name} | {n} | {t:.3f} | {n / t:,.0f} | {t / t_jlp:.2f}× |")
 
+    from tansaku.core.context import BuildContext
     from tansaku.core.llm import ScriptedLLM
     from tansaku.pipelines.egov.build import build_egov
+    from tansaku.pipelines.egov.config import EgovConfig
 
     laws = REAL if REAL.exists() else ROOT / "examples" / "laws"
     print(f"\n# build_egov on {laws} (articles dataset + index + questions), wall seconds, one run each\n")
@@ -166,7 +168,7 @@ def main() -> None:
     for name, llm in (("cloze (no LLM)", None), ("instant scripted LLM + judge", ScriptedLLM(instant_llm))):
         with tempfile.TemporaryDirectory() as tmp:
             t = time.perf_counter()
-            m = build_egov(laws, Path(tmp) / "out", llm=llm, quiet=True)
+            m = build_egov(EgovConfig(laws=laws, llm=llm), Path(tmp) / "out", BuildContext(quiet=True))
             seconds = time.perf_counter() - t
             funnel = {s["name"]: s["dropped"] for s in m["stages"] if s["dropped"]}
             print(f"<!-- {name} funnel: {json.dumps(funnel, ensure_ascii=False)} -->")

@@ -28,7 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 import httpx2 as httpx  # noqa: E402 - the HTTP client the openai package ships with (httpx's API)
 
-from tansaku.core.llm.canned_server import free_port, wait_for_health  # noqa: E402
+from tansaku.core.context import BuildContext  # noqa: E402
+from tansaku.pipelines.corpus_config import CorpusConfig  # noqa: E402
+from tansaku.testing.canned_server import free_port, wait_for_health  # noqa: E402
 
 QUERIES = ["雪村製菓", "白砂市", "北浜県", "港町", "創業者", "羊羹", "月見坂", "本社"]
 
@@ -38,7 +40,7 @@ def prepare(work: Path) -> Path:
     from tansaku.pipelines.corpus import build_corpus
 
     if not (work / "index").exists():
-        build_corpus(ROOT / "examples" / "miniwiki_large.jsonl", work / "corpus", quiet=True)
+        build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki_large.jsonl"), work / "corpus", BuildContext(quiet=True))
         build_index(work / "corpus", work / "index")
     return work / "index"
 

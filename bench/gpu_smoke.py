@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -164,10 +165,10 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     model_dir, params = build_model(out / "model", args.tiny)
     print(f"random Llama: {params / 1e6:.1f}M parameters → {model_dir}", flush=True)
-    common = [f"model={model_dir}", "report_to=[]", "save_steps=100000", "logging_steps=1",
-              *(["use_cpu=true", "bf16=false"] if args.cpu else ["use_cpu=false", "bf16=true"])]
+    common = ["--model_name_or_path", str(model_dir), "--report_to", "none", "--save_steps", "100000",
+              "--logging_steps", "1", "--use_cpu", str(args.cpu), "--bf16", str(not args.cpu)]
 
-    from tansaku.trainer.recipes import load_recipe
+    from tansaku.trainer.recipes import load_recipe, read_recipe_file
     from tansaku.trainer.report import write_run_report
     from tansaku.trainer.rl import build_rl_trainer
     from tansaku.trainer.sft import build_sft_trainer
@@ -175,8 +176,9 @@ def main() -> None:
     timer = step_timer()
     batch = 2 if args.cpu else 8
     sft = build_sft_trainer(load_recipe(ROOT / "trainer/recipes/sft-tiny.yaml", [
-        *common, f"output_dir={out / 'sft'}", f"max_steps={args.sft_steps}", f"per_device_train_batch_size={batch}",
-        "mix_size=64", "learning_rate=1e-3"]), callbacks=[timer])
+        *common, "--output_dir", str(out / "sft"), "--max_steps", str(args.sft_steps),
+        "--per_device_train_batch_size", str(batch), "--mix_size", "64", "--learning_rate", "1e-3"], kind="sft"),
+        callbacks=[timer])
     sft.train()
     results = {"sft": table(f"SFT ({device}, batch {batch})", sft, timer, "num_tokens")}
     del sft
@@ -189,11 +191,13 @@ def main() -> None:
     index = build_fixture_index(out / "corpus")
     prompts, generations, length = (2, 2, 48) if args.cpu else (4, 8, 256)
     timer = step_timer()
+    tasks = [{**task, "index": str(index)} for task in read_recipe_file(ROOT / "trainer/recipes/rl-tiny.yaml")["tasks"]]
     rl = build_rl_trainer(load_recipe(ROOT / "trainer/recipes/rl-tiny.yaml", [
-        *common, f"output_dir={out / 'rl'}", f"max_steps={args.rl_steps}", f"tasks.0.index={index}",
-        "use_vllm=false", f"num_prompts_per_step={prompts}", f"num_generations_per_prompt={generations}",
-        f"max_completion_length={length}", "max_tool_calling_iterations=2", "log_completions=true",
-        "trl.num_completions_to_print=0"]),
+        *common, "--output_dir", str(out / "rl"), "--max_steps", str(args.rl_steps), "--tasks", json.dumps(tasks),
+        "--use_vllm", "false", "--num_generations", str(generations),  # P prompts × G generations per step:
+        "--per_device_train_batch_size", str(generations), "--gradient_accumulation_steps", str(prompts),
+        "--max_completion_length", str(length), "--max_tool_calling_iterations", "2", "--log_completions", "true",
+        "--num_completions_to_print", "0"], kind="rl"),
         callbacks=[timer])
     rl.train()
     rl.save_state()

@@ -40,8 +40,8 @@ TASK = "multihop_qa_compact"
 VARIANTS = {
     "full": {},
     "no-shared-prefix": {"share_prompt_prefix": False},
-    "batch4": {"per_device_train_batch_size": 4},
-    "lora": {"lora": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"},
+    "batch4": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4},  # the same 16 completions
+    "lora": {"use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "lora_target_modules": "all-linear",
              "learning_rate": 1e-4},
     "short": {"max_completion_length": 512},
 }
@@ -142,21 +142,24 @@ def timed_tools(timers: Timers):
 def profile(variant: str, args) -> dict:
     out = args.work / "profile" / variant
     recipe_dict = {
-        "kind": "rl", "model": args.model, "output_dir": str(out),
+        "model_name_or_path": args.model, "output_dir": str(out),
         "tasks": [{"name": TASK, "data": str(args.work / "multihop"), "index": str(args.work / "index"),
                    "split": "rl"}],
-        "algorithm": "gspo", "num_generations": 4, "prompts_per_step": 4, "per_device_train_batch_size": 1,
+        # GSPO, 4 prompts × 4 generations per step, one completion per micro-batch
+        "importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4, "loss_type": "grpo",
+        "num_generations": 4, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 16,
         # (the efficacy experiment's settings; each variant below changes one of them)
         "beta": 0.0, "max_completion_length": 768, "max_tool_calling_iterations": 3, "temperature": 0.9,
-        "learning_rate": 3e-5, "max_steps": args.steps, "bf16": True, "use_cpu": True, "seed": 0,
-        "save_steps": 10_000, "logging_steps": 1, "log_completions": False, "report_to": [],
+        "learning_rate": 3e-5, "lr_scheduler_type": "constant", "max_steps": args.steps, "bf16": True,
+        "gradient_checkpointing": False, "use_cpu": True, "seed": 0,
+        "save_steps": 10_000, "logging_steps": 1, "log_completions": False, "report_to": "none",
         **VARIANTS[variant],
     }
     path = args.work / "profile" / f"{variant}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(recipe_dict, sort_keys=False), encoding="utf-8")
     recipe = load_recipe(path, kind="rl")
-    for task in recipe.tasks:
+    for task in recipe.script_args.tasks:
         task.split = task.prompt_split()
     trainer = build_rl_trainer(recipe)
     timers = Timers()

@@ -1,7 +1,7 @@
 """Requests/s of tansaku's HTTP LLM client vs the raw ``openai.AsyncOpenAI`` client, same concurrency,
 same local server, measured in the same run (cache off). Target: ratio ≥ 0.95.
 
-The server is ``tansaku.core.llm.canned_server`` in its own process: it answers at once, so the numbers
+The server is ``tansaku.testing.canned_server`` in its own process: it answers at once, so the numbers
 measure client overhead (event-loop hand-off, semaphore, result conversion), not a model.
 
 Run: python bench/llm_http.py [--requests 1000] [--concurrency 8 32 64] [--rounds 5]
@@ -20,12 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tansaku.core.llm import ChatRequest, from_spec  # noqa: E402
-from tansaku.core.llm.canned_server import free_port, wait_for_health  # noqa: E402
+from tansaku.testing.canned_server import free_port, wait_for_health  # noqa: E402
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tansaku.core.llm.canned_server", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "tansaku.testing.canned_server", "--port", str(port)],
                             cwd=Path(__file__).resolve().parents[1])
     url = f"http://127.0.0.1:{port}"
     try:

@@ -1,6 +1,6 @@
 """How busy each synthesis pipeline keeps an LLM server: streaming LLM stages against batch-by-batch ones.
 
-A local OpenAI-compatible server (``tansaku.core.llm.canned_server`` in its own process) answers every
+A local OpenAI-compatible server (``tansaku.testing.canned_server`` in its own process) answers every
 synthesis prompt with the stand-in answers of ``examples/stand_in_llm.py`` after a latency drawn per request
 (``--latency``; default lognormal, median 0.5 s, σ 0.8), at most ``slots`` requests at a time (the rest queue,
 as in vLLM). Each pipeline is built through it by the real ``synth build`` command (``--concurrency SLOTS``,
@@ -38,7 +38,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tansaku.core.llm.canned_server import free_port, wait_for_health  # noqa: E402
+from tansaku.core.context import BuildContext  # noqa: E402
+from tansaku.pipelines.corpus_config import CorpusConfig  # noqa: E402
+from tansaku.pipelines.multihop.config import MultihopConfig  # noqa: E402
+from tansaku.testing.canned_server import free_port, wait_for_health  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 RESPONDER = "tansaku.examples.stand_in_llm:respond"
@@ -82,16 +85,14 @@ def prepare(work: Path, scale: int, law_copies: int = 1) -> dict:
             for seed in range(scale):
                 for doc in _renamed(make_miniwiki(seed), seed):
                     f.write(json.dumps(doc, ensure_ascii=False) + "\n")
-        build_corpus(raw, inputs["wiki"] / "corpus", quiet=True)
+        build_corpus(CorpusConfig(input=raw), inputs["wiki"] / "corpus", BuildContext(quiet=True))
         build_index(inputs["wiki"] / "corpus", inputs["wiki"] / "index")
     if not (inputs["leads"] / "index").exists():
         wac = SHARED / "jawiki" / "WikipediaAnnotatedCorpus"
-        build_corpus(wac if wac.exists() else ROOT / "examples" / "miniwiki.jsonl", inputs["leads"] / "corpus",
-                     quiet=True)
+        build_corpus(CorpusConfig(input=wac if wac.exists() else ROOT / "examples" / "miniwiki.jsonl"), inputs["leads"] / "corpus", BuildContext(quiet=True))
         build_index(inputs["leads"] / "corpus", inputs["leads"] / "index")
     if not (inputs["questions"] / "manifest.json").exists():  # template questions: no LLM
-        build_multihop(corpus=inputs["wiki"] / "corpus", out=inputs["questions"], index=inputs["wiki"] / "index",
-                       quiet=True)
+        build_multihop(MultihopConfig(corpus=inputs["wiki"] / "corpus", index=inputs["wiki"] / "index"), inputs["questions"], BuildContext(quiet=True))
     return inputs
 
 
@@ -140,7 +141,7 @@ class Server:
     def __init__(self, latency: str, slots: int):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "tansaku.core.llm.canned_server", "--port", str(self.port),
+        self.proc = subprocess.Popen([sys.executable, "-m", "tansaku.testing.canned_server", "--port", str(self.port),
                                       "--responder", RESPONDER, "--latency", latency, "--slots", str(slots)],
                                      cwd=ROOT, stderr=subprocess.DEVNULL)
         wait_for_health(self.url)

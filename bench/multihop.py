@@ -31,6 +31,9 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 
+from tansaku.core.context import BuildContext
+from tansaku.pipelines.multihop.config import MultihopConfig
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 JOIN_METHODS = {"polars": "polars join_chains, no caps", "polars_caps": "polars join_chains, default caps",
@@ -186,11 +189,10 @@ def bench_end_to_end(items: int) -> list[tuple]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.jsonl"
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        build_multihop(triples=path, out=Path(tmp) / "warmup", until="quality", quiet=True)  # imports, caches
+        build_multihop(MultihopConfig(triples=path, until="quality"), Path(tmp) / "warmup", BuildContext(quiet=True))  # imports, caches
         for name, llm in (("template (no LLM)", None), ("scripted instant LLM", ScriptedLLM(instant))):
             t0 = time.perf_counter()
-            manifest = build_multihop(triples=path, out=Path(tmp) / name.split()[0], llm=llm, until="quality",
-                                      quiet=True)
+            manifest = build_multihop(MultihopConfig(triples=path, llm=llm, until="quality"), Path(tmp) / name.split()[0], BuildContext(quiet=True))
             seconds = time.perf_counter() - t0
             n = manifest["splits"]["train"]
             results.append((name, seconds, n / seconds, n))

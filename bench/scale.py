@@ -47,6 +47,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import scale_chains  # noqa: E402 - bench/scale_chains.py
 from search import Bm25sPeer, peer_tokenizers, timed, wac_rows  # noqa: E402 - bench/search.py's peer
 
+from tansaku.core.context import BuildContext  # noqa: E402
+from tansaku.pipelines.corpus_config import CorpusConfig  # noqa: E402
+
 
 def write_dump(path: Path, n: int, seed: int = 0) -> None:
     """``n`` jawiki-like documents as a CirrusSearch-style dump (index line + page line), zstd-compressed."""
@@ -85,7 +88,7 @@ def child(step: str, src: str, out: str) -> dict:
 
     t0 = time.perf_counter()
     if step == "corpus":
-        docs = build_corpus(Path(src), Path(out), quiet=True)["splits"]["train"]
+        docs = build_corpus(CorpusConfig(input=Path(src)), Path(out), BuildContext(quiet=True))["splits"]["train"]
     elif step == "index":
         docs = build_index(src, out)["documents"]
     else:  # bm25s over the corpus dataset's rows, the same bigram tokens tantivy's match scores
@@ -168,11 +171,12 @@ def law_child(step: str, src: str, out: str) -> dict:
     from egov_parse import jlp_alone
 
     from tansaku.pipelines.egov.build import build_articles
+    from tansaku.pipelines.egov.config import EgovConfig
 
     t0 = time.perf_counter()
     if step == "articles":
         laws = len(zipfile.ZipFile(src).namelist())
-        build_articles([Path(src)], Path(out), quiet=True)
+        build_articles(EgovConfig(laws=[Path(src)]), Path(out), BuildContext(quiet=True))
     else:
         with zipfile.ZipFile(src) as zf:
             names = zf.namelist()

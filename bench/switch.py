@@ -36,6 +36,7 @@ from pathlib import Path
 
 import yaml
 
+from tansaku.core.context import BuildContext
 from tansaku.core.heldout import heldout_split
 from tansaku.core.jsonl import iter_jsonl
 from tansaku.core.tiny_model import tiny_model_dir
@@ -43,8 +44,11 @@ from tansaku.demo import EXAMPLES, evaluate_model
 from tansaku.envs.retention import answer_loglik, retention, self_answers
 from tansaku.envs.search import build_index
 from tansaku.pipelines.corpus import build_corpus
+from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.multihop.build import build_multihop
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.trainer.sft import run_sft
 
 TASK = "multihop_qa_compact"
@@ -86,13 +90,13 @@ def general_sets(out: Path, base: str, args, start: float) -> tuple[Path, list[d
 
 def agentic_set(out: Path) -> Path:
     """Compact multihop trajectories (train split only) with the agentic system prompt and no general rows."""
-    build_corpus(EXAMPLES / "miniwiki_large.jsonl", out / "corpus", quiet=True)
+    build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki_large.jsonl"), out / "corpus", BuildContext(quiet=True))
     if not (out / "index" / "tansaku_index.json").exists():
         build_index(out / "corpus", out / "index")
-    build_multihop(corpus=out / "corpus", out=out / "multihop", policy=TEACHER, index=out / "index", k=1, m=1,
-                   quiet=True)
-    build_trajectories(out / "multihop", out / "trajectories", TEACHER, str(out / "index"), translator=REWRITER,
-                       general=None, n=1, quiet=True, task=TASK)
+    build_multihop(MultihopConfig(corpus=out / "corpus", policy=TEACHER, index=out / "index", k=1, m=1), out / "multihop", BuildContext(quiet=True))
+    build_trajectories(TrajectoriesConfig(dataset=out / "multihop", teacher=TEACHER, index=str(out / "index"),
+                                          translator=REWRITER, general=None, n=1, task=TASK),
+                       out / "trajectories", BuildContext(quiet=True))
     return out / "trajectories"
 
 
@@ -107,10 +111,11 @@ def sft(name: str, out: Path, agentic: Path, general: Path, n_general: int, args
     recipe = out / "recipes" / f"{name}.yaml"
     recipe.parent.mkdir(parents=True, exist_ok=True)
     recipe.write_text(yaml.safe_dump({
-        "kind": "sft", "model": "tiny", "output_dir": str(model_dir), "data": data, "mix_size": rows,
-        "max_length": 1536, "learning_rate": args.lr, "lr_scheduler_type": "constant",
-        "per_device_train_batch_size": 2, "num_train_epochs": 1, "bf16": True, "weights_dtype": "bfloat16",
-        "use_cpu": True, "seed": 42, "logging_steps": 1, "save_steps": 10_000, "report_to": [],
+        "model_name_or_path": "tiny", "output_dir": str(model_dir), "data": data, "mix_size": rows,
+        "max_length": 1536, "assistant_only_loss": True, "shuffle_dataset": True, "learning_rate": args.lr,
+        "lr_scheduler_type": "constant", "per_device_train_batch_size": 2, "num_train_epochs": 1, "bf16": True,
+        "gradient_checkpointing": False, "dtype": "bfloat16",
+        "use_cpu": True, "seed": 42, "logging_steps": 1, "save_steps": 10_000, "report_to": "none",
     }, allow_unicode=True, sort_keys=False), encoding="utf-8")
     if not (model_dir / "model.safetensors").exists():
         result = run_sft(recipe)

@@ -12,6 +12,7 @@ Ratios are ours/plain throughput (target ≥ 0.95). Uses the tiny model on CPU a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -31,14 +32,17 @@ def sft_pair(out: Path, steps: int):
     from tansaku.trainer.sft import build_sft_trainer, peft_config, sft_config
 
     recipe = load_recipe(ROOT / "trainer/recipes/sft-tiny.yaml", [
-        f"output_dir={out}", f"max_steps={steps}", "save_steps=1000", "per_device_train_batch_size=1", "mix_size=8"])
+        "--output_dir", str(out), "--max_steps", str(steps), "--save_steps", "1000",
+        "--per_device_train_batch_size", "1", "--mix_size", "8"], kind="sft")
+    script_args = recipe.script_args
 
     def ours():
         return build_sft_trainer(recipe)
 
     def plain():
-        return SFTTrainer(model=resolve_model(recipe.model), args=sft_config(recipe), peft_config=peft_config(recipe),
-                          train_dataset=to_dataset(mix_sources(recipe.data, recipe.mix_size, recipe.seed)))
+        return SFTTrainer(model=resolve_model(recipe.model_args.model_name_or_path), args=sft_config(recipe),
+                          peft_config=peft_config(recipe), train_dataset=to_dataset(
+                              mix_sources(script_args.data, script_args.mix_size, recipe.training_args.seed)))
 
     return ours, plain
 
@@ -48,23 +52,27 @@ def rl_pair(out: Path, steps: int, index: Path):
 
     from tansaku.envs.environments import make_environment_factory
     from tansaku.envs.tasks import TASKS
-    from tansaku.trainer.recipes import load_recipe, resolve_model
+    from tansaku.trainer.recipes import load_recipe, read_recipe_file, resolve_model
     from tansaku.trainer.rl import build_dataset, build_rl_trainer, grpo_config
     from tansaku.trainer.rl_rewards import build_rewards
 
-    recipe = load_recipe(ROOT / "trainer/recipes/rl-tiny.yaml", [
-        f"output_dir={out}", f"max_steps={steps}", "save_steps=1000", f"tasks.0.index={index}",
-        "max_completion_length=48", "log_completions=false"])
-    task = TASKS[recipe.tasks[0].name]
+    rl_tiny = ROOT / "trainer/recipes/rl-tiny.yaml"
+    tasks = [{**spec, "index": str(index)} for spec in read_recipe_file(rl_tiny)["tasks"]]
+    recipe = load_recipe(rl_tiny, [
+        "--output_dir", str(out), "--max_steps", str(steps), "--save_steps", "1000", "--tasks", json.dumps(tasks),
+        "--max_completion_length", "48", "--log_completions", "false"], kind="rl")
+    spec = recipe.script_args.tasks[0]
+    task = TASKS[spec.name]
 
     def ours():
         return build_rl_trainer(recipe)
 
     def plain():
         _, weights, _ = build_rewards(recipe)
-        return GRPOTrainer(model=resolve_model(recipe.model), reward_funcs=task.reward_functions(),
-                           args=grpo_config(recipe, weights), train_dataset=build_dataset(recipe),
-                           environment_factory=make_environment_factory(task, recipe.tasks[0].index))
+        return GRPOTrainer(model=resolve_model(recipe.model_args.model_name_or_path),
+                           reward_funcs=task.reward_functions(), args=grpo_config(recipe, weights),
+                           train_dataset=build_dataset(recipe), environment_factory=make_environment_factory(task,
+                                                                                                       spec.index))
 
     return ours, plain
 

@@ -2,7 +2,8 @@
 
 Under ``nohup``, Slurm or CI stderr is not a terminal: there a bar would print nothing until the end, so
 progress goes to the ``tansaku`` logger instead, one INFO line per stage at most every
-``TANSAKU_LOG_EVERY`` seconds (default 10; 0 = every update) plus a final line per stage::
+``TANSAKU_LOG_EVERY`` seconds (default 10; 0 = every update) once the stage has received a record, plus a
+final line per stage (a stage that is waiting for its input logs nothing, not ``received 0, kept 0``)::
 
     2026-11-30 06:20:01 tansaku multihop · chains: received 1200/5000, kept 900, dropped 300 (cap_subject=280, …), 410.2 rec/s, ETA 0:00:09
     2026-11-30 06:20:10 tansaku multihop · chains done: received 5000, kept 3700, dropped 1300 (…), 402.7 rec/s, 0:00:12
@@ -192,6 +193,10 @@ class BuildProgress:
             return
         now = time.monotonic()
         started = self.started.setdefault(stats.name, now)
+        # Off a terminal, a line before the stage has read anything says nothing ("received 0, kept 0"): its
+        # first line comes with its first records, or at its end.
+        if self.bars is None and not final and not stats.received:
+            return
         # Throttled: a global stage reports after every record it reads.
         every = _BAR_REFRESH if self.bars is not None else self.every
         if not final and now - self.logged.get(stats.name, -math.inf) < every:
@@ -219,6 +224,17 @@ class BuildProgress:
                 self.tasks[key] = self.bars.add_task("  └ LLM", total=None, counts="")
             seconds = time.monotonic() - self.started[stats.name]
             self.bars.update(self.tasks[key], counts=llm_part(llm, seconds).removeprefix("LLM "))
+
+
+@contextmanager
+def quiet_loops(quiet: bool = False) -> Iterator[None]:
+    """The loops (:func:`progress_bar`) run inside report nothing when quiet: for a command whose callee
+    takes no ``quiet`` of its own (``synth index build --quiet`` over ``tansaku.envs.search.build_index``)."""
+    if not is_quiet(quiet):
+        yield
+        return
+    with BuildProgress("", quiet=True):  # a quiet build: the loops inside it defer to it and say nothing
+        yield
 
 
 @contextmanager

@@ -35,7 +35,6 @@ import json
 import os
 import re
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -61,8 +60,22 @@ class ShardPlan:
     def runs(self, chunk: int) -> bool:
         return self.index is None or chunk % self.of == self.index  # type: ignore[operator]
 
+    @classmethod
+    def from_options(cls, shard: str | None = None, merge_from: list[Path] | None = None) -> ShardPlan:
+        """The plan of ``--shard I/N`` or ``--from-shards …`` (both at once is refused).
+
+        >>> ShardPlan.from_options("1/4").runs(5), ShardPlan.from_options().runs(5)
+        (True, True)
+        """
+        if shard and merge_from:
+            raise InputError("--shard and --from-shards do not go together: build the shards, then merge them")
+        index, of = parse_shard(shard) if shard else (None, None)
+        return cls(index, of, tuple(Path(p) for p in merge_from or ()))
+
     def under(self, sub: str) -> ShardPlan:
-        """The plan for a build nested at ``--out/sub`` (the shards' folders are ``…/sub`` too)."""
+        """The plan for a build a pipeline nests at ``--out/sub`` (the shards' folders are ``…/sub`` too). A
+        build after it that must run whole gets a plain ``ShardPlan()`` (e-Gov: the articles are sharded, the
+        questions are one build on the merge)."""
         return replace(self, sub=sub)
 
     def shard_folders(self) -> list[Path]:
@@ -76,7 +89,6 @@ class ShardPlan:
         return found
 
 
-PLAN = ShardPlan()  # set by the CLI's --shard / --from-shards (tansaku.cli); build_dataset reads it
 SHARD_FILE = "shard.json"
 _SPEC = re.compile(r"^(\d+)/(\d+)$")
 
@@ -93,40 +105,6 @@ def parse_shard(text: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
-def set_plan(shard: str | None = None, merge_from: list[Path] | None = None) -> ShardPlan:
-    """Set ``PLAN`` from the CLI options (both at once is refused)."""
-    global PLAN
-    if shard and merge_from:
-        raise InputError("--shard and --from-shards do not go together: build the shards, then merge them")
-    index, of = parse_shard(shard) if shard else (None, None)
-    PLAN = ShardPlan(index, of, tuple(Path(p) for p in merge_from or ()))
-    return PLAN
-
-
-@contextmanager
-def nested_at(sub: str):
-    """Shard (or merge) the build a pipeline nests at ``--out/sub`` inside this block; the plan in force before
-    it is back after it (also when the block raises). A build after it that must run whole goes in
-    :func:`whole` (e-Gov: the articles are sharded, the questions are one build on the merge)."""
-    global PLAN
-    outer, PLAN = PLAN, PLAN.under(sub)
-    try:
-        yield PLAN
-    finally:
-        PLAN = outer
-
-
-@contextmanager
-def whole():
-    """Builds inside this block run whole whatever the plan (no shard, no merge); the plan is back after it."""
-    global PLAN
-    outer, PLAN = PLAN, ShardPlan()
-    try:
-        yield PLAN
-    finally:
-        PLAN = outer
-
-
 def _is_shard(folder: Path) -> bool:
     return (folder / ".work" / SHARD_FILE).is_file()
 
@@ -141,12 +119,13 @@ def write_shard_marker(work: Path, plan: ShardPlan, fingerprint: str, segment: s
     return marker
 
 
-def run_shard(source, stages, work: Path, fingerprint: str, chunk_size: int, progress, keep_rejected: bool) -> dict:
-    """This shard's chunks of the first segment (``PLAN``), committed under ``work``, and its marker; returns
+def run_shard(plan: ShardPlan, source, stages, work: Path, fingerprint: str, chunk_size: int, progress,
+              keep_rejected: bool) -> dict:
+    """This shard's chunks of the first segment (``plan``), committed under ``work``, and its marker; returns
     ``{"version": None, "shard": marker, "stages": …, "splits": {}}`` (a shard is no dataset yet)."""
     result = run_pipeline(source, stages, work, chunk_size=chunk_size, progress=progress,
-                          keep_rejected=keep_rejected, shard=PLAN.runs)
-    marker = write_shard_marker(work, PLAN, fingerprint, result.first_segment, result.input_chunks)
+                          keep_rejected=keep_rejected, shard=plan.runs)
+    marker = write_shard_marker(work, plan, fingerprint, result.first_segment, result.input_chunks)
     return {"version": None, "shard": marker, "stages": result.stages, "splits": {}}
 
 

@@ -45,6 +45,7 @@ import yaml
 
 import tansaku
 from tansaku.core import jsontext, ownership, shards
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import Record, Stage
 from tansaku.core.errors import MissingInputError
 from tansaku.core.features import declare
@@ -208,7 +209,7 @@ def build_dataset(
     llm: Any = None,
     parents: list[str] | None = None,
     chunk_size: int = 1000,
-    quiet: bool = False,
+    context: BuildContext | None = None,
     keep_rejected: bool = False,
     summarize: Callable[[dict], dict] | None = None,
     heldout: HeldOut | None = None,
@@ -225,16 +226,18 @@ def build_dataset(
     ``column_types``: declared column types (``tansaku.core.features``), so no type depends on the options.
     A build whose data splits end with 0 rows raises ``EmptyBuildError`` after writing everything
     (``tansaku.core.out_folder.refuse_empty``); ``empty_hints`` maps ``stage:reason`` (or ``stage``, or
-    ``input``) to the option that fixes it.
+    ``input``) to the option that fixes it. ``context``: the shard plan and progress output
+    (``tansaku.core.context.BuildContext``; default: the whole build, with progress).
     """
+    context = context or BuildContext()
     out = ownership.require_named(out, "--out")
     recipe = build_recipe(pipeline=pipeline, pipeline_version=pipeline_version, config=config, seed=seed,
                           inputs=inputs, stages=stages, llm=llm, chunk_size=chunk_size, keep_rejected=keep_rejected,
                           heldout=heldout.recipe() if heldout is not None else None)
     fp = fingerprint(recipe)
-    progress = BuildProgress(pipeline, quiet=quiet)  # a bad TANSAKU_LOG_EVERY is refused before any write
+    progress = BuildProgress(pipeline, quiet=context.quiet)  # a bad TANSAKU_LOG_EVERY is refused before any write
     progress.watch(stages)  # the lines of LLM stages add requests in flight, req/s, tok/s, cache hits
-    merging = shards.check_shards(fp, shards.PLAN.shard_folders())  # --from-shards: refused before any write
+    merging = shards.check_shards(fp, context.shards.shard_folders())  # --from-shards: refused before any write
     # --out is checked before any write (a refused folder is left untouched), then locked to the build's end.
     with ownership.claimed(out, "--out", lambda: check_out(out, recipe, fp)) as finished:
         if finished is not None:
@@ -243,10 +246,10 @@ def build_dataset(
         work.mkdir(parents=True, exist_ok=True)
         _write_json(work / "recipe.json", recipe)  # before any checkpoint: proves whose checkpoints they are
 
-        if shards.PLAN.index is not None:  # one shard of the build: its part of the first segment, no dataset
+        if context.shards.index is not None:  # one shard of the build: its part of the first segment, no dataset
             with progress:
-                return {"name": name, "pipeline": pipeline, **shards.run_shard(source, stages, work, fp, chunk_size,
-                                                                              progress, keep_rejected)}
+                return {"name": name, "pipeline": pipeline, **shards.run_shard(context.shards, source, stages, work,
+                                                                              fp, chunk_size, progress, keep_rejected)}
         shards.adopt_shards(work, merging)  # the merge of shards (when there are any)
 
         started = time.time()

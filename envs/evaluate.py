@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError, TansakuError
-from tansaku.core.llm import as_client
+from tansaku.core.llm import LLMOptions, as_client
 from tansaku.core.options import check_count, check_limit, read_system_prompt
 from tansaku.core.store import read_records
 from tansaku.envs.environments import make_environment_factory, open_backend
@@ -158,7 +158,7 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
              limit: int | None = None, out_dir: str | Path | None = None, max_turns: int | None = None,
              max_tokens: int = 1024, temperature: float = 0.7, seed: int = 0, judge=None,
              pass_threshold: float | None = None, system_prompt: str | None = None,
-             interface_variants: int | None = None) -> dict:
+             interface_variants: int | None = None, llm_options: LLMOptions | None = None) -> dict:
     """Evaluate ``model`` on ``task`` over ``dataset``'s ``split``; return (and write) the report.
 
     Args:
@@ -180,6 +180,8 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
             under (``synth build trajectories --system-prompt``, a recipe task's ``system_prompt``).
         interface_variants: tool interfaces drawn per episode (``Task.with_tools``; 2: ``find``/``read`` too,
             ``tansaku.envs.tool_interfaces``); None: the task's own ``tools_config``.
+        llm_options: the command's ``--api-key`` / ``--extra-body`` / ``--concurrency`` / ``--no-cache`` for the
+            clients built here from specs (``LLMOptions``).
     """
 
     check_limit(limit)
@@ -209,7 +211,7 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
         raise InputError(f"{dataset} lacks column(s) {missing} that task {task} needs ({spec.columns})")
     reward_columns(rows)  # a column named like one of TRL's reward arguments: refused before any rollout
     model_arg, judge_arg = model, judge
-    model, judge = as_client(model), as_client(judge)
+    model, judge = as_client(model, llm_options=llm_options), as_client(judge, llm_options=llm_options)
     if pass_threshold is None:
         pass_threshold = spec.pass_threshold  # the task owns it: 1.0 for exact answers, 0.5 for rubrics
     backend = open_backend(index)

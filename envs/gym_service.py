@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError
-from tansaku.core.llm import as_client
+from tansaku.core.llm import LLMOptions, as_client
 from tansaku.core.parsing import MAX_JSON_DEPTH
 from tansaku.envs.environments import (
     call_tool,
@@ -380,9 +380,9 @@ def export_rows(task: Task, index, dataset, out, split: str = "train", seed: int
 
 def serve(task_name: str, index, *, host: str = "127.0.0.1", port: int = 8010, judge=None, seed: int = 0,
           max_episodes: int = 10_000, idle_seconds: float = 900.0, dataset=None, export=None,
-          split: str = "train") -> None:
+          split: str = "train", llm_options: LLMOptions | None = None) -> None:
     """``synth serve-env``: the app for ``TASKS[task_name]`` under uvicorn until interrupted (or, with ``export``,
-    the dataset written as NeMo Gym JSONL)."""
+    the dataset written as NeMo Gym JSONL). ``llm_options``: the command's options for the judge's client."""
     if task_name not in TASKS:
         raise InputError(f"--task {task_name!r}: one of {', '.join(sorted(TASKS))}")
     if export is not None:
@@ -391,7 +391,7 @@ def serve(task_name: str, index, *, host: str = "127.0.0.1", port: int = 8010, j
         count = export_rows(TASKS[task_name], index, dataset, export, split, seed)
         print(f"{count} rows of {dataset} ({split}) → {export}", file=sys.stderr)
         return
-    app = build_app(TASKS[task_name], index, judge=as_client(judge), seed=seed, max_episodes=max_episodes,
+    app = build_app(TASKS[task_name], index, judge=as_client(judge, llm_options=llm_options), seed=seed, max_episodes=max_episodes,
                     idle_seconds=idle_seconds)
     print(f"serving {task_name} over {index} at http://{host}:{port} (NeMo Gym resources-server routes)",
           file=sys.stderr)

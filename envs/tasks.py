@@ -4,10 +4,12 @@ prompt, gold completion and gold check, tool config, reward functions and weight
 ``TASKS[name]`` holds one instance of each, plus ``multihop_qa_compact`` (``Task.compact``: the same task
 with a short prompt, terse tool descriptions, two short hits and a 4-turn budget, for the 135M tiny model;
 its datasets are the multihop ones, chosen by name). Bump a task's ``version`` whenever its scoring changes, so results of
-two versions are never compared. ``check_gold(task, rows)`` is run by every synthesis pipeline: the gold answer
-must score 1.0 under the task's own answer reward. Code outside this module never branches on a task's name:
-what differs between tasks is a field (``pass_threshold``, ``source_pipelines`` …) or a method a subclass
-overrides (``user_message``, ``build_prompt``, ``gold_completion``, ``gold_problem``, ``reward_function``).
+two versions are never compared. A question pipeline is given its task object and ends with
+``task.finalize(rows)``: the ``task`` and ``prompt`` columns, and the gold check (the gold answer must score 1.0
+under the task's own answer reward). Code outside this module never branches on a task's name: what differs
+between tasks is a field (``pass_threshold``, ``source_pipelines`` …) or a method a subclass overrides
+(``user_message``, ``build_prompt``, ``gold_completion``, ``gold_problem``, ``reward_factories`` — the task's
+rewards by name, which ``reward_weights`` chooses and weighs). The prompts' texts are in ``task_prompts``.
 
     from tansaku.envs.tasks import TASKS, check_gold
     task = TASKS["multihop_qa"]
@@ -25,43 +27,22 @@ overrides (``user_message``, ``build_prompt``, ``gold_completion``, ``gold_probl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from tansaku.core import jsontext
+from tansaku.core.engine import Drop
 from tansaku.core.errors import InputError
 from tansaku.envs import abstention, rewards, rubric_reward
+from tansaku.envs.task_prompts import (
+    COMPACT_TOOLS_CONFIG,
+    DEEPRESEARCH_SYSTEM,
+    EGOV_SYSTEM,
+    MULTIHOP_COMPACT_SYSTEM,
+    MULTIHOP_SYSTEM,
+)
 from tansaku.envs.tools import ToolsConfig
-
-# The system prompt is the switch of the blog's recipe: the agentic rows of SFT, the RL prompts and evaluation
-# all render the task's own (``Task.system_prompt``), and every one asks for reasoning in Japanese; general chat
-# rows carry none. ``Task.with_system_prompt`` swaps in a user's text everywhere at once.
-_ANSWER_RULE = "最終回答は最後のメッセージに {{答え}} の形で一つだけ書いてください（例: {{東京都}}）。"
-_THINK_IN_JAPANESE = "考えは必ず日本語で書いてください。"
-
-_MULTIHOP_SYSTEM = (
-    "あなたは日本語の検索エージェントです。質問に答えるために search で文書を検索し、open_doc で本文を読み、"
-    "必要なら何度でも検索を繰り返してください。各ステップの前に <think> で考えを整理してください。"
-    + _THINK_IN_JAPANESE + _ANSWER_RULE,
-    "あなたは検索ツールを使って複数の文書をたどり、質問に正確に答えるアシスタントです。推測で答えず、"
-    "検索結果と本文で確かめてから答えてください。" + _THINK_IN_JAPANESE + _ANSWER_RULE,
-)
-# The compact variant's prompt: the tiny model's tokenizer spends 1–3 tokens per Japanese character.
-_MULTIHOP_COMPACT_SYSTEM = ("あなたは検索エージェントです。日本語で考え、search で調べてから、{{答え}} の形で答えてください。",)
-# Compact tools for small models (a 135M model has a few hundred tokens per episode): two hits of 80
-# characters (the fact sentences of a short article fit), terse tool descriptions (~170 schema tokens
-# instead of 460–630) in one fixed variant, few calls.
-COMPACT_TOOLS_CONFIG = {"top_k": 2, "max_k": 5, "chars_per_hit": 80, "chars_per_call": 400, "page_chars": 300,
-                        "description_variant": 0, "short_descriptions": True}
-_EGOV_SYSTEM = (
-    "あなたは日本の法令に詳しい検索エージェントです。search と open_doc で e-Gov の条文を調べ、四つの選択肢から"
-    "正しいものを一つ選んでください。考えは日本語で書いてください。最終回答は選択肢の番号を {{2}} のように一つだけ"
-    "書いてください。",
-)
-_DEEPRESEARCH_SYSTEM = (
-    "あなたは日本語の調査エージェントです。search と open_doc で複数の文書を調べ、指示に沿ったレポートを"
-    "日本語で書いてください。" + _THINK_IN_JAPANESE + "調べ終えたら、最後のメッセージにレポート本文だけを書いてください（ツール呼び出しなし）。"
-    "根拠にした文書の doc_id をレポート中に示してください。",
-)
 
 
 @dataclass(frozen=True)
@@ -154,15 +135,22 @@ class Task:
         return all(c in row for c in self.columns)
 
     # ------------------------------------------------------------------ rewards
+    def reward_factories(self) -> dict[str, Callable[[Any], Callable]]:
+        """Every reward this task can weigh, by component name: ``judge`` → the TRL reward function. A subclass
+        adds its answer reward; ``reward_weights`` chooses and weighs among these."""
+        return {
+            "format_reward": lambda judge: rewards.make_format_reward(self.answer_style, self.require_reasoning),
+            "tool_call_reward": lambda judge: rewards.make_tool_call_reward(self.tool_call_cap),
+            "zh_mix_penalty": lambda judge: rewards.zh_mix_penalty,
+            "abstention_reward": lambda judge: abstention.abstention_reward,
+        }
+
     def reward_function(self, name: str, judge=None):
-        """The reward callable of component ``name`` (a function of ``tansaku.envs.rewards`` by default)."""
-        if name == "tool_call_reward":
-            return rewards.make_tool_call_reward(self.tool_call_cap)
-        if name == "format_reward":
-            return rewards.make_format_reward(self.answer_style, self.require_reasoning)
-        if name == "abstention_reward":
-            return abstention.abstention_reward
-        return getattr(rewards, name)
+        """The reward callable of component ``name`` (one of ``reward_factories``)."""
+        factories = self.reward_factories()
+        if name not in factories:
+            raise InputError(f"task {self.name} has no reward {name!r}; its rewards: {', '.join(factories)}")
+        return factories[name](judge)
 
     def reward_functions(self, judge=None) -> list:
         """The TRL ``reward_funcs`` in the order of ``reward_weights``. ``judge``: client for rubric tasks."""
@@ -207,6 +195,21 @@ class Task:
         """Why ``row``'s gold would not score 1.0 under the answer reward (None: it does)."""
         raise NotImplementedError
 
+    def gold_drops(self, rows: list[dict]) -> list[dict | Drop]:
+        """Each row, or ``Drop("gold_not_scoring")`` (with the reason) where its gold answer would not score 1.0
+        under this task's answer reward: the gold check every question pipeline runs."""
+        bad = dict(self.gold_failures(rows))
+        return [Drop("gold_not_scoring", detail=bad[i]) if i in bad else row for i, row in enumerate(rows)]
+
+    def finalize(self, rows: list[dict]) -> list[dict | Drop]:
+        """A question pipeline's finished rows: the ``task`` column and TRL's conversational ``prompt`` (the
+        system + user turns ``train rl`` and ``train eval`` build) added, then the gold check.
+
+        >>> [row["task"] for row in TASKS["multihop_qa"].finalize([{"question": "q", "answer": "東京"}])]
+        ['multihop_qa']
+        """
+        return self.gold_drops([{**row, "task": self.name, "prompt": self.build_prompt(row)} for row in rows])
+
     def gold_failures(self, rows: list[dict]) -> list[tuple[int, str]]:
         """``(row index, reason)`` for every row whose gold answer would not score 1.0 (or is malformed)."""
         failures = []
@@ -224,12 +227,15 @@ class MultihopQA(Task):
 
     name: str = "multihop_qa"
     version: str = "1"
-    system_prompts: tuple[str, ...] = _MULTIHOP_SYSTEM
+    system_prompts: tuple[str, ...] = MULTIHOP_SYSTEM
     columns: dict[str, str] = field(default_factory=lambda: {"question": "str", "answer": "str"})
     optional_columns: dict[str, str] = field(default_factory=lambda: {"aliases": "list[str]", "id": "str"})
     reward_weights: dict[str, float] = field(default_factory=lambda: {
         "answer_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.3})
     source_pipelines: tuple[str, ...] = ("multihop", "jemhopqa")
+
+    def reward_factories(self) -> dict[str, Callable[[Any], Callable]]:
+        return {**super().reward_factories(), "answer_reward": lambda judge: rewards.answer_reward}
 
     def gold_problem(self, row: dict) -> str | None:
         aliases = rewards.as_list(row.get("aliases"))
@@ -248,7 +254,7 @@ class EgovMCQ(Task):
 
     name: str = "egov_mcq"
     version: str = "1"
-    system_prompts: tuple[str, ...] = _EGOV_SYSTEM
+    system_prompts: tuple[str, ...] = EGOV_SYSTEM
     columns: dict[str, str] = field(default_factory=lambda: {
         "question": "str", "choices": "list[str] (4)", "answer_index": "int (0-based)"})
     optional_columns: dict[str, str] = field(default_factory=lambda: {
@@ -257,6 +263,9 @@ class EgovMCQ(Task):
     reward_weights: dict[str, float] = field(default_factory=lambda: {
         "mcq_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.5})
     source_pipelines: tuple[str, ...] = ("egov_mcq", "egov")
+
+    def reward_factories(self) -> dict[str, Callable[[Any], Callable]]:
+        return {**super().reward_factories(), "mcq_reward": lambda judge: rewards.mcq_reward}
 
     def user_message(self, row: dict) -> str:
         choices = rewards.as_list(row["choices"])
@@ -284,7 +293,7 @@ class DeepResearch(Task):
 
     name: str = "deepresearch"
     version: str = "2"  # 2: graded rubric scales (0-2, 0-3) scored as points / top
-    system_prompts: tuple[str, ...] = _DEEPRESEARCH_SYSTEM
+    system_prompts: tuple[str, ...] = DEEPRESEARCH_SYSTEM
     columns: dict[str, str] = field(default_factory=lambda: {
         "instruction": "str", "rubric": "list[str] or list[{criterion, weight}] (JSON string ok)"})
     optional_columns: dict[str, str] = field(default_factory=lambda: {"id": "str"})
@@ -308,13 +317,14 @@ class DeepResearch(Task):
         return [{"role": "system", "content": self.system_prompt(row, variant)},
                 *({"role": m["role"], "content": m["content"]} for m in dialogue)]
 
-    def reward_function(self, name: str, judge=None):
-        if name == "rubric_reward":
-            if judge is None:
-                raise InputError(f"task {self.name!r} scores reports with an LLM judge: give one (--judge SPEC, "
-                                 "or `judge: SPEC` in a train rl recipe)")
-            return rubric_reward.make_rubric_reward(judge)
-        return super().reward_function(name, judge)
+    def reward_factories(self) -> dict[str, Callable[[Any], Callable]]:
+        return {**super().reward_factories(), "rubric_reward": self._rubric_reward}
+
+    def _rubric_reward(self, judge):
+        if judge is None:
+            raise InputError(f"task {self.name!r} scores reports with an LLM judge: give one (--judge SPEC, "
+                             "or `judge: SPEC` in a train rl recipe)")
+        return rubric_reward.make_rubric_reward(judge)
 
     def gold_completion(self, row: dict) -> list[dict]:
         raise ValueError(f"task {self.name!r} has no gold completion: its rows carry a rubric, not an answer")
@@ -330,7 +340,18 @@ class DeepResearch(Task):
 
 
 TASKS: dict[str, Task] = {task.name: task for task in (MultihopQA(), EgovMCQ(), DeepResearch(),
-                                                       MultihopQA().compact(_MULTIHOP_COMPACT_SYSTEM))}
+                                                       MultihopQA().compact(MULTIHOP_COMPACT_SYSTEM))}
+
+
+def task_named(name: str) -> Task:
+    """The task a user named (``--task``), or one ``InputError`` line listing the known names.
+
+    >>> task_named("egov_mcq").name
+    'egov_mcq'
+    """
+    if name not in TASKS:
+        raise InputError(f"unknown task {name!r}; known: {sorted(TASKS)}")
+    return TASKS[name]
 
 
 def gold_failures(task: Task, rows: list[dict]) -> list[tuple[int, str]]:

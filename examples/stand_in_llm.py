@@ -15,7 +15,7 @@ tests: deterministic (the answer depends only on the request), no model, no GPU.
 - trajectories: the teacher (requests with tools) and the rewriter are ``examples/teacher_script.py``.
 
 Serve it over HTTP (the way ``bench/llm_throughput.py`` does) with
-``python -m tansaku.core.llm.canned_server --responder tansaku.examples.stand_in_llm:respond
+``python -m tansaku.testing.canned_server --responder tansaku.examples.stand_in_llm:respond
 --latency lognormal:0.5,0.8 --slots 64``; or call it in process: ``--llm scripted:examples/stand_in_llm.py``.
 """
 

@@ -33,11 +33,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from tansaku.core import jsontext
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop, global_stage, map_stage
 from tansaku.core.licenses import SOURCE_LICENSES, choose_license
 from tansaku.core.options import check_count
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import build_dataset, describe_input
+from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.corpus_readers import (  # noqa: F401 - CorpusInputError, read_documents: part of this API
     FORMATS,
     CorpusInputError,
@@ -47,7 +49,7 @@ from tansaku.pipelines.corpus_readers import (  # noqa: F401 - CorpusInputError,
     read_documents,
 )
 
-PIPELINE_VERSION = "1"
+PIPELINE_VERSION = "2"  # 2: the config is CorpusConfig's fields
 # The corpus's columns, typed the same whatever the input (an empty split still loads with `datasets`).
 COLUMN_TYPES = {**{c: pa.string() for c in ("id", "title", "text", "url", "source")}, "meta": pa.string()}
 
@@ -156,28 +158,26 @@ def _empty_hints(input: Path, fmt: str, fields: JsonlFields) -> dict[str, str]:
             for field in ("title", "text")}
 
 
-def build_corpus(input: str | Path, out: str | Path, fmt: str = "auto", min_chars: int = 1,
-                 name: str | None = None, quiet: bool = False, keep_rejected: bool = False,
-                 fields: JsonlFields = JsonlFields(), license: str | None = None,
-                 license_file: str | Path | None = None) -> dict:
+def build_corpus(config: CorpusConfig, out: str | Path, context: BuildContext | None = None) -> dict:
     """Build the document dataset; returns the manifest. Rerunning with the same ``out`` resumes.
 
-    ``keep_rejected`` is off by default: the drops are whole documents (duplicates of a dump can be many);
-    turn it on to inspect what ``min_length``/``dedup`` removed (the ``rejected`` split). ``fields``: the
-    keys of JSON-lines records that hold id, title, text and url."""
-
+    ``config`` holds every setting (``CorpusConfig``). ``keep_rejected`` is off by default: the drops are
+    whole documents (duplicates of a dump can be many); turn it on to inspect what ``min_length``/``dedup``
+    removed (the ``rejected`` split). ``context``: shards and progress (``BuildContext``)."""
+    c = config
+    fields = JsonlFields(id=c.id_field, title=c.title_field, text=c.text_field, url=c.url_field)
+    min_chars = c.min_chars
     check_count("--min-chars", min_chars, 0)
-    input = Path(input)
-    fmt = detect_format(input) if fmt == "auto" else fmt
+    input = Path(c.input)
+    fmt = detect_format(input) if c.format == "auto" else c.format
     read_documents(input, fmt, fields)  # fail fast on a bad path/format, before any work is set up
-    chosen = choose_license(license, license_file, input, SOURCE_LICENSES.get(fmt))  # JSONL: none, push refuses
-    config = {"format": fmt, "min_chars": min_chars, **({"fields": fields.recipe()} if fields != JsonlFields() else {})}
-    precheck_out(out, pipeline="corpus", inputs={"--input": input, "--license-file": license_file})
+    chosen = choose_license(c.license, c.license_file, input, SOURCE_LICENSES.get(fmt))  # JSONL: none, push refuses
+    precheck_out(out, pipeline="corpus", inputs={"--input": input, "--license-file": c.license_file})
     return chosen.write(out, build_dataset(
-        out=out, name=name or f"corpus-{input.stem}", pipeline="corpus", pipeline_version=PIPELINE_VERSION,
-        config={**config, **chosen.recipe()}, seed=0, inputs=[describe_input(input)],  # a new license: a new recipe
-        source=lambda: read_documents(input, fmt, fields), stages=corpus_stages(min_chars), quiet=quiet,
-        keep_rejected=keep_rejected, column_types=COLUMN_TYPES, empty_hints=_empty_hints(input, fmt, fields),
+        out=out, name=c.name or f"corpus-{input.stem}", pipeline="corpus", pipeline_version=PIPELINE_VERSION,
+        config={**c.recipe(), "detected_format": fmt, **chosen.recipe()}, seed=0,  # a new license: a new recipe
+        inputs=[describe_input(input)], source=lambda: read_documents(input, fmt, fields),
+        stages=corpus_stages(min_chars), context=context, keep_rejected=c.keep_rejected, column_types=COLUMN_TYPES, empty_hints=_empty_hints(input, fmt, fields),
         card={"pretty_name": f"tansaku corpus: {input.name}", **chosen.card,
               "task_categories": ["text-retrieval"],
               "description": f"Normalized documents from `{input.name}` ({fmt}) for tansaku's search index "

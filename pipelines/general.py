@@ -1,9 +1,12 @@
 """``synth build general``: the general half of the system-prompt switch — the base model's own answers to
 general prompts, as SFT chat rows with no system prompt.
 
-    build_general("examples/general_prompts.jsonl", "out/general", "transformers:tiny", max_tokens=256)
+    from tansaku.pipelines.general import GeneralConfig, build_general
+    build_general(GeneralConfig(prompts="examples/general_prompts.jsonl", llm="transformers:tiny", max_tokens=256),
+                  out="out/general")
     # CLI: synth build general --prompts FILE --llm SPEC --out DIR [--reasoning] [--max-tokens N]
     #      [--temperature T] [--limit N] [--seed S] [--heldout-share F] [--license ID] [-q]
+    # (every option is a GeneralConfig field: tansaku.pipelines.general_config)
 
 Why: SFT that teaches a model to search again and to reason in Japanese pulls it far from its own output
 distribution, and its general skills drop (the blog's SFTでの精度劣化). The fix is to train two things at
@@ -38,19 +41,23 @@ from pathlib import Path
 import pyarrow as pa
 
 from tansaku.core import jsontext
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError, MissingInputError
-from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
+from tansaku.core.heldout import HeldOut
 from tansaku.core.jsonl import BadLine, iter_jsonl
 from tansaku.core.licenses import choose_license
-from tansaku.core.llm import ChatRequest, as_client
+from tansaku.core.llm import ChatRequest
 from tansaku.core.options import check_count, check_fraction, check_limit
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.parsing import split_think, strip_end_markers
 from tansaku.core.store import StoreError, build_dataset, describe_input, read_records
+from tansaku.pipelines.general_config import GeneralConfig
 
 PIPELINE = "general"
-PIPELINE_VERSION = "1"
+# 2: the config is GeneralConfig's fields (prompts, llm, seed, heldout_share, keep_rejected, license_file,
+# batch_size, chunk_size join reasoning/max_tokens/temperature/limit/license)
+PIPELINE_VERSION = "2"
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()), ("reasoning_content", pa.string())])
 COLUMN_TYPES = {"messages": pa.list_(MESSAGE), "prompt_id": pa.string(), "kind": pa.string(),
                 "finish_reason": pa.string()}
@@ -185,45 +192,45 @@ def _first_problem(records: list[dict]) -> str | None:
     return problems[0] if problems else "no rows"
 
 
-def build_general(prompts: str | Path, out: str | Path, llm, reasoning: bool = False, max_tokens: int = 1024,
-                  temperature: float = 0.0, limit: int | None = None, seed: int = 0,
-                  heldout_share: float = DEFAULT_SHARE, license: str | None = None,
-                  license_file: str | Path | None = None, keep_rejected: bool = True, quiet: bool = False,
-                  batch_size: int = 32, chunk_size: int = 64) -> dict:
-    """Build the general chat set in ``out`` from ``prompts`` answered by ``llm`` (a spec or client: the base
-    model); returns the manifest (a rerun with the same ``out`` resumes, a finished one is returned as it is).
+def build_general(config: GeneralConfig, out: str | Path = "out/general",
+                  context: BuildContext | None = None) -> dict:
+    """Build the general chat set in ``out`` from ``config.prompts`` answered by ``config.llm`` (a spec or
+    client: the base model); returns the manifest (a rerun with the same ``out`` resumes, a finished one is
+    returned as it is).
 
-    ``reasoning``: keep the model's reasoning (``<think>`` text or the server's ``reasoning_content``) in the
-    assistant message's ``reasoning_content``; otherwise only the answer. ``heldout_share`` of the prompt ids
-    form the ``test`` split (``tansaku.core.heldout``). ``limit``: the first N prompt rows. ``license``: the
-    card's license (default: the prompt folder's card license, else ``other`` until ``--license`` names one).
-    ``chunk_size``: prompts per checkpoint."""
-
-    check_limit(limit)
-    check_count("--max-tokens", max_tokens)
-    check_fraction("--temperature", temperature, 0, None)
-    check_count("batch_size", batch_size)
-    heldout = HeldOut(heldout_share, "prompt_id", seed)
-    out = precheck_out(out, pipeline=PIPELINE, inputs={"--prompts": prompts, "--license-file": license_file})
-    chosen = choose_license(license, license_file, prompts if Path(prompts).is_dir() else None)
+    ``config`` holds every setting (``GeneralConfig``: its help texts are the CLI's). ``reasoning``: keep the
+    model's reasoning (``<think>`` text or the server's ``reasoning_content``) in the assistant message's
+    ``reasoning_content``; otherwise only the answer. ``heldout_share`` of the prompt ids form the ``test``
+    split (``tansaku.core.heldout``). ``limit``: the first N prompt rows. ``license``: the card's license
+    (default: the prompt folder's card license, else ``other`` until ``--license`` names one). ``chunk_size``:
+    prompts per checkpoint. ``context``: LLM options and progress (``BuildContext``; this build does not shard)."""
+    context = context or BuildContext()
+    c = config
+    check_limit(c.limit)
+    check_count("--max-tokens", c.max_tokens)
+    check_fraction("--temperature", c.temperature, 0, None)
+    check_count("--batch-size", c.batch_size)
+    check_count("--chunk-size", c.chunk_size)
+    heldout = HeldOut(c.heldout_share, "prompt_id", c.seed)
+    prompts = c.prompts
+    out = precheck_out(out, pipeline=PIPELINE, inputs={"--prompts": prompts, "--license-file": c.license_file})
+    chosen = choose_license(c.license, c.license_file, prompts if Path(prompts).is_dir() else None)
     records = read_prompt_rows(prompts)
     if not records:
         raise InputError(f"--prompts {prompts} holds no prompts")
-    problem = _first_problem(records[:limit])
+    problem = _first_problem(records[:c.limit])
     if problem is not None:
         raise InputError(f"--prompts {prompts}: no usable prompt ({problem}); each row needs 'prompt' (text) or "
                          "'messages' (a conversation ending in a user turn)")
-    client = as_client(llm)
-    config = {"reasoning": reasoning, "max_tokens": max_tokens, "temperature": temperature, "limit": limit,
-              **chosen.recipe()}
-    params = {"max_tokens": max_tokens, "temperature": temperature, "reasoning": reasoning}
+    client = context.client(c.llm)
     manifest = build_dataset(
         out=out, name=f"general-{Path(prompts).name.split('.')[0]}", pipeline=PIPELINE,
-        pipeline_version=PIPELINE_VERSION, config=config, seed=seed, inputs=[describe_input(prompts, len(records))],
-        source=records[:limit], llm=client, chunk_size=chunk_size, quiet=quiet, keep_rejected=keep_rejected,
+        pipeline_version=PIPELINE_VERSION, config={**c.recipe(), **chosen.recipe()}, seed=c.seed,
+        inputs=[describe_input(prompts, len(records))], source=records[:c.limit], llm=client,
+        chunk_size=c.chunk_size, context=context, keep_rejected=c.keep_rejected,
         stages=[map_stage("prompts", parse_prompt), global_stage("dedup", unique_ids),
-                batch_stage("generate", generate_fn(client, max_tokens, temperature, seed, reasoning), batch_size,
-                            params=params, llm=client)],
+                batch_stage("generate", generate_fn(client, c.max_tokens, c.temperature, c.seed, c.reasoning),
+                            c.batch_size, params=c.pick("max_tokens", "temperature", "reasoning"), llm=client)],
         heldout=heldout, column_types=COLUMN_TYPES, empty_hints=EMPTY_HINTS,
         card={"pretty_name": "tansaku general chat (the base model's own answers)", **chosen.card,
               "task_categories": ["text-generation"], "tags": ["sft", "general-chat", "system-prompt-switch"],
@@ -232,7 +239,7 @@ def build_general(prompts: str | Path, out: str | Path, llm, reasoning: bool = F
                              "into agentic SFT (`synth build trajectories --general DIR`, or a `train sft` data "
                              "source); score retention on the held-out `test` split (`train eval --task general`)."
                              + (" Assistant turns keep the model's reasoning in `reasoning_content`."
-                                if reasoning else " Assistant turns hold the answer only (no reasoning)."),
+                                if c.reasoning else " Assistant turns hold the answer only (no reasoning)."),
               "limitations": ["Answers are what the model wrote, unchecked: their quality is the base model's.",
                               "Answers cut at max_tokens are dropped (`truncated`), so long answers are "
                               "under-represented unless max_tokens is large."]})

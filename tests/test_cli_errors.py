@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 import tansaku
 from tansaku.cli import synth_app, train_app
+from tansaku.core.context import BuildContext
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("search_fixture", ROOT / "tests" / "fixtures" / "search" / "dataset.py")
@@ -154,7 +155,7 @@ def test_eval_of_a_dataset_without_a_heldout_split_names_split(tmp_path):
 
     rows = [{"qid": f"q{i}", "question": f"問{i}", "answer": "a"} for i in range(5)]
     build_dataset(out=tmp_path / "ds", name="ds", pipeline="p", pipeline_version="1", config={}, seed=0, inputs=[],
-                  source=rows, stages=[map_stage("keep", lambda r: r)], quiet=True, heldout=HeldOut(0, "qid"))
+                  source=rows, stages=[map_stage("keep", lambda r: r)], context=BuildContext(quiet=True), heldout=HeldOut(0, "qid"))
     result = CliRunner().invoke(train_app, ["eval", "--task", "multihop_qa", "--dataset", str(tmp_path / "ds"),
                                             "--model", "scripted:x.jsonl", "--index", str(tmp_path / "ix")])
     _one_line_exit_2(result)

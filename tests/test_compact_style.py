@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import json
 
+from tansaku.core.context import BuildContext
 from tansaku.demo import EXAMPLES
 from tansaku.envs.environments import SearchEnvironment, tool_schemas
 from tansaku.envs.search import build_index
 from tansaku.envs.tasks import COMPACT_TOOLS_CONFIG, TASKS
 from tansaku.examples.make_miniwiki import make_miniwiki
 from tansaku.pipelines.corpus import build_corpus
+from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.multihop.build import build_multihop
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 
 TEACHER = f"scripted:{EXAMPLES / 'teacher_script.py'}:respond_compact"
 REWRITER = f"scripted:{EXAMPLES / 'teacher_script.py'}:rewrite_compact"
@@ -45,15 +49,14 @@ def test_compact_trajectories_state_the_bridge_then_search_it(tmp_path):
     wiki = tmp_path / "wiki.jsonl"
     wiki.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in make_miniwiki(0)[:120]),
                     encoding="utf-8")
-    build_corpus(wiki, tmp_path / "corpus", quiet=True)
+    build_corpus(CorpusConfig(input=wiki), tmp_path / "corpus", BuildContext(quiet=True))
     build_index(tmp_path / "corpus", tmp_path / "index")
-    multihop = build_multihop(corpus=tmp_path / "corpus", out=tmp_path / "mh", policy=TEACHER,
-                              index=tmp_path / "index", k=1, m=1, quiet=True)
+    multihop = build_multihop(MultihopConfig(corpus=tmp_path / "corpus", policy=TEACHER, index=tmp_path / "index", k=1, m=1), tmp_path / "mh", BuildContext(quiet=True))
     assert multihop["splits"]["train"] > 20 and multihop["splits"]["test"] > 0
     task = TASKS["multihop_qa_compact"]
-    built = build_trajectories(tmp_path / "mh", tmp_path / "traj", TEACHER, str(tmp_path / "index"),
-                               translator=REWRITER, n=1, quiet=True, task=task.name,
-                               system_prompt=task.system_prompts[0], limit=10)
+    built = build_trajectories(TrajectoriesConfig(
+        dataset=tmp_path / "mh", teacher=TEACHER, index=str(tmp_path / "index"), translator=REWRITER, n=1,
+        task=task.name, system_prompt=task.system_prompts[0], limit=10), tmp_path / "traj", BuildContext(quiet=True))
     assert built["splits"]["train"] == 10  # every question solved, none rejected
     from tansaku.core.store import read_rows
 

@@ -15,10 +15,12 @@ import zstandard
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
+from tansaku.core.context import BuildContext
 from tansaku.core.errors import InputError
 from tansaku.core.jsonl import iter_jsonl
 from tansaku.core.store import read_manifest, read_rows
 from tansaku.pipelines.corpus import build_corpus, detect_format
+from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.egov.parse import iter_articles
 from tansaku.pipelines.egov.sources import list_law_sources
 
@@ -54,8 +56,8 @@ def test_compressed_cirrus_dump_builds_the_same_corpus_as_the_plain_file(tmp_pat
     packed = tmp_path / f"jawiki-20260101-cirrussearch-general.json{suffix.split('-')[0]}"
     packed.write_bytes(WRITERS[suffix](_text(CIRRUS)))
     assert detect_format(packed) == "cirrus"
-    a = build_corpus(plain, tmp_path / "a", quiet=True)
-    b = build_corpus(packed, tmp_path / "b", quiet=True)
+    a = build_corpus(CorpusConfig(input=plain), tmp_path / "a", BuildContext(quiet=True))
+    b = build_corpus(CorpusConfig(input=packed), tmp_path / "b", BuildContext(quiet=True))
     assert a["version"] == b["version"] and [r["id"] for r in read_rows(tmp_path / "b")] == ["101", "103"]
     assert b["stages"][0]["dropped"] == {"not_an_article": 1}
 
@@ -67,7 +69,7 @@ def test_compressed_jsonl_is_sniffed_and_read_line_by_line(tmp_path, suffix):
     path.write_bytes(WRITERS[suffix](_text(rows)))
     assert detect_format(path) == "jsonl"
     assert [n for n, _ in iter_jsonl(path)] == list(range(1, 51))
-    build_corpus(path, tmp_path / "out", quiet=True)
+    build_corpus(CorpusConfig(input=path), tmp_path / "out", BuildContext(quiet=True))
     assert len(read_rows(tmp_path / "out")) == 50
 
 

@@ -10,8 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
+from tansaku.core.context import BuildContext
 from tansaku.core.store import read_manifest, read_rows
 from tansaku.pipelines.corpus import CorpusInputError, build_corpus, detect_format, read_documents
+from tansaku.pipelines.corpus_config import CorpusConfig
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 runner = CliRunner()
@@ -32,7 +34,7 @@ def test_jsonl_normalizes_keeps_original_and_drops_with_reasons(tmp_path):
         "{broken json",
         {"title": "無番号", "text": "番号のない文書。"},
     ])
-    manifest = build_corpus(src, tmp_path / "out", quiet=True)
+    manifest = build_corpus(CorpusConfig(input=src), tmp_path / "out", BuildContext(quiet=True))
     rows = read_rows(tmp_path / "out")
     assert [r["id"] for r in rows][:1] == ["a"] and len(rows) == 2
     first = rows[0]
@@ -43,7 +45,7 @@ def test_jsonl_normalizes_keeps_original_and_drops_with_reasons(tmp_path):
     stages = {s["name"]: s for s in manifest["stages"]}
     assert stages["normalize"]["dropped"] == {"bad_json_line": 1, "empty_text": 1}
     assert stages["dedup"]["dropped"] == {"duplicate_id": 1, "duplicate_text": 1}
-    assert manifest["inputs"][0]["sha256"] and manifest["config"]["format"] == "jsonl"
+    assert manifest["inputs"][0]["sha256"] and manifest["config"]["detected_format"] == "jsonl"
 
 
 def test_cirrus_dump(tmp_path):
@@ -59,7 +61,7 @@ def test_cirrus_dump(tmp_path):
     with gzip.open(path, "wt", encoding="utf-8") as f:
         f.writelines(json.dumps(x, ensure_ascii=False) + "\n" for x in lines)
     assert detect_format(path) == "cirrus"
-    manifest = build_corpus(path, tmp_path / "out", quiet=True)
+    manifest = build_corpus(CorpusConfig(input=path), tmp_path / "out", BuildContext(quiet=True))
     (row,) = read_rows(tmp_path / "out")
     meta = json.loads(row["meta"])
     assert row["id"] == "101" and row["url"].startswith("https://ja.wikipedia.org/wiki/")
@@ -77,7 +79,7 @@ def test_wac_org_files_put_parentheticals_back(tmp_path):
         "# S-ID:wiki00010001-01 KNP:5.0\n灯台守の娘。\n", encoding="utf-8")
     (tmp_path / "wac" / "id").mkdir()
     (tmp_path / "wac" / "id" / "dev.id").write_text("wiki00010001\n")
-    build_corpus(tmp_path / "wac", tmp_path / "out", quiet=True)
+    build_corpus(CorpusConfig(input=tmp_path / "wac"), tmp_path / "out", BuildContext(quiet=True))
     (row,) = read_rows(tmp_path / "out")
     assert row["text"] == "霧島硝子(きりしま しょうこ)は、北海時代(架空)の作家。灯台守の娘。"
     assert row["title"] == "霧島硝子" and json.loads(row["meta"])["split"] == "dev"
@@ -89,7 +91,7 @@ def test_jaquad(tmp_path):
                                                     {"context": "人口は三人。", "qas": []}]}]}
     (tmp_path / "jq").mkdir()
     (tmp_path / "jq" / "a.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
-    build_corpus(tmp_path / "jq", tmp_path / "out", quiet=True)
+    build_corpus(CorpusConfig(input=tmp_path / "jq"), tmp_path / "out", BuildContext(quiet=True))
     (row,) = read_rows(tmp_path / "out")
     assert row["text"] == "架空島は海にある。\n\n人口は三人。" and row["source"] == "jaquad"
 
@@ -108,8 +110,8 @@ def test_cli_build_info_and_help(tmp_path):
     src = _jsonl(tmp_path / "d.jsonl", [{"id": "1", "title": "甲", "text": "甲は乙である。"}])
     result = runner.invoke(synth_app, ["build", "corpus", "--input", str(src), "--out", str(tmp_path / "o"), "-q"])
     assert result.exit_code == 0, result.output
-    info = runner.invoke(synth_app, ["info", str(tmp_path / "o")])
-    assert info.exit_code == 0 and json.loads(info.output.splitlines()[0])["splits"] == {"train": 1}
+    info = runner.invoke(synth_app, ["info", str(tmp_path / "o"), "--json"])
+    assert info.exit_code == 0 and json.loads(info.stdout)["splits"] == {"train": 1}
     for args in (["--help"], ["build", "--help"], ["build", "corpus", "--help"], ["model", "--help"]):
         assert runner.invoke(synth_app, args).exit_code == 0
 
@@ -117,7 +119,7 @@ def test_cli_build_info_and_help(tmp_path):
 @pytest.mark.realdata
 @pytest.mark.skipif(not (DATA / "jawiki").exists(), reason="../shared/data/jawiki is absent")
 def test_real_wikipedia_annotated_corpus(tmp_path):
-    manifest = build_corpus(DATA / "jawiki" / "WikipediaAnnotatedCorpus", tmp_path / "wac", quiet=True)
+    manifest = build_corpus(CorpusConfig(input=DATA / "jawiki" / "WikipediaAnnotatedCorpus"), tmp_path / "wac", BuildContext(quiet=True))
     rows = read_rows(tmp_path / "wac")
     n_files = len(list((DATA / "jawiki" / "WikipediaAnnotatedCorpus" / "org").rglob("*.org")))
     assert manifest["stages"][0]["received"] == n_files

@@ -11,8 +11,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tansaku.core.context import BuildContext
 from tansaku.core.store import read_manifest, read_rows
 from tansaku.pipelines.corpus import build_corpus
+from tansaku.pipelines.corpus_config import CorpusConfig
 
 SCHEMA = {"id", "title", "text", "url", "source"}
 
@@ -37,7 +39,7 @@ def test_every_line_is_a_document_or_a_named_drop(lines, bom):
         source = Path(tmp) / "docs.jsonl"
         source.write_bytes((b"\xef\xbb\xbf" if bom else b"") + b"\n".join(lines) + b"\n")
         try:
-            manifest = build_corpus(source, Path(tmp) / "out", quiet=True, keep_rejected=True)
+            manifest = build_corpus(CorpusConfig(input=source, keep_rejected=True), Path(tmp) / "out", BuildContext(quiet=True))
         except Exception as exc:  # only "nothing usable at all" may refuse, and only as bad input
             from tansaku.core.errors import TansakuError
 

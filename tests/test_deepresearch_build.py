@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tansaku.core.context import BuildContext
 from tansaku.core.store import read_manifest, read_rows
+from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.deepresearch.demo_llm import demo_llm, respond
 
 WIKI = Path(__file__).parent / "fixtures" / "deepresearch" / "wiki.jsonl"
@@ -23,7 +26,7 @@ def corpus_and_index(tmp_path_factory):
     from tansaku.pipelines.corpus import build_corpus
 
     root = tmp_path_factory.mktemp("deepresearch")
-    build_corpus(WIKI, root / "corpus", quiet=True)
+    build_corpus(CorpusConfig(input=WIKI), root / "corpus", BuildContext(quiet=True))
     build_index(root / "corpus", root / "index")
     return root / "corpus", root / "index"
 
@@ -34,7 +37,8 @@ def clean(corpus_and_index, tmp_path_factory):
 
     corpus, index = corpus_and_index
     out = tmp_path_factory.mktemp("clean") / "out"
-    manifest = build_deepresearch(corpus, index, out, "scripted:deepresearch", quiet=True)
+    manifest = build_deepresearch(DeepResearchConfig(corpus=corpus, index=index, llm="scripted:deepresearch"), out,
+                                  BuildContext(quiet=True))
     return manifest, read_rows(out)
 
 
@@ -89,7 +93,8 @@ def _faulty_run(stage, corpus_and_index, tmp_path_factory):
 
     corpus, index = corpus_and_index
     out = tmp_path_factory.mktemp(stage) / "out"
-    manifest = build_deepresearch(corpus, index, out, demo_llm(misbehaving(stage)), clarify_share=1.0, quiet=True)
+    config = DeepResearchConfig(corpus=corpus, index=index, llm=demo_llm(misbehaving(stage)), clarify_share=1.0)
+    manifest = build_deepresearch(config, out, BuildContext(quiet=True))
     return {s["name"]: s["dropped"] for s in manifest["stages"]}, read_rows(out)
 
 
@@ -174,9 +179,11 @@ def test_rerun_same_out_returns_same_dataset(clean, corpus_and_index, tmp_path):
 
     manifest, _ = clean
     out = tmp_path / "again"
-    again = build_deepresearch(*corpus_and_index, out, "scripted:deepresearch", quiet=True)
+    corpus, index = corpus_and_index
+    config = DeepResearchConfig(corpus=corpus, index=index, llm="scripted:deepresearch")
+    again = build_deepresearch(config, out, BuildContext(quiet=True))
     assert again["version"] == manifest["version"]
-    assert build_deepresearch(*corpus_and_index, out, "scripted:deepresearch", quiet=True)["version"] == again["version"]
+    assert build_deepresearch(config, out, BuildContext(quiet=True))["version"] == again["version"]
     assert read_manifest(out)["config"]["clarify_share"] == 0.5
 
 
@@ -186,9 +193,12 @@ def test_bad_arguments(corpus_and_index, tmp_path):
 
     corpus, index = corpus_and_index
     with pytest.raises(ValueError, match="clarify-share"):
-        build_deepresearch(corpus, index, tmp_path / "a", "scripted:deepresearch", clarify_share=2)
+        build_deepresearch(DeepResearchConfig(corpus=corpus, index=index, llm="scripted:deepresearch", clarify_share=2),
+                           tmp_path / "a")
     with pytest.raises(FileNotFoundError, match="synth index build"):
-        build_deepresearch(corpus, tmp_path / "no-index", tmp_path / "b", "scripted:deepresearch")
+        build_deepresearch(DeepResearchConfig(corpus=corpus, index=tmp_path / "no-index", llm="scripted:deepresearch"),
+                           tmp_path / "b")
     (tmp_path / "plain").mkdir()  # a folder that is no dataset (and does not hold --out: that is refused too)
     with pytest.raises(StoreError):
-        build_deepresearch(tmp_path / "plain", index, tmp_path / "c", "scripted:deepresearch")
+        build_deepresearch(DeepResearchConfig(corpus=tmp_path / "plain", index=index, llm="scripted:deepresearch"),
+                           tmp_path / "c")

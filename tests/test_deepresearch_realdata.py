@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tansaku.core.context import BuildContext
+from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.deepresearch.keywords import KeywordConfig, keyword_groups
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -40,7 +43,7 @@ def _corpus(name, src, root):
     from tansaku.core.store import iter_rows
     from tansaku.pipelines.corpus import build_corpus
 
-    build_corpus(src, root / name, quiet=True)
+    build_corpus(CorpusConfig(input=src), root / name, BuildContext(quiet=True))
     return root / name, list(iter_rows(root / name))
 
 
@@ -95,8 +98,8 @@ def test_build_deepresearch_on_real_sample(corpora, tmp_path):
 
     corpus, docs = corpora["jaquad"]
     build_index(corpus, tmp_path / "index")
-    manifest = build_deepresearch(corpus, tmp_path / "index", tmp_path / "out", "scripted:deepresearch",
-                                  limit=6, quiet=True)
+    config = DeepResearchConfig(corpus=corpus, index=tmp_path / "index", llm="scripted:deepresearch", limit=6)
+    manifest = build_deepresearch(config, tmp_path / "out", BuildContext(quiet=True))
     rows = read_rows(tmp_path / "out")
     assert rows and manifest["splits"]["train"] == len(rows)
     assert manifest["config"]["keyword_thresholds"] == {"n_docs": len(docs), "min_df": 2, "max_df": 11}

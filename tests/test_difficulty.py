@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures.recipe_args import section_arg
 
 from tansaku.core.llm import ScriptedLLM
 from tansaku.envs.evaluate import NotReadyForRL
@@ -37,14 +38,17 @@ def scripted(solved_samples: dict[int, int], calls: list):
     return ScriptedLLM(respond)
 
 
-def recipe_for(tmp_path, envs_index, *overrides):
-    return load_recipe(RECIPE, [f"output_dir={tmp_path / 'out'}", f"tasks.0.index={envs_index}",
-                                f"tasks.0.data={ENV_FIXTURES / 'multihop.jsonl'}", "difficulty.samples=4",
-                                *overrides])
+def task_args(envs_index) -> list[str]:
+    return section_arg(RECIPE, "tasks", index=str(envs_index), data=str(ENV_FIXTURES / "multihop.jsonl"))
+
+
+def recipe_for(tmp_path, envs_index, **difficulty):
+    return load_recipe(RECIPE, ["--output_dir", str(tmp_path / "out"), *task_args(envs_index),
+                                "--difficulty", json.dumps({"samples": 4, **difficulty})], kind="rl")
 
 
 def bands_of(recipe, client):
-    return band_prompts(recipe, "unused", {t.name: rl_task(t) for t in recipe.tasks}, client=client)
+    return band_prompts(recipe, "unused", {t.name: rl_task(t) for t in recipe.script_args.tasks}, client=client)
 
 
 def test_band_keeps_sometimes_solved_rows_with_their_pass_rate_and_reuses_the_saved_band(tmp_path, envs_index):
@@ -67,33 +71,35 @@ def test_band_keeps_sometimes_solved_rows_with_their_pass_rate_and_reuses_the_sa
     assert reused.kept == [1, 3] and again == []
 
     changed: list = []  # another band: sampled again
-    (narrow,) = bands_of(recipe_for(tmp_path, envs_index, "difficulty.min_pass=0.5"),
+    (narrow,) = bands_of(recipe_for(tmp_path, envs_index, min_pass=0.5),
                          scripted({0: 4, 1: 2, 2: 0, 3: 1}, changed)).values()
     assert narrow.kept == [1] and narrow.dropped["below_min_pass"] == 1 and len(changed) == 16
 
 
 def test_a_task_with_no_prompt_in_the_band_is_refused_with_the_counts(tmp_path, envs_index):
-    recipe = recipe_for(tmp_path, envs_index, "difficulty.samples=2")
+    recipe = recipe_for(tmp_path, envs_index, samples=2)
     with pytest.raises(NotReadyForRL, match=r"keeps no prompt.*'always_solved': 3.*'never_solved': 1"):
         bands_of(recipe, scripted({0: 2, 1: 2, 2: 0, 3: 2}, []))
 
 
 def test_candidate_rows_are_the_first_n_of_the_split(tmp_path, envs_index):
-    recipe = recipe_for(tmp_path, envs_index, "difficulty.rows=2")
+    recipe = recipe_for(tmp_path, envs_index, rows=2)
     (band,) = bands_of(recipe, scripted({0: 1, 1: 3, 2: 0, 3: 0}, [])).values()
     assert band.pass_rates == [0.25, 0.75] and band.kept == [0, 1]
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["difficulty.samples=1"], "difficulty.samples"),
-    (["difficulty.min_pass=0.8", "difficulty.max_pass=0.7"], "min_pass <= max_pass"),
-    (["difficulty.max_pass=1.5"], "max_pass <= 1"),
-    (["difficulty.rows=0"], "difficulty.rows"),
-    (["difficulty.temperature=0"], "difficulty.temperature"),
+@pytest.mark.parametrize("settings, message", [
+    ({"samples": 1}, "difficulty.samples"),
+    ({"min_pass": 0.8, "max_pass": 0.7}, "min_pass <= max_pass"),
+    ({"max_pass": 1.5}, "max_pass <= 1"),
+    ({"rows": 0}, "difficulty.rows"),
+    ({"temperature": 0}, "difficulty.temperature"),
+    ({"sample": 2}, "difficulty: unknown key 'sample' (did you mean 'samples'?)"),
 ])
-def test_bad_band_settings_are_refused_before_any_model_loads(tmp_path, envs_index, overrides, message):
-    with pytest.raises(RecipeError, match=message):
-        recipe_for(tmp_path, envs_index, *overrides)
+def test_bad_band_settings_are_refused_before_any_model_loads(tmp_path, envs_index, settings, message):
+    with pytest.raises(RecipeError) as err:
+        recipe_for(tmp_path, envs_index, **settings)
+    assert message in str(err.value)
 
 
 def test_keep_rule_bounds_are_inclusive():
@@ -109,10 +115,10 @@ def test_train_rl_trains_only_on_the_banded_prompts(tmp_path, envs_index, tiny_m
     from tansaku.trainer.rl import run_rl
 
     policy = f"scripted:{ENV_FIXTURES / 'band_policy.py'}:respond"
-    result = run_rl(RECIPE, [f"output_dir={tmp_path / 'out'}", f"tasks.0.index={envs_index}",
-                             f"tasks.0.data={ENV_FIXTURES / 'multihop.jsonl'}", "difficulty.samples=2",
-                             f"readiness.model={policy}", "max_steps=1", "prompts_per_step=1",
-                             "max_completion_length=24"])
+    result = run_rl(RECIPE, ["--output_dir", str(tmp_path / "out"), *task_args(envs_index),
+                             "--difficulty", "{samples: 2}", "--readiness", json.dumps({"model": policy}),
+                             "--max_steps", "1", "--gradient_accumulation_steps", "1",  # 1 prompt × 2 per step
+                             "--max_completion_length", "24"])
     assert result["difficulty"][0]["kept"] == 1 and result["difficulty"][0]["dropped"] == {
         "always_solved": 2, "never_solved": 1}
     assert result["readiness"] == []  # banding sampled every candidate: no second pre-flight pass

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tansaku.core.context import BuildContext
 from tansaku.core.llm import ScriptedLLM
 from tansaku.core.store import read_manifest, read_rows
 from tansaku.envs.tasks import check_gold
 from tansaku.pipelines.egov.build import build_egov
+from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.egov.leak import audit
 
 FIX = Path(__file__).parent / "fixtures" / "egov"
@@ -35,7 +37,7 @@ def check_rows(rows: list[dict]) -> None:
 @pytest.fixture(scope="module")
 def fixture_build(tmp_path_factory):
     out = tmp_path_factory.mktemp("egov") / "egov_mcq_fixture"
-    return out, build_egov([FIX, EXAMPLES], out, quiet=True)
+    return out, build_egov(EgovConfig(laws=[FIX, EXAMPLES]), out, BuildContext(quiet=True))
 
 
 def test_cloze_build_writes_both_datasets(fixture_build):
@@ -72,7 +74,7 @@ def test_rebuild_is_idempotent_and_loads_with_datasets(fixture_build):
     from datasets import load_dataset
 
     out, manifest = fixture_build
-    again = build_egov([FIX, EXAMPLES], out, quiet=True)
+    again = build_egov(EgovConfig(laws=[FIX, EXAMPLES]), out, BuildContext(quiet=True))
     assert again["version"] == manifest["version"]
     ds = load_dataset(str(out), split="train", cache_dir=str(out.parent / "hf-cache"))
     assert len(ds) == manifest["splits"]["train"] and "law_id" in ds.column_names and "paragraphs" not in ds.column_names
@@ -116,7 +118,7 @@ def scripted_mcq(request) -> str:
 
 def test_llm_build_with_scripted_client(tmp_path):
     client = ScriptedLLM(scripted_mcq)
-    manifest = build_egov([EXAMPLES], tmp_path / "llm", llm=client, quiet=True)
+    manifest = build_egov(EgovConfig(laws=[EXAMPLES], llm=client), tmp_path / "llm", BuildContext(quiet=True))
     rows = read_rows(tmp_path / "llm")
     check_rows(rows)
     assert rows and {r["generator"] for r in rows} == {"llm:mcq_generate_v1"}
@@ -132,7 +134,7 @@ def test_llm_build_with_scripted_client(tmp_path):
 @pytest.mark.realdata
 @pytest.mark.skipif(not REAL.exists(), reason="../shared/data/egov is absent")
 def test_realdata_build_minpo_and_apa(tmp_path):
-    manifest = build_egov(REAL, tmp_path / "real", quiet=True)
+    manifest = build_egov(EgovConfig(laws=REAL), tmp_path / "real", BuildContext(quiet=True))
     rows = read_rows(tmp_path / "real") + read_rows(tmp_path / "real", "test")  # balance is over both splits
     assert len(rows) >= 150
     check_rows(rows)

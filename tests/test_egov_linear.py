@@ -18,10 +18,12 @@ from fixtures.egov_articles import synthetic_law
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop
 from tansaku.pipelines.egov import lawindex
 from tansaku.pipelines.egov.build import _rules_stage
 from tansaku.pipelines.egov.cloze import nearest_values
+from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.egov.lawindex import ByPosition, LawText
 
 FIXTURES = Path(__file__).parent / "fixtures" / "egov"
@@ -95,7 +97,7 @@ def _articles_of(xml: Path) -> list[dict]:
     from tansaku.pipelines.egov.build import build_articles
 
     with tempfile.TemporaryDirectory() as d:
-        build_articles([xml], Path(d) / "a", quiet=True)
+        build_articles(EgovConfig(laws=[xml]), Path(d) / "a", BuildContext(quiet=True))
         return list(iter_rows(Path(d) / "a"))
 
 

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 from fixtures.egov_articles import article, law_articles
 
+from tansaku.core.context import BuildContext
 from tansaku.core.store import iter_rows
 from tansaku.pipelines.egov import provisions, subjects
 from tansaku.pipelines.egov.build import build_egov
+from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.egov.parse import article_meta
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,7 +173,7 @@ def one_law(path: Path, tmp_path: Path) -> float:
     laws = tmp_path / path.stem
     laws.mkdir()
     shutil.copy(path, laws / path.name)
-    build_egov(laws, tmp_path / f"{path.stem}-out", quiet=True, retrieval=False)
+    build_egov(EgovConfig(laws=laws, retrieval=False), tmp_path / f"{path.stem}-out", BuildContext(quiet=True))
     return coverage(tmp_path / f"{path.stem}-out")
 
 

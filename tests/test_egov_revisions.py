@@ -17,8 +17,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tansaku.core.context import BuildContext
 from tansaku.core.store import iter_rows
 from tansaku.pipelines.egov.build import build_articles
+from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.egov.parse import iter_articles, superseded_revisions
 from tansaku.pipelines.egov.sources import Skip, list_law_sources, read_law_source, split_source
 
@@ -58,7 +60,7 @@ def test_two_revisions_keep_the_newest_and_unique_ids(tmp_path):
 def test_build_drops_older_revision_articles_with_a_named_reason(tmp_path):
     revision(tmp_path / "laws", "20240401", "旧版")
     revision(tmp_path / "laws", "20260401", "新版")
-    manifest = build_articles([tmp_path / "laws"], tmp_path / "out", quiet=True)
+    manifest = build_articles(EgovConfig(laws=[tmp_path / "laws"]), tmp_path / "out", BuildContext(quiet=True))
     rows = list(iter_rows(tmp_path / "out"))
     ids = [r["id"] for r in rows]
     assert len(ids) == len(set(ids)) > 0

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from fixtures.egov_articles import article, law_articles
 
+from tansaku.core.context import BuildContext
 from tansaku.pipelines.egov import cloze, statements
+from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.egov.leak import row_leaks
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "egov"
@@ -137,7 +139,7 @@ def test_real_laws_coverage_and_kinds(tmp_path):
 
     if not REAL.is_dir():
         pytest.skip("../shared/data/egov is not here")
-    build_egov(REAL, tmp_path / "egov", quiet=True)
+    build_egov(EgovConfig(laws=REAL), tmp_path / "egov", BuildContext(quiet=True))
     rows = [r for split in ("train", "test") for r in iter_rows(tmp_path / "egov", split=split)]
     main = {a["id"] for a in iter_rows(tmp_path / "egov" / "articles")
             if not a["is_suppl"] and not article_meta(a).get("is_deleted")}

@@ -176,7 +176,7 @@ def dedup(rs):
 src = lambda: ({{"id": i, "text": f"t{{i % 150}}"}} for i in range(400))
 m = build_dataset(out={out!r}, name="k", pipeline="kill", pipeline_version="1", config={{}}, seed=0,
                   inputs=[], source=src, stages=[map_stage("slow", slow), global_stage("dedup", dedup)],
-                  chunk_size=25, quiet=True)
+                  chunk_size=25, context=BuildContext(quiet=True))
 print(m["version"])
 """
 

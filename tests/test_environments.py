@@ -93,6 +93,7 @@ def test_trl_path_each_row_renders_its_own_variant(index_dir, tmp_path):
     carry several variants, and each rollout's environment reports the variant its prompt showed."""
     import json
 
+    from fixtures.recipe_args import section_arg
     from transformers.utils import get_json_schema
 
     from tansaku.envs.tools import SEARCH_SUMMARIES
@@ -102,8 +103,9 @@ def test_trl_path_each_row_renders_its_own_variant(index_dir, tmp_path):
     rows = [{"id": f"r{i}", "question": f"質問{i}", "answer": "白砂市"} for i in range(40)]
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    recipe = load_recipe(Path(__file__).resolve().parents[1] / "trainer" / "recipes" / "rl-tiny.yaml",
-                         [f"output_dir={tmp_path / 'out'}", f"tasks.0.data={data}", f"tasks.0.index={index_dir}"])
+    rl_tiny = Path(__file__).resolve().parents[1] / "trainer" / "recipes" / "rl-tiny.yaml"
+    recipe = load_recipe(rl_tiny, ["--output_dir", str(tmp_path / "out"),
+                                   *section_arg(rl_tiny, "tasks", data=str(data), index=str(index_dir))], kind="rl")
     dataset = build_dataset(recipe)
     factories = build_environments(recipe)
     # TRL __init__: one probe per factory; its tool functions are what every prompt of that name shows.

@@ -16,10 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop, map_stage
 from tansaku.core.llm import ScriptedLLM
 from tansaku.core.store import StoreError, build_dataset, read_manifest, read_rows
 from tansaku.pipelines.egov.build import build_egov
+from tansaku.pipelines.egov.config import EgovConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 LAWS = ROOT / "examples" / "laws"
@@ -89,31 +91,31 @@ def test_interrupted_build_refuses_another_llm_and_resumes_with_the_same(tmp_pat
 
     out = tmp_path / "egov"
     with pytest.raises(Killed):
-        build_egov([LAWS], out, llm=ScriptedLLM(dies_in_the_judge, model="scripted:a"), quiet=True)
+        build_egov(EgovConfig(laws=[LAWS], llm=ScriptedLLM(dies_in_the_judge, model="scripted:a")), out, context=BuildContext(quiet=True))
     assert (out / ".work" / "recipe.json").exists() and not (out / "manifest.json").exists()
     before = snapshot(out)
 
     with pytest.raises(StoreError) as refused:
-        build_egov([LAWS], out, llm=ScriptedLLM(respond, model="scripted:b"), quiet=True)
+        build_egov(EgovConfig(laws=[LAWS], llm=ScriptedLLM(respond, model="scripted:b")), out, context=BuildContext(quiet=True))
     message = str(refused.value)
     assert "\n" not in message and "unfinished build with a different recipe" in message
     assert "llm scripted:a → scripted:b" in message and "rerun with the original options" in message
     assert snapshot(out) == before
 
-    resumed = build_egov([LAWS], out, llm=ScriptedLLM(respond, model="scripted:a"), quiet=True)
-    fresh = build_egov([LAWS], tmp_path / "fresh", llm=ScriptedLLM(respond, model="scripted:a"), quiet=True)
+    resumed = build_egov(EgovConfig(laws=[LAWS], llm=ScriptedLLM(respond, model="scripted:a")), out, context=BuildContext(quiet=True))
+    fresh = build_egov(EgovConfig(laws=[LAWS], llm=ScriptedLLM(respond, model="scripted:a")), tmp_path / "fresh", context=BuildContext(quiet=True))
     assert resumed["version"] == fresh["version"] and read_rows(out) == read_rows(tmp_path / "fresh")
     assert resumed["llm"]["model"] == "scripted:a" and not (out / ".work").exists()
 
 
 def test_changed_stage_param_is_refused_naming_stage_and_param(tmp_path):
     out = tmp_path / "egov"
-    build_egov([LAWS], out, llm=ScriptedLLM(respond, model="scripted:a"), quiet=True)
+    build_egov(EgovConfig(laws=[LAWS], llm=ScriptedLLM(respond, model="scripted:a")), out, context=BuildContext(quiet=True))
     judge = next(s for s in read_manifest(out)["stages"] if s["name"] == "judge")
-    assert judge["params"] == {"threshold": 0.75, "prompt": "mcq_judge_v1", "batch_size": 32}
+    assert judge["params"] == {"judge_threshold": 0.75, "prompt": "mcq_judge_v1", "batch_size": 32}
     before = snapshot(out)
-    with pytest.raises(StoreError, match=r"stage 'judge' param threshold 0\.75 → 0\.9") as refused:
-        build_egov([LAWS], out, llm=ScriptedLLM(respond, model="scripted:a"), quiet=True, judge_threshold=0.9)
+    with pytest.raises(StoreError, match=r"stage 'judge' param judge_threshold 0\.75 → 0\.9") as refused:
+        build_egov(EgovConfig(laws=[LAWS], llm=ScriptedLLM(respond, model="scripted:a"), judge_threshold=0.9), out, BuildContext(quiet=True))
     assert "llm" not in str(refused.value).split(": ", 1)[1].split(";")[0]  # the model did not change
     assert snapshot(out) == before
 
@@ -144,7 +146,7 @@ def test_store_resumes_committed_chunks_only_with_the_same_params(tmp_path):
     log: list = []
     src = [{"id": i} for i in range(200)]
     kwargs = dict(out=tmp_path / "d", name="d", pipeline="p", pipeline_version="1", config={}, seed=0, inputs=[],
-                  source=src, chunk_size=50, quiet=True, keep_rejected=True)
+                  source=src, chunk_size=50, context=BuildContext(quiet=True), keep_rejected=True)
     with pytest.raises(Killed):
         build_dataset(stages=_stages(7, log), **kwargs)
     before = snapshot(tmp_path / "d")
@@ -167,5 +169,5 @@ def test_files_no_build_recorded_are_never_overwritten(tmp_path):
     (out / "README.md").write_text("my notes", encoding="utf-8")
     with pytest.raises(StoreError, match=r"not empty and no tansaku build made it \(it holds README.md\)"):
         build_dataset(out=out, name="d", pipeline="p", pipeline_version="1", config={}, seed=0, inputs=[],
-                      source=[{"id": 1}], stages=[map_stage("x", lambda r: r)], quiet=True)
+                      source=[{"id": 1}], stages=[map_stage("x", lambda r: r)], context=BuildContext(quiet=True))
     assert (out / "README.md").read_text(encoding="utf-8") == "my notes" and sorted(out.iterdir()) == [out / "README.md"]

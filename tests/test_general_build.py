@@ -15,12 +15,17 @@ import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
+from tansaku.core.context import BuildContext
 from tansaku.core.llm import ScriptedLLM
 from tansaku.core.store import read_manifest, read_rows, sha256_path
 from tansaku.envs.evaluate import load_rows
 from tansaku.envs.retention import split_row
+from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.general import build_general
+from tansaku.pipelines.general_config import GeneralConfig
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.trainer.data import load_sources
 from tansaku.trainer.recipes import DataSource
 
@@ -115,7 +120,7 @@ def test_bad_answers_and_rows_are_dropped_with_their_reason(files, tmp_path):
         {"id": "s", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]},
         {"id": "ok", "prompt": "同じid"}, 5])
     out = tmp_path / "general"
-    build_general(prompts, out, files["llm"], heldout_share=0, quiet=True)
+    build_general(GeneralConfig(prompts=prompts, llm=files["llm"], heldout_share=0), out, BuildContext(quiet=True))
     stages = {s["name"]: s["dropped"] for s in read_manifest(out)["stages"]}
     assert stages == {"prompts": {"bad_prompt": 4}, "dedup": {"duplicate_id": 1},
                       "generate": {"empty_answer": 1, "truncated": 1, "llm_error": 1}}
@@ -141,9 +146,9 @@ def test_license_and_limit_are_part_of_the_recipe(files, tmp_path):
 def test_rerun_is_a_no_op_and_asks_nothing(files, tmp_path):
     out = tmp_path / "general"
     first_llm = ScriptedLLM(lambda request: "答え", model="scripted:same")
-    first = build_general(files["prompts"], out, first_llm, quiet=True)
+    first = build_general(GeneralConfig(prompts=files["prompts"], llm=first_llm), out, BuildContext(quiet=True))
     again_llm = ScriptedLLM(lambda request: "答え", model="scripted:same")
-    again = build_general(files["prompts"], out, again_llm, quiet=True)
+    again = build_general(GeneralConfig(prompts=files["prompts"], llm=again_llm), out, BuildContext(quiet=True))
     assert first_llm.calls == len(PROMPTS) and again_llm.calls == 0
     assert again == first and read_manifest(out) == first
 
@@ -180,18 +185,17 @@ def test_rows_feed_trajectories_sft_sources_and_retention(files, tmp_path):
     from tansaku.envs.search import build_index
     from tansaku.pipelines.corpus import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
-    from tansaku.pipelines.multihop.chains import Caps
 
     general = tmp_path / "general"
-    build_general(files["prompts"], general, files["llm"], heldout_share=0.3, quiet=True)
+    build_general(GeneralConfig(prompts=files["prompts"], llm=files["llm"], heldout_share=0.3), general, BuildContext(quiet=True))
     ours = {tuple(m["content"] for m in r["messages"]) for r in read_rows(general)}
-    build_corpus(ROOT / "examples" / "miniwiki.jsonl", tmp_path / "corpus", fmt="jsonl", quiet=True)
+    build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki.jsonl", format="jsonl"), tmp_path / "corpus", BuildContext(quiet=True))
     build_index(tmp_path / "corpus", tmp_path / "index")
-    build_multihop(corpus=tmp_path / "corpus", out=tmp_path / "multihop", quiet=True, caps=Caps(None, None, None),
-                   heldout_share=0.0)
-    build_trajectories(tmp_path / "multihop", tmp_path / "sft", teacher=f"scripted:{SCRIPT}",
-                       index=tmp_path / "index", translator=f"scripted:{SCRIPT}:rewrite", general=general,
-                       ratio=1.0, n=1, limit=4, quiet=True)
+    build_multihop(MultihopConfig(corpus=tmp_path / "corpus", max_per_subject=0, max_per_bridge=0, max_per_relation_pair=0, heldout_share=0.0), tmp_path / "multihop", BuildContext(quiet=True))
+    build_trajectories(TrajectoriesConfig(
+        dataset=tmp_path / "multihop", teacher=f"scripted:{SCRIPT}", index=tmp_path / "index",
+        translator=f"scripted:{SCRIPT}:rewrite", general=general, ratio=1.0, n=1, limit=4), tmp_path / "sft",
+        BuildContext(quiet=True))
     mixed = [r for r in read_rows(tmp_path / "sft") if r["kind"] == "general"]
     assert mixed and all(m["role"] != "system" for r in mixed for m in r["messages"])
     assert {tuple(m["content"] for m in r["messages"]) for r in mixed} <= ours  # the train split, unchanged
@@ -209,8 +213,7 @@ def test_tiny_model_answers_its_own_prompts(tmp_path, tiny_model_path):
                                                                                                  "does a spider have?"},
         {"id": "mammal", "prompt": "Name a mammal that can fly."}, {"id": "rain", "prompt": "雨について一文で説明してください。"}])
     out = tmp_path / "general"
-    manifest = build_general(prompts, out, f"transformers:{tiny_model_path}", max_tokens=96, heldout_share=0,
-                             quiet=True)
+    manifest = build_general(GeneralConfig(prompts=prompts, llm=f"transformers:{tiny_model_path}", max_tokens=96, heldout_share=0), out, BuildContext(quiet=True))
     rows = read_rows(out)
     assert rows and all(r["messages"][-1]["content"].strip() for r in rows), rows
     generate = next(s for s in manifest["stages"] if s["name"] == "generate")

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from tansaku.core.llm.canned_server import free_port
 from tansaku.envs.environments import episode_variant, make_environment_factory
 from tansaku.envs.gym_service import build_app, completion_from_response, verify_scores
 from tansaku.envs.search import build_index
 from tansaku.envs.tasks import TASKS
+from tansaku.testing.canned_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("search_fixture", ROOT / "tests" / "fixtures" / "search" / "dataset.py")

@@ -19,8 +19,14 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
+from tansaku.core.context import BuildContext
 from tansaku.core.hub import local_name, upload_plan
 from tansaku.data_cards import HUB_LICENSES, card_problems, render_card
+from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.deepresearch.config import DeepResearchConfig
+from tansaku.pipelines.egov.config import EgovConfig
+from tansaku.pipelines.multihop.config import MultihopConfig
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "teacher_script.py"
@@ -36,18 +42,19 @@ def built(tmp_path_factory):
     from tansaku.pipelines.deepresearch.build import build_deepresearch
     from tansaku.pipelines.egov.build import build_egov
     from tansaku.pipelines.multihop.build import build_multihop
-    from tansaku.pipelines.multihop.chains import Caps
     from tansaku.pipelines.trajectories.build import build_trajectories
 
     base = tmp_path_factory.mktemp("hub")
-    build_corpus(ROOT / "examples" / "miniwiki.jsonl", base / "corpus", fmt="jsonl", quiet=True)
+    build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki.jsonl", format="jsonl"), base / "corpus", BuildContext(quiet=True))
     build_index(base / "corpus", base / "index")
-    build_multihop(corpus=base / "corpus", out=base / "multihop", quiet=True, caps=Caps(None, None, None))
-    build_egov([ROOT / "examples" / "laws"], base / "egov", quiet=True)
-    build_trajectories(base / "multihop", base / "sft", teacher=f"scripted:{SCRIPT}:respond_compact",
-                       translator=f"scripted:{SCRIPT}:rewrite_compact", index=base / "index", n=1, limit=4,
-                       quiet=True)
-    build_deepresearch(base / "corpus", base / "index", base / "deepresearch", "scripted:deepresearch", quiet=True)
+    build_multihop(MultihopConfig(corpus=base / "corpus", max_per_subject=0, max_per_bridge=0, max_per_relation_pair=0), base / "multihop", BuildContext(quiet=True))
+    build_egov(EgovConfig(laws=[ROOT / "examples" / "laws"]), base / "egov", BuildContext(quiet=True))
+    build_trajectories(TrajectoriesConfig(
+        dataset=base / "multihop", teacher=f"scripted:{SCRIPT}:respond_compact",
+        translator=f"scripted:{SCRIPT}:rewrite_compact", index=base / "index", n=1, limit=4), base / "sft",
+        BuildContext(quiet=True))
+    build_deepresearch(DeepResearchConfig(corpus=base / "corpus", index=base / "index", llm="scripted:deepresearch"),
+                       base / "deepresearch", BuildContext(quiet=True))
     return base
 
 
@@ -285,7 +292,7 @@ def corpus_dataset(tmp_path_factory) -> Path:
     from tansaku.pipelines.corpus import build_corpus
 
     out = tmp_path_factory.mktemp("damaged") / "corpus"
-    build_corpus(ROOT / "examples" / "miniwiki.jsonl", out, fmt="jsonl", quiet=True, license="cc-by-4.0")
+    build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki.jsonl", format="jsonl", license="cc-by-4.0"), out, BuildContext(quiet=True))
     return out
 
 

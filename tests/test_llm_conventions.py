@@ -28,22 +28,19 @@ from typer.testing import CliRunner
 from tansaku.cli import synth_app
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.llm import ChatRequest, ChatResult, ResponseCache, from_spec
-from tansaku.core.llm import settings as llm_settings
-from tansaku.core.llm.canned_server import ServerThread
-from tansaku.core.llm.cli_options import ApiKey, ExtraBody, NoCache
+from tansaku.core.llm.cli_options import ApiKey, ExtraBody, NoCache, llm_options
 from tansaku.core.llm.http_backend import retry_after_seconds
 from tansaku.core.llm.identity import resolve_model
+from tansaku.core.llm.settings import LLMOptions
 from tansaku.core.llm.transformers_backend import TransformersClient
+from tansaku.testing.canned_server import ServerThread
 
 
 @pytest.fixture(autouse=True)
 def clean_defaults(monkeypatch):
-    """Each test starts from no CLI defaults and no OpenAI environment of the machine running it."""
+    """Each test starts from no OpenAI environment of the machine running it."""
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TANSAKU_NO_CACHE"):
         monkeypatch.delenv(name, raising=False)
-    llm_settings.DEFAULTS.__init__()
-    yield
-    llm_settings.DEFAULTS.__init__()
 
 
 def ask(text: str, **kw) -> ChatRequest:
@@ -181,7 +178,7 @@ def test_cli_options_reach_the_request(servers, tmp_path):
 
     @app.command()
     def run(llm: str, no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None):
-        client = from_spec(llm)
+        client = from_spec(llm, llm_options=llm_options(no_cache, api_key, extra_body))
         typer.echo(json.dumps({"content": client.chat([ask("hi")])[0].content, "cache": client.cache is None}))
 
     spec = f"http:canned@{servers[1]}"
@@ -289,9 +286,7 @@ def test_no_cache_default_turns_the_cache_off(tmp_path, monkeypatch):
     folder = fake_model(tmp_path / "m", b"w")
     monkeypatch.setenv("TANSAKU_CACHE", str(tmp_path / "cache"))
     assert from_spec(f"transformers:{folder}").cache is not None
-    llm_settings.DEFAULTS.no_cache = True
-    assert from_spec(f"transformers:{folder}").cache is None
-    llm_settings.DEFAULTS.no_cache = False
+    assert from_spec(f"transformers:{folder}", llm_options=LLMOptions(no_cache=True)).cache is None
     monkeypatch.setenv("TANSAKU_NO_CACHE", "1")
     assert from_spec(f"transformers:{folder}").cache is None
     assert from_spec(f"transformers:{folder}", cache=tmp_path / "explicit.sqlite").cache is not None
@@ -301,13 +296,13 @@ def test_cache_info_and_clear(tmp_path):
     path = tmp_path / "llm-cache.sqlite"
     ResponseCache(path).put_many([(f"k{i}", "{}") for i in range(3)])
     run = CliRunner().invoke
-    info = json.loads(run(synth_app, ["cache", "info", "--path", str(path)]).output)
+    info = json.loads(run(synth_app, ["cache", "info", "--path", str(path), "--json"]).stdout)
     assert info["entries"] == 3 and info["bytes"] > 0 and info["path"] == str(path)
     refused = run(synth_app, ["cache", "clear", "--path", str(path)])
     assert refused.exit_code == 2 and "--yes" in refused.output and len(ResponseCache(path)) == 3
-    cleared = run(synth_app, ["cache", "clear", "--path", str(path), "--yes"])
-    assert cleared.exit_code == 0 and json.loads(cleared.output)["removed"] == 3 and len(ResponseCache(path)) == 0
-    missing = json.loads(run(synth_app, ["cache", "info", "--path", str(tmp_path / "none.sqlite")]).output)
+    cleared = run(synth_app, ["cache", "clear", "--path", str(path), "--yes", "--json"])
+    assert cleared.exit_code == 0 and json.loads(cleared.stdout)["removed"] == 3 and len(ResponseCache(path)) == 0
+    missing = json.loads(run(synth_app, ["cache", "info", "--path", str(tmp_path / "none.sqlite"), "--json"]).stdout)
     assert missing["entries"] == 0 and not (tmp_path / "none.sqlite").exists()
 
 

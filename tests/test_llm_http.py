@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 from tansaku.core.llm import ChatRequest, ResponseCache, from_spec, parse_json
-from tansaku.core.llm.canned_server import ServerThread, free_port
+from tansaku.testing.canned_server import ServerThread, free_port
 
 
 def http_json(url: str, method: str = "GET", timeout: float = 5) -> dict:

@@ -21,6 +21,7 @@ from test_egov_build import EXAMPLES, scripted_mcq
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop
 from tansaku.core.llm import ChatRequest, ScriptedLLM, ask_json, checked_json
 from tansaku.core.llm.validate import MAX_STRING_CHARS, output_problem
@@ -28,8 +29,10 @@ from tansaku.core.store import read_rows
 from tansaku.envs.search.dsl import Fields, parse_request
 from tansaku.pipelines.egov import generate
 from tansaku.pipelines.egov.build import build_egov
+from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.multihop import solvability
 from tansaku.pipelines.multihop.build import build_multihop
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.multihop.quality import JUDGE_SCHEMA
 from tansaku.pipelines.multihop.triples import llm_extract
 
@@ -200,7 +203,7 @@ def egov_with_bad_replies(request) -> str:
 
 
 def test_egov_build_drops_only_the_bad_replies(tmp_path):
-    manifest = build_egov([EXAMPLES], tmp_path / "llm", llm=ScriptedLLM(egov_with_bad_replies), quiet=True)
+    manifest = build_egov(EgovConfig(laws=[EXAMPLES], llm=ScriptedLLM(egov_with_bad_replies)), tmp_path / "llm", BuildContext(quiet=True))
     stages = {s["name"]: s for s in manifest["stages"]}
     assert stages["generate"]["dropped"] == {"llm_bad_json": 9, "llm_bad_output": 3}
     rows = _rows(manifest, tmp_path / "llm")
@@ -236,8 +239,7 @@ def multihop_with_bad_replies(request) -> str:
 
 
 def test_multihop_build_drops_only_the_bad_replies(tmp_path):
-    manifest = build_multihop(triples=_triples(tmp_path / "t.jsonl"), out=tmp_path / "mh", until="quality",
-                              llm=ScriptedLLM(multihop_with_bad_replies), quiet=True, keep_rejected=True)
+    manifest = build_multihop(MultihopConfig(triples=_triples(tmp_path / "t.jsonl"), until="quality", llm=ScriptedLLM(multihop_with_bad_replies), keep_rejected=True), tmp_path / "mh", BuildContext(quiet=True))
     stages = {s["name"]: s for s in manifest["stages"]}
     assert stages["questions"]["dropped"] == {"llm_bad_output": 1}
     assert stages["quality"]["dropped"] == {"llm_bad_output": 1} and stages["quality"]["kept"] == 1

@@ -10,14 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop
 from tansaku.core.errors import InputError
 from tansaku.core.heldout import heldout_split
 from tansaku.core.llm import ScriptedLLM
 from tansaku.core.store import StoreError, read_manifest, read_rows
 from tansaku.envs.tasks import TASKS, check_gold
+from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.multihop.build import build_multihop
-from tansaku.pipelines.multihop.chains import Caps
+from tansaku.pipelines.multihop.config import MultihopConfig
+from tansaku.pipelines.multihop.jemhopqa_config import JemhopqaImportConfig
 from tansaku.pipelines.multihop.quality import quality_loop
 from tansaku.pipelines.multihop.triples import llm_extract
 
@@ -29,14 +32,14 @@ def corpus(tmp_path_factory):
     from tansaku.pipelines.corpus import build_corpus
 
     out = tmp_path_factory.mktemp("mw") / "corpus"
-    build_corpus(MINIWIKI, out, fmt="jsonl", quiet=True)
+    build_corpus(CorpusConfig(input=MINIWIKI, format="jsonl"), out, BuildContext(quiet=True))
     return out
 
 
 @pytest.fixture(scope="module")
 def built(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("mh") / "multihop"
-    manifest = build_multihop(corpus=corpus, out=out, quiet=True, caps=Caps(None, None, None))
+    manifest = build_multihop(MultihopConfig(corpus=corpus, max_per_subject=0, max_per_bridge=0, max_per_relation_pair=0), out, BuildContext(quiet=True))
     return manifest, read_rows(out) + read_rows(out, "test")
 
 
@@ -63,14 +66,14 @@ def test_until_chains_needs_no_corpus_and_writes_derivations(tmp_path):
     triples.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in [
         {"subject": "本A", "relation": "著者", "object": "作家B"},
         {"subject": "作家B", "relation": "出生地", "object": "町C"}]), encoding="utf-8")
-    build_multihop(triples=triples, out=tmp_path / "chains", until="chains", quiet=True)
+    build_multihop(MultihopConfig(triples=triples, until="chains"), tmp_path / "chains", BuildContext(quiet=True))
     rows = read_rows(tmp_path / "chains")
     assert [json.loads(r["derivations"]) for r in rows] == [[["本A", "著者", ["作家B"]], ["作家B", "出生地", ["町C"]]]]
     assert [s["name"] for s in read_manifest(tmp_path / "chains")["stages"]][-1] == "chains"
     with pytest.raises(ValueError, match="searches: give --corpus"):
-        build_multihop(triples=triples, out=tmp_path / "full", quiet=True)
+        build_multihop(MultihopConfig(triples=triples), tmp_path / "full", BuildContext(quiet=True))
     with pytest.raises(ValueError, match="--until 'nope'"):
-        build_multihop(triples=triples, out=tmp_path / "x", until="nope")
+        build_multihop(MultihopConfig(triples=triples, until="nope"), tmp_path / "x")
 
 
 def test_llm_extraction_keeps_only_triples_with_evidence_in_the_text():
@@ -154,7 +157,7 @@ def test_agent_check_keeps_items_solved_m_of_k(corpus, built, tmp_path):
     build_index(corpus, tmp_path / "index")
     tools = make_environment_factory(TASKS["multihop_qa"], tmp_path / "index")
     records = [{**r, "chain_id": r["chain_id"], "answer_aliases": r["aliases"]} for r in rows]
-    out = agent_check(records, ScriptedLLM(policy), tools, k=2, m=1)
+    out = agent_check(records, ScriptedLLM(policy), tools, TASKS["multihop_qa"], k=2, m=1)
     assert out[0]["pass_rate"] == 1.0 and out[1]["pass_rate"] == 0.5 and out[2] == Drop("unsolved")
     for record in records:  # each question's episodes showed the description variant its row draws at reset
         variant = episode_variant(TASKS["multihop_qa"], eval_row(record))
@@ -170,7 +173,7 @@ def test_jemhopqa_import(tmp_path):
              {"qid": "q2", "type": "comparison", "question": "", "answer": "x", "derivations": []}]
     path = tmp_path / "jem.json"
     path.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
-    manifest = import_jemhopqa(path, tmp_path / "eval", quiet=True, heldout_share=0)
+    manifest = import_jemhopqa(JemhopqaImportConfig(path=path, heldout_share=0), tmp_path / "eval", BuildContext(quiet=True))
     rows = read_rows(tmp_path / "eval")
     check_gold(TASKS["multihop_qa"], rows)
     assert [r["qid"] for r in rows] == ["q1"] and rows[0]["derivations"][1]["objects"] == ["朝霧市"]
@@ -186,14 +189,12 @@ def test_heldout_split_keeps_each_bridge_on_one_side(built, corpus, tmp_path):
                                    "seed": 0, "rows": len(test)}
     assert not {r["bridge"] for r in train} & {r["bridge"] for r in test}
     # share 0: no test split, and the share is part of the recipe (another share into the same --out is refused)
-    none = build_multihop(corpus=corpus, out=tmp_path / "all", quiet=True, caps=Caps(None, None, None),
-                          heldout_share=0)
+    none = build_multihop(MultihopConfig(corpus=corpus, max_per_subject=0, max_per_bridge=0, max_per_relation_pair=0, heldout_share=0), tmp_path / "all", BuildContext(quiet=True))
     assert set(none["splits"]) == {"train"} and none["heldout"]["rows"] == 0
     with pytest.raises(StoreError, match=r"heldout share 0.0 → 0.5"):
-        build_multihop(corpus=corpus, out=tmp_path / "all", quiet=True, caps=Caps(None, None, None),
-                       heldout_share=0.5)
+        build_multihop(MultihopConfig(corpus=corpus, max_per_subject=0, max_per_bridge=0, max_per_relation_pair=0, heldout_share=0.5), tmp_path / "all", BuildContext(quiet=True))
     with pytest.raises(InputError, match="--heldout-share must be within"):
-        build_multihop(corpus=corpus, out=tmp_path / "bad", quiet=True, heldout_share=1.5)
+        build_multihop(MultihopConfig(corpus=corpus, heldout_share=1.5), tmp_path / "bad", BuildContext(quiet=True))
 
 
 def test_jemhopqa_import_holds_out_a_share_of_questions(tmp_path):
@@ -203,7 +204,7 @@ def test_jemhopqa_import_holds_out_a_share_of_questions(tmp_path):
               "derivations": [], "page_ids": [], "time_dependent": False} for i in range(50)]
     path = tmp_path / "jem.json"
     path.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
-    manifest = import_jemhopqa(path, tmp_path / "eval", quiet=True, heldout_share=0.3, seed=1)
+    manifest = import_jemhopqa(JemhopqaImportConfig(path=path, heldout_share=0.3, seed=1), tmp_path / "eval", BuildContext(quiet=True))
     test = {r["qid"] for r in read_rows(tmp_path / "eval", "test")}
     assert test == {f"q{i}" for i in range(50) if heldout_split(f"q{i}", 0.3, 1) == "test"}
     assert 5 <= len(test) <= 25 and manifest["heldout"]["rows"] == len(test)
@@ -229,6 +230,6 @@ def test_quality_loop_and_agent_check_with_the_tiny_model(tiny_model_path, built
             (1 <= o["quality"]["scores"]["natural"] <= 5)
     build_index(corpus, tmp_path / "index")
     environments = make_environment_factory(TASKS["multihop_qa"], tmp_path / "index")
-    checked = agent_check(records[:1], llm, environments, k=2, m=1,
+    checked = agent_check(records[:1], llm, environments, TASKS["multihop_qa"], k=2, m=1,
                           max_turns=2, max_tokens=48)
     assert checked[0] == Drop("unsolved") or checked[0]["pass_rate"] in (0.5, 1.0)

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop
 from tansaku.core.errors import InputError
 from tansaku.core.llm import ScriptedLLM
@@ -21,7 +22,9 @@ from tansaku.core.store import StoreError, read_manifest, read_rows
 from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.search import build_index
 from tansaku.envs.tasks import TASKS
+from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.multihop.build import build_multihop
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.multihop.solvability import agent_check, keep_rule
 
 MINIWIKI = Path(__file__).parent / "fixtures" / "miniwiki" / "miniwiki.jsonl"
@@ -54,9 +57,9 @@ def world(tmp_path_factory):
     from tansaku.pipelines.corpus import build_corpus
 
     base = tmp_path_factory.mktemp("stable")
-    build_corpus(MINIWIKI, base / "corpus", fmt="jsonl", quiet=True)
+    build_corpus(CorpusConfig(input=MINIWIKI, format="jsonl"), base / "corpus", BuildContext(quiet=True))
     build_index(base / "corpus", base / "index")
-    build_multihop(corpus=base / "corpus", index=base / "index", out=base / "plain", quiet=True)
+    build_multihop(MultihopConfig(corpus=base / "corpus", index=base / "index"), base / "plain", BuildContext(quiet=True))
     rows = read_rows(base / "plain") + read_rows(base / "plain", "test")
     questions = sorted(rows, key=lambda r: r["question"])
     plan = {r["question"]: (r["answer"], SOLVED[i % len(SOLVED)]) for i, r in enumerate(questions)}
@@ -66,8 +69,8 @@ def world(tmp_path_factory):
 
 def build(world, out: str, **options):
     base, plan = world
-    manifest = build_multihop(corpus=base / "corpus", index=base / "index", out=base / out, quiet=True,
-                              policy=scripted(plan), **options)
+    config = MultihopConfig(corpus=base / "corpus", index=base / "index", policy=scripted(plan), **options)
+    manifest = build_multihop(config, base / out, BuildContext(quiet=True))
     return manifest, read_rows(base / out) + read_rows(base / out, "test")
 
 
@@ -89,7 +92,8 @@ def test_default_keeps_questions_solved_at_least_half_of_k(world):
     assert solve_stage(manifest)["dropped"] == {"unstable": n[1], "unsolved": n[0]}
     rule = {"k": 4, "m": None, "min_pass_rate": 0.5, "max_pass_rate": 1.0, "min_solved": 2, "max_solved": 4}
     assert manifest["config"]["solvability"] == rule
-    assert {key: solve_stage(manifest)["params"][key] for key in rule} == rule  # stage params: the fingerprint
+    # stage params (the fingerprint): the options as given, and the solved counts they mean
+    assert solve_stage(manifest)["params"] == {**rule, "min_pass_rate": None, "batch_size": 16}
 
 
 def test_max_pass_rate_drops_the_always_solved(world):
@@ -99,8 +103,7 @@ def test_max_pass_rate_drops_the_always_solved(world):
     assert {plan[r["question"]][1] for r in rows} == {2} and len(rows) == n[2]
     assert solve_stage(manifest)["dropped"] == {"always_solved": n[4], "unstable": n[1], "unsolved": n[0]}
     with pytest.raises(StoreError, match=r"stage 'solve' param max_pass_rate 0\.9 → 1\.0"):
-        build_multihop(corpus=base / "corpus", index=base / "index", out=base / "rl", quiet=True,
-                       policy=scripted(plan))
+        build_multihop(MultihopConfig(corpus=base / "corpus", index=base / "index", policy=scripted(plan)), base / "rl", BuildContext(quiet=True))
 
 
 def test_an_explicit_m_is_a_count_of_k(world):
@@ -116,9 +119,9 @@ def test_agent_check_names_every_drop(world):
     local = {q: (plan[q][0], solved) for q, solved in zip(questions, (4, 3, 1, 0))}
     records = [{"chain_id": q, "question": q, "answer": local[q][0]} for q in questions]
     tools = make_environment_factory(TASKS["multihop_qa"], base / "index")
-    out = agent_check(records, scripted(local), tools, k=4, max_pass_rate=0.6)
+    out = agent_check(records, scripted(local), tools, TASKS["multihop_qa"], k=4, max_pass_rate=0.6)
     assert [o.reason for o in out] == ["always_solved", "too_easy", "unstable", "unsolved"]
-    kept = agent_check(records, scripted(local), tools, k=4, min_pass_rate=0.25)
+    kept = agent_check(records, scripted(local), tools, TASKS["multihop_qa"], k=4, min_pass_rate=0.25)
     assert [o.reason if isinstance(o, Drop) else o["pass_rate"] for o in kept] == [1.0, 0.75, 0.25, "unsolved"]
     assert all(o["k"] == 4 for o in kept if not isinstance(o, Drop))
 

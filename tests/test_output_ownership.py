@@ -179,7 +179,7 @@ def test_training_refuses_a_dataset_an_index_or_a_users_folder_as_output_dir(env
     for out in (envs["dataset"], envs["index"], mine):
         before = snapshot(envs["root"]), snapshot(mine)
         # A model that does not exist: a check after loading it would fail on the model, not the output_dir.
-        refused(train(kind, "--config", recipe, "--set", f"output_dir={out}", "--set", "model=/no/such/model"),
+        refused(train(kind, "--config", recipe, "--output_dir", out, "--model_name_or_path", "/no/such/model"),
                 f"output_dir {out}")
         assert (snapshot(envs["root"]), snapshot(mine)) == before
 
@@ -190,19 +190,20 @@ def test_a_run_folder_of_its_own_kind_is_its_own_and_one_of_the_other_kind_is_re
     from tansaku.trainer.sft import write_recipe_copy
 
     run = tmp_path / "run"
-    sft = load_recipe(SFT_TINY, [f"output_dir={run}"])
+    sft = load_recipe(SFT_TINY, ["--output_dir", str(run)], kind="sft")
     check_output_dir(sft)  # missing: free
-    write_recipe_copy(sft, str(run))
+    write_recipe_copy(sft)
     (run / "checkpoint-5").mkdir()
     check_output_dir(sft)  # its own: resumed or continued
     with pytest.raises(InputError, match="holds a tansaku sft"):
-        check_output_dir(load_recipe(RL_TINY, [f"output_dir={run}"]))
+        check_output_dir(load_recipe(RL_TINY, ["--output_dir", str(run)], kind="rl"))
     copied = tmp_path / "copied"  # a checkpoint copied into a fresh folder: resumed only when asked to
     (copied / "checkpoint-2").mkdir(parents=True)
     (copied / "checkpoint-2" / "trainer_state.json").write_text("{}", encoding="utf-8")
-    check_output_dir(load_recipe(RL_TINY, [f"output_dir={copied}", "resume_from_checkpoint=latest"]))
+    check_output_dir(load_recipe(RL_TINY, ["--output_dir", str(copied), "--resume_from_checkpoint", "latest"],
+                                 kind="rl"))
     with pytest.raises(InputError, match="checkpoint-2"):
-        check_output_dir(load_recipe(RL_TINY, [f"output_dir={copied}"]))
+        check_output_dir(load_recipe(RL_TINY, ["--output_dir", str(copied)], kind="rl"))
 
 
 def test_a_current_output_of_another_kind_is_named_by_its_kind(envs, model, tmp_path):
@@ -211,7 +212,7 @@ def test_a_current_output_of_another_kind_is_named_by_its_kind(envs, model, tmp_
 
     spec, sentinel = model
     run = tmp_path / "sft"  # a current sft run (its marker names its kind), given as an eval --out
-    write_recipe_copy(load_recipe(SFT_TINY, [f"output_dir={run}"]), str(run))
+    write_recipe_copy(load_recipe(SFT_TINY, ["--output_dir", str(run)], kind="sft"))
     before = snapshot(run)
     refused(evaluate(envs, spec, run), str(run), "holds a tansaku sft output")
     assert snapshot(run) == before and not sentinel.exists()
@@ -232,7 +233,7 @@ def test_an_unwritable_output_dir_is_one_line_not_a_traceback(tmp_path, where):
     run = place / "run"
     try:
         with pytest.raises(InputError, match=f"^output_dir {re.escape(str(run))}: cannot create the folder"):
-            write_recipe_copy(load_recipe(SFT_TINY, [f"output_dir={run}"]), str(run))
+            write_recipe_copy(load_recipe(SFT_TINY, ["--output_dir", str(run)], kind="sft"))
     finally:
         place.chmod(0o755)
     assert not run.exists()
@@ -244,14 +245,17 @@ def test_training_output_dir_equal_to_inside_or_holding_its_model_is_refused(tmp
     from tansaku.trainer.sft import write_recipe_copy
 
     run = tmp_path / "sft"  # an SFT run: the start of the next run
-    write_recipe_copy(load_recipe(SFT_TINY, [f"output_dir={run}"]), str(run))
+    write_recipe_copy(load_recipe(SFT_TINY, ["--output_dir", str(run)], kind="sft"))
     (run / "checkpoint-4").mkdir()
     with pytest.raises(InputError, match="is the input model"):
-        check_output_dir(load_recipe(SFT_TINY, [f"output_dir={run}", f"model={run}"]))
+        check_output_dir(load_recipe(SFT_TINY, ["--output_dir", str(run), "--model_name_or_path", str(run)],
+                                     kind="sft"))
     with pytest.raises(InputError, match="holds the input model"):
-        check_output_dir(load_recipe(SFT_TINY, [f"output_dir={run}", f"model={run / 'checkpoint-4'}"]))
+        check_output_dir(load_recipe(SFT_TINY, ["--output_dir", str(run),
+                                                "--model_name_or_path", str(run / "checkpoint-4")], kind="sft"))
     with pytest.raises(InputError, match="is inside the input model"):
-        check_output_dir(load_recipe(RL_TINY, [f"output_dir={run / 'rl'}", f"model={run}"]))
+        check_output_dir(load_recipe(RL_TINY, ["--output_dir", str(run / "rl"), "--model_name_or_path", str(run)],
+                                     kind="rl"))
 
 
 # ---------------------------------------------------------------- 4. --out inside an input

@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-PACKAGE_DIRS = ("core", "envs", "pipelines", "trainer", "data_cards")
+PACKAGE_DIRS = ("core", "envs", "pipelines", "trainer", "data_cards", "testing")
 MAX_LINES = 400
 
 _spec = importlib.util.spec_from_file_location("wheel_contents", ROOT / ".ci" / "wheel_contents.py")
@@ -69,7 +69,8 @@ def test_wheel_installs_only_tansaku_with_its_data(wheel):
     assert wheel_contents.problems(wheel) == []
     for needed in ("tansaku/examples/miniwiki.jsonl", "tansaku/core/chat_template.jinja",
                    "tansaku/data_cards/dataset_card.md.jinja", "tansaku/trainer/recipes/sft-tiny.yaml",
-                   "tansaku/pipelines/multihop/prompts/question.v1.md", "tansaku/cli.py", "tansaku/core/jsonl.py"):
+                   "tansaku/pipelines/multihop/prompts/question.v1.md", "tansaku/cli.py", "tansaku/core/jsonl.py",
+                   "tansaku/testing/canned_server.py"):
         assert needed in names
     assert not [n for n in names if n.startswith(("tansaku/tests/", "tansaku/bench/", "tansaku/docs/"))]
 

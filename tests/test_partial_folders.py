@@ -42,8 +42,11 @@ sys.path.remove(str(ROOT / "tests" / "fixtures" / "search"))
 KILLED = """
 import os, shutil, signal, sys
 from pathlib import Path
+from tansaku.core.context import BuildContext
 from tansaku.envs.search import build_index, embedded
+from tansaku.envs.tasks import EgovMCQ
 from tansaku.pipelines.egov import build as egov
+from tansaku.pipelines.egov.config import EgovConfig
 
 point, what, src, out = sys.argv[1:5]
 die = lambda: os.kill(os.getpid(), signal.SIGKILL)
@@ -80,9 +83,9 @@ elif point in ("swap", "old"):
         rmtree(path, *args, **kwargs)
     os.replace, shutil.rmtree = killing_replace, killing_rmtree  # as every module sees them
 elif point == "questions":
-    after(egov, "_gold_check")
+    after(EgovMCQ, "gold_drops")  # the gold_check stage of the question build
 if what == "egov":
-    egov.build_egov([Path(src)], Path(out), quiet=True)
+    egov.build_egov(EgovConfig(laws=[Path(src)]), Path(out), BuildContext(quiet=True))
 else:
     build_index(Path(src), Path(out))
 sys.exit(3)  # not killed: the point was never reached

@@ -19,12 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tansaku.core import progress as progress_mod
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop, StageStats, global_stage, map_stage
 from tansaku.core.errors import InputError
 from tansaku.core.progress import BuildProgress, ensure_log_handler, log_every, progress_bar, stage_line
 from tansaku.core.runner import run_pipeline
 from tansaku.pipelines.corpus import build_corpus
+from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.multihop.build import build_multihop
+from tansaku.pipelines.multihop.config import MultihopConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -65,7 +68,7 @@ def every_update(monkeypatch, caplog):
 
 def test_corpus_build_logs_per_stage_lines_off_a_terminal(tmp_path, caplog, every_update):
     assert not sys.stderr.isatty()  # pytest's capture: what nohup/Slurm/CI look like
-    manifest = build_corpus(EXAMPLES / "miniwiki.jsonl", tmp_path / "corpus")
+    manifest = build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki.jsonl"), tmp_path / "corpus")
     _check_against_manifest(caplog, manifest)
 
 
@@ -73,16 +76,15 @@ def test_default_frequency_still_gives_a_start_and_a_final_line(tmp_path, caplog
     monkeypatch.delenv("TANSAKU_LOG_EVERY", raising=False)
     monkeypatch.delenv("TANSAKU_QUIET", raising=False)  # CI sets it for its own output
     caplog.set_level(logging.INFO, logger="tansaku")
-    manifest = build_corpus(EXAMPLES / "miniwiki.jsonl", tmp_path / "corpus")
+    manifest = build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki.jsonl"), tmp_path / "corpus")
     by_stage = _check_against_manifest(caplog, manifest)
     assert all(len(lines) == 2 for lines in by_stage.values())  # a small build ends well within 10 s
 
 
 def test_multihop_build_one_line_series_per_stage_with_its_own_total(tmp_path, caplog, every_update):
-    build_corpus(EXAMPLES / "miniwiki.jsonl", tmp_path / "corpus", quiet=True)
+    build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki.jsonl"), tmp_path / "corpus", BuildContext(quiet=True))
     caplog.clear()
-    manifest = build_multihop(corpus=tmp_path / "corpus", out=tmp_path / "multihop", policy=SCRIPTED_AGENT,
-                              k=1, m=1, limit=10)
+    manifest = build_multihop(MultihopConfig(corpus=tmp_path / "corpus", policy=SCRIPTED_AGENT, k=1, m=1, limit=10), tmp_path / "multihop")
     by_stage = _check_against_manifest(caplog, manifest)
     stages = manifest["stages"]
     # A stage that starts a segment (after a global stage) knows its total: what the stage before kept.
@@ -93,7 +95,7 @@ def test_multihop_build_one_line_series_per_stage_with_its_own_total(tmp_path, c
 
 
 def test_quiet_logs_nothing_at_info(tmp_path, caplog, every_update):
-    build_corpus(EXAMPLES / "miniwiki.jsonl", tmp_path / "corpus", quiet=True)
+    build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki.jsonl"), tmp_path / "corpus", BuildContext(quiet=True))
     assert not [r for r in caplog.records if r.name == "tansaku" and r.levelno <= logging.INFO]
 
 
@@ -105,7 +107,7 @@ class _FakeTerminal(io.StringIO):
 def test_on_a_terminal_a_bar_per_stage_and_no_log_lines(tmp_path, caplog, every_update, monkeypatch):
     fake = _FakeTerminal()
     monkeypatch.setattr(sys, "stderr", fake)
-    manifest = build_corpus(EXAMPLES / "miniwiki.jsonl", tmp_path / "corpus")
+    manifest = build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki.jsonl"), tmp_path / "corpus")
     assert not [r for r in caplog.records if r.name == "tansaku" and r.levelno <= logging.INFO]
     drawn = fake.getvalue()
     for s in manifest["stages"]:
@@ -212,7 +214,10 @@ def test_lines_are_bounded_one_per_stage_per_interval_plus_finals(updates):
         log.removeHandler(handler)
         log.setLevel(old)
     stages = {name for name, _ in updates}
-    assert Counter(LINE.match(m)["stage"] for m in handler.messages) == Counter({s: 2 for s in stages})
+    # One running line once a stage has received something (none before: "received 0" says nothing), one final.
+    received = {name for name, n in updates if n}
+    assert Counter(LINE.match(m)["stage"] for m in handler.messages) == Counter(
+        {s: 2 if s in received else 1 for s in stages})
 
 
 class _Collect(logging.Handler):
@@ -230,11 +235,10 @@ def test_on_terminal_follows_stderr(monkeypatch):
 
 
 def test_multihop_on_a_terminal_nests_loop_bars_in_the_build_display(tmp_path, caplog, every_update, monkeypatch):
-    build_corpus(EXAMPLES / "miniwiki.jsonl", tmp_path / "corpus", quiet=True)
+    build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki.jsonl"), tmp_path / "corpus", BuildContext(quiet=True))
     fake = _FakeTerminal()
     monkeypatch.setattr(sys, "stderr", fake)
-    manifest = build_multihop(corpus=tmp_path / "corpus", out=tmp_path / "multihop", policy=SCRIPTED_AGENT,
-                              k=1, m=1, limit=10)  # rollouts and the index bar open inside the build's display
+    manifest = build_multihop(MultihopConfig(corpus=tmp_path / "corpus", policy=SCRIPTED_AGENT, k=1, m=1, limit=10), tmp_path / "multihop")  # rollouts and the index bar open inside the build's display
     assert not [r for r in caplog.records if r.name == "tansaku" and r.levelno <= logging.INFO]
     assert all(f"multihop · {s['name']}" in fake.getvalue() for s in manifest["stages"])
 

@@ -83,7 +83,7 @@ def built(tmp_path_factory) -> Built:
                                         "--license", "cc-by-sa-4.0"))):  # plain JSON lines: the user names it
         b.build(corpus, "build", "corpus", *source)
         index = b.root / f"{corpus}-index"
-        meta = json.loads(ok("index", "build", "--dataset", b.root / corpus, "--index", index).stdout)
+        meta = json.loads(ok("index", "build", "--dataset", b.root / corpus, "--index", index, "--json").stdout)
         assert meta["documents"] > 1000, meta
         b.build(f"{corpus}-multihop", "build", "multihop", "--corpus", b.root / corpus, "--index", index,
                 "--llm", STAND_IN, "--policy", STAND_IN)

@@ -27,9 +27,9 @@ REPORT = [{"role": "assistant", "content": "<think>調べた</think>白砂海岸
 
 
 def write_recipe(path: Path, index, **extra) -> Path:
-    recipe = {"kind": "rl", "model": "tiny", "output_dir": str(path.parent / "run"), "use_cpu": True,
+    recipe = {"model_name_or_path": "tiny", "output_dir": str(path.parent / "run"), "use_cpu": True,
               "tasks": [{"name": "deepresearch", "data": str(ENVS / "deepresearch.jsonl"), "index": str(index)}],
-              "num_generations": 2, "max_steps": 1, "report_to": [], **extra}
+              "num_generations": 2, "max_steps": 1, "report_to": "none", **extra}
     path.write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
     return path
 
@@ -40,16 +40,19 @@ def trap(monkeypatch):
 
 
 def test_judge_is_a_spec_or_a_mapping_with_client_options(tmp_path, envs_index):
-    plain = load_recipe(write_recipe(tmp_path / "a.yaml", envs_index, judge="scripted:judge.jsonl"))
-    assert plain.judge.model == "scripted:judge.jsonl" and plain.judge.client_options() == {"cache": False}
+    plain = load_recipe(write_recipe(tmp_path / "a.yaml", envs_index, judge="scripted:judge.jsonl"), kind="rl")
+    judge = plain.script_args.judge
+    assert judge.model == "scripted:judge.jsonl" and judge.client_options() == {"cache": False}
     full = load_recipe(write_recipe(tmp_path / "b.yaml", envs_index, judge={
         "model": "http:judge@http://localhost:8001", "concurrency": 4, "api_key": "sk-x", "timeout": 30,
-        "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}, "cache": True}))
-    assert full.judge.client_options() == {
+        "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}, "cache": True}), kind="rl")
+    assert full.script_args.judge.client_options() == {
         "cache": "default", "timeout": 30.0, "max_concurrency": 4, "api_key": {"*": "sk-x"},
         "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
-    overridden = load_recipe(tmp_path / "a.yaml", ["judge.model=scripted:other.jsonl"])
-    assert overridden.judge.model == "scripted:other.jsonl"
+    overridden = load_recipe(tmp_path / "a.yaml", ["--judge", "scripted:other.jsonl"], kind="rl")
+    assert overridden.script_args.judge.model == "scripted:other.jsonl"
+    section = load_recipe(tmp_path / "a.yaml", ["--judge", "{model: 'http:j@http://h:1', timeout: 5}"], kind="rl")
+    assert (section.script_args.judge.model, section.script_args.judge.timeout) == ("http:j@http://h:1", 5.0)
 
 
 @pytest.mark.parametrize("judge, expected", [
@@ -60,7 +63,7 @@ def test_judge_is_a_spec_or_a_mapping_with_client_options(tmp_path, envs_index):
 ])
 def test_a_bad_judge_section_is_one_recipe_error(judge, expected, tmp_path, envs_index):
     with pytest.raises(RecipeError, match=expected):
-        load_recipe(write_recipe(tmp_path / "r.yaml", envs_index, judge=judge))
+        load_recipe(write_recipe(tmp_path / "r.yaml", envs_index, judge=judge), kind="rl")
 
 
 def test_a_deepresearch_recipe_without_a_judge_is_refused_before_any_model_loads(tmp_path, envs_index, trap):
@@ -77,7 +80,8 @@ def test_train_rl_judge_option_reaches_the_run_and_its_recipe_copy(tmp_path, env
     result = CliRunner().invoke(train_app, ["rl", "--config", str(config), "--judge", f"scripted:{replies}"])
     assert isinstance(result.exception, Reached), (result.exit_code, result.output)
     copy = json.loads((tmp_path / "run" / "tansaku_recipe.json").read_text(encoding="utf-8"))
-    assert copy["judge"]["model"] == f"scripted:{replies}"  # the recipe copy names the judge the run used
+    # the recipe copy names the judge the run used
+    assert copy["script_args"]["judge"]["model"] == f"scripted:{replies}"
 
 
 def test_the_judge_prompt_states_each_criterions_scale_once_and_never_contradicts_it():

@@ -3,7 +3,7 @@ deepresearch prompts from examples/ in one GSPO run, the deepresearch reports sc
 
 Fast: the recipe loads and passes ``check_recipe`` with a judge; without one it is refused in one line naming
 ``--judge``, before any model loads. Slow: 2 GSPO steps on the tiny model with the judge served by the canned server
-(``tansaku.core.llm.canned_server``, responder ``examples/stand_in_llm.py``) on a free local port.
+(``tansaku.testing.canned_server``, responder ``examples/stand_in_llm.py``) on a free local port.
 
     pytest tests/test_rl_mixed.py            (fast part)
     pytest tests/test_rl_mixed.py -m slow    (2 steps on the tiny model: 945 s on 2 cores shared with other jobs)
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.cli_checks import Reached, refused, trap_rl_model
+from fixtures.recipe_args import recipe_copy
 from typer.testing import CliRunner
 
 from tansaku.cli import train_app
@@ -42,8 +43,9 @@ def trap(monkeypatch):
 def test_the_mixed_recipe_mixes_three_tasks_with_per_task_weights_and_passes_its_checks(tmp_path):
     from tansaku.trainer.rl_rewards import build_rewards, task_of_environment
 
-    recipe = load_recipe(MIXED, [f"output_dir={tmp_path / 'run'}"])
-    assert [t.name for t in recipe.tasks] == list(TASKS) and recipe.judge.model.startswith("http:")
+    recipe = load_recipe(MIXED, ["--output_dir", str(tmp_path / "run")], kind="rl")
+    script_args, config = recipe.script_args, recipe.training_args
+    assert [t.name for t in script_args.tasks] == list(TASKS) and script_args.judge.model.startswith("http:")
     judge = rl_module.judge_client(recipe)
     try:
         rl_module.check_recipe(recipe, judge)
@@ -55,11 +57,12 @@ def test_the_mixed_recipe_mixes_three_tasks_with_per_task_weights_and_passes_its
         judge.close()
     # 2 rows per task: 2 steps of 3 prompts are one epoch of TRL's sampler, so each task occurs in 2 steps
     assert sorted(tasks) == sorted(list(TASKS) * 2)
-    assert recipe.prompts_per_step * 2 == len(tasks) and recipe.num_generations == 2
+    completions = config.per_device_train_batch_size * config.gradient_accumulation_steps
+    assert completions == 3 * 2 and config.num_generations == 2 and len(tasks) == 2 * 3
 
 
 def test_the_mixed_recipe_builds_every_index_and_reaches_training_with_a_judge(tmp_path, trap):
-    result = CliRunner().invoke(train_app, ["rl", "--config", str(MIXED), "--set", f"output_dir={tmp_path / 'run'}",
+    result = CliRunner().invoke(train_app, ["rl", "--config", str(MIXED), "--output_dir", str(tmp_path / "run"),
                                             "--skip-readiness", "--judge", "http:judge@http://127.0.0.1:9"])
     assert isinstance(result.exception, Reached), (result.exit_code, result.output)
     for task in TASKS:  # index: auto, built from each task's shipped corpus
@@ -67,8 +70,9 @@ def test_the_mixed_recipe_builds_every_index_and_reaches_training_with_a_judge(t
 
 
 def test_the_mixed_recipe_without_a_judge_is_refused_in_one_line_naming_judge(tmp_path, trap):
-    result = CliRunner().invoke(train_app, ["rl", "--config", str(MIXED), "--set", f"output_dir={tmp_path / 'run'}",
-                                            "--set", "judge.model=none", "--skip-readiness"])
+    no_judge = recipe_copy(MIXED, tmp_path, judge=None)
+    result = CliRunner().invoke(train_app, ["rl", "--config", str(no_judge), "--output_dir", str(tmp_path / "run"),
+                                            "--skip-readiness"])
     assert not isinstance(result.exception, Reached)
     refused(result, "deepresearch", "--judge")
     assert not (tmp_path / "run").exists()
@@ -82,13 +86,13 @@ def _finite(value) -> bool:
 def test_two_mixed_gspo_steps_score_every_task_and_judge_over_http(tmp_path, tiny_model_path):
     import polars as pl
 
-    from tansaku.core.llm.canned_server import ServerThread
     from tansaku.examples.stand_in_llm import respond
+    from tansaku.testing.canned_server import ServerThread
     from tansaku.trainer.rl import run_rl
 
     out = tmp_path / "run"
     with ServerThread("judge", responder=respond) as url:
-        result = run_rl(MIXED, [f"output_dir={out}", "max_steps=2"], skip_readiness=True,
+        result = run_rl(MIXED, ["--output_dir", str(out), "--max_steps", "2"], skip_readiness=True,
                         judge=f"http:judge@{url}")
         with urllib.request.urlopen(f"{url}/stats", timeout=5) as resp:
             served = json.loads(resp.read())

@@ -16,9 +16,13 @@ import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
+from tansaku.core.context import BuildContext
 from tansaku.core.errors import InputError
 from tansaku.core.heldout import HeldOut
 from tansaku.core.store import read_manifest, read_rows
+from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.multihop.config import MultihopConfig
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.trainer.recipes import RLTask
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,14 +33,12 @@ def built(tmp_path_factory):
     from tansaku.envs.search import build_index
     from tansaku.pipelines.corpus import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
-    from tansaku.pipelines.multihop.chains import Caps
 
     base = tmp_path_factory.mktemp("rl-split")
-    build_corpus(ROOT / "examples" / "miniwiki.jsonl", base / "corpus", fmt="jsonl", quiet=True)
+    build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki.jsonl", format="jsonl"), base / "corpus", BuildContext(quiet=True))
     build_index(base / "corpus", base / "index")
     for name, rl_share in (("plain", 0.0), ("with-rl", 0.3)):
-        build_multihop(corpus=base / "corpus", out=base / name, quiet=True, caps=Caps(None, None, None),
-                       rl_share=rl_share)
+        build_multihop(MultihopConfig(corpus=base / "corpus", max_per_subject=0, max_per_bridge=0, max_per_relation_pair=0, rl_share=rl_share), base / name, BuildContext(quiet=True))
     return base
 
 
@@ -72,8 +74,9 @@ def test_trajectories_read_train_only(built, tmp_path):
     from tansaku.pipelines.trajectories.build import build_trajectories
 
     script = ROOT / "examples" / "teacher_script.py"
-    build_trajectories(built / "with-rl", tmp_path / "sft", teacher=f"scripted:{script}", index=built / "index",
-                       translator=f"scripted:{script}:rewrite", n=1, quiet=True)
+    build_trajectories(TrajectoriesConfig(dataset=built / "with-rl", teacher=f"scripted:{script}", index=built / "index",
+                                          translator=f"scripted:{script}:rewrite", n=1),
+                       tmp_path / "sft", BuildContext(quiet=True))
     asked = {r["question_id"] for r in read_rows(tmp_path / "sft")} | {
         json.loads(r["record"]).get("question_id") for r in read_rows(tmp_path / "sft", "rejected") if r["record"]}
     train_ids = {r.get("qid") for r in read_rows(built / "with-rl", "train")}

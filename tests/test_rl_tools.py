@@ -11,6 +11,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fixtures.recipe_args import section_arg
 from typer.testing import CliRunner
 
 from tansaku.cli import train_app
@@ -138,25 +139,26 @@ def test_abstention_is_opt_in_and_capped_at_the_answer_weight(tmp_path):
         with pytest.raises(Exception, match="abstention weight"):
             TASK.with_abstention(bad)
     recipe_file = tmp_path / "rl.yaml"
-    recipe_file.write_text("kind: rl\nmodel: tiny\ntasks:\n  - {name: multihop_qa, data: d, index: i, abstention_weight: 0.5}\n"
+    recipe_file.write_text("model_name_or_path: tiny\nuse_cpu: true\ntasks:\n"
+                           "  - {name: multihop_qa, data: d, index: i, abstention_weight: 0.5}\n"
                            f"output_dir: {tmp_path / 'o'}\n", encoding="utf-8")
-    funcs, weights, _ = build_rewards(load_recipe(recipe_file))
+    funcs, weights, _ = build_rewards(load_recipe(recipe_file, kind="rl"))
     assert [f.__name__ for f in funcs][-1] == "abstention_reward" and weights[-1] == 0.5
     with pytest.raises(RecipeError, match="abstention weight"):
-        build_rewards(load_recipe(recipe_file, ["tasks.0.abstention_weight=2.0"]))
+        build_rewards(load_recipe(recipe_file, section_arg(recipe_file, "tasks", abstention_weight=2.0), kind="rl"))
 
 
-def test_reward_aggregation_is_a_recipe_key_mapped_to_trl(tmp_path):
+def test_reward_aggregation_is_trls_multi_objective_aggregation(tmp_path):
     from tansaku.trainer.rl import grpo_config
 
     recipe_file = tmp_path / "rl.yaml"
-    recipe_file.write_text(f"kind: rl\nmodel: tiny\ntasks:\n  - {{name: multihop_qa, data: d, index: i}}\noutput_dir: {tmp_path / 'o'}\n",
-                           encoding="utf-8")
-    assert grpo_config(load_recipe(recipe_file, ["use_cpu=true"])).multi_objective_aggregation == "sum_then_normalize"
-    gdpo = grpo_config(load_recipe(recipe_file, ["use_cpu=true", "reward_aggregation=normalize_then_sum"]))
-    assert gdpo.multi_objective_aggregation == "normalize_then_sum"
-    with pytest.raises(RecipeError, match="reward_aggregation"):
-        load_recipe(recipe_file, ["reward_aggregation=average"])
+    recipe_file.write_text("model_name_or_path: tiny\nuse_cpu: true\ntasks:\n  - {name: multihop_qa, data: d, index: i}\n"
+                           f"output_dir: {tmp_path / 'o'}\n", encoding="utf-8")
+    assert grpo_config(load_recipe(recipe_file, kind="rl")).multi_objective_aggregation == "sum_then_normalize"
+    gdpo = grpo_config(load_recipe(recipe_file, ["--multi_objective_aggregation", "normalize_then_sum"], kind="rl"))
+    assert gdpo.multi_objective_aggregation == "normalize_then_sum"  # GDPO: normalise each component first
+    with pytest.raises(RecipeError, match="unknown key 'reward_aggregation' .use multi_objective_aggregation"):
+        load_recipe(recipe_file, ["--reward_aggregation", "normalize_then_sum"], kind="rl")
 
 
 # ---------------------------------------------------------------- collapse watch

@@ -15,15 +15,20 @@ import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
-from tansaku.core import shards
+from tansaku.core.context import BuildContext
+from tansaku.core.shards import ShardPlan
 from tansaku.core.store import read_manifest, read_rows
 from tansaku.envs.search import build_index
 from tansaku.pipelines.corpus import build_corpus
+from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.deepresearch.build import build_deepresearch
+from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.egov import build as egov_build
+from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.multihop.build import build_multihop
-from tansaku.pipelines.multihop.chains import Caps
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 MINIWIKI = ROOT / "tests" / "fixtures" / "miniwiki" / "miniwiki.jsonl"
@@ -62,7 +67,7 @@ def test_four_shard_processes_merge_into_the_single_build(documents, tmp_path):
     named = [arg for i in (2, 0, 3, 1) for arg in ("--from-shards", str(tmp_path / f"s{i}"))]
     merged = runner.invoke(synth_app, [*args, "--out", str(tmp_path / "merged"), *named])
     assert merged.exit_code == 0, merged.output
-    single = build_corpus(documents, tmp_path / "single", min_chars=3, quiet=True)
+    single = build_corpus(CorpusConfig(input=documents, min_chars=3), tmp_path / "single", BuildContext(quiet=True))
     got = read_manifest(tmp_path / "merged")
     assert got["version"] == single["version"] and _funnel(got) == _funnel(single)
     assert read_rows(tmp_path / "merged") == read_rows(tmp_path / "single")
@@ -70,17 +75,14 @@ def test_four_shard_processes_merge_into_the_single_build(documents, tmp_path):
 
 
 def test_sharded_multihop_equals_the_single_build(tmp_path):
-    build_corpus(MINIWIKI, tmp_path / "corpus", quiet=True)
-    single = build_multihop(corpus=tmp_path / "corpus", out=tmp_path / "single", quiet=True, chunk_size=3)
-    try:
-        for i in range(3):
-            shards.set_plan(f"{i}/3")
-            part = build_multihop(corpus=tmp_path / "corpus", out=tmp_path / f"s{i}", quiet=True, chunk_size=3)
-            assert part["shard"]["shard"] == i and part["version"] is None
-        shards.set_plan(merge_from=[tmp_path / f"s{i}" for i in range(3)])
-        merged = build_multihop(corpus=tmp_path / "corpus", out=tmp_path / "merged", quiet=True, chunk_size=3)
-    finally:
-        shards.set_plan()
+    build_corpus(CorpusConfig(input=MINIWIKI), tmp_path / "corpus", BuildContext(quiet=True))
+    config = MultihopConfig(corpus=tmp_path / "corpus", chunk_size=3)
+    single = build_multihop(config, tmp_path / "single", BuildContext(quiet=True))
+    for i in range(3):
+        part = build_multihop(config, tmp_path / f"s{i}", BuildContext(shards=ShardPlan.from_options(f"{i}/3")))
+        assert part["shard"]["shard"] == i and part["version"] is None
+    merge = ShardPlan.from_options(merge_from=[tmp_path / f"s{i}" for i in range(3)])
+    merged = build_multihop(config, tmp_path / "merged", BuildContext(shards=merge))
     assert merged["version"] == single["version"] and _funnel(merged) == _funnel(single)
     assert part["shard"]["input_chunks"] > 3  # every shard had chunks to do
 
@@ -102,7 +104,6 @@ def test_bad_merges_are_one_line_and_exit_2(documents, tmp_path):
         result = runner.invoke(synth_app, argv)
         assert result.exit_code == 2 and expected in result.output, (expected, result.output)
         assert len(result.output.strip().splitlines()) == 1
-    assert shards.PLAN == shards.ShardPlan()  # the CLI leaves no plan behind
 
 
 def test_a_shard_resumes_and_a_finished_merge_is_returned_as_it_is(documents, tmp_path):
@@ -116,30 +117,25 @@ def test_a_shard_resumes_and_a_finished_merge_is_returned_as_it_is(documents, tm
 
 
 def _shards_then_merge(folder: Path, n: int, build) -> dict:
-    """``build(out)`` as shards 0 … n-1 of ``n`` under ``folder``, then merged from that folder; the merge's
-    manifest."""
-    try:
-        for i in range(n):
-            shards.set_plan(f"{i}/{n}")
-            part = build(folder / f"s{i}")
-            assert part["shard"]["shard"] == i and part["version"] is None
-        assert part["shard"]["input_chunks"] > n  # every shard had chunks to do
-        shards.set_plan(merge_from=[folder])
-        return build(folder.parent / "merged")
-    finally:
-        shards.set_plan()
+    """``build(out, context)`` as shards 0 … n-1 of ``n`` under ``folder``, then merged from that folder; the
+    merge's manifest."""
+    for i in range(n):
+        part = build(folder / f"s{i}", BuildContext(shards=ShardPlan.from_options(f"{i}/{n}"), quiet=True))
+        assert part["shard"]["shard"] == i and part["version"] is None
+    assert part["shard"]["input_chunks"] > n  # every shard had chunks to do
+    return build(folder.parent / "merged", BuildContext(shards=ShardPlan.from_options(merge_from=[folder]), quiet=True))
 
 
-def test_sharded_egov_equals_the_single_build(tmp_path, monkeypatch):
+def test_sharded_egov_equals_the_single_build(tmp_path):
     """The articles are sharded (law files); the questions are built once, on the merge."""
-    monkeypatch.setattr(egov_build, "LAWS_PER_CHUNK", 3)
     law = (ROOT / "tests" / "fixtures" / "egov" / "506AC0000000901_20250401_000000000000000.xml").read_bytes()
     laws = tmp_path / "all_xml.zip"
     with zipfile.ZipFile(laws, "w") as zf:  # 10 laws, each under its own id, as in e-Gov's bulk zip
         for i in range(10):
             zf.writestr(f"all_xml/9{i:02d}AC{i:010d}_20240401_000000000000000.xml", law)
-    single = egov_build.build_egov(laws, tmp_path / "single", quiet=True)
-    merged = _shards_then_merge(tmp_path / "shards", 3, lambda out: egov_build.build_egov(laws, out, quiet=True))
+    config = EgovConfig(laws=laws, laws_per_chunk=3)
+    single = egov_build.build_egov(config, tmp_path / "single", BuildContext(quiet=True))
+    merged = _shards_then_merge(tmp_path / "shards", 3, lambda out, context: egov_build.build_egov(config, out, context))
     assert merged["version"] == single["version"] and _funnel(merged) == _funnel(single)
     assert read_manifest(tmp_path / "merged" / "articles")["version"] == \
         read_manifest(tmp_path / "single" / "articles")["version"]
@@ -148,15 +144,16 @@ def test_sharded_egov_equals_the_single_build(tmp_path, monkeypatch):
 
 def test_sharded_trajectories_equal_the_single_build(tmp_path):
     """Teacher rollouts and rewrites are sharded; the general-data mix runs once, on the merge."""
-    build_corpus(ROOT / "examples" / "miniwiki.jsonl", tmp_path / "corpus", fmt="jsonl", quiet=True)
+    build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki.jsonl", format="jsonl"), tmp_path / "corpus", BuildContext(quiet=True))
     build_index(tmp_path / "corpus", tmp_path / "index")
-    build_multihop(corpus=tmp_path / "corpus", out=tmp_path / "multihop", quiet=True, caps=Caps(None, None, None))
+    build_multihop(MultihopConfig(corpus=tmp_path / "corpus", max_per_subject=0, max_per_bridge=0, max_per_relation_pair=0), tmp_path / "multihop", BuildContext(quiet=True))
     script = ROOT / "examples" / "teacher_script.py"
 
-    def build(out):
-        return build_trajectories(tmp_path / "multihop", out, teacher=f"scripted:{script}", index=tmp_path / "index",
-                                  translator=f"scripted:{script}:rewrite", general=GENERAL, ratio=0.5, n=2,
-                                  limit=24, seed=1, quiet=True, chunk_size=4)
+    def build(out, context=BuildContext(quiet=True)):
+        return build_trajectories(TrajectoriesConfig(
+            dataset=tmp_path / "multihop", teacher=f"scripted:{script}", index=tmp_path / "index",
+            translator=f"scripted:{script}:rewrite", general=GENERAL, ratio=0.5, n=2, limit=24, seed=1,
+            chunk_size=4), out, context)
 
     single = build(tmp_path / "single")
     merged = _shards_then_merge(tmp_path / "shards", 2, build)
@@ -166,12 +163,14 @@ def test_sharded_trajectories_equal_the_single_build(tmp_path):
 
 def test_sharded_deepresearch_equals_the_single_build(tmp_path):
     """The keyword groups run whole in each shard; the LLM stages after them are sharded."""
-    build_corpus(ROOT / "tests" / "fixtures" / "deepresearch" / "wiki.jsonl", tmp_path / "corpus", quiet=True)
+    build_corpus(CorpusConfig(input=ROOT / "tests" / "fixtures" / "deepresearch" / "wiki.jsonl"), tmp_path / "corpus", BuildContext(quiet=True))
     build_index(tmp_path / "corpus", tmp_path / "index")
 
-    def build(out):
-        return build_deepresearch(tmp_path / "corpus", tmp_path / "index", out, "scripted:deepresearch",
-                                  quiet=True, chunk_size=2)
+    config = DeepResearchConfig(corpus=tmp_path / "corpus", index=tmp_path / "index", llm="scripted:deepresearch",
+                                chunk_size=2)
+
+    def build(out, context=BuildContext(quiet=True)):
+        return build_deepresearch(config, out, context)
 
     single = build(tmp_path / "single")
     merged = _shards_then_merge(tmp_path / "shards", 2, build)
@@ -180,18 +179,8 @@ def test_sharded_deepresearch_equals_the_single_build(tmp_path):
 
 
 def test_a_nested_build_keeps_the_outer_plan_and_whole_runs_unsharded():
-    """``nested_at`` and ``whole`` put back the plan in force before them, also when their block raises."""
-    outer = shards.set_plan("1/4")
-    try:
-        with shards.nested_at("articles") as inner:
-            assert shards.PLAN is inner and (inner.index, inner.of, inner.sub) == (1, 4, "articles")
-            with shards.whole():
-                assert shards.PLAN == shards.ShardPlan()
-            assert shards.PLAN is inner
-        assert shards.PLAN is outer
-        with pytest.raises(RuntimeError), shards.nested_at("articles"):
-            raise RuntimeError("a build failed")
-        assert shards.PLAN is outer
-    finally:
-        shards.set_plan()
-    assert shards.PLAN == shards.ShardPlan()
+    """``nested`` and ``whole`` make new contexts: the outer one is unchanged (no plan is kept per process)."""
+    outer = BuildContext(shards=ShardPlan.from_options("1/4"))
+    inner = outer.nested("articles")
+    assert (inner.shards.index, inner.shards.of, inner.shards.sub) == (1, 4, "articles")
+    assert inner.whole().shards == ShardPlan() and outer.shards.sub == "" and outer.shards.index == 1

@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 
 from tansaku.core import streaming
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop, batch_stage, map_stage
-from tansaku.core.llm.canned_server import ServerThread
 from tansaku.core.runner import run_pipeline
 from tansaku.core.store import read_manifest
 from tansaku.core.streaming import MIN_WINDOW, WINDOW_PER_SLOT
+from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.testing.canned_server import ServerThread
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -206,7 +208,7 @@ def corpus(tmp_path_factory) -> Path:
     from tansaku.pipelines.corpus import build_corpus
 
     root = tmp_path_factory.mktemp("stream_corpus")
-    build_corpus(ROOT / "examples" / "miniwiki_large.jsonl", root / "corpus", quiet=True)
+    build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki_large.jsonl"), root / "corpus", BuildContext(quiet=True))
     build_index(root / "corpus", root / "index")
     return root
 

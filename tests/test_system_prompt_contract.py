@@ -14,12 +14,16 @@ import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app, train_app
+from tansaku.core.context import BuildContext
 from tansaku.core.errors import InputError
 from tansaku.core.llm import ScriptedLLM
 from tansaku.core.store import read_rows
 from tansaku.envs.evaluate import run_eval
 from tansaku.envs.tasks import TASKS
+from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.trainer.data import normalize_conversation
 from tansaku.trainer.recipes import RecipeError, RLTask
 from tansaku.trainer.rl import task_rows
@@ -36,20 +40,19 @@ def inputs(tmp_path_factory):
     from tansaku.envs.search import build_index
     from tansaku.pipelines.corpus import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
-    from tansaku.pipelines.multihop.chains import Caps
 
     base = tmp_path_factory.mktemp("contract")
-    build_corpus(ROOT / "examples" / "miniwiki.jsonl", base / "corpus", fmt="jsonl", quiet=True)
+    build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki.jsonl", format="jsonl"), base / "corpus", BuildContext(quiet=True))
     build_index(base / "corpus", base / "index")
-    build_multihop(corpus=base / "corpus", out=base / "multihop", quiet=True, caps=Caps(None, None, None),
-                   heldout_share=0.0)  # every question in train: the three views read the same rows
+    build_multihop(MultihopConfig(corpus=base / "corpus", max_per_subject=0, max_per_bridge=0, max_per_relation_pair=0, heldout_share=0.0), base / "multihop", BuildContext(quiet=True))  # every question in train: the three views read the same rows
     return base
 
 
 def sft_rows(inputs, name: str, system_prompt: str | None = None) -> list[dict]:
-    build_trajectories(inputs / "multihop", inputs / name, teacher=f"scripted:{SCRIPT}", index=inputs / "index",
-                       translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL, ratio=0.5, n=1, limit=12,
-                       quiet=True, system_prompt=system_prompt)
+    build_trajectories(TrajectoriesConfig(
+        dataset=inputs / "multihop", teacher=f"scripted:{SCRIPT}", index=inputs / "index",
+        translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL, ratio=0.5, n=1, limit=12,
+        system_prompt=system_prompt), inputs / name, BuildContext(quiet=True))
     return read_rows(inputs / name)
 
 

@@ -118,6 +118,8 @@ def test_the_draw_is_opt_in_stable_balanced_and_independent_of_the_description()
 
 
 def test_one_factory_per_pair_and_the_dataset_routes_each_row(envs_index, tmp_path):
+    from fixtures.recipe_args import section_arg
+
     from tansaku.trainer.recipes import RecipeError, load_recipe
     from tansaku.trainer.rl import build_dataset, build_environments, check_recipe
     from tansaku.trainer.rl_rewards import task_of_environment
@@ -133,8 +135,13 @@ def test_one_factory_per_pair_and_the_dataset_routes_each_row(envs_index, tmp_pa
     rows = [{"id": f"r{i}", "question": f"質問{i}", "answer": "白砂市"} for i in range(60)]
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    sets = [f"output_dir={tmp_path / 'out'}", f"tasks.0.data={data}", f"tasks.0.index={envs_index}"]
-    recipe = load_recipe(RL_TINY, [*sets, "tasks.0.tools={interface_variants: 2}"])  # the recipe's own key
+    def with_tools(tools: dict):  # the recipe's own key: tasks[].tools
+        return load_recipe(RL_TINY, ["--output_dir", str(tmp_path / "out"),
+                                     *section_arg(RL_TINY, "tasks", data=str(data), index=str(envs_index), tools=tools)],
+                           kind="rl")
+
+    recipe = with_tools({"interface_variants": 2})
+    seed = recipe.training_args.seed
     dataset, environments = build_dataset(recipe), build_environments(recipe)
     assert len(environments) == 2 * N_VARIANTS and "multihop_qa@tools-v0" in environments
     probes = {name: factory() for name, factory in environments.items()}
@@ -142,7 +149,7 @@ def test_one_factory_per_pair_and_the_dataset_routes_each_row(envs_index, tmp_pa
     for row in dataset:
         name = row["environment"]
         assert task_of_environment(name) == "multihop_qa"
-        variant, interface = episode_variant(TASK, row, recipe.seed), episode_interface(TASK, row, recipe.seed)
+        variant, interface = episode_variant(TASK, row, seed), episode_interface(TASK, row, seed)
         assert name == f"multihop_qa@tools-v{variant}" + (f"-i{interface}" if interface else "")
         env = environments[name]()  # TRL: a pooled instance, then reset(**row): the same pair it was routed by
         env.reset(**{k: v for k, v in row.items() if k != "environment"})
@@ -154,9 +161,9 @@ def test_one_factory_per_pair_and_the_dataset_routes_each_row(envs_index, tmp_pa
     assert {i for _, i in seen} == {0, 1} and len(seen) > 4
     assert (True, False, 0) in named and (False, True, 1) in named
     with pytest.raises(RecipeError, match="interface_variants"):  # checked before any model loads
-        check_recipe(load_recipe(RL_TINY, [*sets, "tasks.0.tools={interface_variants: 5}"]))
+        check_recipe(with_tools({"interface_variants": 5}))
     with pytest.raises(RecipeError, match="tasks multihop_qa: tools"):
-        check_recipe(load_recipe(RL_TINY, [*sets, "tasks.0.tools={no_such_setting: 1}"]))
+        check_recipe(with_tools({"no_such_setting": 1}))
 
 
 def search_then_answer(request):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import transformers
+from fixtures.recipe_args import section_arg
 from typer.testing import CliRunner
 
 from tansaku.cli import train_app
@@ -57,10 +58,16 @@ def model_dir(tmp_path) -> Path:
     return folder
 
 
-def _train(kind: str, config: Path, sets: list[str]):
+def _train(kind: str, config: Path, args: list[str]):
     t0 = time.perf_counter()
-    result = CliRunner().invoke(train_app, [kind, "--config", str(config), *sum((["--set", s] for s in sets), [])])
+    result = CliRunner().invoke(train_app, [kind, "--config", str(config), *args])
     return result, time.perf_counter() - t0
+
+
+def _given(model_dir: Path, tmp_path: Path, args: list[str]) -> list[str]:
+    """The model and output_dir every case sets, then the case's own ``--key value`` (the last one wins)."""
+    return [a.replace("{tmp}", str(tmp_path)) for a in ["--model_name_or_path", str(model_dir),
+                                                          "--output_dir", f"{tmp_path}/run", *args]]
 
 
 def _refused(result, seconds: float, expected: str) -> None:
@@ -73,71 +80,77 @@ def _refused(result, seconds: float, expected: str) -> None:
 
 WANDB_MISSING = importlib.util.find_spec("wandb") is None
 SFT_CASES = {
-    "model_missing": (["model={tmp}/no-such-model"], "model not found"),
-    "batch_size_0": (["per_device_train_batch_size=0"], "per_device_train_batch_size: must be >= 1"),
-    "ratio_inf": (["data.0.ratio=.inf"], "data.0.ratio: expected a finite number"),
-    "ratio_nan": (["data.0.ratio=.nan"], "data.0.ratio: expected a finite number"),
-    "ratio_negative": (["data.0.ratio=-1"], "data.0.ratio: must be > 0"),
-    "output_dir_a_file": (["output_dir={tmp}/a_file"], "is a file"),
-    "warmup_negative": (["warmup_steps=-3"], "SFTConfig: Got warmup_steps = -3.0"),
-    "not_a_model_folder": (["model={tmp}/not_a_model"], "is not a model folder"),
-    "deep_set_value": (["trl.model_init_kwargs=" + "[" * 20_000 + "]" * 20_000], "nested too deeply"),
+    "model_missing": (["--model_name_or_path", "{tmp}/no-such-model"], "model not found"),
+    "batch_size_0": (["--per_device_train_batch_size", "0"], "per_device_train_batch_size: must be >= 1"),
+    "ratio_inf": (["--data", "[{path: examples/agentic_chat.jsonl, ratio: .inf}]"], "data.0.ratio: expected a finite"),
+    "ratio_nan": (section_arg(SFT_TINY, "data", ratio=float("nan")), "data.0.ratio: expected a finite number"),
+    "ratio_negative": (section_arg(SFT_TINY, "data", ratio=-1), "data.0.ratio: must be > 0"),
+    "output_dir_a_file": (["--output_dir", "{tmp}/a_file"], "is a file"),
+    "warmup_negative": (["--warmup_steps", "-3"], "SFTConfig: Got warmup_steps = -3.0"),
+    "not_a_model_folder": (["--model_name_or_path", "{tmp}/not_a_model"], "is not a model folder"),
+    "deep_value": (["--model_init_kwargs", '{"a": ' * 20_000 + "1" + "}" * 20_000], "nested too deeply"),
+    "deep_section": (["--data", "[" * 20_000 + "]" * 20_000], "nested too deeply"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(SFT_CASES))
 def test_sft_refuses_before_a_model_loads(case, trap, model_dir, tmp_path):
-    sets, expected = SFT_CASES[case]
+    args, expected = SFT_CASES[case]
     (tmp_path / "a_file").write_text("mine", encoding="utf-8")
     (tmp_path / "not_a_model").mkdir()
-    sets = [s.replace("{tmp}", str(tmp_path)) for s in [f"model={model_dir}", f"output_dir={tmp_path}/run", *sets]]
-    _refused(*_train("sft", SFT_TINY, sets), expected)
+    _refused(*_train("sft", SFT_TINY, _given(model_dir, tmp_path, args)), expected)
     assert (tmp_path / "a_file").read_text(encoding="utf-8") == "mine"
 
 
 @pytest.mark.skipif(not WANDB_MISSING, reason="wandb is installed here")
 def test_sft_refuses_a_logger_that_is_not_installed(trap, model_dir, tmp_path):
-    sets = [f"model={model_dir}", f"output_dir={tmp_path}/run", "report_to=[wandb]"]
-    _refused(*_train("sft", SFT_TINY, sets), "report_to: wandb is not installed; pip install wandb")
+    args = _given(model_dir, tmp_path, ["--report_to", "wandb"])
+    _refused(*_train("sft", SFT_TINY, args), "report_to: wandb is not installed; pip install wandb")
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("kind: sft\nmodel: tiny  # caf\xe9\n".encode("latin-1"), "is not UTF-8 text"),
-    (("kind: sft\ntrl: " + "[" * 20_000 + "]" * 20_000 + "\n").encode(), "nested too deeply"),
-    (b"kind: sft\n" + b"".join(b"  " * i + f"k{i}:\n".encode() for i in range(3_000)), "nested too deeply"),
+    ("model_name_or_path: tiny  # caf\xe9\n".encode("latin-1"), "is not UTF-8 text"),
+    (("model_name_or_path: tiny\ndata: " + "[" * 20_000 + "]" * 20_000 + "\n").encode(), "nested too deeply"),
+    (b"model_name_or_path: tiny\n" + b"".join(b"  " * i + f"k{i}:\n".encode() for i in range(3_000)),
+     "nested too deeply"),
 ], ids=["latin1", "deep_flow", "deep_block"])
 def test_a_recipe_file_that_cannot_be_read_is_one_line(text, expected, trap, tmp_path):
     (tmp_path / "recipe.yaml").write_bytes(text)
     _refused(*_train("sft", tmp_path / "recipe.yaml", []), expected)
 
 
+def _task(**changes) -> list[str]:
+    return section_arg(RL_TINY, "tasks", **changes)
+
+
 RL_CASES = {
-    "unknown_reward": (["tasks.0.reward_weights={no_such_reward: 1}"], "reward_weights for unknown components"),
-    "reward_weight_nan": (["tasks.0.reward_weights={answer_reward: .nan}"], "expected a finite number"),
-    "abstention_too_big": (["tasks.0.abstention_weight=5"], "abstention weight 5.0 must be in (0, 1.0]"),
-    "abstention_negative": (["tasks.0.abstention_weight=-1"], "abstention_weight: must be >= 0"),
-    "unknown_task": (["tasks.0.name=no_such_task"], "unknown task"),
-    "data_missing": (["tasks.0.data={tmp}/missing.jsonl"], "cannot read"),
-    "warmup_negative": (["warmup_steps=-3"], "GRPOConfig: Got warmup_steps = -3.0"),
-    "model_missing": (["model={tmp}/no-such-model"], "model not found"),
-    "temperature_nan": (["temperature=.nan"], "temperature: expected a finite number"),
-    "trl_reserved_column": (["tasks.0.data={tmp}/reserved.jsonl"], "are names TRL gives reward functions itself"),
+    "unknown_reward": (_task(reward_weights={"no_such_reward": 1}), "reward_weights for unknown components"),
+    "reward_weight_nan": (_task(reward_weights={"answer_reward": float("nan")}), "expected a finite number"),
+    "abstention_too_big": (_task(abstention_weight=5), "abstention weight 5.0 must be in (0, 1.0]"),
+    "abstention_negative": (_task(abstention_weight=-1), "abstention_weight: must be >= 0"),
+    "unknown_task": (_task(name="no_such_task"), "unknown task"),
+    "data_missing": (_task(data="{tmp}/missing.jsonl"), "cannot read"),
+    "warmup_negative": (["--warmup_steps", "-3"], "GRPOConfig: Got warmup_steps = -3.0"),
+    "model_missing": (["--model_name_or_path", "{tmp}/no-such-model"], "model not found"),
+    "temperature_nan": (["--temperature", "nan"], "temperature: expected a finite number"),
+    "trl_reserved_column": (_task(data="{tmp}/reserved.jsonl"), "are names TRL gives reward functions itself"),
+    "batch_not_whole_prompts": (["--per_device_train_batch_size", "3", "--gradient_accumulation_steps", "1"],
+                                "GRPOConfig: generation_batch_size (3) must be divisible by num_generations (2)"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(RL_CASES))
 def test_rl_refuses_before_the_readiness_rollouts_load_a_model(case, trap, model_dir, tmp_path):
-    sets, expected = RL_CASES[case]
+    args, expected = RL_CASES[case]
     rows = (ROOT / "examples" / "miniwiki_questions.jsonl").read_text(encoding="utf-8").splitlines()
     (tmp_path / "reserved.jsonl").write_text("".join(json.dumps({**json.loads(line), "completions": 1}) + "\n"
                                                      for line in rows if line.strip()), encoding="utf-8")
-    sets = [s.replace("{tmp}", str(tmp_path)) for s in [f"model={model_dir}", f"output_dir={tmp_path}/run", *sets]]
-    _refused(*_train("rl", RL_TINY, sets), expected)
+    _refused(*_train("rl", RL_TINY, _given(model_dir, tmp_path, args)), expected)
     assert not (tmp_path / "run").exists(), "a refused run wrote its output_dir"
 
 
 @pytest.mark.parametrize("kind, config", [("sft", SFT_TINY), ("rl", RL_TINY)])
 def test_a_good_recipe_reaches_the_trap(kind, config, trap, model_dir, tmp_path):
     """The control: with nothing wrong, the run gets as far as loading the model, so the trap is in its path."""
-    result, _ = _train(kind, config, [f"model={model_dir}", f"output_dir={tmp_path}/run"])
+    result, _ = _train(kind, config, _given(model_dir, tmp_path, []))
     assert isinstance(result.exception, ModelLoaded), (result.exit_code, result.stderr, result.exception)

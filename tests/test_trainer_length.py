@@ -117,8 +117,8 @@ def test_sft_dataset_reports_per_source_and_warns(tokenizer, tmp_path, caplog):
                                   ensure_ascii=False) + "\n", encoding="utf-8")
     max_length = count_tokens(tokenizer, trained(tmp_path, rows)[2]) - 1
     out = tmp_path / "run"
-    recipe = load_recipe_text(tmp_path, f"""kind: sft
-model: tiny
+    recipe = load_recipe_text(tmp_path, f"""model_name_or_path: tiny
+use_cpu: true
 output_dir: {out}
 max_length: {max_length}
 data:
@@ -135,10 +135,10 @@ data:
     assert "1 dropped (too_long)" in caplog.text and str(out / REPORT) in caplog.text
     assert all(ELIDED not in json.dumps(r["messages"], ensure_ascii=False) for r in dataset)
 
-    recipe.overlong = "error"
+    recipe.script_args.overlong = "error"
     with pytest.raises(RecipeError, match=r"row 2: \d+ tokens > max_length"):
         sft_dataset(recipe, tokenizer)
-    recipe.overlong, recipe.max_length = "drop", 8
+    recipe.script_args.overlong, recipe.training_args.max_length = "drop", 8
     with pytest.raises(RecipeError, match="no row fits max_length"):
         sft_dataset(recipe, tokenizer)
 
@@ -146,4 +146,4 @@ data:
 def load_recipe_text(tmp_path, text: str):
     path = tmp_path / "recipe.yaml"
     path.write_text(text, encoding="utf-8")
-    return load_recipe(path)
+    return load_recipe(path, kind="sft")

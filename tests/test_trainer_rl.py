@@ -12,25 +12,30 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from fixtures.recipe_args import section_arg
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "trainer" / "recipes" / "rl-tiny.yaml"
 ENV_FIXTURES = ROOT / "tests" / "fixtures" / "envs"
-# rl-tiny.yaml trains on the examples/ mini-wiki; these tests search the fixture index, so they ask its questions.
-FIXTURE_DATA = f"tasks.0.data={ENV_FIXTURES / 'multihop.jsonl'}"
 COMPONENTS = ("answer_reward", "format_reward", "tool_call_reward", "zh_mix_penalty")
+GPU = torch.cuda.is_available()  # TrainingArguments refuses bf16 on a machine without one (unless use_cpu)
+
+
+def fixture_task(index, **changes) -> list[str]:
+    """rl-tiny.yaml trains on the examples/ mini-wiki; these tests search the fixture index, so they ask its
+    questions: ``--tasks`` with the fixture data and ``index``."""
+    return section_arg(RECIPE, "tasks", data=str(ENV_FIXTURES / "multihop.jsonl"), index=str(index), **changes)
 
 
 def two_task_recipe(tmp_path):
     from tansaku.trainer.recipes import load_recipe
 
-    return load_recipe(RECIPE, [
-        f"output_dir={tmp_path}",
-        f"tasks=[{{name: multihop_qa, data: '{ENV_FIXTURES / 'multihop.jsonl'}', index: idx, ratio: 1}},"
-        f" {{name: egov_mcq, data: '{ENV_FIXTURES / 'egov_mcq.jsonl'}', index: idx, ratio: 1,"
-        f" reward_weights: {{format_reward: 0.5}}}}]",
-        "mix_size=8",
-    ])
+    tasks = [{"name": "multihop_qa", "data": str(ENV_FIXTURES / "multihop.jsonl"), "index": "idx", "ratio": 1},
+             {"name": "egov_mcq", "data": str(ENV_FIXTURES / "egov_mcq.jsonl"), "index": "idx", "ratio": 1,
+              "reward_weights": {"format_reward": 0.5}}]
+    return load_recipe(RECIPE, ["--output_dir", str(tmp_path), "--tasks", json.dumps(tasks), "--mix_size", "8"],
+                       kind="rl")
 
 
 def test_task_mix_routes_rows_and_scores_each_task_with_its_own_rewards(tmp_path):
@@ -68,7 +73,8 @@ def test_unknown_reward_override_is_refused(tmp_path):
     from tansaku.trainer.recipes import RecipeError, load_recipe
     from tansaku.trainer.rl_rewards import build_rewards
 
-    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", "tasks.0.reward_weights={answr_reward: 2}"])
+    recipe = load_recipe(RECIPE, ["--output_dir", str(tmp_path),
+                                  *section_arg(RECIPE, "tasks", reward_weights={"answr_reward": 2})], kind="rl")
     with pytest.raises(RecipeError, match="unknown components \\['answr_reward'\\]"):
         build_rewards(recipe)
 
@@ -77,7 +83,8 @@ def test_missing_task_data_names_the_task(tmp_path):
     from tansaku.trainer.recipes import RecipeError, load_recipe
     from tansaku.trainer.rl import build_dataset
 
-    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.data={tmp_path / 'none.jsonl'}"])
+    recipe = load_recipe(RECIPE, ["--output_dir", str(tmp_path),
+                                  *section_arg(RECIPE, "tasks", data=str(tmp_path / "none.jsonl"))], kind="rl")
     with pytest.raises(RecipeError, match="task multihop_qa: cannot read"):
         build_dataset(recipe)
 
@@ -100,8 +107,8 @@ def test_readiness_gate_refuses_runs_without_learning_signal(tmp_path, envs_inde
         right = policy == "always" or (policy == "every_other" and calls[question] % 2 == 1)
         return {"content": "{{" + (rows[question] if right else "わかりません") + "}}", "reasoning": "調べた。"}
 
-    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path / 'out'}", f"tasks.0.index={envs_index}", FIXTURE_DATA,
-                                  "readiness.rows=4", "readiness.k=2"])
+    recipe = load_recipe(RECIPE, ["--output_dir", str(tmp_path / "out"), *fixture_task(envs_index),
+                                  "--readiness", "{rows: 4, k: 2}"], kind="rl")
     client = ScriptedLLM(respond)
     if ready:
         (report,) = check_readiness(recipe, "unused", client=client)
@@ -120,8 +127,8 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
     from tansaku.trainer.rl import run_rl
 
     first = tmp_path / "first"
-    common = [f"tasks.0.index={envs_index}", FIXTURE_DATA, "max_completion_length=48", "save_steps=2", "seed=3"]
-    result = run_rl(RECIPE, [f"output_dir={first}", "max_steps=3", *common], skip_readiness=True)
+    common = [*fixture_task(envs_index), "--max_completion_length", "48", "--save_steps", "2", "--seed", "3"]
+    result = run_rl(RECIPE, ["--output_dir", str(first), "--max_steps", "3", *common], skip_readiness=True)
     assert result["global_step"] == 3
     assert json.loads((first / "run_report.json").read_text(encoding="utf-8"))["steps"] == 3  # trainer/report.py
     assert (first / "learning_curves.png").read_bytes()[:4] == b"\x89PNG" and "report_ok" in result
@@ -149,7 +156,8 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
     resumed = tmp_path / "resumed"
     resumed.mkdir()
     shutil.copytree(first / "checkpoint-2", resumed / "checkpoint-2")
-    again = run_rl(RECIPE, [f"output_dir={resumed}", "max_steps=3", "resume_from_checkpoint=latest", *common])
+    again = run_rl(RECIPE, ["--output_dir", str(resumed), "--max_steps", "3", "--resume_from_checkpoint", "latest",
+                            *common])
     assert again["global_step"] == 3
     assert sorted(p.name for p in (resumed / "completions").iterdir()) == ["completions_00003.parquet"]
     replay = pl.read_parquet(resumed / "completions" / "completions_00003.parquet")
@@ -163,7 +171,8 @@ def test_prompt_order_is_a_function_of_seed_and_epoch(tmp_path, envs_index, tiny
     from tansaku.trainer.recipes import load_recipe
     from tansaku.trainer.rl import build_rl_trainer
 
-    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.index={envs_index}", FIXTURE_DATA, "seed=3"])
+    recipe = load_recipe(RECIPE, ["--output_dir", str(tmp_path), *fixture_task(envs_index), "--seed", "3"],
+                         kind="rl")
 
     def epoch_orders(trainer, epochs):
         loader = trainer.get_train_dataloader()
@@ -202,8 +211,9 @@ def test_grpo_step_shows_each_row_its_tool_variant_and_counts_failed_calls(tmp_p
         i += 1
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path / 'out'}", f"tasks.0.data={data}",
-                                  f"tasks.0.index={envs_index}", "max_steps=1", "seed=3", "save_steps=100"])
+    recipe = load_recipe(RECIPE, ["--output_dir", str(tmp_path / "out"),
+                                  *section_arg(RECIPE, "tasks", data=str(data), index=str(envs_index)),
+                                  "--max_steps", "1", "--seed", "3", "--save_steps", "100"], kind="rl")
     trainer = build_rl_trainer(recipe)
     tokenizer = trainer.processing_class
     bad_call = tokenizer.encode('<tool_call>\n{"name": "open_doc", "arguments": {"doc_id": "nope"}}\n</tool_call>'
@@ -236,22 +246,22 @@ def test_grpo_step_shows_each_row_its_tool_variant_and_counts_failed_calls(tmp_p
 # ---------------------------------------------------------------- readiness goes through the training backend
 
 
-@pytest.mark.parametrize("overrides, spec, options", [
-    (["use_cpu=true", "bf16=true"], "transformers:/m", {"dtype": "bfloat16", "device": "cpu"}),
-    (["use_cpu=true", "bf16=false"], "transformers:/m", {"dtype": "float32", "device": "cpu"}),
-    (["use_cpu=false", "use_vllm=true", "bf16=true", "vllm_gpu_memory_utilization=0.4"], "vllm:/m",
-     {"dtype": "bfloat16", "gpu_memory_utilization": 0.4}),
-    (["use_cpu=false", "use_vllm=true", "vllm_mode=server", "model=Qwen/Qwen3-1.7B"],
+@pytest.mark.parametrize("args, spec, options", [
+    (["--use_cpu", "true", "--bf16", "true"], "transformers:/m", {"dtype": "bfloat16", "device": "cpu"}),
+    (["--use_cpu", "true", "--bf16", "false"], "transformers:/m", {"dtype": "float32", "device": "cpu"}),
+    (["--use_cpu", "false", "--use_vllm", "true", "--bf16", str(GPU), "--vllm_gpu_memory_utilization", "0.4"],
+     "vllm:/m", {"dtype": "bfloat16" if GPU else "float32", "gpu_memory_utilization": 0.4}),
+    (["--use_cpu", "false", "--use_vllm", "true", "--vllm_mode", "server", "--model_name_or_path", "Qwen/Qwen3-1.7B"],
      "http:Qwen/Qwen3-1.7B@http://localhost:8000/v1", {}),
-    (["use_cpu=false", "use_vllm=true", "vllm_mode=server", "vllm_server_base_url=http://gpu7:8001/"],
-     "http:/m@http://gpu7:8001/v1", {}),
-    (["use_vllm=false", "readiness.model=http:judge@http://h:1"], "http:judge@http://h:1", {}),
+    (["--use_cpu", "false", "--use_vllm", "true", "--vllm_mode", "server",
+      "--vllm_server_base_url", "http://gpu7:8001/"], "http:/m@http://gpu7:8001/v1", {}),
+    (["--use_vllm", "false", "--readiness", "{model: 'http:judge@http://h:1'}"], "http:judge@http://h:1", {}),
 ])
-def test_readiness_samples_through_the_backend_training_generates_with(tmp_path, overrides, spec, options):
+def test_readiness_samples_through_the_backend_training_generates_with(tmp_path, args, spec, options):
     from tansaku.trainer.readiness import readiness_model, readiness_options
     from tansaku.trainer.recipes import load_recipe
 
-    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", *overrides])
+    recipe = load_recipe(RECIPE, ["--output_dir", str(tmp_path), *args], kind="rl")
     assert readiness_model(recipe, "/m") == spec  # "/m": where resolve_model found the recipe's model
     assert readiness_options(recipe) == options
 
@@ -261,16 +271,16 @@ def test_readiness_against_a_trl_vllm_server_posts_chat_completions_to_it(tmp_pa
     recipe's model (here a canned server, whose answers are never right: the check refuses, after asking)."""
     import urllib.request
 
-    from tansaku.core.llm.canned_server import ServerThread
     from tansaku.envs.evaluate import NotReadyForRL
+    from tansaku.testing.canned_server import ServerThread
     from tansaku.trainer.readiness import check_readiness
     from tansaku.trainer.recipes import load_recipe
 
     with ServerThread("trl") as url:
-        recipe = load_recipe(RECIPE, [f"output_dir={tmp_path}", f"tasks.0.index={envs_index}", FIXTURE_DATA,
-                                      "use_cpu=false", "use_vllm=true", "vllm_mode=server",
-                                      f"vllm_server_base_url={url}", "model=Org/served-name",
-                                      "readiness.rows=2", "readiness.k=1", "readiness.max_tokens=32"])
+        recipe = load_recipe(RECIPE, ["--output_dir", str(tmp_path), *fixture_task(envs_index),
+                                      "--use_cpu", "false", "--use_vllm", "true", "--vllm_mode", "server",
+                                      "--vllm_server_base_url", url, "--model_name_or_path", "Org/served-name",
+                                      "--readiness", "{rows: 2, k: 1, max_tokens: 32}"], kind="rl")
         with pytest.raises(NotReadyForRL, match="pass@1 = 0.000"):
             check_readiness(recipe, "unused-local-path")
         with urllib.request.urlopen(f"{url}/stats", timeout=5) as resp:

@@ -27,10 +27,10 @@ def trainer(tmp_path_factory, tiny_model_path):
     out = tmp_path_factory.mktemp("sft")
     # The first two agentic conversations (one and two searches), repeated: 3 steps must lower their loss.
     recipe = load_recipe(RECIPE, [
-        f"output_dir={out}", "max_steps=3", "per_device_train_batch_size=1", "mix_size=3", "save_steps=100",
-        f"data=[{{path: '{AGENTIC}', system_prompt: 'あなたは検索エージェントです。'}}]",
-        "data.0.max_rows=2", "seed=0", "learning_rate=2e-4",
-    ])
+        "--output_dir", str(out), "--max_steps", "3", "--per_device_train_batch_size", "1", "--mix_size", "3",
+        "--save_steps", "100", "--seed", "0", "--learning_rate", "2e-4",
+        "--data", json.dumps([{"path": str(AGENTIC), "system_prompt": "あなたは検索エージェントです。", "max_rows": 2}]),
+    ], kind="sft")
     return build_sft_trainer(recipe)
 
 
@@ -88,17 +88,22 @@ def test_three_steps_lower_the_loss_and_move_the_weights(trainer):
 
 
 def test_run_sft_with_lora_saves_an_adapter_and_the_recipe(tmp_path, tiny_model_path):
+    from tansaku.trainer.recipes import read_recipe_file
     from tansaku.trainer.sft import run_sft
 
+    data = [{**src, "max_rows": 1} for src in read_recipe_file(RECIPE)["data"]]
     result = run_sft(RECIPE, [
-        f"output_dir={tmp_path}", "max_steps=1", "per_device_train_batch_size=1", "mix_size=2",
-        "lora.r=4", "data.0.max_rows=1", "data.1.max_rows=1", "max_length=768", "save_steps=100",
+        "--output_dir", str(tmp_path), "--max_steps", "1", "--per_device_train_batch_size", "1", "--mix_size", "2",
+        "--use_peft", "--lora_r", "4", "--lora_target_modules", "all-linear", "--data", json.dumps(data),
+        "--max_length", "768", "--save_steps", "100",
     ])
     assert result["global_step"] == 1 and result["training_loss"] > 0
     assert (tmp_path / "adapter_config.json").is_file() and (tmp_path / "adapter_model.safetensors").is_file()
     assert (tmp_path / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
     saved = json.loads((tmp_path / "tansaku_recipe.json").read_text(encoding="utf-8"))
-    assert saved["lora"]["r"] == 4 and saved["max_steps"] == 1
+    assert saved["kind"] == "sft" and saved["config"] == str(RECIPE) and "--use_peft" in saved["args"]
+    assert saved["model_args"]["lora_r"] == 4 and saved["training_args"]["max_steps"] == 1
+    assert saved["script_args"]["data"][0]["max_rows"] == 1
     card = (tmp_path / "README.md").read_text(encoding="utf-8")  # TRL's model card, written with the checkpoint
     assert "huggingface.co/None" not in card and "SmolLM2-135M-Instruct" in card
 
@@ -116,8 +121,9 @@ def test_overlong_rows_are_fitted_not_truncated_in_the_trained_dataset(tmp_path,
     next(m for m in long["messages"] if m["role"] == "tool")["content"] += "資料" * 600
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in [rows[0], long]), encoding="utf-8")
-    recipe = load_recipe(RECIPE, [f"output_dir={tmp_path / 'run'}", f"data=[{{path: '{path}'}}]", "max_length=700",
-                                  "overlong=fit", "mix_size=2", "max_steps=1"])
+    recipe = load_recipe(RECIPE, ["--output_dir", str(tmp_path / "run"), "--data", json.dumps([{"path": str(path)}]),
+                                  "--max_length", "700", "--overlong", "fit", "--mix_size", "2", "--max_steps", "1"],
+                         kind="sft")
     trainer = build_sft_trainer(recipe)
     report = json.loads((tmp_path / "run" / "tansaku_data_report.json").read_text(encoding="utf-8"))
     assert report["sources"][0]["fitted"] == 1 and report["sources"][0]["dropped"] == {}
@@ -135,5 +141,5 @@ def test_overlong_rows_are_fitted_not_truncated_in_the_trained_dataset(tmp_path,
         assert trained_text.rstrip().endswith(final + "<|im_end|>"), trained_text[-200:]
     assert seen_elided
     # TRL's tokenized lengths are exactly the counts the overlong policy used
-    kept, _ = apply_overlong(as_trained(load_sources(recipe.data))[0][1], tokenizer, 700, "fit")
+    kept, _ = apply_overlong(as_trained(load_sources(recipe.script_args.data))[0][1], tokenizer, 700, "fit")
     assert {len(e["input_ids"]) for e in trainer.train_dataset} == {count_tokens(tokenizer, r) for r in kept}

@@ -13,28 +13,30 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
+from fixtures.recipe_args import recipe_copy, section_arg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tansaku.trainer import sft as sft_module
 from tansaku.trainer.data import mix_dataset, mix_sources, quotas
-from tansaku.trainer.recipes import DataSource, RecipeError, load_recipe
+from tansaku.trainer.recipes import DataSource, RecipeError, TansakuSFTArguments, load_recipe
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from transformers import HfArgumentParser  # noqa: E402
-from trl import GRPOConfig, SFTConfig  # noqa: E402
+from trl import ModelConfig, SFTConfig, TrlParser  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "trainer" / "recipes"
 SFT_TINY = RECIPES / "sft-tiny.yaml"
 RL_TINY = RECIPES / "rl-tiny.yaml"
 SCHEDULERS = [a for a in HfArgumentParser(SFTConfig)._actions if a.dest == "lr_scheduler_type"][0].choices
+SCHEDULERS = [s for s in SCHEDULERS if s not in ("reduce_lr_on_plateau", "greedy")]  # these need an eval strategy
+NO_GPU = [] if torch.cuda.is_available() else ["--bf16", "false"]  # TrainingArguments refuses bf16 without a GPU
 
 
-def trl_reads(config_cls, *args: str):
-    """What TRL's own command line makes of ``--key value`` (the parser ``TrlParser`` builds on)."""
-    namespace, _ = HfArgumentParser(config_cls).parse_known_args(list(args))
-    return namespace
+def sft(*args: str):
+    return load_recipe(SFT_TINY, list(args), kind="sft")
 
 
 # --------------------------------------------------------------------------- 1. trackio
@@ -46,7 +48,8 @@ def test_trackio_is_an_extra_and_the_gpu_recipes_log_to_it():
     gpu_recipes = sorted(RECIPES.glob("*qwen*.yaml"))
     assert gpu_recipes
     for path in gpu_recipes:
-        assert load_recipe(path).report_to == ["trackio"], path.name
+        kind = "sft" if "sft" in path.name else "rl"
+        assert load_recipe(path, NO_GPU, kind=kind).training_args.report_to == ["trackio"], path.name
 
 
 def _installed(monkeypatch, *names: str) -> None:
@@ -56,24 +59,25 @@ def _installed(monkeypatch, *names: str) -> None:
     monkeypatch.setattr(integration_utils, "get_available_reporting_integrations", lambda: list(names))
 
 
-def test_report_to_trackio_without_trackio_is_refused_in_one_line_naming_the_extra(monkeypatch):
+def test_report_to_trackio_without_trackio_is_refused_in_one_line_naming_the_extra(monkeypatch, tmp_path):
     _installed(monkeypatch, "tensorboard")
     with pytest.raises(RecipeError, match=r"report_to: trackio is not installed; pip install 'tansaku\[track\]'") as err:
-        sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[trackio]"]))
+        sft_module.check_reporters(sft("--report_to", "trackio"))
     assert "\n" not in str(err.value)
     # issue 28: any logger that is not installed is refused too (the Trainer failed only after the model loaded)
+    both = recipe_copy(SFT_TINY, tmp_path, report_to=["wandb", "tensorboard"])
     with pytest.raises(RecipeError, match=r"report_to: wandb is not installed; pip install wandb"):
-        sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[wandb,tensorboard]"]))
+        sft_module.check_reporters(load_recipe(both, kind="sft"))
     with pytest.raises(RecipeError, match=r"report_to: 'wandbb' is not a logger transformers knows"):
-        sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[wandbb]"]))
-    sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[tensorboard]"]))  # installed: passed through
-    sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[]"]))
+        sft_module.check_reporters(sft("--report_to", "wandbb"))
+    sft_module.check_reporters(sft("--report_to", "tensorboard"))  # installed: passed through
+    sft_module.check_reporters(sft("--report_to", "none"))
 
 
 def test_report_to_trackio_with_trackio_installed_starts(monkeypatch):
     _installed(monkeypatch, "trackio")
-    sft_module.check_reporters(load_recipe(SFT_TINY, ["report_to=[trackio]"]))
-    assert sft_module.training_args(load_recipe(SFT_TINY, ["report_to=[trackio]"]))["report_to"] == ["trackio"]
+    sft_module.check_reporters(sft("--report_to", "trackio"))
+    assert sft_module.sft_config(sft("--report_to", "trackio")).report_to == ["trackio"]
 
 
 # --------------------------------------------------------------------------- 2. TRL keys mean what TRL means
@@ -87,40 +91,45 @@ BOOL_WORDS = ["yes", "no", "true", "false", "True", "FALSE", "1", "0", "y", "n",
        scheduler=st.sampled_from(SCHEDULERS), warmup=st.floats(0, 100, allow_nan=False),
        steps=st.integers(1, 10_000))
 def test_trl_keys_are_read_exactly_as_trls_own_parser_reads_them(lr, bf16, scheduler, warmup, steps):
-    recipe = load_recipe(SFT_TINY, [f"learning_rate={lr!r}", f"bf16={bf16}", f"lr_scheduler_type={scheduler}",
-                                    f"warmup_steps={warmup!r}", f"max_steps={steps}"])
-    trl = trl_reads(SFTConfig, "--learning_rate", repr(lr), "--bf16", bf16, "--lr_scheduler_type", scheduler,
-                    "--warmup_steps", repr(warmup), "--max_steps", str(steps))
-    assert recipe.learning_rate == trl.learning_rate
-    assert recipe.bf16 is trl.bf16
-    assert recipe.lr_scheduler_type == trl.lr_scheduler_type
-    assert (recipe.warmup_steps, recipe.max_steps) == (trl.warmup_steps, trl.max_steps)
+    args = ["--learning_rate", repr(lr), "--bf16", bf16, "--lr_scheduler_type", scheduler,
+            "--warmup_steps", repr(warmup), "--max_steps", str(steps)]
+    recipe = sft(*args)
+    _, trl, model = TrlParser((TansakuSFTArguments, SFTConfig, ModelConfig)).parse_args_and_config(
+        ["--config", str(SFT_TINY), *args])
+    assert recipe.training_args.to_dict() == trl.to_dict() and recipe.model_args == model
+    assert recipe.training_args.learning_rate == lr and recipe.training_args.max_steps == steps
 
 
-@pytest.mark.parametrize("override, message", [
-    ("lr_scheduler_type=cosin", r"lr_scheduler_type: expected one of linear, cosine"),  # TRL's choices
-    ("bf16=maybe", r"bf16: expected bool, got 'maybe' \(TRL SFTConfig"),
-    ("max_steps=1e3", r"max_steps: expected int"),  # TRL's int parser refuses it; so does the recipe
-    ("trl.logging_first_stpe=true", r"trl.logging_first_stpe: not a SFTConfig field \(did you mean 'logging_first_step'"),
-    ("trl.dataset_num_proc=two", r"trl.dataset_num_proc: expected int"),
-    ("max_stpes=3", r"unknown key 'max_stpes' \(did you mean 'max_steps'"),
+@pytest.mark.parametrize("args, message", [
+    (["--lr_scheduler_type", "cosin"], "lr_scheduler_type: invalid choice: 'cosin'"),  # TRL's choices
+    (["--bf16", "maybe"], "bf16: Truthy value expected: got maybe"),
+    (["--max_steps", "1e3"], "max_steps: invalid int value: '1e3'"),  # TRL's int parser refuses it
+    (["--logging_first_stpe", "true"], "unknown key 'logging_first_stpe' (did you mean 'logging_first_step'?)"),
+    (["--dataset_num_proc", "two"], "dataset_num_proc: invalid int value: 'two'"),
+    (["--max_stpes", "3"], "unknown key 'max_stpes' (did you mean 'max_steps'?)"),
 ])
-def test_bad_trl_values_fail_with_trls_reason(override, message):
-    with pytest.raises(RecipeError, match=message):
-        load_recipe(SFT_TINY, [override])
+def test_bad_trl_values_fail_with_trls_reason(args, message):
+    with pytest.raises(RecipeError) as err:
+        sft(*args)
+    assert message in str(err.value)
 
 
-def test_trl_section_is_coerced_by_the_kinds_config_and_tansaku_additions_stay():
-    rl = load_recipe(RECIPES / "rl-qwen3-8b.yaml", ["trl.vllm_enable_sleep_mode=no", "trl.num_iterations=2",
-                                                     "trl.top_k=50"])
-    assert rl.trl["vllm_enable_sleep_mode"] is False and rl.trl["num_iterations"] == 2 and rl.trl["top_k"] == 50
-    assert rl.trl["chat_template_kwargs"] == {"enable_thinking": True}  # mappings pass through
-    assert (rl.beta, rl.prompts_per_step, rl.num_generations) == (0.05, 16, 32)  # NeMo-RL aliases on top
-    with pytest.raises(RecipeError, match="not a GRPOConfig field"):
-        load_recipe(RECIPES / "rl-qwen3-8b.yaml", ["trl.dataset_text_field=text"])  # an SFTConfig key
-    sft = load_recipe(SFT_TINY, ["per_device_train_batch_size=null", "weights_dtype=bfloat16", "overlong=fit"])
-    assert sft.per_device_train_batch_size is None and sft.weights_dtype == "bfloat16"
-    assert trl_reads(GRPOConfig, "--beta", "0.05").beta == rl.beta
+def test_a_files_value_outside_trls_choices_is_refused_as_the_command_lines_is(tmp_path):
+    with pytest.raises(RecipeError, match=r"lr_scheduler_type: one of linear, cosine.* \(got 'cosin'\)"):
+        load_recipe(recipe_copy(SFT_TINY, tmp_path, lr_scheduler_type="cosin"), kind="sft")
+
+
+def test_every_trl_key_is_top_level_and_belongs_to_the_kinds_config():
+    rl = load_recipe(RECIPES / "rl-qwen3-8b.yaml", [*NO_GPU, "--vllm_enable_sleep_mode", "no",
+                                                    "--num_iterations", "2", "--top_k", "50"], kind="rl")
+    config = rl.training_args
+    assert config.vllm_enable_sleep_mode is False and config.num_iterations == 2 and config.top_k == 50
+    assert config.chat_template_kwargs == {"enable_thinking": True}  # mappings pass through
+    assert (config.beta, config.num_generations) == (0.05, 32)
+    with pytest.raises(RecipeError, match="unknown key 'dataset_text_field'"):
+        load_recipe(RECIPES / "rl-qwen3-8b.yaml", [*NO_GPU, "--dataset_text_field", "text"], kind="rl")  # SFTConfig's
+    recipe = sft("--dtype", "bfloat16", "--overlong", "fit")
+    assert recipe.model_args.dtype == "bfloat16" and recipe.script_args.overlong == "fit"
 
 
 # --------------------------------------------------------------------------- 3. self-contained tiny recipes
@@ -128,26 +137,25 @@ def test_trl_section_is_coerced_by_the_kinds_config_and_tansaku_additions_stay()
 
 def test_tiny_recipes_name_only_shipped_examples(monkeypatch):
     monkeypatch.chdir(ROOT)
-    sft = load_recipe(SFT_TINY)
-    for src in sft.data:
+    for src in sft().script_args.data:
         assert src.path.startswith("examples/") and Path(src.path).is_file(), src.path
-    rl = load_recipe(RL_TINY)
-    for task in rl.tasks:
+    rl = load_recipe(RL_TINY, kind="rl")
+    for task in rl.script_args.tasks:
         assert task.data.startswith("examples/") and Path(task.data).is_file()
         assert task.corpus.startswith("examples/") and Path(task.corpus).is_file()
-        assert task.index == str(Path(rl.output_dir) / "index" / task.name)
+        assert task.index == str(Path(rl.training_args.output_dir) / "index" / task.name)
     assert "tests/" not in SFT_TINY.read_text(encoding="utf-8") + RL_TINY.read_text(encoding="utf-8")
 
 
 def test_tiny_recipes_find_the_shipped_examples_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # e.g. an installed wheel, run from a project folder without examples/
-    paths = [src.path for src in load_recipe(SFT_TINY).data]
-    task = load_recipe(RL_TINY).tasks[0]
+    paths = [src.path for src in sft().script_args.data]
+    task = load_recipe(RL_TINY, kind="rl").script_args.tasks[0]
     for path in [*paths, task.data, task.corpus]:
         assert Path(path).is_file() and Path(path).parent == ROOT / "examples", path
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "general_chat.jsonl").write_text("", encoding="utf-8")
-    assert load_recipe(SFT_TINY).data[1].path == "examples/general_chat.jsonl"  # the user's own file wins
+    assert sft().script_args.data[1].path == "examples/general_chat.jsonl"  # the user's own file wins
 
 
 def test_rl_tiny_builds_its_index_once_and_its_questions_are_answerable(tmp_path, monkeypatch):
@@ -156,13 +164,14 @@ def test_rl_tiny_builds_its_index_once_and_its_questions_are_answerable(tmp_path
     from tansaku.trainer.rl import build_dataset, build_environments, ensure_indexes, task_rows
 
     monkeypatch.chdir(ROOT)
-    recipe = load_recipe(RL_TINY, [f"output_dir={tmp_path / 'run'}"])
+    recipe = load_recipe(RL_TINY, ["--output_dir", str(tmp_path / "run")], kind="rl")
     index = tmp_path / "run" / "index" / "multihop_qa"
     assert ensure_indexes(recipe) == [str(index)]
     assert (index / "tansaku_index.json").is_file()
     assert ensure_indexes(recipe) == []  # found, not rebuilt
-    corpus = Path(recipe.tasks[0].corpus).read_text(encoding="utf-8")
-    rows = task_rows(recipe.tasks[0], TASKS["multihop_qa"])
+    spec = recipe.script_args.tasks[0]
+    corpus = Path(spec.corpus).read_text(encoding="utf-8")
+    rows = task_rows(spec, TASKS["multihop_qa"])
     assert len(rows) >= 8 and all(r["answer"] in corpus for r in rows)
     hits = open_index(index).search({"query": {"match": {"text": "雫光製菓"}}}, size=3).hits
     assert any(hit.title == "雫光製菓" for hit in hits), "the built index finds the first hop's article"
@@ -175,7 +184,7 @@ def test_auto_index_never_overwrites_a_folder_it_did_not_make(tmp_path, monkeypa
     from tansaku.trainer.rl import ensure_indexes
 
     monkeypatch.chdir(ROOT)
-    recipe = load_recipe(RL_TINY, [f"output_dir={tmp_path}"])
+    recipe = load_recipe(RL_TINY, ["--output_dir", str(tmp_path)], kind="rl")
     stranger = tmp_path / "index" / "multihop_qa"
     stranger.mkdir(parents=True)
     (stranger / "notes.txt").write_text("mine", encoding="utf-8")
@@ -183,7 +192,7 @@ def test_auto_index_never_overwrites_a_folder_it_did_not_make(tmp_path, monkeypa
         ensure_indexes(recipe)
     assert (stranger / "notes.txt").read_text(encoding="utf-8") == "mine"
     with pytest.raises(RecipeError, match="'auto' builds the index from the task's corpus"):
-        load_recipe(RL_TINY, ["tasks.0.corpus=null"])
+        load_recipe(RL_TINY, section_arg(RL_TINY, "tasks", corpus=None), kind="rl")
 
 
 # --------------------------------------------------------------------------- 4. streaming SFT mixing

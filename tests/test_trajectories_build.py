@@ -15,9 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from tansaku.core.context import BuildContext
 from tansaku.core.llm import ScriptedLLM
 from tansaku.core.store import read_manifest, read_rows
+from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.egov.config import EgovConfig
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "teacher_script.py"
@@ -36,21 +41,21 @@ def inputs(tmp_path_factory):
     from tansaku.envs.search import build_index
     from tansaku.pipelines.corpus import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
-    from tansaku.pipelines.multihop.chains import Caps
 
     base = tmp_path_factory.mktemp("traj")
-    build_corpus(ROOT / "examples" / "miniwiki.jsonl", base / "corpus", fmt="jsonl", quiet=True)
+    build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki.jsonl", format="jsonl"), base / "corpus", BuildContext(quiet=True))
     build_index(base / "corpus", base / "index")
-    build_multihop(corpus=base / "corpus", out=base / "multihop", quiet=True, caps=Caps(None, None, None))
+    build_multihop(MultihopConfig(corpus=base / "corpus", max_per_subject=0, max_per_bridge=0, max_per_relation_pair=0), base / "multihop", BuildContext(quiet=True))
     return base
 
 
 @pytest.fixture(scope="module")
 def built(inputs):
     out = inputs / "sft"
-    manifest = build_trajectories(inputs / "multihop", out, teacher=f"scripted:{SCRIPT}", index=inputs / "index",
-                                  translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL, ratio=0.5, n=2,
-                                  limit=30, seed=1, quiet=True)
+    manifest = build_trajectories(TrajectoriesConfig(
+        dataset=inputs / "multihop", teacher=f"scripted:{SCRIPT}", index=inputs / "index",
+        translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL, ratio=0.5, n=2, limit=30, seed=1), out,
+        BuildContext(quiet=True))
     return manifest, read_rows(out, "train"), read_rows(out, "rejected")
 
 
@@ -110,9 +115,10 @@ def test_rows_keep_real_tool_loops_and_japanese_reasoning(built, inputs):
 
 def test_same_seed_same_version_and_rerun_returns_it(built, inputs):
     manifest, _, _ = built
-    again = build_trajectories(inputs / "multihop", inputs / "sft", teacher=f"scripted:{SCRIPT}",
-                               index=inputs / "index", translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL,
-                               ratio=0.5, n=2, limit=30, seed=1, quiet=True)
+    again = build_trajectories(TrajectoriesConfig(
+        dataset=inputs / "multihop", teacher=f"scripted:{SCRIPT}", index=inputs / "index",
+        translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL, ratio=0.5, n=2, limit=30, seed=1), inputs / "sft",
+        BuildContext(quiet=True))
     assert again["version"] == manifest["version"]
 
 
@@ -131,8 +137,9 @@ def test_rewriter_that_alters_tool_calls_or_talks_nonsense_is_caught(inputs):
         return json.dumps(payload, ensure_ascii=False)
 
     out = inputs / "sloppy"
-    manifest = build_trajectories(inputs / "multihop", out, teacher=f"scripted:{SCRIPT}", index=inputs / "index",
-                                  translator=ScriptedLLM(sloppy, model="sloppy"), n=1, seed=1, quiet=True)
+    manifest = build_trajectories(TrajectoriesConfig(
+        dataset=inputs / "multihop", teacher=f"scripted:{SCRIPT}", index=inputs / "index",
+        translator=ScriptedLLM(sloppy, model="sloppy"), n=1, seed=1), out, BuildContext(quiet=True))
     reasons = Counter((r["stage"], r["reason"]) for r in read_rows(out, "rejected"))
     assert reasons[("translate", "tool_call_altered")] >= 1 and reasons[("translate", "llm_bad_json")] >= 1
     for row in read_rows(out, "train"):
@@ -213,7 +220,7 @@ def test_egov_trajectories_keep_the_choice_gold_in_the_same_struct(built, inputs
     from tansaku.envs.tasks import TASKS
     from tansaku.pipelines.egov.build import build_egov
 
-    build_egov([ROOT / "examples" / "laws"], inputs / "egov", quiet=True)
+    build_egov(EgovConfig(laws=[ROOT / "examples" / "laws"]), inputs / "egov", BuildContext(quiet=True))
     task = TASKS["egov_mcq"]
     gold = {task.user_message(r): r for r in read_rows(inputs / "egov", "train")}
 
@@ -225,9 +232,10 @@ def test_egov_trajectories_keep_the_choice_gold_in_the_same_struct(built, inputs
         return {"reasoning": "選択肢を選ぶ。", "content": "{{" + task.gold_answer(gold[user]) + "}}"}
 
     out = inputs / "sft-egov"
-    build_trajectories(inputs / "egov", out, teacher=ScriptedLLM(teacher, model="egov-teacher"),
-                       index=inputs / "index", translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL, ratio=1.0,
-                       n=1, limit=4, seed=1, quiet=True)
+    build_trajectories(TrajectoriesConfig(
+        dataset=inputs / "egov", teacher=ScriptedLLM(teacher, model="egov-teacher"), index=inputs / "index",
+        translator=f"scripted:{SCRIPT}:rewrite", general=GENERAL, ratio=1.0, n=1, limit=4, seed=1), out,
+        BuildContext(quiet=True))
     ds = _answer_feature(out, inputs / "hf-cache-egov")
     assert ds.features["answer"] == _answer_feature(inputs / "sft", inputs / "hf-cache-answer").features["answer"]
     agentic = [r for r in ds if r["kind"] == "agentic"]
@@ -243,9 +251,10 @@ def test_interface_variants_keep_the_scripted_teachers_find_read_episodes(inputs
     and calls find/read on the find/read episodes: they become rows, and the option is in the build's recipe.
     (A teacher that speaks one interface only is dropped as `wrong_interface`: tests/test_tool_interfaces.py.)"""
     out = inputs / "sft-interfaces"
-    manifest = build_trajectories(inputs / "multihop", out, teacher=f"scripted:{SCRIPT}", index=inputs / "index",
-                                  translator=f"scripted:{SCRIPT}:rewrite", n=1, limit=20, seed=1, quiet=True,
-                                  task="multihop_qa", interface_variants=2)
+    manifest = build_trajectories(TrajectoriesConfig(
+        dataset=inputs / "multihop", teacher=f"scripted:{SCRIPT}", index=inputs / "index",
+        translator=f"scripted:{SCRIPT}:rewrite", n=1, limit=20, seed=1, task="multihop_qa", interface_variants=2),
+        out, BuildContext(quiet=True))
     train, rejected = read_rows(out, "train"), read_rows(out, "rejected")
     assert not [r for r in rejected if r["reason"] == "wrong_interface"]
     agentic = [r for r in train if r["kind"] == "agentic"]
@@ -259,8 +268,8 @@ def test_interface_variants_keep_the_scripted_teachers_find_read_episodes(inputs
             assert all(isinstance(json.loads(c["arguments"]).get("keywords", []), list) for c in calls)
             assert "search" not in row["messages"][0]["content"]
     assert manifest["config"]["tools_config"]["interface_variants"] == 2
-    default = read_manifest(inputs / "sft")["config"]  # no option: the task's own tools config, as before
-    assert "interface_variants" not in default and default["tools_config"]["interface_variants"] == 1
+    default = read_manifest(inputs / "sft")["config"]  # no option: the task's own tools config
+    assert default["interface_variants"] is None and default["tools_config"]["interface_variants"] == 1
 
 
 def test_a_bad_interface_variants_is_one_line(inputs, tmp_path):

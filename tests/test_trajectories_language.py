@@ -16,9 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from tansaku.core.context import BuildContext
 from tansaku.core.llm import ScriptedLLM
 from tansaku.core.store import read_rows
+from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.pipelines.trajectories.language import (
     MIN_CHINESE_CHARS,
     MIN_JAPANESE_SHARE,
@@ -127,12 +131,11 @@ def inputs(tmp_path_factory):
     from tansaku.envs.search import build_index
     from tansaku.pipelines.corpus import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
-    from tansaku.pipelines.multihop.chains import Caps
 
     base = tmp_path_factory.mktemp("traj-language")
-    build_corpus(ROOT / "examples" / "miniwiki.jsonl", base / "corpus", fmt="jsonl", quiet=True)
+    build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki.jsonl", format="jsonl"), base / "corpus", BuildContext(quiet=True))
     build_index(base / "corpus", base / "index")
-    build_multihop(corpus=base / "corpus", out=base / "multihop", quiet=True, caps=Caps(None, None, None))
+    build_multihop(MultihopConfig(corpus=base / "corpus", max_per_subject=0, max_per_bridge=0, max_per_relation_pair=0), base / "multihop", BuildContext(quiet=True))
     return base
 
 
@@ -171,8 +174,9 @@ def stand_in(module):
 @pytest.fixture(scope="module")
 def mixed_build(inputs):
     out = inputs / "languages"
-    manifest = build_trajectories(inputs / "multihop", out, teacher=f"scripted:{SCRIPT}", index=inputs / "index",
-                                  translator=stand_in(script()), n=1, limit=40, seed=1, quiet=True)
+    manifest = build_trajectories(TrajectoriesConfig(
+        dataset=inputs / "multihop", teacher=f"scripted:{SCRIPT}", index=inputs / "index",
+        translator=stand_in(script()), n=1, limit=40, seed=1), out, BuildContext(quiet=True))
     return manifest, read_rows(out, "train"), read_rows(out, "rejected")
 
 
@@ -208,9 +212,9 @@ def test_japanese_quoting_law_text_and_naming_products_is_kept(mixed_build):
 @pytest.mark.parametrize("teacher, rewriter", [("respond", "rewrite"), ("respond_compact", "rewrite_compact")])
 def test_the_demo_rewriters_pass_the_check(inputs, teacher, rewriter):
     out = inputs / f"demo-{rewriter}"
-    manifest = build_trajectories(inputs / "multihop", out, teacher=f"scripted:{SCRIPT}:{teacher}",
-                                  index=inputs / "index", translator=f"scripted:{SCRIPT}:{rewriter}", n=1,
-                                  limit=20, seed=1, quiet=True)
+    manifest = build_trajectories(TrajectoriesConfig(
+        dataset=inputs / "multihop", teacher=f"scripted:{SCRIPT}:{teacher}", index=inputs / "index",
+        translator=f"scripted:{SCRIPT}:{rewriter}", n=1, limit=20, seed=1), out, BuildContext(quiet=True))
     reasons = Counter(r["reason"] for r in read_rows(out, "rejected")) if manifest["splits"].get("rejected") else {}
     assert not LANGUAGE_REASONS & set(reasons), reasons
     assert manifest["splits"]["train"] > 0

@@ -16,15 +16,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from tansaku.core.context import BuildContext
 from tansaku.core.errors import InputError
 from tansaku.core.features import DERIVATIONS, PROMPT, declare, derivation_lists, derivation_structs
 from tansaku.core.store import read_rows
 from tansaku.data_cards import card_problems
 from tansaku.envs.environments import make_environment_factory, require_prompt
 from tansaku.envs.tasks import TASKS
+from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.deepresearch.config import DeepResearchConfig
+from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.multihop.build import build_multihop
 from tansaku.pipelines.multihop.chains import Caps
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.multihop.jemhopqa import import_jemhopqa
+from tansaku.pipelines.multihop.jemhopqa_config import JemhopqaImportConfig
 
 TESTS = Path(__file__).parent
 MINIWIKI = TESTS / "fixtures" / "miniwiki" / "miniwiki.jsonl"
@@ -44,16 +50,16 @@ def datasets(tmp_path_factory) -> dict[str, tuple[Path, str]]:
     from tansaku.pipelines.egov.build import build_egov
 
     root = tmp_path_factory.mktemp("trl")
-    build_corpus(MINIWIKI, root / "corpus", fmt="jsonl", quiet=True)
-    build_multihop(corpus=root / "corpus", out=root / "multihop", quiet=True, caps=Caps(None, None, None))
-    build_egov([LAWS], root / "egov", quiet=True)
-    build_corpus(DR_WIKI, root / "dr-corpus", quiet=True)
+    build_corpus(CorpusConfig(input=MINIWIKI, format="jsonl"), root / "corpus", BuildContext(quiet=True))
+    build_multihop(MultihopConfig(corpus=root / "corpus", max_per_subject=0, max_per_bridge=0, max_per_relation_pair=0), root / "multihop", BuildContext(quiet=True))
+    build_egov(EgovConfig(laws=[LAWS]), root / "egov", BuildContext(quiet=True))
+    build_corpus(CorpusConfig(input=DR_WIKI), root / "dr-corpus", BuildContext(quiet=True))
     build_index(root / "dr-corpus", root / "dr-index")
-    build_deepresearch(root / "dr-corpus", root / "dr-index", root / "deepresearch", "scripted:deepresearch",
-                       quiet=True, heldout_share=0)
+    build_deepresearch(DeepResearchConfig(corpus=root / "dr-corpus", index=root / "dr-index", llm="scripted:deepresearch",
+                                          heldout_share=0), root / "deepresearch", BuildContext(quiet=True))
     jem = root / "train_ver1.2.json"
     jem.write_text(json.dumps(JEM_ITEMS, ensure_ascii=False), encoding="utf-8")
-    import_jemhopqa(jem, root / "jemhopqa", quiet=True, heldout_share=0.3)
+    import_jemhopqa(JemhopqaImportConfig(path=jem, heldout_share=0.3), root / "jemhopqa", BuildContext(quiet=True))
     return {"multihop": (root / "multihop", "multihop_qa"), "egov": (root / "egov", "egov_mcq"),
             "deepresearch": (root / "deepresearch", "deepresearch"), "jemhopqa": (root / "jemhopqa", "multihop_qa")}
 
@@ -129,17 +135,17 @@ def test_licenses_propagate_and_override(datasets, tmp_path):
     assert DatasetCard.load(datasets["multihop"][0] / "README.md").data.license == "cc-by-sa-4.0"
     path = tmp_path / "dev_ver1.2.json"
     path.write_text(json.dumps(JEM_ITEMS[:3], ensure_ascii=False), encoding="utf-8")
-    import_jemhopqa(path, tmp_path / "dev", quiet=True, license="cc-by-4.0")
+    import_jemhopqa(JemhopqaImportConfig(path=path, license="cc-by-4.0"), tmp_path / "dev", BuildContext(quiet=True))
     assert DatasetCard.load(tmp_path / "dev" / "README.md").data.license == "cc-by-4.0"
     with pytest.raises(InputError, match="--license 'other'"):
-        import_jemhopqa(path, tmp_path / "bad", quiet=True, license="other")
+        import_jemhopqa(JemhopqaImportConfig(path=path, license="other"), tmp_path / "bad", BuildContext(quiet=True))
     assert not (tmp_path / "bad").exists()
 
 
 def test_jemhopqa_dev_file_is_the_validation_split(tmp_path):
     path = tmp_path / "dev_ver1.2.json"
     path.write_text(json.dumps(JEM_ITEMS, ensure_ascii=False), encoding="utf-8")
-    manifest = import_jemhopqa(path, tmp_path / "dev", quiet=True)
+    manifest = import_jemhopqa(JemhopqaImportConfig(path=path), tmp_path / "dev", BuildContext(quiet=True))
     assert manifest["splits"] == {"validation": len(JEM_ITEMS)}
     from datasets import load_dataset
 
@@ -161,11 +167,10 @@ def _star_triples(n: int) -> list[dict]:
 def test_caps_zero_keeps_every_given_chain(tmp_path):
     path = tmp_path / "triples.jsonl"
     path.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in _star_triples(6)), encoding="utf-8")
-    capped = build_multihop(triples=path, out=tmp_path / "capped", until="chains", quiet=True)
-    kept = build_multihop(triples=path, out=tmp_path / "all", until="chains", quiet=True,
-                          caps=Caps.from_options(0, 0))
+    capped = build_multihop(MultihopConfig(triples=path, until="chains"), tmp_path / "capped", BuildContext(quiet=True))
+    kept = build_multihop(MultihopConfig(triples=path, until="chains", max_per_subject=0, max_per_bridge=0), tmp_path / "all", BuildContext(quiet=True))
     assert capped["splits"]["train"] == 3
-    assert kept["splits"]["train"] == 6 and kept["config"]["caps"]["per_subject"] is None
+    assert kept["splits"]["train"] == 6 and kept["config"]["max_per_subject"] == 0
 
 
 @settings(max_examples=40, deadline=None)

@@ -3,6 +3,9 @@
 Each command parses options and calls one toolkit function (``tansaku.trainer.sft.run_sft``,
 ``tansaku.trainer.rl.run_rl``, ``tansaku.envs.evaluate.run_eval``, …); the trainers are imported inside the
 commands so that ``train --help`` stays fast. Bad input is one line and exit 2 (``tansaku.core.cli_common``).
+
+``train sft`` / ``train rl`` hand every argument they do not know themselves to TRL's parser, as TRL's own
+scripts take them: ``train sft --config R.yaml --learning_rate 1e-5 --max_steps 2`` (``docs/recipes.md``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from rich.console import Console
 
 from tansaku.core import jsontext
 from tansaku.core.cli_common import Version, friendly
-from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache
+from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache, llm_options
 
 train_app = typer.Typer(help="Train (SFT, GRPO/GSPO), evaluate and merge models.", no_args_is_help=True,
                         pretty_exceptions_enable=False)
@@ -28,27 +31,29 @@ def _train(version: Version = False) -> None:
 
 Limit = Annotated[int | None, typer.Option("--limit", help="Stop after N items (smoke runs).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for every random draw.")]
-Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a recipe key: key=value (repeatable).")]
-Recipe = Annotated[Path, typer.Option("--config", "-c", help="YAML recipe (see trainer/recipes/).")]
+Recipe = Annotated[Path, typer.Option("--config", "-c", help="YAML recipe (see trainer/recipes/, docs/recipes.md); "
+                                      "any other --KEY VALUE overrides a recipe key, as TRL's scripts take it.")]
+# The arguments a command does not declare (--learning_rate 1e-5 …) reach it in ctx.args, for TRL's parser.
+TRL_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 MaxTokens = Annotated[int, typer.Option("--max-tokens", min=1, help="New tokens per turn.")]
 SystemPrompt = Annotated[str | None, typer.Option("--system-prompt", help="Text (or @FILE) instead of the task's system prompt: the one the model was trained under.")]
 InterfaceVariants = Annotated[int | None, typer.Option("--interface-variants", help="Tool interfaces drawn per episode: 1 = search/open_doc, 2 = find/read too (default: the task's own).")]
 
 
-@train_app.command("sft")
+@train_app.command("sft", context_settings=TRL_ARGS)
 @friendly
-def train_sft(config: Recipe, set: Sets = None):
+def train_sft(ctx: typer.Context, config: Recipe):
     """Supervised fine-tuning with TRL (tool results, system and user text get no loss)."""
     from tansaku.trainer.sft import run_sft
 
-    typer.echo(jsontext.dumps(run_sft(config, set or []), default=str))
+    typer.echo(jsontext.dumps(run_sft(config, ctx.args), default=str))
 
 
-@train_app.command("rl")
+@train_app.command("rl", context_settings=TRL_ARGS)
 @friendly
 def train_rl(
+    ctx: typer.Context,
     config: Recipe,
-    set: Sets = None,
     skip_readiness: Annotated[bool, typer.Option("--skip-readiness", help="Start even when the pre-flight check says the task is not learnable yet.")] = False,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch); replaces the recipe's judge.model.")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
@@ -57,7 +62,9 @@ def train_rl(
     """GRPO / GSPO with TRL over the tansaku search environments."""
     from tansaku.trainer.rl import run_rl
 
-    typer.echo(jsontext.dumps(run_rl(config, set or [], skip_readiness=skip_readiness, judge=judge), default=str))
+    options = llm_options(no_cache, api_key, extra_body, concurrency)
+    result = run_rl(config, ctx.args, skip_readiness=skip_readiness, judge=judge, llm_options=options)
+    typer.echo(jsontext.dumps(result, default=str))
 
 
 @train_app.command("eval")
@@ -129,7 +136,8 @@ def train_rescore(
     from tansaku.core.llm import as_client
     from tansaku.trainer.rescore import format_report, rescore
 
-    report = rescore(completions, task, out=out, judge=as_client(judge))
+    report = rescore(completions, task, out=out,
+                     judge=as_client(judge, llm_options=llm_options(no_cache, api_key, extra_body, concurrency)))
     Console(stderr=True).print(format_report(report))
     typer.echo(jsontext.dumps(report, default=str))
 

@@ -1,7 +1,8 @@
 """Training data: read SFT conversations from tansaku store folders or files, normalize, mix with ratios.
 
-    dataset = mix_dataset(recipe.data, mix_size=None, seed=42)  # datasets.Dataset of {"messages", "tools"}
-    rows = mix_sources(recipe.data, mix_size=None, seed=42)     # the same mix as plain rows
+    sources = recipe.script_args.data                        # the recipe's `data:` (DataSource each)
+    dataset = mix_dataset(sources, mix_size=None, seed=42)   # datasets.Dataset of {"messages", "tools"}
+    rows = mix_sources(sources, mix_size=None, seed=42)      # the same mix as plain rows
 
 A source is a tansaku dataset folder (``DIR/data/<split>-*.parquet``, read with ``tansaku.core.store``), or
 a ``.jsonl`` / ``.json`` / ``.parquet`` file. Each row needs ``messages`` (chat messages, assistant

@@ -37,7 +37,7 @@ from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.evaluate import NotReadyForRL, is_correct, load_rows, summarize, write_trajectories
 from tansaku.envs.rollout import run_rollouts
 from tansaku.trainer.readiness import readiness_model, readiness_options
-from tansaku.trainer.recipes import RLRecipe, RLTask
+from tansaku.trainer.recipes import Recipe, RLTask
 
 BAND_FILE = "band.json"
 
@@ -64,15 +64,15 @@ def candidate_rows(spec: RLTask, rows: int | None) -> list[dict]:
     return load_rows(spec.data, spec.prompt_split(), min(limits) if limits else None)
 
 
-def band_key(recipe: RLRecipe, spec: RLTask, rows: list[dict], model_path: str) -> dict:
+def band_key(recipe: Recipe, spec: RLTask, rows: list[dict], model_path: str) -> dict:
     """Everything a band depends on; a saved band is reused only when all of it matches."""
-    difficulty = recipe.difficulty
+    difficulty = recipe.script_args.difficulty
     rows_hash = hashlib.sha256(jsontext.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
     return {"start_model": str(model_path), "start_weights": weights_fingerprint(Path(model_path)),
             "rows_sha256": rows_hash[:16], "split": spec.prompt_split(), "system_prompt": spec.system_prompt,
             "samples": difficulty.samples, "min_pass": difficulty.min_pass, "max_pass": difficulty.max_pass,
-            "max_tokens": difficulty.max_tokens, "temperature": difficulty.temperature or recipe.temperature,
-            "seed": recipe.seed, "sampler": readiness_model(recipe, str(model_path))}
+            "max_tokens": difficulty.max_tokens, "temperature": difficulty.temperature or recipe.training_args.temperature,
+            "seed": recipe.training_args.seed, "sampler": readiness_model(recipe, str(model_path))}
 
 
 def keep_rule(pass_rates: list[float], min_pass: float, max_pass: float) -> tuple[list[int], dict[str, int]]:
@@ -106,18 +106,18 @@ def _saved_band(folder: Path, key: dict) -> Band | None:
     return Band(**{k: data[k] for k in _BAND_FIELDS})
 
 
-def band_task(recipe: RLRecipe, spec: RLTask, task, model_path: str, client, judge=None) -> Band:
+def band_task(recipe: Recipe, spec: RLTask, task, model_path: str, client, judge=None) -> Band:
     """Sample each candidate row of ``spec`` ``samples`` times with ``client``; keep the rows in the band."""
-    difficulty = recipe.difficulty
+    difficulty = recipe.script_args.difficulty
     rows = candidate_rows(spec, difficulty.rows)
     key = band_key(recipe, spec, rows, model_path)
-    folder = Path(recipe.output_dir) / "difficulty" / spec.name
+    folder = Path(recipe.training_args.output_dir) / "difficulty" / spec.name
     saved = _saved_band(folder, key)
     if saved is not None:
         return saved
     trajectories = run_rollouts(client, task, rows, make_environment_factory(task, spec.index), k=difficulty.samples,
-                                max_tokens=difficulty.max_tokens, temperature=key["temperature"], top_p=recipe.top_p,
-                                seed=recipe.seed, judge=judge, quiet=True)
+                                max_tokens=difficulty.max_tokens, temperature=key["temperature"], top_p=recipe.training_args.top_p,
+                                seed=recipe.training_args.seed, judge=judge, quiet=True)
     passes = [0] * len(rows)
     for t in trajectories:
         passes[t.row_index] += is_correct(task, t, task.pass_threshold)
@@ -133,7 +133,7 @@ def band_task(recipe: RLRecipe, spec: RLTask, task, model_path: str, client, jud
     return band
 
 
-def band_prompts(recipe: RLRecipe, model_path: str, tasks: dict, judge=None, client=None) -> dict[str, Band]:
+def band_prompts(recipe: Recipe, model_path: str, tasks: dict, judge=None, client=None) -> dict[str, Band]:
     """Band every recipe task (``tasks``: name → the Task object RL uses); raise ``NotReadyForRL`` when a task
     keeps no prompt (the counts say whether they were all too easy or all too hard)."""
     own = client is None
@@ -141,13 +141,13 @@ def band_prompts(recipe: RLRecipe, model_path: str, tasks: dict, judge=None, cli
                                                         **readiness_options(recipe))
     bands = {}
     try:
-        for spec in recipe.tasks:
+        for spec in recipe.script_args.tasks:
             bands[spec.name] = band = band_task(recipe, spec, tasks[spec.name], model_path, client, judge)
             if not band.kept:
                 raise NotReadyForRL(
                     f"difficulty: task {spec.name} keeps no prompt: of {len(band.pass_rates)} candidates sampled "
-                    f"{recipe.difficulty.samples} times by {model_path}, {band.dropped} fell outside pass rate "
-                    f"[{recipe.difficulty.min_pass}, {recipe.difficulty.max_pass}]. Widen the band, sample more "
+                    f"{recipe.script_args.difficulty.samples} times by {model_path}, {band.dropped} fell outside pass rate "
+                    f"[{recipe.script_args.difficulty.min_pass}, {recipe.script_args.difficulty.max_pass}]. Widen the band, sample more "
                     "candidates (difficulty.rows), or start from another checkpoint.")
     finally:
         if own:

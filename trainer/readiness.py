@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tansaku.core.llm import as_client
 from tansaku.envs.evaluate import check_rl_readiness, run_eval
-from tansaku.trainer.recipes import RLRecipe
+from tansaku.trainer.recipes import Recipe
 
 TRL_SERVER_DEFAULT = "http://localhost:8000"  # GRPOConfig's vllm_server_host / vllm_server_port defaults
 
@@ -34,49 +34,50 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def readiness_model(recipe: RLRecipe, model_path: str) -> str:
+def readiness_model(recipe: Recipe, model_path: str) -> str:
     """The LLM spec (``tansaku.core.llm.from_spec``) the readiness rollouts use for this recipe."""
-    if recipe.readiness.model:
-        return recipe.readiness.model
-    if recipe.use_vllm and recipe.vllm_mode == "server":
-        base = (recipe.vllm_server_base_url or TRL_SERVER_DEFAULT).rstrip("/")
+    config, name = recipe.training_args, recipe.model_args.model_name_or_path
+    if recipe.script_args.readiness.model:
+        return recipe.script_args.readiness.model
+    if config.use_vllm and config.vllm_mode == "server":
+        base = (config.vllm_server_base_url or TRL_SERVER_DEFAULT).rstrip("/")
         # the server serves the model under the name it was started with: the recipe's model as written
-        served = recipe.model if recipe.model != "tiny" else model_path
+        served = name if name != "tiny" else model_path
         return f"http:{served}@{base}/v1"
-    if recipe.use_vllm:
+    if config.use_vllm:
         return f"vllm:{model_path}"
     return f"transformers:{model_path}"
 
 
-def readiness_options(recipe: RLRecipe) -> dict:
+def readiness_options(recipe: Recipe) -> dict:
     """Constructor options for the client ``readiness_model`` names (dtype, device, GPU memory share)."""
-    spec = readiness_model(recipe, "")
-    if recipe.readiness.model or spec.startswith("http:"):
+    spec, config = readiness_model(recipe, ""), recipe.training_args
+    if recipe.script_args.readiness.model or spec.startswith("http:"):
         return {}
-    dtype = "bfloat16" if recipe.bf16 else "float32"
+    dtype = "bfloat16" if config.bf16 else "float32"
     if spec.startswith("vllm:"):
-        return {"dtype": dtype, "gpu_memory_utilization": recipe.vllm_gpu_memory_utilization}
-    device = "cuda" if not recipe.use_cpu and _cuda_available() else "cpu"
+        return {"dtype": dtype, "gpu_memory_utilization": config.vllm_gpu_memory_utilization}
+    device = "cuda" if not config.use_cpu and _cuda_available() else "cpu"
     return {"dtype": dtype, "device": device}
 
 
-def check_readiness(recipe: RLRecipe, model_path: str, judge=None, client=None) -> list[dict]:
+def check_readiness(recipe: Recipe, model_path: str, judge=None, client=None) -> list[dict]:
     """Run ``tansaku.envs.evaluate`` per task and raise ``NotReadyForRL`` when one gives no learning signal.
 
     The rollouts use ``client`` if given, else ``readiness_model(recipe, model_path)``; each report is written to
     ``<output_dir>/readiness/<task>/``. A client made here is closed afterwards (a colocated vLLM engine must
     give its GPU memory back before the trainer starts its own).
     """
-    spec_r = recipe.readiness
+    spec_r, output_dir = recipe.script_args.readiness, recipe.training_args.output_dir
     own = client is None
     client = client if client is not None else as_client(readiness_model(recipe, model_path),
                                                         **readiness_options(recipe))
     reports = []
     try:
-        for task in recipe.tasks:
+        for task in recipe.script_args.tasks:
             report = run_eval(task.name, task.data, client, task.index, split=spec_r.split or task.prompt_split(),
-                              k=spec_r.k, limit=spec_r.rows, max_tokens=spec_r.max_tokens, seed=recipe.seed,
-                              out_dir=Path(recipe.output_dir) / "readiness" / task.name, judge=judge,
+                              k=spec_r.k, limit=spec_r.rows, max_tokens=spec_r.max_tokens, seed=recipe.training_args.seed,
+                              out_dir=Path(output_dir) / "readiness" / task.name, judge=judge,
                               system_prompt=task.system_prompt)
             check_rl_readiness(report, min_pass_at_k=spec_r.min_pass_at_k)
             reports.append(report)

@@ -1,7 +1,7 @@
 """`train rl`: GRPO / GSPO over the tansaku search environments with TRL's GRPOTrainer.
 
-    train rl --config trainer/recipes/rl-tiny.yaml --set max_steps=3 --skip-readiness
-    python -c "from tansaku.trainer.rl import run_rl; run_rl('trainer/recipes/rl-tiny.yaml', ['max_steps=3'], skip_readiness=True)"
+    train rl --config trainer/recipes/rl-tiny.yaml --max_steps 3 --skip-readiness
+    python -c "from tansaku.trainer.rl import run_rl; run_rl('trainer/recipes/rl-tiny.yaml', ['--max_steps', '3'], skip_readiness=True)"
 
 Each recipe task names ``tansaku.envs.tasks.TASKS[name]``, its prompt dataset (store folder or .jsonl) and its
 search index. The rollouts are multi-turn: TRL's tool loop calls ``tansaku.envs.environments.SearchEnvironment``
@@ -25,8 +25,12 @@ banding replaces the readiness check below, and ``readiness`` in the result list
 Otherwise, before step 1 the readiness check (``tansaku.trainer.readiness``: ``run_eval`` through the backend training
 generates with — the TRL vLLM server, a colocated vLLM engine, or transformers in the training dtype) samples the model
 on each task and refuses to start when pass@k ≈ 0 or every group has zero reward variance
-(``skip_readiness=True`` / ``--skip-readiness`` to bypass). Algorithm, NeMo-RL key and batch mapping:
-``tansaku.trainer.recipes`` (module docstring).
+(``skip_readiness=True`` / ``--skip-readiness`` to bypass).
+
+The ``GRPOConfig`` the trainer gets is the recipe's, with what tansaku derives from its tasks: the reward weights,
+``max_tool_calling_iterations`` when the recipe leaves it unset (the tasks' largest ``max_turns``), and
+``num_completions_to_print: 0`` when unset (see ``grpo_config``). GSPO vs GRPO, the batch (P prompts × G
+generations per step) and the NeMo-RL names of the seed recipe: ``docs/recipes.md``.
 """
 
 from __future__ import annotations
@@ -50,12 +54,10 @@ from tansaku.trainer.monitor import RewardWatchCallback
 from tansaku.trainer.prefix_generate import share_prompt_prefix
 from tansaku.trainer.readiness import check_readiness
 from tansaku.trainer.recipes import (
-    ALGORITHM_DEFAULTS,
+    Recipe,
     RecipeError,
-    RLRecipe,
     RLTask,
     auto_index_dir,
-    batch_plan,
     load_recipe,
     require_model,
     resolve_model,
@@ -65,23 +67,22 @@ from tansaku.trainer.rl_rewards import build_rewards, environment_name, rl_task
 from tansaku.trainer.run_folder import check_output_dir
 from tansaku.trainer.sft import (
     check_reporters,
-    make_trl_config,
     peft_config,
     resume_checkpoint,
-    training_args,
+    trainer_config,
     write_recipe_copy,
 )
 
 
-def ensure_indexes(recipe: RLRecipe) -> list[str]:
+def ensure_indexes(recipe: Recipe) -> list[str]:
     """Build each task's ``index: auto`` folder from its ``corpus`` when absent; return the folders built.
 
     A folder that is not a finished tansaku index (``ownership.is_index``) but holds something: refused, not
     overwritten.
     """
     built = []
-    for spec in recipe.tasks:
-        if not spec.corpus or spec.index != auto_index_dir(recipe.output_dir, spec.name):
+    for spec in recipe.script_args.tasks:
+        if not spec.corpus or spec.index != auto_index_dir(recipe.training_args.output_dir, spec.name):
             continue
         index = Path(spec.index)
         if ownership.is_index(index):
@@ -122,33 +123,36 @@ def task_rows(spec: RLTask, task, band: Band | None = None) -> list[dict]:
     return task.to_trl_rows(rows)
 
 
-def check_recipe(recipe: RLRecipe, judge=None) -> None:
+def check_recipe(recipe: Recipe, judge=None) -> None:
     """What needs no model, before the readiness or difficulty rollouts load one: tasks, system prompts, abstention
-    and reward weights, TRL's ``GRPOConfig`` checks, each task's rows, the model folder (RecipeError: one line)."""
-    _, weights, _ = build_rewards(recipe, judge)
-    grpo_config(recipe, weights)
-    for spec in recipe.tasks:  # a column named like one of TRL's own reward arguments is refused here
+    and reward weights, each task's rows, the model folder (RecipeError: one line)."""
+    if recipe.training_args.reward_weights is not None:
+        raise RecipeError("reward_weights: train rl weights each task's reward components itself; set "
+                          "tasks[].reward_weights instead")
+    build_rewards(recipe, judge)
+    for spec in recipe.script_args.tasks:  # a column named like one of TRL's own reward arguments is refused here
         reward_columns(task_rows(spec, rl_task(spec)))
-    require_model(recipe.model)
+    require_model(recipe.model_args.model_name_or_path)
 
 
-def build_dataset(recipe: RLRecipe, bands: dict[str, Band] | None = None):
+def build_dataset(recipe: Recipe, bands: dict[str, Band] | None = None):
     """The mixed prompt dataset, with an ``environment`` column routing each row to its task's environment
     of the tool description variant and interface drawn for it (``episode_variant`` / ``episode_interface``:
     what ``reset`` would draw).
     ``bands``: the difficulty banding's kept rows per task (``band_prompts``)."""
     from datasets import Dataset
 
+    tasks, seed = recipe.script_args.tasks, recipe.training_args.seed
     groups = []
-    for spec in recipe.tasks:
+    for spec in tasks:
         task = rl_task(spec)  # the prompts carry the recipe's system prompt, when it sets one
         rows = []
         for row in task_rows(spec, task, (bands or {}).get(spec.name)):
-            variant, interface = episode_variant(task, row, recipe.seed), episode_interface(task, row, recipe.seed)
+            variant, interface = episode_variant(task, row, seed), episode_interface(task, row, seed)
             rows.append({**row, "prompt": interface_prompt(row["prompt"], interface),  # names its interface's tools
                          "environment": environment_name(spec.name, variant, interface)})
         groups.append(rows)
-    mixed = mix_by_ratio(groups, [t.ratio for t in recipe.tasks], recipe.mix_size, recipe.seed)
+    mixed = mix_by_ratio(groups, [t.ratio for t in tasks], recipe.script_args.mix_size, seed)
     # Dataset.from_list keeps only the first row's keys: give every row every task's columns (None when
     # absent). Mappings (other than the prompt) become JSON text so Arrow does not merge their keys.
     columns = list(dict.fromkeys(key for row in mixed for key in row))
@@ -157,60 +161,35 @@ def build_dataset(recipe: RLRecipe, bands: dict[str, Band] | None = None):
     return Dataset.from_list(rows)
 
 
-def build_environments(recipe: RLRecipe) -> dict:
+def build_environments(recipe: Recipe) -> dict:
     """``environment_factory`` for TRL: ``{"<task>@tools-v<n>[-i<k>]": factory with variant n (and interface k)
     fixed}`` (one index opened per task). One factory per pair because TRL renders a prompt's tool schemas
     from the factory's first instance, once (``tansaku.envs.environments`` docstring): a variant drawn in
     ``reset`` alone would never reach the prompt."""
 
-    return {environment_name(spec.name, variant, interface): factory for spec in recipe.tasks
+    return {environment_name(spec.name, variant, interface): factory for spec in recipe.script_args.tasks
             for (variant, interface), factory in variant_factories(rl_task(spec), spec.index).items()}
 
 
-def grpo_config(recipe: RLRecipe, reward_weights: list[float] | None = None):
-    """The TRL ``GRPOConfig`` of a recipe: algorithm defaults, NeMo-RL batch plan, vLLM, logging."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from trl import GRPOConfig
-
-    defaults = ALGORITHM_DEFAULTS[recipe.algorithm]
-    iterations = recipe.max_tool_calling_iterations
+def grpo_config(recipe: Recipe, reward_weights: list[float] | None = None):
+    """The TRL ``GRPOConfig`` the trainer gets: the recipe's, with the reward weights and, when the recipe leaves
+    them unset, ``max_tool_calling_iterations`` (the tasks' largest ``max_turns``) and ``num_completions_to_print``
+    (0: TRL's console sample table json.loads every tool call's arguments, so one completion whose arguments are not
+    JSON, which an early policy writes, kills the run at its next log step; the samples stay in completions/*.parquet
+    and the run report; a number turns the table back on)."""
+    training_args = recipe.training_args
+    iterations = training_args.max_tool_calling_iterations
     if iterations is None:
-        iterations = max(TASKS[t.name].max_turns for t in recipe.tasks if t.name in TASKS)
-    kwargs = training_args(recipe)
-    kwargs.update(batch_plan(recipe))
-    kwargs.pop("gradient_accumulation_steps")  # TRL derives it from steps_per_generation
-    kwargs.update(
-        gradient_accumulation_steps=kwargs["steps_per_generation"],
-        importance_sampling_level=defaults["importance_sampling_level"],
-        epsilon=recipe.epsilon if recipe.epsilon is not None else defaults["epsilon"],
-        epsilon_high=recipe.epsilon_high if recipe.epsilon_high is not None else defaults["epsilon_high"],
-        loss_type=recipe.loss_type or defaults["loss_type"],
-        beta=recipe.beta,
-        max_completion_length=recipe.max_completion_length,
-        max_tool_calling_iterations=iterations,
-        temperature=recipe.temperature,
-        top_p=recipe.top_p,
-        use_vllm=recipe.use_vllm,
-        vllm_mode=recipe.vllm_mode,
-        vllm_gpu_memory_utilization=recipe.vllm_gpu_memory_utilization,
-        log_completions=recipe.log_completions,
-        # TRL's console sample table json.loads every tool call's arguments, so one completion whose arguments
-        # are not JSON (an early policy writes those) kills the run at its next log step. The samples stay in
-        # completions/*.parquet and the run report; trl.num_completions_to_print turns the table back on.
-        num_completions_to_print=0,
-        reward_weights=reward_weights,
-        multi_objective_aggregation=recipe.reward_aggregation,
-        shuffle_dataset=True,
-    )
-    if recipe.vllm_server_base_url:
-        kwargs["vllm_server_base_url"] = recipe.vllm_server_base_url
-    return make_trl_config(GRPOConfig, recipe, kwargs)
+        iterations = max(TASKS[t.name].max_turns for t in recipe.script_args.tasks if t.name in TASKS)
+    printed = 0 if training_args.num_completions_to_print is None else training_args.num_completions_to_print
+    return trainer_config(recipe, reward_weights=reward_weights, max_tool_calling_iterations=iterations,
+                          num_completions_to_print=printed)
 
 
-def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None, bands: dict | None = None):
+def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, bands: dict | None = None):
     """A GRPOTrainer over the recipe's tasks, environments and rewards, with the reward watch attached;
     ``bands``: only the prompts difficulty banding kept."""
-    from trl import GRPOTrainer
+    from trl import GRPOTrainer, get_quantization_config
 
     class ResumableGRPOTrainer(GRPOTrainer):
         """TRL's RepeatSampler draws each epoch's order from one generator, so a run resumed after the first
@@ -224,81 +203,90 @@ def build_rl_trainer(recipe: RLRecipe, callbacks: list | None = None, judge=None
             return sampler
 
     reward_funcs, weights, groups = build_rewards(recipe, judge)
-    model = resolve_model(recipe.model)
+    name = recipe.model_args.model_name_or_path
+    model = resolve_model(name)
+    watch = RewardWatchCallback(groups, recipe.script_args.watch, recipe.training_args.output_dir)
     trainer = ResumableGRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
         args=grpo_config(recipe, weights),
         train_dataset=build_dataset(recipe, bands),
         peft_config=peft_config(recipe),
+        quantization_config=get_quantization_config(recipe.model_args),
         environment_factory=build_environments(recipe),
-        callbacks=[RewardWatchCallback(groups, recipe.watch, recipe.output_dir), *(callbacks or [])],
+        callbacks=[watch, *(callbacks or [])],
     )
-    if recipe.share_prompt_prefix and not recipe.use_vllm:
+    if recipe.script_args.share_prompt_prefix and not recipe.training_args.use_vllm:
         share_prompt_prefix(trainer.model)  # the system turn + tool schemas once per generate call, not per row
-    return name_base_model(trainer, recipe.model, model)  # its model card names the base model, not None
+    return name_base_model(trainer, name, model)  # its model card names the base model, not None
 
 
-def judge_client(recipe: RLRecipe, judge=None):
+def judge_client(recipe: Recipe, judge=None, llm_options=None):
     """The rubric judge of a run: ``judge`` when it is a client; else the recipe's ``judge:`` section, whose
     ``model`` a ``judge`` spec (``train rl --judge SPEC``) replaces first, so the recipe copy names the judge the
-    run used. None when neither names one (a deepresearch task is then refused by ``check_recipe``)."""
+    run used. None when neither names one (a deepresearch task is then refused by ``check_recipe``).
+    ``llm_options``: the command's ``--api-key`` / ``--extra-body`` / ``--concurrency`` / ``--no-cache``
+    (``LLMOptions``), under the recipe's own ``judge:`` settings."""
+    spec = recipe.script_args.judge
     if judge is not None and not isinstance(judge, str):
         return judge
     if judge is not None:
-        recipe.judge.model = judge
-        for problem in recipe.judge.problems():
+        spec.model = judge
+        for problem in spec.problems():
             raise RecipeError(problem)
-    if recipe.judge.model is None:
+    if spec.model is None:
         return None
-    return as_client(recipe.judge.model, **recipe.judge.client_options())
+    return as_client(spec.model, llm_options=llm_options, **spec.client_options())
 
 
-def run_rl(config_path: str | os.PathLike, overrides: list[str] | None = None, skip_readiness: bool = False,
-           judge=None) -> dict:
-    """Run ``train rl``: recipe (+ ``--set`` overrides) → readiness check → GRPO/GSPO training → final save.
+def run_rl(config_path: str | os.PathLike, args: list[str] | None = None, skip_readiness: bool = False,
+           judge=None, llm_options=None) -> dict:
+    """Run ``train rl``: recipe (``args``: TRL's ``--key value`` overrides) → readiness check → GRPO/GSPO training
+    → final save.
 
     ``skip_readiness``: start without the pre-flight pass@k / zero-variance check. ``judge``: an LLM
     client, or a spec that replaces the recipe's ``judge.model`` (``train rl --judge``), for tasks scored by a
-    rubric judge (``deepresearch``); without it the recipe's ``judge:`` (``judge_client``). Returns
+    rubric judge (``deepresearch``); without it the recipe's ``judge:`` (``judge_client``, with ``llm_options``).
+    Returns
     ``{"output_dir", "global_step", "training_loss", "readiness", "warnings", "difficulty", "report_ok"}``
     (``difficulty``: kept / dropped counts per task when the recipe bands its prompts); checkpoints,
     ``trainer_state.json``, ``completions/completions_<step>.parquet``, ``tansaku_recipe.json``,
     ``run_report.json`` and ``learning_curves.png`` (``tansaku.trainer.report``) are in the recipe's ``output_dir``.
     """
-    recipe = load_recipe(config_path, overrides, kind="rl")
-    for task in recipe.tasks:  # resolved once, so the readiness check, training and the recipe copy agree
+    recipe = load_recipe(config_path, args, kind="rl")
+    script_args, output_dir = recipe.script_args, recipe.training_args.output_dir
+    for task in script_args.tasks:  # resolved once, so the readiness check, training and the recipe copy agree
         task.split = task.prompt_split()
     check_output_dir(recipe)  # before anything is built, loaded or written: a dataset or a user's folder is refused
     check_reporters(recipe)
     made_judge = judge is None or isinstance(judge, str)
-    judge = judge_client(recipe, judge)
+    judge = judge_client(recipe, judge, llm_options)
     check_recipe(recipe, judge)  # before the index build and the rollouts below: nothing here needs a model
-    write_recipe_copy(recipe, recipe.output_dir)  # first: from now on the folder is provably this run's
+    write_recipe_copy(recipe)  # first: from now on the folder is provably this run's
     ensure_indexes(recipe)
-    for spec in recipe.tasks:  # each opened once: a damaged index is one line, before any model loads
+    for spec in script_args.tasks:  # each opened once: a damaged index is one line, before any model loads
         require_index(spec.index)
     resume = resume_checkpoint(recipe)
+    model_path = resolve_model(recipe.model_args.model_name_or_path)
     bands = None
-    if recipe.difficulty.samples:  # banding samples every candidate: it is the readiness check too
-        bands = band_prompts(recipe, resolve_model(recipe.model), {t.name: rl_task(t) for t in recipe.tasks}, judge)
+    if script_args.difficulty.samples:  # banding samples every candidate: it is the readiness check too
+        bands = band_prompts(recipe, model_path, {t.name: rl_task(t) for t in script_args.tasks}, judge)
         readiness = []
     else:
-        readiness = [] if skip_readiness or resume else check_readiness(recipe, resolve_model(recipe.model), judge)
+        readiness = [] if skip_readiness or resume else check_readiness(recipe, model_path, judge)
     trainer = build_rl_trainer(recipe, judge=judge, bands=bands)
     try:
         result = trainer.train(resume_from_checkpoint=resume)
     finally:
         if made_judge and judge is not None:  # made here from the recipe's spec: its connections end with the run
             judge.close()
-    trainer.save_model(recipe.output_dir)
+    trainer.save_model(output_dir)
     trainer.save_state()
     watch = next(cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "RewardWatchCallback")
     weights = dict(zip(trainer.reward_func_names, trainer.args.reward_weights or []))
-    report = write_run_report(recipe.output_dir, weights)  # run_report.json + learning_curves.png
-    plot_learning_curves(recipe.output_dir, report=report)
-    return {"output_dir": recipe.output_dir, "global_step": trainer.state.global_step,
+    report = write_run_report(output_dir, weights)  # run_report.json + learning_curves.png
+    plot_learning_curves(output_dir, report=report)
+    return {"output_dir": output_dir, "global_step": trainer.state.global_step,
             "training_loss": result.training_loss, "readiness": readiness, "warnings": watch.warnings,
             "difficulty": [band.summary() for band in (bands or {}).values()],
             "report_ok": report["ok"]}
-

@@ -16,7 +16,7 @@ from tansaku.core import jsontext
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.options import read_system_prompt
 from tansaku.envs.tasks import TASKS, TRL_REWARD_ARGUMENTS
-from tansaku.trainer.recipes import RecipeError, RLRecipe
+from tansaku.trainer.recipes import Recipe, RecipeError
 
 
 def environment_name(task_name: str, variant: int, interface: int = 0) -> str:
@@ -118,12 +118,13 @@ def rl_task(spec) -> object:
     return task
 
 
-def build_rewards(recipe: RLRecipe, judge=None) -> tuple[list, list[float], dict[str, tuple[list[str], str]]]:
+def build_rewards(recipe: Recipe, judge=None) -> tuple[list, list[float], dict[str, tuple[list[str], str]]]:
     """(reward functions, weights, watch groups ``{task: ([component names], correctness name)}``)."""
 
-    multi = len(recipe.tasks) > 1
+    tasks = recipe.script_args.tasks
+    multi = len(tasks) > 1
     funcs, weights, groups = [], [], {}
-    for spec in recipe.tasks:
+    for spec in tasks:
         task = rl_task(spec)
         unknown = set(spec.reward_weights) - set(task.reward_weights)
         if unknown:

@@ -1,19 +1,14 @@
-"""YAML/CLI values → typed dataclasses: the coercion and ``--set key=value`` machinery behind recipes.
+"""YAML mappings → tansaku's own recipe sections (``tasks``, ``data``, ``readiness``, ``judge`` …), typed.
 
-    recipe = build(SFTRecipe, {"model": "tiny", "max_steps": "3", "lora": {"r": "8"}})
-    apply_override(data, "tasks.0.ratio=2")          # dotted keys reach into sections and list items
+    task = build(RLTask, {"name": "multihop_qa", "data": "q.jsonl", "ratio": "2"})    # ratio == 2.0
+    readiness = section(ReadinessSpec, "{k: 2}", "readiness")   # YAML text, as a command line gives it
 
-Kept apart from ``recipes.py`` (which holds the recipe fields and their cross-field checks) so each stays
-short; every failure is a ``RecipeError`` naming the key and what was expected.
-
-Keys that are TRL config fields (``learning_rate``, ``bf16``, ``lr_scheduler_type``, ``trl.*`` …) are coerced by
-``transformers.HfArgumentParser`` over the TRL config class (``coerce_trl_fields``): the same parser that
-``TrlParser`` / ``--learning_rate 3e-5`` uses, so a value means exactly what it means on TRL's command line
-(``bf16: yes`` is True, ``lr_scheduler_type`` must be one of transformers' schedulers, ``max_steps: 1e3`` is
-refused as TRL refuses it). Only parsing, never the config's ``__post_init__`` (``bf16`` on a CPU machine
-must still load). ``none``/``null`` clears a field the recipe declares optional (``per_device_train_batch_size:
-null`` = derived from the batch plan); mappings pass through. A number field must be finite: ``.nan`` and
-``.inf`` are refused (tansaku's fields and TRL's alike).
+TRL's parser (``TrlParser``) reads every flat key of a recipe; a nested section reaches the recipe's dataclass as
+the mapping (or list of mappings) the YAML holds, or as YAML/JSON text from the command line (``--tasks
+'[{…}]'``). ``build`` and ``section`` turn those into the section dataclasses, coercing each value to its
+field's type (``1e-7`` is a float even though YAML 1.1 reads it as a string; ``none``/``null`` clears an
+optional field). Unknown keys fail with the closest valid name. A number must be finite: ``.nan`` and ``.inf``
+are refused. Every failure is a ``RecipeError`` naming the key and what was expected.
 
 >>> from dataclasses import dataclass
 >>> @dataclass
@@ -22,6 +17,8 @@ null`` = derived from the batch plan); mappings pass through. A number field mus
 ...     rate: float | None = None
 >>> build(Demo, {"steps": "1e3", "rate": "none"})
 Demo(steps=1000, rate=None)
+>>> section(Demo, "{steps: 2}", "demo")
+Demo(steps=2, rate=None)
 >>> build(Demo, {"stpes": 2})
 Traceback (most recent call last):
 ...
@@ -30,10 +27,8 @@ tansaku.trainer.typed_config.RecipeError: recipe: unknown key 'stpes' (did you m
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
-import functools
 import math
 import types
 import typing
@@ -48,9 +43,6 @@ class RecipeError(InputError):
     """A recipe file or override is malformed; the message names the key and what was expected."""
 
 
-# --------------------------------------------------------------------------- coercion
-
-
 def _is_optional(tp) -> tuple[bool, Any]:
     args = typing.get_args(tp)
     if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
@@ -63,7 +55,7 @@ def _is_optional(tp) -> tuple[bool, Any]:
 
 
 def _coerce(value: Any, tp, where: str) -> Any:
-    """Turn a YAML/CLI value into ``tp``; raise RecipeError naming ``where`` when it cannot."""
+    """Turn a YAML value into ``tp``; raise RecipeError naming ``where`` when it cannot."""
     optional, inner = _is_optional(tp)
     if optional and isinstance(value, str) and value.strip().lower() in ("none", "null", "~", ""):
         return None
@@ -76,7 +68,7 @@ def _coerce(value: Any, tp, where: str) -> Any:
     try:
         if dataclasses.is_dataclass(tp):
             if isinstance(value, tp):
-                return value
+                value = dataclasses.asdict(value)  # built elsewhere: its values are checked like a mapping's
             if not isinstance(value, dict):
                 raise RecipeError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
             return build(tp, value, where)
@@ -87,8 +79,6 @@ def _coerce(value: Any, tp, where: str) -> Any:
             return _coerce(value, typing.get_args(tp)[0], where)
         if origin is list:
             (item_tp,) = typing.get_args(tp)
-            if isinstance(value, str):  # --set report_to=wandb,trackio
-                value = [v.strip() for v in value.split(",") if v.strip()]
             if not isinstance(value, list):
                 raise RecipeError(f"{where}: expected a list, got {value!r}")
             return [_coerce(v, item_tp, f"{where}.{i}") for i, v in enumerate(value)]
@@ -113,7 +103,7 @@ def _coerce(value: Any, tp, where: str) -> Any:
         if tp is float:
             if isinstance(value, bool):
                 raise ValueError(value)
-            return _finite(float(value), value, where)
+            return finite(float(value), value, where)
         if tp is str:
             if isinstance(value, (dict, list)):
                 raise ValueError(value)
@@ -127,7 +117,7 @@ def _coerce(value: Any, tp, where: str) -> Any:
     raise RecipeError(f"{where}: unsupported field type {tp}")
 
 
-def _finite(number: float, value: Any, where: str) -> float:
+def finite(number: float, value: Any, where: str) -> float:
     """``number`` unless it is NaN or ±inf (YAML ``.nan``/``.inf``): no recipe number means that, and NaN passes
     every ``> 0`` check (each comparison with it is False) to fail deep inside training."""
     if not math.isfinite(number):
@@ -146,131 +136,20 @@ def build(cls, data: dict, where: str = "recipe"):
             hint = f" (did you mean '{close[0]}'?)" if close else f"; valid keys: {', '.join(names)}"
             raise RecipeError(f"{where}: unknown key '{key}'{hint}")
         kwargs[key] = _coerce(value, hints[key], f"{where}.{key}" if where != "recipe" else key)
-    return cls(**kwargs)
-
-
-# --------------------------------------------------------------------------- TRL's own parser
-
-
-class _RaisingParser(argparse.ArgumentParser):
-    """argparse exits the process on a bad value; a recipe error must name the key instead."""
-
-    def error(self, message):
-        raise argparse.ArgumentError(None, message)
-
-
-@functools.cache
-def _trl_parser(config_cls):
-    from transformers import HfArgumentParser
-
-    class Parser(HfArgumentParser, _RaisingParser):
-        pass
-
-    parser = Parser(config_cls)
-    return parser, {action.dest: action for action in parser._actions}
-
-
-def trl_field_names(config_cls) -> set[str]:
-    return set(_trl_parser(config_cls)[1])
-
-
-def _expected(action) -> str:
-    if action.choices:
-        return "one of " + ", ".join(map(str, action.choices))
-    return "bool" if getattr(action.type, "__name__", "") == "string_to_bool" else getattr(action.type, "__name__", "str")
-
-
-def _as_arg(value: Any, action) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer() and action.type is int:  # YAML 3.0 for an int field
-        return str(int(value))
-    return str(value)
-
-
-def _parse_one(config_cls, key: str, args: list[str], value: Any, where: str):
-    parser, actions = _trl_parser(config_cls)
     try:
-        namespace, _ = parser.parse_known_args([f"--{key}", *args])
-    except argparse.ArgumentError as exc:
-        raise RecipeError(f"{where}: expected {_expected(actions[key])}, got {value!r} "
-                          f"(TRL {config_cls.__name__}: {exc.message})") from None
-    parsed = getattr(namespace, key)
-    for number in parsed if isinstance(parsed, list) else [parsed]:
-        if isinstance(number, float):
-            _finite(number, value, where)
-    return parsed
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field left out: "missing 1 required positional argument: 'data'"
+        raise RecipeError(f"{where}: {str(exc).split('() ', 1)[-1]}") from None
 
 
-def coerce_trl_value(config_cls, key: str, value: Any, where: str) -> Any:
-    """``value`` as TRL's ``HfArgumentParser`` reads ``--key value`` for ``config_cls``."""
-    action = _trl_parser(config_cls)[1][key]
-    if value is None or isinstance(value, dict):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("none", "null", "~"):
-        return None  # kept only where the recipe field is optional (``build`` refuses null elsewhere)
-    if isinstance(value, list):
-        if action.nargs in ("+", "*"):
-            return _parse_one(config_cls, key, [_as_arg(v, action) for v in value], value, where)
-        return [coerce_trl_value(config_cls, key, v, f"{where}.{i}") for i, v in enumerate(value)]
-    return _parse_one(config_cls, key, [_as_arg(value, action)], value, where)
-
-
-def coerce_trl_fields(config_cls, data: dict, shared: set[str], section: str = "trl") -> dict:
-    """``data`` with the recipe keys in ``shared`` and every key of ``data[section]`` coerced by TRL's parser.
-
-    An unknown ``section`` key fails with the closest ``config_cls`` field names."""
-    names = trl_field_names(config_cls)
-    out = {key: coerce_trl_value(config_cls, key, value, key) if key in shared else value
-           for key, value in data.items()}
-    extra = out.get(section)
-    if isinstance(extra, dict):
-        for key in extra:
-            if key not in names:
-                close = difflib.get_close_matches(str(key), sorted(names), n=3)
-                hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-                raise RecipeError(f"{section}.{key}: not a {config_cls.__name__} field{hint}")
-        out[section] = {k: coerce_trl_value(config_cls, k, v, f"{section}.{k}") for k, v in extra.items()}
-    return out
-
-
-# --------------------------------------------------------------------------- overrides
-
-
-def apply_override(data: dict, assignment: str, aliases: dict[str, str] | None = None) -> None:
-    """Apply one ``key=value`` (dotted key: ``lora.r=8``, ``tasks.0.ratio=2``) to the raw recipe dict.
-
-    The value is parsed as YAML (lists, mappings, numbers); ``_coerce`` then fixes its type.
-    """
-
-    key, sep, raw = assignment.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise RecipeError(f"--set expects key=value, got {assignment!r}")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except RecursionError:
-        raise RecipeError(f"--set {key}: the value is nested too deeply") from None
-    except yaml.YAMLError:
-        value = raw
-    parts = key.split(".")
-    parts[0] = (aliases or {}).get(parts[0], parts[0])
-    node: Any = data
-    for i, part in enumerate(parts[:-1]):
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise RecipeError(f"--set {key}: '{part}' is not an index of a list of {len(node)}")
-            node = node[int(part)]
-        else:
-            if node.get(part) is None:
-                node[part] = {}
-            node = node[part]
-        if not isinstance(node, (dict, list)):
-            raise RecipeError(f"--set {key}: '{'.'.join(parts[: i + 1])}' is a value, not a section")
-    last = parts[-1]
-    if isinstance(node, list):
-        if not last.isdigit() or int(last) >= len(node):
-            raise RecipeError(f"--set {key}: '{last}' is not an index of a list of {len(node)}")
-        node[int(last)] = value
-    else:
-        node[last] = value
+def section(tp, value: Any, where: str):
+    """``value`` as ``tp`` (a section dataclass, or ``list[...]`` of one): a mapping or list from the YAML, a section
+    already built, or YAML/JSON text as the command line gives it (``--readiness '{k: 2}'``)."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except RecursionError:  # PyYAML composes nested nodes recursively
+            raise RecipeError(f"{where}: the value is nested too deeply") from None
+        except yaml.YAMLError as exc:
+            raise RecipeError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return _coerce(value, tp, where)

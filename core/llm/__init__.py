@@ -9,8 +9,8 @@
 Specs: ``http:MODEL@URL[,URL…]`` (``http:MODEL`` → ``OPENAI_BASE_URL``), ``vllm:MODEL``,
 ``transformers:PATH`` (a folder, a Hub id ``ORG/NAME`` or ``tiny``; a bare folder or Hub id means
 ``transformers:`` too), ``scripted:PATH.jsonl``. Backend modules
-import their heavy libraries only when used. The command line's ``--no-cache`` / ``--api-key`` /
-``--extra-body`` reach every client built here through ``settings.DEFAULTS``.
+import their heavy libraries only when used. A command's ``--no-cache`` / ``--api-key`` /
+``--extra-body`` / ``--concurrency`` reach the clients it builds as one ``LLMOptions`` (``llm_options=``).
 
 Every backend returns the generated text as it is in ``ChatResult.content`` (a server's own parsers'
 output, if any, apart in ``server_reasoning`` / ``server_tool_calls``); ``tansaku.core.parsing`` is the one
@@ -32,19 +32,19 @@ from .cache import ResponseCache, default_cache_path
 from .identity import is_hub_id
 from .json_calls import ask_json, checked_json, json_answer, json_answers
 from .scripted import ScriptedLLM
-from .settings import DEFAULTS, cache_disabled
+from .settings import LLMOptions, api_base, cache_disabled, key_for
 
 # MODEL@URL where URL starts with a scheme: the first such '@' ends the model id, so URLs may carry user:pass@.
 _MODEL_AT_URL = re.compile(r"^(?P<model>.+?)@(?P<urls>https?://.+)$")
 
 __all__ = [
-    "ChatRequest", "ChatResult", "LLMBadJSON", "LLMClient", "ResponseCache", "ScriptedLLM", "as_client",
+    "ChatRequest", "ChatResult", "LLMBadJSON", "LLMClient", "LLMOptions", "ResponseCache", "ScriptedLLM", "as_client",
     "ask_json", "checked_json", "default_cache_path", "from_spec", "json_answer", "json_answers", "parse_json",
 ]
 
 
-def _open_cache(cache, default_on: bool) -> ResponseCache | None:
-    if cache == "default" and cache_disabled():  # --no-cache / TANSAKU_NO_CACHE=1
+def _open_cache(cache, default_on: bool, options: LLMOptions | None) -> ResponseCache | None:
+    if cache == "default" and cache_disabled(options):  # --no-cache / TANSAKU_NO_CACHE=1
         return None
     if isinstance(cache, ResponseCache):
         return cache
@@ -55,11 +55,15 @@ def _open_cache(cache, default_on: bool) -> ResponseCache | None:
     return ResponseCache(Path(cache))
 
 
-def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None = "default", **options) -> LLMClient:
+def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None = "default",
+              llm_options: LLMOptions | None = None, **options) -> LLMClient:
     """Build a client from a spec string. ``cache``: a path, a ResponseCache, True (default file),
-    False/None (off) or "default" (on for real backends, off for ``scripted``). ``options`` go to the
-    backend's constructor (e.g. ``max_concurrency=32``, ``batch_size=4``, ``tensor_parallel_size=8``).
+    False/None (off) or "default" (on for real backends, off for ``scripted``, off with
+    ``llm_options.no_cache``). ``llm_options``: the command's ``--api-key``/``--extra-body``/``--concurrency``
+    (``LLMOptions``); ``options`` go to the backend's constructor and win over them (e.g.
+    ``max_concurrency=32``, ``batch_size=4``, ``tensor_parallel_size=8``).
     """
+    given = llm_options or LLMOptions()
     kind, _, rest = spec.partition(":")
     if not rest and (Path(spec).expanduser().exists() or (spec.count("/") == 1 and is_hub_id(spec))):
         # a bare folder or ORG/NAME Hub id: what `--model` takes everywhere
@@ -71,21 +75,22 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
         from .http_backend import HTTPClient
 
         model, urls = _http_target(spec, rest)
-        if DEFAULTS.extra_body is not None:
-            options.setdefault("extra_body", DEFAULTS.extra_body)
-        return HTTPClient(model, urls, cache=_open_cache(cache, True), **options)
+        if given.api_keys:  # a key given here wins over the command's, per endpoint
+            options["api_key"] = {api_base(u): key_for(u, options.get("api_key"), given.api_keys) for u in urls}
+        options = {**given.client_options("http"), **options}
+        return HTTPClient(model, urls, cache=_open_cache(cache, True, given), **options)
     if kind == "vllm":
         from .vllm_backend import VLLMClient
 
-        return VLLMClient(rest, cache=_open_cache(cache, True), **options)
+        return VLLMClient(rest, cache=_open_cache(cache, True, given), **options)
     if kind == "transformers":
         from .transformers_backend import TransformersClient
 
-        return TransformersClient(rest, cache=_open_cache(cache, True), **options)
+        return TransformersClient(rest, cache=_open_cache(cache, True, given), **options)
     if kind == "scripted":
         if ".py" in rest:  # scripted:FILE.py[:FUNCTION] — a Python responder (demo teachers, policies)
-            return _scripted_from_python(rest, cache=_open_cache(cache, False), **options)
-        return ScriptedLLM(rest, cache=_open_cache(cache, False), **options)
+            return _scripted_from_python(rest, cache=_open_cache(cache, False, given), **options)
+        return ScriptedLLM(rest, cache=_open_cache(cache, False, given), **options)
     raise InputError(f"unknown LLM backend {kind!r} in spec {spec!r} (http, vllm, transformers, scripted)")
 
 
@@ -107,14 +112,15 @@ def _http_target(spec: str, rest: str) -> tuple[str, list[str]]:
     return model, urls
 
 
-def as_client(spec_or_client, cache: ResponseCache | str | os.PathLike | bool | None = "default", **options):
+def as_client(spec_or_client, cache: ResponseCache | str | os.PathLike | bool | None = "default",
+              llm_options: LLMOptions | None = None, **options):
     """A client from a spec string (see :func:`from_spec`); a client (or None) is returned as it is.
 
     Every entry point that takes ``llm=``/``teacher=``/``judge=`` accepts both, through here.
     """
     if spec_or_client is None or not isinstance(spec_or_client, str):
         return spec_or_client
-    return from_spec(spec_or_client, cache=cache, **options)
+    return from_spec(spec_or_client, cache=cache, llm_options=llm_options, **options)
 
 
 def _scripted_from_python(target: str, cache=None, **options) -> ScriptedLLM:

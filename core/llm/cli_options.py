@@ -1,8 +1,14 @@
 """The command-line options every command that names an LLM shares: ``--no-cache``, ``--api-key``,
-``--extra-body``, ``--concurrency``. Each option's callback stores its value in ``settings.DEFAULTS`` (click calls it on every
-invocation, given or not, so one command's options never leak into the next); the clients the command's
-pipeline builds from spec strings pick them up. A malformed value is refused before the command starts,
-with Typer's usage box and exit 2 (as for any option Typer validates).
+``--extra-body``, ``--concurrency``, and ``llm_options`` that turns their values into the one ``LLMOptions``
+the command hands to its pipeline (nothing is stored per process: two commands in one process, or one
+after another, never see each other's options). A malformed value is refused before the command starts,
+with Typer's usage box and exit 2 (as for any option Typer validates): the callbacks check the values,
+``llm_options`` parses them.
+
+    @app.command()
+    def run(llm: str, no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
+            concurrency: Concurrency = None):
+        client = from_spec(llm, llm_options=llm_options(no_cache, api_key, extra_body, concurrency))
 """
 
 from __future__ import annotations
@@ -11,47 +17,48 @@ from typing import Annotated
 
 import typer
 
-from .settings import DEFAULTS, load_extra_body, parse_api_keys
+from .settings import LLMOptions, load_extra_body, parse_api_keys
 
 
-def _set_no_cache(value: bool) -> bool:
-    DEFAULTS.no_cache = bool(value)
-    return value
-
-
-def _set_api_keys(values: list[str] | None) -> list[str] | None:
+def _check_api_keys(values):
     try:
-        DEFAULTS.api_keys = parse_api_keys(values)
+        parse_api_keys(values)
+        return values
     except Exception as exc:  # noqa: BLE001 - shown as click's one "Invalid value" line
         raise typer.BadParameter(str(exc)) from None
-    return values
 
 
-def _set_extra_body(value: str | None) -> str | None:
+def _check_extra_body(value):
     try:
-        DEFAULTS.extra_body = load_extra_body(value)
+        load_extra_body(value)
+        return value
     except Exception as exc:  # noqa: BLE001 - shown as click's one "Invalid value" line
         raise typer.BadParameter(str(exc)) from None
-    return value
 
 
-def _set_concurrency(value: int | None) -> int | None:
-    DEFAULTS.concurrency = value
-    return value
+def llm_options(no_cache: bool = False, api_key: dict[str, str] | list[str] | None = None,
+                extra_body: dict | str | None = None, concurrency: int | None = None) -> LLMOptions:
+    """The ``LLMOptions`` of these option values (as the command received them, or already parsed).
+
+    >>> llm_options(api_key=["sk-all"], concurrency=4)
+    LLMOptions(no_cache=False, api_keys={'*': 'sk-all'}, extra_body=None, concurrency=4)
+    """
+    keys = api_key if isinstance(api_key, dict) else parse_api_keys(api_key)
+    body = extra_body if isinstance(extra_body, dict) or extra_body is None else load_extra_body(extra_body)
+    return LLMOptions(no_cache=bool(no_cache), api_keys=dict(keys or {}), extra_body=body, concurrency=concurrency)
 
 
 NoCache = Annotated[bool, typer.Option(
-    "--no-cache", callback=_set_no_cache,
-    help="Neither read nor write the LLM response cache (also TANSAKU_NO_CACHE=1).")]
+    "--no-cache", help="Neither read nor write the LLM response cache (also TANSAKU_NO_CACHE=1).")]
 ApiKey = Annotated[list[str] | None, typer.Option(
-    "--api-key", callback=_set_api_keys,
+    "--api-key", callback=_check_api_keys,
     help="Key for http: LLM servers (default $OPENAI_API_KEY): KEY, URL=KEY for one server, @FILE to read it; "
          "repeat for several.")]
 ExtraBody = Annotated[str | None, typer.Option(
-    "--extra-body", callback=_set_extra_body,
+    "--extra-body", callback=_check_extra_body,
     help="JSON object merged into every http: request body (e.g. '{\"chat_template_kwargs\": "
          "{\"enable_thinking\": false}}'), or @FILE.yaml.")]
 Concurrency = Annotated[int | None, typer.Option(
-    "--concurrency", min=1, callback=_set_concurrency,
+    "--concurrency", min=1,
     help="Requests in flight per http: endpoint (its slots; default 64): LLM stages keep slots × endpoints "
          "records in flight. Set it to what one server serves at once (vLLM --max-num-seqs).")]

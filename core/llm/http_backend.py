@@ -38,7 +38,7 @@ import time
 from tansaku.core.errors import InputError
 
 from .base import ChatRequest, ChatResult, LLMClient, current_stage
-from .settings import DEFAULTS, api_base, key_for
+from .settings import api_base, key_for
 
 RETRY_STATUS = {408, 429}
 DEFAULT_SLOTS = 64  # requests in flight per endpoint unless --concurrency / max_concurrency says otherwise
@@ -80,7 +80,7 @@ class HTTPClient(LLMClient):
         if not urls:
             raise InputError("HTTP backend needs at least one base URL")
         self.base_urls = [api_base(u) for u in urls]
-        max_concurrency = max_concurrency or DEFAULTS.concurrency or DEFAULT_SLOTS
+        max_concurrency = max_concurrency or DEFAULT_SLOTS
         if max_concurrency < 1:
             raise InputError(f"max_concurrency must be at least 1, got {max_concurrency}")
         super().__init__(model, cache, params={

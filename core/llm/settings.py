@@ -1,9 +1,13 @@
-"""Defaults for every client built from a spec string in this process: what the command line's
-``--no-cache``, ``--api-key`` and ``--extra-body`` set (``tansaku.core.llm.cli_options``).
+"""``LLMOptions``: what a command's ``--no-cache``, ``--api-key``, ``--extra-body`` and ``--concurrency`` say
+for every client it builds from a spec string (``tansaku.core.llm.cli_options`` makes one from the options).
 
-Commands hand spec strings (``--llm``, ``--teacher``, ``--judge``…) down to pipelines, which build the
-clients; the options reach them here instead of through every pipeline's signature. An option given to
-``from_spec`` directly wins over these defaults. ``TANSAKU_NO_CACHE=1`` also turns the cache off.
+Commands hand spec strings (``--llm``, ``--teacher``, ``--judge``…) down to pipelines together with one
+``LLMOptions`` (inside ``tansaku.core.context.BuildContext`` for builds), which pass it to ``from_spec`` /
+``as_client``. Nothing is kept per process: two builds in one process, or threads, each use their own. An
+option given to ``from_spec`` directly wins over these. ``TANSAKU_NO_CACHE=1`` also turns the cache off.
+
+>>> LLMOptions(concurrency=8).client_options("http")
+{'max_concurrency': 8}
 
 >>> parse_api_keys(["sk-all", "http://gpu2:8000=sk-two"])
 {'*': 'sk-all', 'http://gpu2:8000/v1': 'sk-two'}
@@ -22,15 +26,21 @@ from tansaku.core import jsontext
 from tansaku.core.errors import InputError, MissingInputError
 
 
-@dataclass
-class SpecDefaults:
+@dataclass(frozen=True)
+class LLMOptions:
+    """The LLM options of one command (or one Python caller), handed to every client it builds."""
+
     no_cache: bool = False
     api_keys: dict[str, str] = field(default_factory=dict)  # "*" → every endpoint; base URL → that one
     extra_body: dict | None = None
     concurrency: int | None = None  # --concurrency: requests in flight per http: endpoint (its slots)
 
-
-DEFAULTS = SpecDefaults()
+    def client_options(self, backend: str) -> dict:
+        """The constructor options these set for a ``backend`` client (only the http: backend takes any)."""
+        if backend != "http":
+            return {}
+        given = {"api_key": self.api_keys or None, "extra_body": self.extra_body, "max_concurrency": self.concurrency}
+        return {k: v for k, v in given.items() if v is not None}
 
 
 def api_base(url: str) -> str:
@@ -39,8 +49,9 @@ def api_base(url: str) -> str:
     return url if url.endswith("/v1") else url + "/v1"
 
 
-def cache_disabled() -> bool:
-    return DEFAULTS.no_cache or os.environ.get("TANSAKU_NO_CACHE", "").lower() in {"1", "true", "yes"}
+def cache_disabled(options: LLMOptions | None = None) -> bool:
+    return (options is not None and options.no_cache) or \
+        os.environ.get("TANSAKU_NO_CACHE", "").lower() in {"1", "true", "yes"}
 
 
 def _read_value(text: str, what: str) -> str:
@@ -84,10 +95,11 @@ def load_extra_body(text: str | None) -> dict | None:
     return data
 
 
-def key_for(base_url: str, explicit: str | dict[str, str] | None) -> str:
-    """The bearer key for one endpoint: explicit per-endpoint > explicit default > CLI per-endpoint >
-    CLI default > ``OPENAI_API_KEY`` > ``EMPTY`` (what vLLM accepts when it runs without ``--api-key``)."""
-    for source in (explicit, DEFAULTS.api_keys):
+def key_for(base_url: str, *sources: str | dict[str, str] | None) -> str:
+    """The bearer key for one endpoint from the first source that has one (each a key, or a mapping whose
+    per-endpoint key beats its ``"*"``): e.g. ``key_for(url, given, cli_keys)``; then ``OPENAI_API_KEY``, then
+    ``EMPTY`` (what vLLM accepts when it runs without ``--api-key``)."""
+    for source in sources:
         if isinstance(source, str):
             return source
         if source:

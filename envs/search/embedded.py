@@ -33,12 +33,12 @@ import tantivy
 
 from tansaku.core import jsontext, ownership
 from tansaku.core.analysis import BIGRAM_TOKENIZER, get_analyzer
-from tansaku.core.errors import InputError
+from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.progress import progress_bar
 
 from .base import Hit, SearchResult, highlight_texts, make_snippet
 from .cost import INLINE_POSTINGS_PER_MS, QueryCost
-from .documents import iter_chunks
+from .documents import iter_chunks, iter_documents, keyword_fields_of
 from .dsl import Fields, Limits, QueryError, parse_request, resolve_msm
 from .index_meta import damaged, read_index_meta
 from .workers import QueryWorkers, index_identity
@@ -167,7 +167,34 @@ def _write_index(rows, tmp: Path, label: str, an, analyzer: str, keyword_fields:
 
 
 class EmbeddedBackend:
-    """Read-only searcher over an index built by ``build_embedded``."""
+    """Read-only searcher over an index built by ``build_embedded``; a ``backend.Backend`` whose spec is a folder."""
+
+    @classmethod
+    def open(cls, spec: str | Path, limits: Limits = Limits()) -> EmbeddedBackend:
+        return cls(spec, limits)
+
+    @classmethod
+    def build(cls, dataset_dir: str | Path, spec: str | Path, analyzer: str | None = None,
+              chunk_chars: int = 800, overwrite: bool = True) -> dict:
+        """``build_embedded`` from a dataset folder; analyzer ``char`` (default) or ``sudachi``. ``overwrite`` is
+        moot: only an earlier tansaku index is ever replaced (``ownership``)."""
+        # Checked before the dataset is read: an index inside its dataset would change the dataset (its hash)
+        # it indexes, and a dataset given as --index is said to be one.
+        ownership.refuse_other_kind(Path(spec), "--index", "index")
+        ownership.refuse_overlap(spec, {"--dataset": dataset_dir}, "--index")
+        return build_embedded(iter_documents(dataset_dir), spec, keyword_fields_of(dataset_dir),
+                              analyzer or "char", chunk_chars, source_name=str(dataset_dir))
+
+    @classmethod
+    def exists(cls, spec: str | Path) -> bool:
+        return Path(spec).is_dir()
+
+    @classmethod
+    def require(cls, spec: str | Path, hint: str) -> None:
+        """MissingInputError for a missing folder; opened once, so a damaged index is refused (``index_meta``)."""
+        if not cls.exists(spec):
+            raise MissingInputError(f"index {spec} does not exist; {hint}")
+        cls(spec).close()
 
     def __init__(self, index_dir: str | Path, limits: Limits = Limits(), workers: int | None = None):
         """``workers``: most worker processes for expensive queries (default: one per core but one, at most 8)."""

@@ -16,13 +16,16 @@ Japanese analysis: ``kuromoji`` (analysis-kuromoji plugin, bundled with most dis
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
+from urllib.parse import urlparse
 
 from tansaku.core.errors import InputError
 
 from .base import Hit, SearchResult, highlight_texts, make_snippet
-from .documents import iter_chunks
+from .documents import iter_chunks, iter_documents, keyword_fields_of
 from .dsl import Fields, Limits, QueryError, parse_request
 
 TANSAKU_META = "tansaku"  # key under the mapping's _meta that marks an index tansaku built
@@ -36,6 +39,31 @@ JA_ANALYSIS = {
         "analyzer": {"ja": {"type": "custom", "tokenizer": "sudachi_c",
                             "filter": ["sudachi_normalizedform", "lowercase"]}}},
 }
+
+
+# What an index name may not hold or start with: these would make the one index a search across several
+# (``a,b``, ``logs-*``, ``_all``) or a path, and OpenSearch refuses them in an index name anyway.
+_BAD_NAME = re.compile(r'[\\/*?"<>|,#:\s]|^[_\-+]|^\.\.?$')
+
+
+def parse_spec(spec: str | Path) -> tuple[str | None, str]:
+    """(cluster URL, or None for $OPENSEARCH_URL; index name) of ``opensearch:NAME``, ``http(s)://host:port/NAME``
+    or a bare ``NAME`` (``--backend opensearch``). InputError, one line, for a spec that names no one index."""
+    spec = str(spec)
+    url = None
+    if spec.startswith("opensearch:"):
+        name = spec.split(":", 1)[1]
+    elif spec.startswith(("http://", "https://")):
+        u = urlparse(spec)
+        name, url = u.path.strip("/"), f"{u.scheme}://{u.netloc}"
+        if not u.netloc or not name or "/" in name:
+            raise InputError(f"{spec}: give the index as the URL path, e.g. https://host:9200/my-index")
+    else:
+        name = spec
+    if not name or _BAD_NAME.search(name):
+        raise InputError(f"{spec!r} names no one OpenSearch index: an index name has no * , / \\ # : or spaces "
+                         "and does not start with _ - +, e.g. opensearch:my-index")
+    return url, name
 
 
 def client_from_env(url: str | None = None):
@@ -154,16 +182,49 @@ def build_opensearch(rows: Iterable[dict], index: str, keyword_fields: Iterable[
 
 
 class OpenSearchBackend:
-    """Searches one OpenSearch index with validated queries."""
+    """Searches one OpenSearch index with validated queries; a ``backend.Backend`` whose spec is ``parse_spec``'s."""
 
-    def __init__(self, index: str, client=None, limits: Limits = Limits(), keyword_fields: Iterable[str] | None = None):
+    def __init__(self, index: str, client=None, limits: Limits = Limits(), keyword_fields: Iterable[str] | None = None,
+                 url: str | None = None):
+        """``client``: a given one stays the caller's; without one, one from the environment (``url`` or
+        $OPENSEARCH_URL) is made here, and ``close`` closes it."""
         self.index, self.limits = index, limits
-        self.client = client or client_from_env()
+        self._owns_client = client is None
+        self.client = client or client_from_env(url)
         if keyword_fields is None:  # read them back from the mapping
             mapping = self.client.indices.get_mapping(index=index)[index]["mappings"]["properties"]
             keyword_fields = [k for k, v in mapping.items() if v.get("type") == "keyword"
                               and k not in ("chunk_id", "doc_id", "source", "url")]
         self.fields = Fields(keyword=tuple(keyword_fields))
+
+    @classmethod
+    def open(cls, spec: str | Path, limits: Limits = Limits()) -> OpenSearchBackend:
+        url, name = parse_spec(spec)
+        return cls(name, limits=limits, url=url)
+
+    @classmethod
+    def build(cls, dataset_dir: str | Path, spec: str | Path, analyzer: str | None = None,
+              chunk_chars: int = 800, overwrite: bool = True) -> dict:
+        """``build_opensearch`` from a dataset folder; analyzer ``auto`` (default), ``kuromoji`` or ``sudachi``."""
+        url, name = parse_spec(spec)
+        keyword_fields = keyword_fields_of(dataset_dir)
+        return build_opensearch(iter_documents(dataset_dir), name, keyword_fields, analyzer or "auto", chunk_chars,
+                                client=client_from_env(url), overwrite=overwrite)
+
+    @classmethod
+    def exists(cls, spec: str | Path) -> bool:
+        """True for a well-formed spec: only the cluster knows, and it is asked when the index is opened."""
+        parse_spec(spec)
+        return True
+
+    @classmethod
+    def require(cls, spec: str | Path, hint: str) -> None:
+        parse_spec(spec)  # a malformed spec fails now; a missing index when opened (no connection here)
+
+    def close(self) -> None:
+        """Close the client's connections when this backend made the client (a given one stays open)."""
+        if self._owns_client:
+            self.client.close()
 
     def search(self, query: str | dict, size: int | None = 10, collapse: bool = True,
                snippet_chars: int = 200, default_size: int = 10, max_size: int | None = None) -> SearchResult:

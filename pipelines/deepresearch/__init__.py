@@ -8,7 +8,9 @@ Shared here: the versioned prompt files and :func:`ask_json`, which puts a promp
 :func:`tansaku.core.llm.ask_json` (every failure a named :class:`~tansaku.core.engine.Drop`).
 
     from tansaku.pipelines.deepresearch.build import build_deepresearch
-    build_deepresearch("out/corpus", "out/index", "out/deepresearch", "scripted:deepresearch")
+    from tansaku.pipelines.deepresearch.config import DeepResearchConfig   # every setting (config.py)
+    build_deepresearch(DeepResearchConfig(corpus="out/corpus", index="out/index", llm="scripted:deepresearch"),
+                       out="out/deepresearch")
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """``synth build deepresearch``: the stages on the pipeline engine, written as a dataset + card.
 
-    build_deepresearch("out/corpus", "out/index", "out/deepresearch", "scripted:deepresearch")
+    from tansaku.pipelines.deepresearch.build import build_deepresearch
+    from tansaku.pipelines.deepresearch.config import DeepResearchConfig
+    build_deepresearch(DeepResearchConfig(corpus="out/corpus", index="out/index", llm="scripted:deepresearch"),
+                       out="out/deepresearch")
     # CLI: synth build deepresearch --corpus DIR --index DIR --out DIR --llm SPEC [--clarify-share F] [--limit N]
 
 ``llm``: a ``tansaku.core.llm`` client or spec; ``scripted:deepresearch`` is the built-in demo script
@@ -9,45 +12,48 @@
 1. ``keywords`` (global): keyword groups from the corpus documents (``keywords.py``); ``limit`` caps them.
 2. ``instructions``: the search agent writes an instruction and confirms its articles (``instructions.py``).
 3. ``single_page``: drop instructions one supporting article answers alone.
-4. ``quality``: LLM judge with a written rubric, ``quality_threshold``.
+4. ``quality``: LLM judge with a written rubric, ``quality_threshold`` and ``quality_floor``.
 5. ``select_clarify`` (global) + ``clarify``: clarifying Q/A for ``clarify_share`` of the rows.
 6. ``rubric``: per-instruction rubric validated against ``rubric.RUBRIC_SCHEMA``.
+7. ``finish``: the task's (``DeepResearch.finalize``): the ``id``, ``task`` and TRL ``prompt`` columns, and the
+   gold check (a rubric the task's reward can read).
 
-Thresholds (``quality_threshold``, ``clarify_share``, ``max_turns``, ``min_sources``, keyword config) are the stages'
-``params`` and the LLM's identity is each LLM stage's ``llm``: both in the manifest and the resume fingerprint.
-Dropped instructions are kept in the ``rejected`` split (``keep_rejected``, on by default).
+Every setting is a field of ``DeepResearchConfig``: the manifest's ``config`` (with the corpus's keyword df
+bounds, ``keyword_thresholds``) and each stage's ``params`` read it, and the LLM's identity is each LLM stage's
+``llm``: all in the resume fingerprint. Dropped instructions are kept in the ``rejected`` split
+(``keep_rejected``, on by default).
 
 Output row: ``id, instruction, dialogue, clarify_question, clarify_answer, clarify_status,
 needs_clarification, entities, report_format, supporting_doc_ids, searched_doc_ids, unconfirmed_doc_ids,
 search_queries, agent_turns, single_page_checked, quality_score, quality_scores, rubric, keywords, group_id,
-doc_ids, titles, keyword_df``. The ``deepresearch`` task reads ``instruction`` and ``rubric``.
+doc_ids, titles, keyword_df, task, prompt``. The ``deepresearch`` task reads ``instruction`` and ``rubric``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 
-from tansaku.core.engine import batch_stage, global_stage, map_stage
+from tansaku.core.context import BuildContext
+from tansaku.core.engine import batch_stage, global_stage
 from tansaku.core.features import PROMPT, QUESTION_COLUMNS, STRINGS
-from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
+from tansaku.core.heldout import HeldOut
 from tansaku.core.licenses import choose_license
-from tansaku.core.llm import as_client
 from tansaku.core.options import check_count, check_fraction, check_limit, require_document_dataset
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import open_index, require_index
-from tansaku.envs.tasks import TASKS
+from tansaku.envs.tasks import DeepResearch, Task
 from tansaku.pipelines.deepresearch import PROMPTS
 from tansaku.pipelines.deepresearch.clarify import make_clarify_stage_fn, select_for_clarification
+from tansaku.pipelines.deepresearch.config import KEYWORD_FIELDS, DeepResearchConfig
 from tansaku.pipelines.deepresearch.demo_llm import demo_llm
 from tansaku.pipelines.deepresearch.instructions import make_instruction_stage_fn, make_single_page_stage_fn
-from tansaku.pipelines.deepresearch.keywords import KeywordConfig, keyword_groups
+from tansaku.pipelines.deepresearch.keywords import keyword_groups
 from tansaku.pipelines.deepresearch.quality import make_quality_stage_fn
 from tansaku.pipelines.deepresearch.rubric import make_rubric_stage_fn
 
-PIPELINE_VERSION = "2"  # 2: prompt and task columns, declared column types
+PIPELINE_VERSION = "3"  # 2: prompt and task columns, declared column types; 3: the config is DeepResearchConfig's
+# fields (keyword settings flat, every stage setting in it), the finish stage is the task's (gold check)
 _RUBRIC_ITEM = pa.struct([("id", pa.string()), ("criterion", pa.string()), ("weight", pa.float64()),
                           ("scale", pa.string()), ("kind", pa.string()), ("entities", STRINGS),
                           ("source_doc_ids", STRINGS)])
@@ -68,80 +74,106 @@ EMPTY_HINTS = {
                     "--corpus",
 }
 
-def resolve_llm(llm):
-    """A client from a spec (``scripted:deepresearch`` = the demo script), or the client itself."""
-    if llm == DEMO_SPEC:
+
+def resolve_llm(spec, context: BuildContext):
+    """A client from a spec with the command's LLM options (``scripted:deepresearch`` = the demo script), or
+    the client itself."""
+    if spec == DEMO_SPEC:
         return demo_llm()
-    return as_client(llm)
+    return context.client(spec)
 
 
-def deepresearch_stages(llm, backend, *, clarify_share: float = 0.5, limit: int | None = None, seed: int = 0,
-                        keyword_config: KeywordConfig = KeywordConfig(), quality_threshold: float = 3.5,
-                        min_sources: int = 2, max_turns: int = 6, batch_size: int = 16) -> list:
+def deepresearch_stages(c: DeepResearchConfig, llm, backend, task: Task) -> list:
+    """The stages of ``c``'s build: every setting read from ``c`` (its params are ``c.pick(...)``)."""
+    keyword_config = c.keyword_config()
+
     def groups(docs):
         found = keyword_groups(docs, keyword_config)
-        yield from (found[:limit] if limit is not None else found)
+        yield from (found[:c.limit] if c.limit is not None else found)
 
-    def finish(r: dict) -> dict:
-        # prompt: TRL's conversational column, the system + user turns (with any clarifying Q/A) `train rl` builds.
-        row = {"id": f"dr-{r['group_id']}", **r, "task": "deepresearch"}
-        return {**row, "prompt": TASKS["deepresearch"].build_prompt(row)}
+    def finish(records: list[dict]) -> list:
+        # The task's tail: the task column, TRL's conversational prompt (system + user turns with any clarifying
+        # Q/A, as `train rl` builds them) and the gold check, which validates the rubric.
+        return task.finalize([{"id": f"dr-{r['group_id']}", **r} for r in records])
 
+    writer = make_instruction_stage_fn(llm, backend, task, max_turns=c.max_turns, min_sources=c.min_sources,
+                                       top_k=c.search_top_k, seed=c.seed)
     return [
-        global_stage("keywords", groups, params={"config": keyword_config.to_dict(), "limit": limit}),
-        batch_stage("instructions", make_instruction_stage_fn(llm, backend, max_turns, min_sources, seed), batch_size,
-                    params={"max_turns": max_turns, "min_sources": min_sources}, llm=llm),
-        batch_stage("single_page", make_single_page_stage_fn(llm, backend), batch_size, llm=llm),
-        batch_stage("quality", make_quality_stage_fn(llm, quality_threshold), batch_size,
-                    params={"threshold": quality_threshold}, llm=llm),
-        global_stage("select_clarify", select_for_clarification(clarify_share, seed), params={"share": clarify_share}),
-        batch_stage("clarify", make_clarify_stage_fn(llm), batch_size, llm=llm),
-        batch_stage("rubric", make_rubric_stage_fn(llm, backend), batch_size, llm=llm),
-        map_stage("finish", finish),
+        global_stage("keywords", groups, params=c.pick(*KEYWORD_FIELDS, "limit")),
+        batch_stage("instructions", writer, c.batch_size, llm=llm,
+                    params={**c.pick("max_turns", "min_sources", "search_top_k"),
+                            "max_tool_calls": task.max_tool_calls}),
+        batch_stage("single_page", make_single_page_stage_fn(llm, backend, c.single_page_chars), c.batch_size,
+                    params=c.pick("single_page_chars"), llm=llm),
+        batch_stage("quality", make_quality_stage_fn(llm, c.quality_threshold, c.quality_floor), c.batch_size,
+                    params=c.pick("quality_threshold", "quality_floor"), llm=llm),
+        global_stage("select_clarify", select_for_clarification(c.clarify_share, c.seed),
+                     params=c.pick("clarify_share")),
+        batch_stage("clarify", make_clarify_stage_fn(llm), c.batch_size, llm=llm),
+        batch_stage("rubric", make_rubric_stage_fn(llm, backend, c.min_specific, c.max_generic_share, c.rubric_chars),
+                    c.batch_size, params=c.pick("min_specific", "max_generic_share", "rubric_chars"), llm=llm),
+        batch_stage("finish", finish, c.batch_size, params={"task": task.name, "task_version": task.version}),
     ]
 
 
-def build_deepresearch(corpus: str | Path, index: str | Path, out: str | Path, llm, clarify_share: float = 0.5,
-                       limit: int | None = None, seed: int = 0, quiet: bool = False,
-                       keyword_config: KeywordConfig = KeywordConfig(), quality_threshold: float = 3.5,
-                       name: str | None = None, keep_rejected: bool = True,
-                       heldout_share: float = DEFAULT_SHARE, license: str | None = None,
-                       chunk_size: int = 64, license_file: str | Path | None = None) -> dict:
+def check_config(c: DeepResearchConfig) -> None:
+    """Every setting checked before any work (one line, exit 2)."""
+    check_fraction("--clarify-share", c.clarify_share, 0, 1)
+    check_limit(c.limit)
+    for flag, value, minimum in (
+            ("--chunk-size", c.chunk_size, 1), ("--batch-size", c.batch_size, 1), ("--max-turns", c.max_turns, 1),
+            ("--min-sources", c.min_sources, 1), ("--search-top-k", c.search_top_k, 1),
+            ("--single-page-chars", c.single_page_chars, 1), ("--rubric-chars", c.rubric_chars, 1),
+            ("--min-specific", c.min_specific, 0), ("--keyword-min-df", c.keyword_min_df, 1),
+            ("--keyword-max-df-floor", c.keyword_max_df_floor, 0), ("--keyword-min-chars", c.keyword_min_chars, 1),
+            ("--keyword-max-chars", c.keyword_max_chars, c.keyword_min_chars),
+            ("--keyword-min-compound-chars", c.keyword_min_compound_chars, 1),
+            ("--keyword-group-size", c.keyword_group_size, 2), ("--keyword-min-cooccur", c.keyword_min_cooccur, 1),
+            ("--keyword-min-articles", c.keyword_min_articles, 1), ("--keyword-max-per-doc", c.keyword_max_per_doc, 1)):
+        check_count(flag, value, minimum)
+    check_limit(c.keyword_max_groups, "--keyword-max-groups")
+    check_fraction("--quality-threshold", c.quality_threshold, 0, None)
+    check_fraction("--quality-floor", c.quality_floor, 0, None)
+    check_fraction("--max-generic-share", c.max_generic_share, 0, 1)
+    check_fraction("--keyword-max-df-ratio", c.keyword_max_df_ratio, 0, 1)
+    check_fraction("--keyword-max-overlap", c.keyword_max_overlap, 0, 1)
+
+
+def build_deepresearch(config: DeepResearchConfig, out="out/deepresearch", context: BuildContext | None = None,
+                       task: Task = DeepResearch()) -> dict:
     """Build the deepresearch dataset in ``out``; returns its manifest (a rerun with the same ``out`` resumes).
-    ``chunk_size``: records per checkpoint (documents, then keyword groups; the unit a ``--shard`` takes).
 
-    ``keep_rejected`` (on: few rows, each an expensive LLM/agent result) writes every dropped instruction with
-    its stage and reason as the ``rejected`` split. ``heldout_share``: share of instructions (key ``id``, one
-    per keyword group) that form the ``test`` split (``tansaku.core.heldout``). ``license``: the card's license id
-    or ``other:NAME`` with ``license_file`` (default: the corpus card's license keys and LICENSE; ``unknown``
-    when it declares none; ``tansaku.core.licenses.choose_license``)."""
-
-    check_fraction("--clarify-share", clarify_share, 0, 1)
-    check_limit(limit)
-    check_count("chunk_size", chunk_size)
-    check_fraction("quality_threshold", quality_threshold, 0, None)
-    heldout = HeldOut(heldout_share, "id", seed)
+    ``config`` holds every setting (``DeepResearchConfig``: its help texts are the CLI's); ``chunk_size``:
+    records per checkpoint (documents, then keyword groups; the unit a ``--shard`` takes). ``keep_rejected``
+    (on: few rows, each an expensive LLM/agent result) writes every dropped instruction with its stage and
+    reason as the ``rejected`` split. ``heldout_share``: share of instructions (key ``id``, one per keyword
+    group) that form the ``test`` split (``tansaku.core.heldout``). ``license``: the card's license id or
+    ``other:NAME`` with ``license_file`` (default: the corpus card's license keys and LICENSE; ``unknown``
+    when it declares none; ``tansaku.core.licenses.choose_license``). ``context``: shards, LLM options,
+    progress (``BuildContext``); ``task``: whose rows these are (its tool-call budget, prompt and gold check)."""
+    context = context or BuildContext()
+    c = config
+    check_config(c)
+    heldout = HeldOut(c.heldout_share, "id", c.seed)
     out = precheck_out(out, pipeline="deepresearch", inputs={  # before the corpus is read
-        "--corpus": corpus, "--index": index, "--license-file": license_file})
+        "--corpus": c.corpus, "--index": c.index, "--license-file": c.license_file})
     # Fails fast on a folder that is no dataset, a broken manifest or a question dataset given as --corpus.
-    corpus_manifest = require_document_dataset(corpus, "--corpus")
-    chosen = choose_license(license, license_file, corpus, {"license": "unknown"})
-    require_index(index, f"build it with `synth index build --dataset {corpus}`")
-    backend = open_index(index)
-    client = resolve_llm(llm)
+    corpus_manifest = require_document_dataset(c.corpus, "--corpus")
+    chosen = choose_license(c.license, c.license_file, c.corpus, {"license": "unknown"})
+    require_index(c.index, f"build it with `synth index build --dataset {c.corpus}`")
+    backend = open_index(c.index)
+    client = resolve_llm(c.llm, context)
     n_docs = sum(corpus_manifest.get("splits", {}).values())
     # The df bounds scale with the corpus: record the ones this corpus gets next to the config.
-    config = {"clarify_share": clarify_share, "limit": limit, "keywords": keyword_config.to_dict(),
-              "keyword_thresholds": keyword_config.thresholds(n_docs), "quality_threshold": quality_threshold,
-              "min_sources": 2, "max_turns": 6, "prompts": PROMPTS, **chosen.recipe()}
-    inputs = [describe_input(corpus, n_docs), describe_input(index, hashed=False)]  # the index is not hashed
+    recipe = {**c.recipe(), "keyword_thresholds": c.keyword_config().thresholds(n_docs), "prompts": PROMPTS,
+              **chosen.recipe()}
+    inputs = [describe_input(c.corpus, n_docs), describe_input(c.index, hashed=False)]  # the index is not hashed
     manifest = build_dataset(
-        out=out, name=name or "deepresearch", pipeline="deepresearch", pipeline_version=PIPELINE_VERSION,
-        config=config, seed=seed, inputs=inputs, source=lambda: iter_rows(corpus),
-        stages=deepresearch_stages(client, backend, clarify_share=clarify_share, limit=limit, seed=seed,
-                                   keyword_config=keyword_config, quality_threshold=quality_threshold),
-        llm=client, parents=[corpus_manifest.get("version", "")], chunk_size=chunk_size, quiet=quiet,
-        keep_rejected=keep_rejected, heldout=heldout, column_types=COLUMN_TYPES, empty_hints=EMPTY_HINTS,
+        out=out, name=c.name or "deepresearch", pipeline="deepresearch", pipeline_version=PIPELINE_VERSION,
+        config=recipe, seed=c.seed, inputs=inputs, source=lambda: iter_rows(c.corpus),
+        stages=deepresearch_stages(c, client, backend, task),
+        llm=client, parents=[corpus_manifest.get("version", "")], chunk_size=c.chunk_size, context=context,
+        keep_rejected=c.keep_rejected, heldout=heldout, column_types=COLUMN_TYPES, empty_hints=EMPTY_HINTS,
         card={"pretty_name": "tansaku deepresearch instructions", **chosen.card,
               "task_categories": ["text-generation"], "tags": ["deep-research", "rubric"],
               "description": "Japanese report instructions that need several articles of the corpus, each with "

@@ -24,7 +24,7 @@ from tansaku.core.engine import Drop
 from tansaku.core.llm import checked_json
 from tansaku.envs.environments import EnvironmentFactory
 from tansaku.envs.rollout import run_rollouts
-from tansaku.envs.tasks import TASKS, Task
+from tansaku.envs.tasks import Task
 from tansaku.envs.tools import ToolsConfig
 from tansaku.pipelines.deepresearch import ask_json, excerpt, load_prompt
 
@@ -98,13 +98,16 @@ def finish_instruction(group: dict, trajectory, backend, min_sources: int) -> di
             "agent_turns": trajectory.turns}
 
 
-def make_instruction_stage_fn(llm, backend, max_turns: int = 6, min_sources: int = 2, seed: int = 0):
-    """``batch_stage`` function: one writer episode per keyword group, all turns batched together."""
+def make_instruction_stage_fn(llm, backend, research_task: Task, *, max_turns: int, min_sources: int, top_k: int,
+                              seed: int):
+    """``batch_stage`` function: one writer episode per keyword group, all turns batched together, with
+    ``research_task``'s tool-call budget (the task whose rows these become), ``max_turns`` turns and ``top_k``
+    hits per search; fewer than ``min_sources`` confirmed articles → ``unconfirmed_sources``."""
 
     task = writer_task(max_turns)
-    # One fixed wording (a data generator, not a policy to make robust); the deepresearch task's call budget.
-    tools = EnvironmentFactory(backend, ToolsConfig(top_k=5, description_variant=0),
-                               max_tool_calls=TASKS["deepresearch"].max_tool_calls)
+    # One fixed wording (a data generator, not a policy to make robust).
+    tools = EnvironmentFactory(backend, ToolsConfig(top_k=top_k, description_variant=0),
+                               max_tool_calls=research_task.max_tool_calls)
 
     def write_instructions(groups: list[dict]) -> list[dict | Drop]:
         rows = [{"question": writer_message(g)} for g in groups]
@@ -121,8 +124,9 @@ def single_page_message(record: dict, doc: dict, doc_chars: int) -> str:
             f"{excerpt(doc.get('text', ''), doc_chars)}")
 
 
-def make_single_page_stage_fn(llm, backend, doc_chars: int = 3000):
-    """``batch_stage`` function: ask, per supporting article, whether it alone answers the instruction."""
+def make_single_page_stage_fn(llm, backend, doc_chars: int):
+    """``batch_stage`` function: ask, per supporting article (its first ``doc_chars`` characters), whether it
+    alone answers the instruction."""
 
     def judge_single_page(records: list[dict]) -> list[dict | Drop]:
         owners, messages = [], []

@@ -24,8 +24,9 @@ that co-occur across several articles (the seeds of multi-article report instruc
   are skipped.
 
 A group record: ``{"group_id", "keywords", "doc_ids", "titles", "keyword_df"}`` (``doc_ids``: the articles
-holding at least two of the keywords, most keywords first). ``bench/deepresearch_keywords.py`` measures it
-on the real Wikipedia sets.
+holding at least two of the keywords, most keywords first). The settings named above are
+``KeywordConfig``'s (``config.py``: the build's ``keyword_*`` options). ``bench/deepresearch_keywords.py``
+measures it on the real Wikipedia sets.
 
     python -c "from tansaku.pipelines.deepresearch.keywords import *; print(keyword_groups(docs))"
 """
@@ -36,13 +37,13 @@ import hashlib
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
 from functools import cache
 
 import polars as pl
 from sudachipy import SplitMode
 
 from tansaku.core.analysis import _slices, _sudachi_dictionary
+from tansaku.pipelines.deepresearch.config import KeywordConfig
 
 _KANA_ONLY = re.compile(r"^[\u3040-\u309f\u30fcー]+$")
 _BAD_CHARS = re.compile(r"[\s、。，．「」『』（）()\[\]【】:：;；!！?？/／\-―…〜~]")
@@ -60,30 +61,6 @@ _GENERIC_NOUNS = frozenset(
 _ACRONYM = re.compile(r"^[A-Z][A-Z0-9&]+$")  # 「NHK」「FIFA」; other Latin words (Inc., University) are generic
 _ASCII = re.compile(r"^[\x21-\x7e]+$")
 _HIRAGANA = re.compile(r"^[\u3040-\u309f]+$")
-
-
-@dataclass(frozen=True)
-class KeywordConfig:
-    min_df: int = 2              # keyword must occur in this many articles
-    max_df_ratio: float = 0.1    # … and in at most this share of them (relative to the corpus) …
-    max_df_floor: int = 10       # … but never fewer than this many (small corpora: 20 articles → 10)
-    min_chars: int = 2
-    max_chars: int = 24
-    min_compound_chars: int = 5  # a compound of common nouns only is specific from this length on
-    group_size: int = 3          # keywords per group (seed included)
-    min_cooccur: int = 2         # articles a seed and a member must share
-    min_articles: int = 3        # articles a group must span
-    max_overlap: float = 0.5     # Jaccard at or above which a group duplicates a better one
-    max_groups: int | None = None
-    max_keywords_per_doc: int = 100  # most specific first: bounds the pair self-join on long articles
-
-    def thresholds(self, n_docs: int) -> dict:
-        """The document-frequency bounds this config gives a corpus of ``n_docs`` articles."""
-        max_df = max(self.min_df, self.max_df_floor, math.ceil(self.max_df_ratio * n_docs))
-        return {"n_docs": n_docs, "min_df": self.min_df, "max_df": max_df}
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @cache
@@ -255,7 +232,7 @@ def keyword_groups(docs: Iterable[dict], config: KeywordConfig = KeywordConfig()
     df = document_frequency(pairs, len(docs), config)
     kept = (pl.DataFrame(pairs, schema=["doc_id", "keyword"], orient="row").unique().join(df, on="keyword")
             .sort(["doc_id", "df", "keyword"]).group_by("doc_id", maintain_order=True)
-            .head(config.max_keywords_per_doc))
+            .head(config.max_per_doc))
     docs_of: dict[str, set[str]] = {k: set(ids) for k, ids in
                                     kept.group_by("keyword").agg(pl.col("doc_id")).iter_rows()}
     # Pair co-occurrence: a self-join on doc_id, counted per (a, b) with a < b.

@@ -36,7 +36,10 @@ def read_scores(answer: dict) -> dict[str, float] | None:
     return scores
 
 
-def make_quality_stage_fn(llm, threshold: float = 3.5, floor: float = 2.0):
+def make_quality_stage_fn(llm, threshold: float, floor: float):
+    """``batch_stage`` function: keep a record whose mean score reaches ``threshold`` and none is below
+    ``floor`` (the config's ``quality_threshold`` / ``quality_floor``)."""
+
     def judge_quality(records: list[dict]) -> list[dict | Drop]:
         out: list[dict | Drop] = []
         for r, answer in zip(records, ask_json(llm, "quality", [quality_message(r) for r in records], 384)):

@@ -30,6 +30,7 @@ from jsonschema import Draft202012Validator
 from tansaku.core.engine import Drop
 from tansaku.core.errors import InputError
 from tansaku.pipelines.deepresearch import ask_json, excerpt
+from tansaku.pipelines.deepresearch.config import MAX_GENERIC_SHARE, MIN_SPECIFIC, RUBRIC_CHARS
 
 SCALES = ("binary", "0-2", "0-3")
 KINDS = ("coverage", "fact", "format", "other")
@@ -80,8 +81,8 @@ def is_specific(criterion: dict, names: set[str]) -> bool:
     return any(n in text for n in names) or any(e in text for e in named)
 
 
-def validate_rubric(obj: dict, supporting_doc_ids: list[str], names: list[str], min_specific: int = 2,
-                    max_generic_share: float = 0.5) -> list[dict]:
+def validate_rubric(obj: dict, supporting_doc_ids: list[str], names: list[str], min_specific: int = MIN_SPECIFIC,
+                    max_generic_share: float = MAX_GENERIC_SHARE) -> list[dict]:
     """The rubric's criteria, checked and normalized (ids ``c1…``, weights summing to 1).
 
     ``names``: the instruction's entities and supporting article titles (what a specific criterion names).
@@ -116,7 +117,7 @@ def validate_rubric(obj: dict, supporting_doc_ids: list[str], names: list[str], 
             for i, c in enumerate(criteria)]
 
 
-def rubric_user_message(record: dict, docs: dict[str, dict], doc_chars: int = 600) -> str:
+def rubric_user_message(record: dict, docs: dict[str, dict], doc_chars: int = RUBRIC_CHARS) -> str:
     lines = [f"【指示】\n{record['instruction']}", f"【対象】{'、'.join(record['entities'])}"]
     if record.get("clarify_question"):
         lines.append(f"【確認の質問】{record['clarify_question']}\n【ユーザーの回答】{record['clarify_answer']}")
@@ -127,14 +128,15 @@ def rubric_user_message(record: dict, docs: dict[str, dict], doc_chars: int = 60
     return "\n".join(lines)
 
 
-def make_rubric_stage_fn(llm, backend, min_specific: int = 2):
-    """``batch_stage`` function: ask for a rubric per record, validate it, drop what fails."""
+def make_rubric_stage_fn(llm, backend, min_specific: int, max_generic_share: float, doc_chars: int):
+    """``batch_stage`` function: ask for a rubric per record (``doc_chars`` of each supporting article in the
+    prompt), validate it (``validate_rubric``), drop what fails."""
 
     def rubric_batch(records: list[dict]) -> list[dict | Drop]:
         messages = []
         for r in records:
             docs = {d: backend.get(d) or {} for d in r["supporting_doc_ids"]}
-            messages.append(rubric_user_message(r, docs))
+            messages.append(rubric_user_message(r, docs, doc_chars))
         out: list[dict | Drop] = []
         for r, answer in zip(records, ask_json(llm, "rubric", messages, max_tokens=1536, json_schema=RUBRIC_SCHEMA)):
             if isinstance(answer, Drop):
@@ -142,7 +144,8 @@ def make_rubric_stage_fn(llm, backend, min_specific: int = 2):
                 continue
             titles = [(backend.get(d) or {}).get("title", "") for d in r["supporting_doc_ids"]]
             try:
-                rubric = validate_rubric(answer, r["supporting_doc_ids"], r["entities"] + titles, min_specific)
+                rubric = validate_rubric(answer, r["supporting_doc_ids"], r["entities"] + titles, min_specific,
+                                         max_generic_share)
             except RubricError as exc:
                 out.append(Drop(exc.reason))
                 continue

@@ -3,6 +3,10 @@
     synth build egov --laws ../shared/data/egov --out out/egov [--llm SPEC] [--limit N]
     python -m tansaku.pipelines.egov.build LAWS OUT            # the same without the CLI
 
+    from tansaku.pipelines.egov.build import build_egov
+    from tansaku.pipelines.egov.config import EgovConfig
+    build_egov(EgovConfig(laws=["../shared/data/egov"], limit=50), out="out/egov")
+
 Two store datasets: ``DIR/articles`` (the e-Gov article dataset of docs/contracts.md; a document
 dataset the search layer indexes; its funnel counts skipped files/elements by reason) and ``DIR``
 itself (the questions). An embedded search index over the articles is built at ``DIR/index`` unless
@@ -12,10 +16,13 @@ files' articles are dropped as ``duplicate_law_revision`` (parse.py).
 
 Question stages: generate (rule-based kinds without an LLM — cloze.py, statements.py — the LLM generator with one) → leak_filter →
 judge (LLM only: rubric score ≥ threshold) → dedup → retrieval → balance (answer positions) →
-gold_check (``tansaku.envs.tasks`` egov_mcq reward must give the gold 1.0) → leak_audit (independent checker
-over the final rows; it must drop 0). Each stage's thresholds are its ``params`` (in the manifest and the
-resume fingerprint, with the LLM's identity); dropped questions are kept in the ``rejected`` split (cheap:
-a few thousand small rows), ``keep_rejected=False`` turns that off.
+gold_check (the task's ``gold_drops``: its answer reward must give the gold 1.0) → leak_audit (independent
+checker over the final rows; it must drop 0) → prompt (the task's ``finalize``: ``task`` and TRL's ``prompt``
+columns). Every setting is one field of ``EgovConfig`` (``config.py``), the question manifest's ``config``;
+each stage's thresholds are its ``params`` (in the manifest and the resume fingerprint, with the LLM's
+identity); dropped questions are kept in the ``rejected`` split (cheap: a few thousand small rows),
+``keep_rejected=False`` turns that off. How a build runs (shards, LLM options, progress) is its
+``BuildContext``: ``--shard`` / ``--from-shards`` apply to the article build, the questions are built whole.
 """
 
 from __future__ import annotations
@@ -29,30 +36,30 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tansaku.core import jsontext, ownership, shards
+from tansaku.core import jsontext, ownership
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop, Stage, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.features import QUESTION_COLUMNS, STRINGS
-from tansaku.core.heldout import DEFAULT_RL_SHARE, DEFAULT_SHARE, HeldOut
+from tansaku.core.heldout import HeldOut
 from tansaku.core.licenses import choose_license
-from tansaku.core.llm import as_client
 from tansaku.core.options import check_count, check_fraction, check_limit
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import build_dataset, describe_input, iter_rows
 from tansaku.envs.search import build_index, open_index
-from tansaku.envs.tasks import TASKS, gold_failures
+from tansaku.envs.tasks import EgovMCQ, Task
 from tansaku.pipelines.egov import cloze, generate, leak, provisions, statements
+from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.egov.parse import ARTICLE_META, article_meta, parse_law_bytes, superseded_revisions
 from tansaku.pipelines.egov.sources import Skip, list_law_sources, read_law_source
 
 log = logging.getLogger(__name__)
 ARTICLES_VERSION = "3"  # 2: one revision per law (unique article ids); 3: meta a struct, not JSON text
-QUESTIONS_VERSION = "4"  # 2: prompt and task columns, declared column types; 3: actor/effect/true_statement kinds;
-# 4: permission/requirement/subject/body kinds (provisions.py, subjects.py)
+QUESTIONS_VERSION = "5"  # 2: prompt and task columns, declared column types; 3: actor/effect/true_statement kinds;
+# 4: permission/requirement/subject/body kinds (provisions.py, subjects.py); 5: the config is EgovConfig's fields,
+# stage params named as they are, the gold check the task's (drop reason gold_not_scoring)
 RULE_KINDS = ("term", "number", "actor", "effect", "true_statement",  # without --llm (cloze, statements,
               "permission", "requirement", "subject", "body")  # provisions, subjects)
-LAWS_PER_CHUNK = 50  # law files per checkpoint of the article build (and the unit a --shard takes)
-MIN_ARTICLE_CHARS = 40  # shorter articles give the LLM generator too little to ask about
 KEYWORD_FIELDS = ["law_id", "law_title", "law_type", "era"]
 # e-Gov data is published under the government's terms of use (公共データ利用規約 PDL 1.0: attribution).
 EGOV_LICENSE = {"license": "other", "license_name": "e-gov-terms",
@@ -114,8 +121,13 @@ def _parse_stage(skips: list[Skip]) -> Stage:
     return Stage("parse", run, local=True)
 
 
-def build_articles(laws: list[Path], out: Path, seed: int = 0, quiet: bool = False) -> dict:
-    """Parse every law file under ``laws`` into the article dataset at ``out``; return its manifest."""
+def build_articles(config: EgovConfig, out: Path, context: BuildContext | None = None) -> dict:
+    """Parse every law file under ``config.laws`` into the article dataset at ``out``; return its manifest.
+
+    Of the config only ``laws``, ``seed`` and ``laws_per_chunk`` reach this build: the question settings must
+    not rebuild the articles. ``context``: shards (of law files), progress."""
+    laws = config.laws
+
     def sources() -> Iterator[dict]:
         listed = list(list_law_sources(laws))
         superseded = superseded_revisions(s for s in listed if not isinstance(s, Skip))
@@ -128,10 +140,10 @@ def build_articles(laws: list[Path], out: Path, seed: int = 0, quiet: bool = Fal
     skips: list[Skip] = []
     manifest = build_dataset(
         out=out, name="egov-articles", pipeline="egov_articles", pipeline_version=ARTICLES_VERSION,
-        config={"keyword_fields": KEYWORD_FIELDS, "parser": "ja-law-parser, lxml fallback"}, seed=seed,
+        config={"keyword_fields": KEYWORD_FIELDS, "parser": "ja-law-parser, lxml fallback"}, seed=config.seed,
         inputs=[describe_input(p) for p in laws if Path(p).exists()], source=sources,
-        stages=[_parse_stage(skips)], card=ARTICLE_CARD, chunk_size=LAWS_PER_CHUNK, quiet=quiet,
-        column_types={"meta": ARTICLE_META})
+        stages=[_parse_stage(skips)], card=ARTICLE_CARD, chunk_size=config.laws_per_chunk,
+        context=context or BuildContext(), column_types={"meta": ARTICLE_META})
     manifest["skipped"] = [{"source": s.source, "reason": s.reason, "message": s.message} for s in skips]
     return manifest
 
@@ -166,17 +178,17 @@ def _rules_stage(seed: int, per_article: int) -> Stage:
                                                  "kinds": list(RULE_KINDS)})
 
 
-def _llm_stages(client, seed: int) -> list[Stage]:
+def _llm_stages(client, c: EgovConfig) -> list[Stage]:
     def eligible(article: dict) -> dict | Drop:
         if article_meta(article).get("is_deleted"):
             return Drop("deleted_article")
-        return article if len(article["text"]) >= MIN_ARTICLE_CHARS else Drop("article_too_short")
+        return article if len(article["text"]) >= c.min_article_chars else Drop("article_too_short")
 
     def gen(batch: list[dict]) -> list:
-        outs = generate.llm_generate(client, batch, seed=seed)
+        outs = generate.llm_generate(client, batch, seed=c.seed)
         return [o if isinstance(o, Drop) else _question_row(a, o, 0) for a, o in zip(batch, outs)]
 
-    return [map_stage("eligible", eligible, params={"min_chars": MIN_ARTICLE_CHARS}),
+    return [map_stage("eligible", eligible, params=c.pick("min_article_chars")),
             batch_stage("generate", gen, batch_size=32, params={"prompt": generate.GENERATE_PROMPT}, llm=client)]
 
 
@@ -185,68 +197,63 @@ def _leak_filter(row: dict) -> dict | Drop:
     return Drop(f"leak_{found[0][0]}") if found else row
 
 
-def _gold_check(row: dict) -> dict | Drop:
-    return Drop("gold_fails_reward") if gold_failures(TASKS["egov_mcq"], [row]) else row
-
-
 def _leak_audit(rows: Iterator[dict]) -> Iterator[dict | Drop]:
     for row in rows:
         yield Drop("leak_in_final_rows", record=row) if leak.row_leaks(row) else row
 
 
-def _with_prompt(row: dict) -> dict:
-    """TRL's conversational ``prompt`` (the system + user turns ``train rl`` builds for the row), the task, and
-    the judge's rubric scores as a typed struct rather than JSON text."""
+def _typed_detail(row: dict) -> dict:
+    """The judge's rubric scores as a typed struct rather than JSON text."""
     detail = row.get("quality_detail")
-    detail = json.loads(detail) if isinstance(detail, str) else detail
-    return {**row, "quality_detail": detail, "task": "egov_mcq", "prompt": TASKS["egov_mcq"].build_prompt(row)}
+    return {**row, "quality_detail": json.loads(detail) if isinstance(detail, str) else detail}
 
 
-def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: int = 0, quiet: bool = False,
-               per_article: int = 2, judge_threshold: float = 0.75, retrieval: bool = True, retrieval_k: int = 20,
-               max_retrieval_rank: int | None = None, dedup_threshold: float = 0.85, keep_rejected: bool = True,
-               heldout_share: float = DEFAULT_SHARE, license: str | None = None, rl_share: float = DEFAULT_RL_SHARE,
-               license_file: str | Path | None = None) -> dict:
+def build_egov(config: EgovConfig, out="out/egov", context: BuildContext | None = None,
+               task: Task = EgovMCQ()) -> dict:
     """Build ``out/articles`` and the question dataset at ``out``; return the question manifest.
 
-    ``llm``: an LLM spec or client (then the LLM generator and judge are used; else the rule-based kinds,
-    ``RULE_KINDS``).
-    ``index``: an existing search index for the retrieval signal (default: build ``out/index``).
-    ``limit``: use at most this many articles for question generation (the article dataset is complete).
-    ``max_retrieval_rank``: drop questions whose article is not in the top N for its own text.
-    ``keep_rejected``: write the dropped questions (and articles) with their stage and reason as ``rejected``.
-    ``rl_share``: share of articles whose questions form the ``rl`` split (``train rl``'s prompts, never SFT's).
-    ``heldout_share``: share of articles whose questions form the ``test`` split (``tansaku.core.heldout``); the
-    key is ``article_id``, so the questions of one article never sit on both sides.
-    ``license``/``license_file``: the question card's license (a Hub id, or ``other:NAME`` with its text)
-    instead of the e-Gov terms (``EGOV_LICENSE``; ``tansaku.core.licenses.choose_license``).
+    ``config`` holds every setting (``EgovConfig``: its help texts are the CLI's). ``llm``: an LLM spec or
+    client (then the LLM generator and judge are used; else the rule-based kinds, ``RULE_KINDS``). ``index``:
+    an existing search index for the retrieval signal (default: build ``out/index``). ``limit``: use at most
+    this many articles for question generation (the article dataset is complete). ``heldout_share`` /
+    ``rl_share``: shares of articles whose questions form the ``test`` / ``rl`` splits
+    (``tansaku.core.heldout``); the key is ``article_id``, so the questions of one article never sit on both
+    sides. ``license``/``license_file``: the question card's license instead of the e-Gov terms
+    (``EGOV_LICENSE``; ``tansaku.core.licenses.choose_license``). ``context``: shards (of the article build;
+    the questions are built whole, on the merge), LLM options, progress; ``task``: whose rows these are (its
+    gold check and ``finalize``).
     """
+    context = context or BuildContext()
+    c = config
     # Every option is checked before the article dataset and index are built (hours on a full dump).
-    check_limit(limit)
-    check_count("per_article", per_article)
-    check_count("retrieval_k", retrieval_k)
-    check_limit(max_retrieval_rank, "max_retrieval_rank")
-    check_fraction("judge_threshold", judge_threshold, 0, 1)
-    check_fraction("dedup_threshold", dedup_threshold, 0, 1)
-    heldout = HeldOut(heldout_share, "article_id", seed, rl_share)
-    chosen = choose_license(license, license_file, default=EGOV_LICENSE)
+    check_limit(c.limit)
+    check_count("--per-article", c.per_article)
+    check_count("--retrieval-k", c.retrieval_k)
+    check_count("--laws-per-chunk", c.laws_per_chunk)
+    check_count("--chunk-size", c.chunk_size)
+    check_count("--min-article-chars", c.min_article_chars, 0)
+    check_limit(c.max_retrieval_rank, "--max-retrieval-rank")
+    check_fraction("--judge-threshold", c.judge_threshold, 0, 1)
+    check_fraction("--dedup-threshold", c.dedup_threshold, 0, 1)
+    heldout = HeldOut(c.heldout_share, "article_id", c.seed, c.rl_share)
+    chosen = choose_license(c.license, c.license_file, default=EGOV_LICENSE)
     question_card = {**QUESTION_CARD, "license_name": None, "license_link": None, **chosen.card}
-    laws = [Path(p) for p in (laws if isinstance(laws, (list, tuple)) else [laws])]
+    laws, index = c.laws, c.index
     if missing := [str(p) for p in laws if not p.exists()]:  # a typo must not build an empty dataset
         raise MissingInputError(f"--laws {', '.join(missing)}: no such file or folder")
     if not any(isinstance(s, str) for s in list_law_sources(laws)):  # names only: cheap
         raise InputError(f"--laws {', '.join(map(str, laws))}: no law XML files (*.xml, or *.xml inside a zip)")
     out = precheck_out(out, pipeline="egov_mcq", inputs={  # before out/articles and out/index are written into it
-        "--laws": laws, "--index": index, "--license-file": license_file})
+        "--laws": laws, "--index": index, "--license-file": c.license_file})
     articles_dir = out / "articles"
-    with shards.nested_at("articles"):  # --shard / --from-shards apply to the articles (tansaku.core.shards)
-        art_manifest = build_articles(laws, articles_dir, seed=seed, quiet=quiet)
+    # --shard / --from-shards apply to the articles (their shards lie at …/articles too)
+    art_manifest = build_articles(c, articles_dir, context.nested("articles"))
     if "shard" in art_manifest:  # one shard: its articles are done; the questions are built on the merge
         return art_manifest
-    client = as_client(llm)
+    client = context.client(c.llm)
 
     backend, index_path = None, None
-    if retrieval or index is not None:
+    if c.retrieval or index is not None:
         index_path = str(index) if index is not None else str(out / "index")
         if index is None and not ownership.is_index(out / "index"):  # missing, or a build killed while writing it
             build_index(articles_dir, out / "index")
@@ -255,49 +262,48 @@ def build_egov(laws, out, llm=None, index=None, limit: int | None = None, seed: 
     def retrieval_stage(batch: list[dict]) -> list:
         results = []
         for row in batch:
-            rank = generate.retrieval_rank(backend, row["question"], row["article_id"], retrieval_k)
-            if max_retrieval_rank is not None and (rank is None or rank > max_retrieval_rank):
+            rank = generate.retrieval_rank(backend, row["question"], row["article_id"], c.retrieval_k)
+            if c.max_retrieval_rank is not None and (rank is None or rank > c.max_retrieval_rank):
                 results.append(Drop("not_retrievable"))
             else:
                 results.append(row | {"retrieval_rank": rank})
         return results
 
-    stages = [_rules_stage(seed, per_article)] if client is None else _llm_stages(client, seed)
+    stages = [_rules_stage(c.seed, c.per_article)] if client is None else _llm_stages(client, c)
     stages.append(map_stage("leak_filter", _leak_filter))
     if client is not None:
         by_id = {a["id"]: a for a in iter_rows(articles_dir)}
-        stages.append(batch_stage("judge", lambda b: generate.llm_judge(client, b, by_id, judge_threshold), 32,
-                                  params={"threshold": judge_threshold, "prompt": generate.JUDGE_PROMPT}, llm=client))
-    stages.append(global_stage("dedup", lambda rows: generate.near_duplicates(rows, dedup_threshold),
-                               params={"threshold": dedup_threshold}))
+        stages.append(batch_stage("judge", lambda b: generate.llm_judge(client, b, by_id, c.judge_threshold), 32,
+                                  params={**c.pick("judge_threshold"), "prompt": generate.JUDGE_PROMPT}, llm=client))
+    stages.append(global_stage("dedup", lambda rows: generate.near_duplicates(rows, c.dedup_threshold),
+                               params=c.pick("dedup_threshold")))
     if backend is not None:
         stages.append(batch_stage("retrieval", retrieval_stage, batch_size=64,
-                                  params={"index": index_path, "k": retrieval_k, "max_rank": max_retrieval_rank}))
-    task = TASKS["egov_mcq"]
-    stages += [global_stage("balance", lambda rows: generate.balance_positions(rows, seed)),
-               map_stage("gold_check", _gold_check, params={"task": task.name, "task_version": task.version}),
+                                  params={"retrieval_index": index_path,
+                                          **c.pick("retrieval_k", "max_retrieval_rank")}))
+    task_params = {"task": task.name, "task_version": task.version}
+    stages += [global_stage("balance", lambda rows: generate.balance_positions(rows, c.seed)),
+               batch_stage("gold_check", task.gold_drops, batch_size=256, params=task_params),
                global_stage("leak_audit", _leak_audit),
-               map_stage("prompt", _with_prompt, params={"task": task.name, "task_version": task.version})]
+               batch_stage("prompt", lambda rows: task.finalize([_typed_detail(r) for r in rows]), batch_size=256,
+                           params=task_params)]
 
-    config = {"generator": "rules" if client is None else "llm", "limit": limit, "per_article": per_article,
-              "judge_threshold": judge_threshold if client is not None else None,
+    recipe = {**c.recipe(), "generator": "rules" if client is None else "llm",
               "prompts": [generate.GENERATE_PROMPT, generate.JUDGE_PROMPT] if client is not None else [],
-              "retrieval_index": index_path, "retrieval_k": retrieval_k, "max_retrieval_rank": max_retrieval_rank,
-              "dedup_threshold": dedup_threshold, "task": "egov_mcq", **chosen.recipe()}
-    with shards.whole():  # the questions: one build, on the merge of the article shards
-        manifest = build_dataset(
-            out=out, name="egov-mcq", pipeline="egov_mcq", pipeline_version=QUESTIONS_VERSION, config=config,
-            seed=seed, inputs=[describe_input(articles_dir, art_manifest["splits"].get("train", 0))
-                               | {"version": art_manifest["version"]}],
-            source=lambda: islice(iter_rows(articles_dir), limit), stages=stages, column_types=QUESTION_TYPES,
-            card=question_card,
-            llm=client, parents=[str(articles_dir)], chunk_size=200, quiet=quiet, keep_rejected=keep_rejected,
-            heldout=heldout)
+              "retrieval_index": index_path, "task": task.name, **chosen.recipe()}
+    manifest = build_dataset(
+        out=out, name="egov-mcq", pipeline="egov_mcq", pipeline_version=QUESTIONS_VERSION, config=recipe,
+        seed=c.seed, inputs=[describe_input(articles_dir, art_manifest["splits"].get("train", 0))
+                             | {"version": art_manifest["version"]}],
+        source=lambda: islice(iter_rows(articles_dir), c.limit), stages=stages, column_types=QUESTION_TYPES,
+        card=question_card, llm=client, parents=[str(articles_dir)], chunk_size=c.chunk_size,
+        context=context.whole(),  # the questions: one build, on the merge of the article shards
+        keep_rejected=c.keep_rejected, heldout=heldout)
     manifest["articles"] = {"path": str(articles_dir), "rows": art_manifest["splits"].get("train", 0),
                             "stages": art_manifest["stages"], "skipped": art_manifest.get("skipped", [])}
     return chosen.write(out, manifest)
 
 
 if __name__ == "__main__":
-    m = build_egov(sys.argv[1], sys.argv[2])
+    m = build_egov(EgovConfig(laws=[Path(sys.argv[1])]), sys.argv[2])
     print(jsontext.dumps({"rows": m["splits"], "stages": m["stages"]}, indent=1))

@@ -34,6 +34,7 @@ from tansaku.core.engine import Drop
 from tansaku.core.errors import InputError
 from tansaku.core.features import derivation_lists
 from tansaku.pipelines.multihop import spill
+from tansaku.pipelines.multihop.config import MAX_PER_BRIDGE, MAX_PER_RELATION_PAIR, MAX_PER_SUBJECT
 
 TRIPLE_COLUMNS = ("triple_id", "subject", "relation", "object", "subject_key", "object_key", "subject_id",
                   "object_id", "subject_title", "object_title", "doc_id", "source", "evidence")
@@ -45,9 +46,9 @@ CAP_RULES = ("cap_subject", "cap_bridge", "cap_relation_pair")
 class Caps:
     """Diversity caps; ``None`` switches one off."""
 
-    per_subject: int | None = 3
-    per_bridge: int | None = 10
-    per_relation_pair: int | None = 50
+    per_subject: int | None = MAX_PER_SUBJECT
+    per_bridge: int | None = MAX_PER_BRIDGE
+    per_relation_pair: int | None = MAX_PER_RELATION_PAIR
 
     @classmethod
     def from_options(cls, max_per_subject: int, max_per_bridge: int) -> Caps:

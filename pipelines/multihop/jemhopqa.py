@@ -5,6 +5,7 @@
   ``multihop_qa`` task, one row per question, the original fields kept (``derivations`` as
   ``{subject, relation, objects}`` structs) plus TRL's ``prompt``. The dev file (``dev_*.json``) is the
   ``validation`` split; any other file is ``train`` plus a held-out ``test``. License: CC BY-SA 4.0.
+  In Python: ``import_jemhopqa(JemhopqaImportConfig(path=PATH), out=DIR)`` (every setting: the config).
 * :func:`chain_recall` — feed every derivation of a file as input triples through linking, cardinality
   and the chain join, then check that each compositional question's (hop 1, hop 2) comes out as a
   chain; every miss is named by the stage and rule that lost it.
@@ -20,21 +21,25 @@ from collections import Counter
 from pathlib import Path
 
 from tansaku.core import jsontext
-from tansaku.core.engine import Drop, map_stage
+from tansaku.core.context import BuildContext
+from tansaku.core.engine import Drop, batch_stage, map_stage
 from tansaku.core.errors import InputError
 from tansaku.core.features import derivation_structs
-from tansaku.core.heldout import DEFAULT_SHARE, HeldOut
+from tansaku.core.heldout import HeldOut
 from tansaku.core.licenses import choose_license, license_card
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import StoreError, build_dataset, describe_input, read_records
-from tansaku.envs.tasks import TASKS
+from tansaku.envs.tasks import MultihopQA, Task
 from tansaku.pipelines.multihop.build import COLUMN_TYPES
 from tansaku.pipelines.multihop.cardinality import judge_hops, relation_stats
 from tansaku.pipelines.multihop.chains import Caps, join_chains, triples_frame
 from tansaku.pipelines.multihop.entities import display_name, entity_key, exact_key
+from tansaku.pipelines.multihop.jemhopqa_config import JemhopqaImportConfig
 from tansaku.pipelines.multihop.triples import index_from_triples, link_triple, read_triples_file
 
-IMPORT_VERSION = "2"  # 2: derivations as structs, prompt column, dev file → validation
+# 2: derivations as structs, prompt column, dev file → validation; 3: the config is JemhopqaImportConfig's
+# fields, and the task's finalize stage adds task + prompt and drops a question whose gold cannot score
+IMPORT_VERSION = "3"
 JEMHOPQA_LICENSE = "cc-by-sa-4.0"
 FIELDS = ("qid", "type", "question", "answer", "derivations", "page_ids", "time_dependent")
 # Declared Features: the multihop ones, for the columns JEMHopQA shares with them.
@@ -56,7 +61,8 @@ def load_items(path: str | Path) -> list[dict]:
 
 
 def to_eval_row(item: dict) -> dict | Drop:
-    """One JEMHopQA question as a ``multihop_qa`` row; malformed items are dropped with a reason."""
+    """One JEMHopQA question as a row (the task's ``finalize`` adds ``task`` and ``prompt``); malformed items
+    are dropped with a reason."""
     if not isinstance(item, dict):
         return Drop("not_an_object", {"item": item}, f"a {type(item).__name__}, not a JSON object")
     missing = [f for f in ("qid", "question", "answer") if not str(item.get(f) or "").strip()]
@@ -77,10 +83,9 @@ def to_eval_row(item: dict) -> dict | Drop:
         # Structs: parquet cannot hold the mixed [s, r, [o…]] lists.
         "derivations": derivation_structs(derivations),
         "page_ids": [str(p) for p in page_ids],
-        "time_dependent": bool(item.get("time_dependent", False)),
-        "task": "multihop_qa", "generator": "jemhopqa",
+        "time_dependent": bool(item.get("time_dependent", False)), "generator": "jemhopqa",
     }
-    return {**row, "prompt": TASKS["multihop_qa"].build_prompt(row)}
+    return row
 
 
 def is_dev_file(path: str | Path) -> bool:
@@ -88,27 +93,33 @@ def is_dev_file(path: str | Path) -> bool:
     return Path(path).stem.lower().startswith("dev")
 
 
-def import_jemhopqa(path: str | Path, out: str | Path, quiet: bool = False, heldout_share: float = DEFAULT_SHARE,
-                    seed: int = 0, license: str | None = None, license_file: str | Path | None = None) -> dict:
-    """Write the JEMHopQA file ``path`` as a ``multihop_qa`` dataset into ``out``: the dev file is the
-    ``validation`` split; of any other file ``heldout_share`` of the questions (key ``qid``;
+def import_jemhopqa(config: JemhopqaImportConfig, out: str | Path = "out/jemhopqa",
+                    context: BuildContext | None = None, task: Task = MultihopQA()) -> dict:
+    """Write the JEMHopQA file ``config.path`` as a ``task`` (``multihop_qa``) dataset into ``out``: the dev
+    file is the ``validation`` split; of any other file ``heldout_share`` of the questions (key ``qid``;
     ``tansaku.core.heldout``) form the ``test`` split, the rest ``train``. ``license``: the card's license id
-    (default: JEMHopQA's CC BY-SA 4.0)."""
-
-    heldout = HeldOut(heldout_share, "qid", seed)  # checks the share before anything is read
-    out = precheck_out(out, pipeline="import-jemhopqa", inputs={"PATH": path, "--license-file": license_file})
-    chosen = choose_license(license, license_file, default=license_card(JEMHOPQA_LICENSE))
-    dev = is_dev_file(path)
-    items = load_items(path)
+    (default: JEMHopQA's CC BY-SA 4.0). The last stage is the task's ``finalize`` (``task`` and TRL's
+    ``prompt`` columns, and the gold check: a question whose answer cannot score 1.0 is dropped, as it could
+    never be passed in an eval). ``context``: progress (``BuildContext``; this import does not shard)."""
+    context = context or BuildContext()
+    c = config
+    heldout = HeldOut(c.heldout_share, "qid", c.seed)  # checks the share before anything is read
+    out = precheck_out(out, pipeline="import-jemhopqa", inputs={"PATH": c.path, "--license-file": c.license_file})
+    chosen = choose_license(c.license, c.license_file, default=license_card(JEMHOPQA_LICENSE))
+    dev = is_dev_file(c.path)
+    items = load_items(c.path)
+    stages = [map_stage("to_eval_row", to_eval_row),
+              batch_stage("finalize", task.finalize, batch_size=256,
+                          params={"task": task.name, "task_version": task.version})]
     return chosen.write(out, build_dataset(
-        out=out, name=f"jemhopqa-{Path(path).stem}", pipeline="import-jemhopqa", pipeline_version=IMPORT_VERSION,
-        config={"task": "multihop_qa", "split": "validation" if dev else "train+test", **chosen.recipe()}, seed=seed,
-        inputs=[describe_input(path, len(items))], source=items, stages=[map_stage("to_eval_row", to_eval_row)],
-        card={"description": "JEMHopQA (Ishii et al.) questions imported for evaluation with the multihop_qa "
+        out=out, name=f"jemhopqa-{Path(c.path).stem}", pipeline="import-jemhopqa", pipeline_version=IMPORT_VERSION,
+        config={**c.recipe(), "task": task.name, "split": "validation" if dev else "train+test", **chosen.recipe()},
+        seed=c.seed, inputs=[describe_input(c.path, len(items))], source=items, stages=stages,
+        card={"description": f"JEMHopQA (Ishii et al.) questions imported for evaluation with the {task.name} "
                              "task. License: CC BY-SA 4.0 (see the original repository).",
-              "pretty_name": f"JEMHopQA {Path(path).stem}", **chosen.card,
+              "pretty_name": f"JEMHopQA {Path(c.path).stem}", **chosen.card,
               "task_categories": ["question-answering"]},
-        quiet=quiet, column_types=IMPORT_TYPES,
+        context=context, column_types=IMPORT_TYPES,
         **({"split_of": lambda row: "validation"} if dev else {"heldout": heldout})))
 
 

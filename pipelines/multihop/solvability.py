@@ -22,7 +22,7 @@ from tansaku.core.options import check_count, check_fraction, check_k_m
 from tansaku.envs.rollout import run_rollouts
 from tansaku.envs.search import QueryError
 from tansaku.envs.search.dsl import plain_text_query
-from tansaku.envs.tasks import TASKS
+from tansaku.envs.tasks import Task
 
 DEFAULT_MIN_PASS_RATE = 0.5  # "stably solvable": solved in at least half of the k tries
 
@@ -107,16 +107,16 @@ def _completion(trajectory):
     raise TypeError(f"cannot read a completion from {type(trajectory).__name__}")
 
 
-def agent_check(records: list[dict], policy, tools, k: int = 4, m: int | None = None, seed: int = 0,
+def agent_check(records: list[dict], policy, tools, task: Task, k: int = 4, m: int | None = None, seed: int = 0,
                 max_turns: int | None = None, max_tokens: int = 1024, min_pass_rate: float | None = None,
                 max_pass_rate: float = 1.0) -> list[dict | Drop]:
     """Run ``k`` rollouts per record and keep those whose solved count fits :func:`keep_rule`.
 
-    ``tools``: ``tansaku.envs.environments.make_environment_factory(TASKS["multihop_qa"], index)``.
+    ``tools``: ``tansaku.envs.environments.make_environment_factory(task, index)``; ``task``: the questions'
+    task (``MultihopQA()``), whose answer reward scores each try.
     """
 
     rule = keep_rule(k, m, min_pass_rate, max_pass_rate)
-    task = TASKS["multihop_qa"]
     rows = [eval_row(r) for r in records]
     trajectories = run_rollouts(policy, task, rows, tools, k=k, seed=seed, score=False, max_turns=max_turns,
                                 max_tokens=max_tokens)

@@ -2,8 +2,10 @@
 verify → HF chat rows → mixed SFT set, as stages on the pipeline engine, into one versioned dataset.
 
     from tansaku.pipelines.trajectories.build import build_trajectories
-    manifest = build_trajectories("out/multihop", "out/sft", teacher="http:Qwen/Qwen3-32B@http://gpu:8000",
-                                  index="out/index", translator=None, general="data/chat.jsonl", ratio=0.5, n=4)
+    from tansaku.pipelines.trajectories.config import TrajectoriesConfig
+    manifest = build_trajectories(TrajectoriesConfig(dataset="out/multihop", index="out/index",
+                                                     teacher="http:Qwen/Qwen3-32B@http://gpu:8000",
+                                                     general="data/chat.jsonl", ratio=0.5, n=4), out="out/sft")
 
 Splits: ``train`` (the SFT set: agentic rows under the agentic system prompt + general rows) and
 ``rejected`` (the engine's rejected split: every trajectory a stage dropped, as ``stage, reason, detail,
@@ -11,7 +13,8 @@ record`` with the whole trajectory record as JSON text; its own card config, so 
 ``train`` only). The manifest's ``stages`` is the trajectory funnel (per stage: params, received, kept,
 dropped by reason) and ``trajectories`` holds the scenario distribution, rejections by stage/reason,
 teacher/translator models, prompt versions and ratios; the card shows both. ``translator=None`` reuses
-the teacher for translation and rewriting.
+the teacher for translation and rewriting. The config (``TrajectoriesConfig``, every setting) is the
+manifest's, with ``task`` and ``system_prompt`` as they came to (the task's name, the prompt's text).
 
 Demo (no GPU): ``--teacher scripted:examples/teacher_script.py --translator scripted:examples/teacher_script.py:rewrite``.
 """
@@ -21,14 +24,15 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from tansaku.core.context import BuildContext
 from tansaku.core.errors import InputError
 from tansaku.core.licenses import choose_license
-from tansaku.core.llm import as_client
-from tansaku.core.options import check_count, check_fraction, check_limit
+from tansaku.core.options import check_count, check_fraction, check_limit, read_system_prompt
 from tansaku.core.options import dataset_manifest as checked_manifest
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.store import REJECTED, build_dataset, describe_input, iter_rows
-from tansaku.envs.tasks import TASKS
+from tansaku.envs.tasks import task_named
+from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.pipelines.trajectories.filter import correct_only_stage
 from tansaku.pipelines.trajectories.format import COLUMN_TYPES, format_stage
 from tansaku.pipelines.trajectories.mix import mix_stage, read_chat_rows
@@ -36,9 +40,12 @@ from tansaku.pipelines.trajectories.rewrite import CATALOG_PATH, PROMPTS, load_c
 from tansaku.pipelines.trajectories.teacher import guess_task, make_tools, teacher_stage
 from tansaku.pipelines.trajectories.verify import verify_stage
 
-PIPELINE_VERSION = "4"  # 2: failed trajectories go to the engine's rejected split (was a failures split);
+PIPELINE_VERSION = "5"  # 2: failed trajectories go to the engine's rejected split (was a failures split);
 # 3: `answer` is a typed struct (was JSON text); agentic rows carry their task's system prompt (the one RL and eval use)
 # 4: a `tool_interface` column (the episode's tool interface, tansaku.envs.tool_interfaces; 0 before)
+# 5: the config is TrajectoriesConfig's fields (the rewriter's settings and min_reward too); mix's ratio always
+REWRITE_SETTINGS = ("result_chars", "rewrite_max_tokens", "rewrite_temperature", "min_japanese_share",
+                    "min_chinese_chars")
 
 
 def question_source(dataset: str | Path, limit: int | None = None):
@@ -73,90 +80,100 @@ def _empty_hints(rewriter_is_teacher: bool) -> dict[str, str]:
             "verify": "every rewrite changed the tool calls or results: check --translator"}
 
 
-def build_trajectories(dataset, out, teacher, index, translator=None, general=None, ratio: float = 0.5,
-                       n: int = 4, seed: int = 0, limit: int | None = None, quiet: bool = False, *,
-                       task: str | None = None, temperature: float = 0.7, max_tokens: int = 1024,
-                       system_prompt: str | None = None, catalog: str | Path | None = None,
-                       name: str | None = None, chunk_size: int = 64, license: str | None = None,
-                       license_file: str | Path | None = None, interface_variants: int | None = None) -> dict:
-    """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring).
-    ``chunk_size``: questions per checkpoint (what an interruption costs; the unit a ``--shard`` takes).
-    ``license``/``license_file``: the card's license (``tansaku.core.licenses.choose_license``); default the
-    ``dataset`` card's, whose questions the rows hold. ``system_prompt``: the text every agentic row (and the
-    teacher) gets instead of the task's own system prompts — give ``train rl``/``train eval`` the same
-    (a recipe task's ``system_prompt``, ``--system-prompt``) so the switch stays one text.
-    ``interface_variants``: tool interfaces the teacher's episodes draw from (``Task.with_tools``; 2: ``find``/
-    ``read`` too, ``tansaku.envs.tool_interfaces``), recorded in the config's ``tools_config``; None: the
-    task's own (a default build's config and fingerprint are those of a build without the option)."""
+def _check(c: TrajectoriesConfig) -> None:
+    """Every number, before any work (a bad --ratio used to fail only after every rollout was paid for)."""
+    check_count("--n", c.n)
+    check_count("--chunk-size", c.chunk_size)
+    check_limit(c.limit)
+    check_fraction("--ratio", c.ratio, 0, None)
+    check_fraction("--temperature", c.temperature, 0, None)
+    check_count("--max-tokens", c.max_tokens)
+    check_fraction("--min-reward", c.min_reward, 0, 1)
+    check_count("--result-chars", c.result_chars)
+    check_count("--rewrite-max-tokens", c.rewrite_max_tokens)
+    check_fraction("--rewrite-temperature", c.rewrite_temperature, 0, None)
+    check_fraction("--min-japanese-share", c.min_japanese_share, 0, 1)
+    check_count("--min-chinese-chars", c.min_chinese_chars)
 
-    # Checked before the teacher stage: a bad --ratio used to fail only after every rollout was paid for.
-    check_count("--n", n)
-    check_count("chunk_size", chunk_size)
-    check_limit(limit)
-    check_fraction("--ratio", ratio, 0, None)
-    check_fraction("temperature", temperature, 0, None)
-    check_count("max_tokens", max_tokens)
+
+def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: BuildContext | None = None) -> dict:
+    """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring).
+
+    ``config`` holds every setting (``TrajectoriesConfig``: its help texts are the CLI's). ``task``: the task's
+    name, default the dataset's own (``teacher.guess_task``). ``chunk_size``: questions per checkpoint (what an
+    interruption costs; the unit a ``--shard`` takes). ``license``/``license_file``: the card's license
+    (``tansaku.core.licenses.choose_license``); default the ``dataset`` card's, whose questions the rows hold.
+    ``system_prompt``: the text (or ``@FILE``) every agentic row (and the teacher) gets instead of the task's own
+    system prompts — give ``train rl``/``train eval`` the same (a recipe task's ``system_prompt``,
+    ``--system-prompt``) so the switch stays one text. ``interface_variants``: tool interfaces the teacher's
+    episodes draw from (``Task.with_tools``; 2: ``find``/``read`` too, ``tansaku.envs.tool_interfaces``),
+    recorded in the config's ``tools_config``; None: the task's own. ``context``: shards, LLM options,
+    progress (``BuildContext``)."""
+    context = context or BuildContext()
+    c = config
+    _check(c)
+    system_prompt = read_system_prompt(c.system_prompt)  # @FILE: a missing file is refused before any work
     out = precheck_out(out, pipeline="trajectories", inputs={  # before the questions are read
-        "--dataset": dataset, "--index": index, "--general": general, "--catalog": catalog,
-        "--license-file": license_file})
-    dataset_manifest = checked_manifest(dataset, "--dataset")
-    chosen = choose_license(license, license_file, dataset)  # refused before the first rollout is paid for
-    first = next(iter(question_source(dataset, 1)()), None)
+        "--dataset": c.dataset, "--index": c.index, "--general": c.general, "--catalog": c.catalog,
+        "--license-file": c.license_file})
+    dataset_manifest = checked_manifest(c.dataset, "--dataset")
+    chosen = choose_license(c.license, c.license_file, c.dataset)  # refused before the first rollout is paid for
+    first = next(iter(question_source(c.dataset, 1)()), None)
     if first is None:
-        raise InputError(f"{dataset} has no questions in its train split")
-    task_name = task or guess_task(dataset_manifest, first["row"])
-    if task_name not in TASKS:
-        raise InputError(f"unknown task {task_name!r}; known: {sorted(TASKS)}")
-    task_def = TASKS[task_name] if system_prompt is None else TASKS[task_name].with_system_prompt(system_prompt)
-    if interface_variants is not None:
-        task_def = task_def.with_tools(interface_variants=interface_variants)
+        raise InputError(f"{c.dataset} has no questions in its train split")
+    task = task_named(c.task or guess_task(dataset_manifest, first["row"]))
+    # The recipe records what the options came to: a guessed task and a build naming it are the same build,
+    # as are a prompt given as text and as @FILE.
+    c = c.replace(task=task.name, system_prompt=system_prompt)
+    if system_prompt is not None:
+        task = task.with_system_prompt(system_prompt)
+    if c.interface_variants is not None:
+        task = task.with_tools(interface_variants=c.interface_variants)
     try:
-        task_def.answer_reward()  # correct-only needs an automatic answer reward (no rubric judge)
+        task.answer_reward()  # correct-only needs an automatic answer reward (no rubric judge)
     except ValueError as exc:
-        raise InputError(f"task {task_name!r} cannot filter trajectories: {exc}") from None
-    catalog_data = load_catalog(catalog)
-    general_rows = read_chat_rows(general) if general else None
-    teacher_client = as_client(teacher)
-    rewriter = as_client(translator) if translator is not None else teacher_client
-    tools = make_tools(task_def, index, seed=seed)
+        raise InputError(f"task {task.name!r} cannot filter trajectories: {exc}") from None
+    catalog_data = load_catalog(c.catalog)
+    general_rows = read_chat_rows(c.general) if c.general else None
+    teacher = context.client(c.teacher)
+    rewriter = context.client(c.translator) if c.translator is not None else teacher
+    tools = make_tools(task, c.index, seed=c.seed)
+    rewrites = c.pick(*REWRITE_SETTINGS)
 
     stages = [
-        teacher_stage(teacher_client, task_def, tools, n=n, temperature=temperature, max_tokens=max_tokens,
-                      seed=seed).configured({"n": n, "temperature": temperature, "max_tokens": max_tokens,
-                                             "task": task_def.name}, llm=teacher_client),
-        correct_only_stage(task_def),
-        rewrite_stage("translate", rewriter, seed=seed),
-        rewrite_stage("refine", rewriter, seed=seed),
-        rewrite_stage("scenario", rewriter, seed=seed, catalog=catalog_data),
+        teacher_stage(teacher, task, tools, seed=c.seed, **c.pick("n", "temperature", "max_tokens")),
+        correct_only_stage(task, **c.pick("min_reward")),
+        rewrite_stage("translate", rewriter, seed=c.seed, **rewrites),
+        rewrite_stage("refine", rewriter, seed=c.seed, **rewrites),
+        rewrite_stage("scenario", rewriter, seed=c.seed, catalog=catalog_data, **rewrites),
         verify_stage(tools).configured({"tools_config": tools.config.to_dict()}),
-        format_stage(task_def),
-        mix_stage(general_rows, ratio, seed),
+        format_stage(task),
+        mix_stage(general_rows, c.ratio, c.seed),
     ]
-    config = {
-        "task": task_name, "task_version": task_def.version, "n": n, "ratio": ratio if general else None,
-        "limit": limit, "temperature": temperature, "max_tokens": max_tokens,
-        "prompts": PROMPTS, "scenario_catalog_version": catalog_data["version"],
-        "tools_config": tools.config.to_dict(), "system_prompts": list(task_def.system_prompts),
+    recipe = {
+        **c.recipe(), "task_version": task.version, "prompts": PROMPTS,
+        "scenario_catalog_version": catalog_data["version"], "tools_config": tools.config.to_dict(),
+        "system_prompts": list(task.system_prompts),
         **chosen.recipe(),  # another license is another recipe: a rerun refuses it, never mixes
     }
     # Full descriptions for the card; the fingerprint holds only their identities (the stages' llm).
-    models = {"teacher": _describe(teacher_client), "translator": _describe(rewriter)}
-    inputs = [describe_input(dataset), describe_input(catalog or CATALOG_PATH), describe_input(index)]
-    if general:
-        inputs.append(describe_input(general, len(general_rows)))
+    models = {"teacher": _describe(teacher), "translator": _describe(rewriter)}
+    inputs = [describe_input(c.dataset), describe_input(c.catalog or CATALOG_PATH), describe_input(c.index)]
+    if c.general:
+        inputs.append(describe_input(c.general, len(general_rows)))
 
     def summarize(manifest: dict) -> dict:
         train = list(iter_rows(out, split="train", columns=["kind", "scenario", "question_id"]))
         rejected = (list(iter_rows(out, split=REJECTED, columns=["stage", "reason"]))
                     if manifest["splits"].get(REJECTED) else [])
-        return {"trajectories": summary(train, rejected, config, models, general_rows)}
+        return {"trajectories": summary(train, rejected, recipe, models, general_rows)}
 
     return chosen.write(out, build_dataset(
-        out=out, name=name or f"trajectories-{Path(dataset).name}", pipeline="trajectories",
-        pipeline_version=PIPELINE_VERSION, config=config, seed=seed, inputs=inputs,
-        source=question_source(dataset, limit), stages=stages, llm=teacher_client, keep_rejected=True,
-        summarize=summarize, card=lambda m: trajectory_card(m) | chosen.card, chunk_size=chunk_size,
-        column_types=COLUMN_TYPES, quiet=quiet, empty_hints=_empty_hints(translator is None),
+        out=out, name=c.name or f"trajectories-{Path(c.dataset).name}", pipeline="trajectories",
+        pipeline_version=PIPELINE_VERSION, config=recipe, seed=c.seed, inputs=inputs,
+        source=question_source(c.dataset, c.limit), stages=stages, llm=teacher, keep_rejected=True,
+        summarize=summarize, card=lambda m: trajectory_card(m) | chosen.card, chunk_size=c.chunk_size,
+        column_types=COLUMN_TYPES, context=context, empty_hints=_empty_hints(c.translator is None),
         parents=[dataset_manifest.get("version")] if dataset_manifest.get("version") else []))
 
 
@@ -169,8 +186,8 @@ def summary(train: list[dict], rejected: list[dict], config: dict, models: dict,
         "scenario_distribution": dict(Counter(r["scenario"] for r in train if r["kind"] == "agentic").most_common()),
         "failure_reasons": dict(Counter(f"{r['stage']}/{r['reason']}" for r in rejected).most_common()),
         "questions_with_a_kept_trajectory": len({r["question_id"] for r in train if r["kind"] == "agentic"}),
-        "mix": {"ratio_requested": config["ratio"], "agentic_rows": agentic, "general_rows": general,
-                "general_available": len(general_rows) if general_rows else 0,
+        "mix": {"ratio_requested": config["ratio"] if general_rows else None, "agentic_rows": agentic,
+                "general_rows": general, "general_available": len(general_rows) if general_rows else 0,
                 "ratio_actual": round(general / agentic, 4) if agentic else None},
     }
 
@@ -183,7 +200,8 @@ def trajectory_card(manifest: dict) -> dict:
     mix = t["mix"]
     description = (
         "SFT trajectories for a Japanese agentic-search model: teacher rollouts with real search tool calls, "
-        "kept only when the final answer scores 1.0 under the task's answer reward, each step's reasoning "
+        f"kept only when the final answer scores at least {manifest['config']['min_reward']} under the "
+        "task's answer reward, each step's reasoning "
         "translated to Japanese, refined and rewritten to follow a drawn scenario, with tool calls and tool "
         "results verified byte-identical and replayed against the index. Train with `train sft` "
         "(assistant-only loss: tool results are masked).\n\n"

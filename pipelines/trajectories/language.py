@@ -10,8 +10,9 @@ byte-identical either way, so only the reasoning tells. ``rewrite.rewrite_stage`
 - ``reasoning_not_japanese``: the Japanese share of the step's letters (``japanese_share``) is below
   ``min_japanese_share``.
 
-(A blank step is already ``empty_reasoning`` in ``rewrite.apply_rewrite``.) Both thresholds are the rewrite
-stages' params, so they are in the manifest and the resume fingerprint.
+(A blank step is already ``empty_reasoning`` in ``rewrite.apply_rewrite``.) Both thresholds are config fields
+(``--min-japanese-share``, ``--min-chinese-chars``) and the rewrite stages' params, so they are in the manifest
+and the resume fingerprint.
 
 >>> language_problem("白砂県の県庁所在地は白砂市。「白砂市」を検索する。") is None
 True
@@ -26,11 +27,9 @@ from __future__ import annotations
 import re
 
 from tansaku.envs.zh_detect import chinese_char_count, chinese_spans
+from tansaku.pipelines.trajectories.config import MIN_CHINESE_CHARS, MIN_JAPANESE_SHARE
 
-# Defaults, argued in japanese_share: Japanese prose scores ~1, English prose ~0 (names count for neither).
-MIN_JAPANESE_SHARE = 0.5
-# zh_detect never reads a run under 4 Han characters as Chinese: 4 = any run it flags drops the row.
-MIN_CHINESE_CHARS = 4
+# MIN_JAPANESE_SHARE and MIN_CHINESE_CHARS (the config's defaults) are argued in japanese_share and zh_detect.
 EXCERPT_CHARS = 60
 
 # Quoted or bracketed text copies a query, a title or a tool result (「…」『…』, a JSON bool query {…}, a

@@ -67,5 +67,6 @@ def mix_stage(general: list[dict] | None, ratio: float, seed: int):
     def run(rows):
         yield from mix_rows(list(rows), general or [], ratio if general else 0.0, seed)
 
-    return global_stage("mix", run, params={"ratio": ratio if general else None,
-                                            "general_rows": len(general) if general else 0})
+    # The ratio as asked, with or without a general set (general_rows 0 says it mixed nothing in): a config
+    # field named like a param must be that param.
+    return global_stage("mix", run, params={"ratio": ratio, "general_rows": len(general) if general else 0})

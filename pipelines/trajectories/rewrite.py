@@ -1,7 +1,7 @@
 """Rewrite each step's reasoning with an LLM: translate to Japanese, refine, follow a drawn scenario.
 
 Only assistant ``reasoning_content`` changes. The LLM sees the steps (reasoning, tool calls, tool
-results cut to ``RESULT_CHARS``) and answers ``{"steps": [{"reasoning", "tool_calls"}, …]}``; it must
+results cut to ``result_chars``) and answers ``{"steps": [{"reasoning", "tool_calls"}, …]}``; it must
 echo every tool call unchanged. The new reasoning is put back into the teacher's own messages, and the
 result is checked with ``verify.identity_violation`` so tool calls and results stay byte-identical;
 anything else is dropped with a reason (``llm_error``, ``llm_bad_json``, ``step_count_changed``,
@@ -13,7 +13,7 @@ Scenarios come from ``scenarios.yaml``; one is drawn per trajectory with ``rng_f
 among those whose ``requires`` hold for what the trajectory really did. Prompts are versioned files in
 ``prompts/`` (``translate.v1.md`` …); their file names go into the dataset manifest.
 
-    stage = rewrite_stage("translate", client, seed=0)       # a batch_stage for the engine
+    stage = rewrite_stage("translate", client, seed=0)       # a batch_stage for the engine (config defaults)
     scenario = draw_scenario(load_catalog(), messages, seed=0, key="q1-t0")
 """
 
@@ -31,7 +31,14 @@ from tansaku.core.errors import InputError
 from tansaku.core.llm import ChatRequest, LLMBadJSON, parse_json
 from tansaku.core.parsing import is_tool_error
 from tansaku.envs.tool_interfaces import TOOL_ROLES
-from tansaku.pipelines.trajectories.language import MIN_CHINESE_CHARS, MIN_JAPANESE_SHARE, language_violation
+from tansaku.pipelines.trajectories.config import (
+    MIN_CHINESE_CHARS,
+    MIN_JAPANESE_SHARE,
+    RESULT_CHARS,
+    REWRITE_MAX_TOKENS,
+    REWRITE_TEMPERATURE,
+)
+from tansaku.pipelines.trajectories.language import language_violation
 from tansaku.pipelines.trajectories.records import fail
 from tansaku.pipelines.trajectories.verify import (
     call_pairs,
@@ -43,7 +50,6 @@ from tansaku.pipelines.trajectories.verify import (
 HERE = Path(__file__).resolve().parent
 CATALOG_PATH = HERE / "scenarios.yaml"
 PROMPTS = {"translate": "translate.v1.md", "refine": "refine.v1.md", "scenario": "scenario.v1.md"}
-RESULT_CHARS = 600  # tool results shown to the rewriter; the data itself is never cut
 REWRITE_SCHEMA = {
     "type": "object",
     "required": ["steps"],
@@ -141,8 +147,8 @@ def load_prompt(kind: str) -> tuple[str, str]:
     return (HERE / "prompts" / name).read_text(encoding="utf-8"), name
 
 
-def steps_payload(messages: list[dict]) -> list[dict]:
-    """The assistant steps as the rewriter sees them (tool results cut to RESULT_CHARS)."""
+def steps_payload(messages: list[dict], result_chars: int = RESULT_CHARS) -> list[dict]:
+    """The assistant steps as the rewriter sees them (tool results cut to ``result_chars``)."""
     steps = []
     for i, message in enumerate(messages):
         if message.get("role") != "assistant":
@@ -150,7 +156,7 @@ def steps_payload(messages: list[dict]) -> list[dict]:
         results = []
         for result in tool_results_after(messages, i):
             text = str(result.get("content") or "")
-            results.append(text if len(text) <= RESULT_CHARS else text[:RESULT_CHARS] + "…(省略)")
+            results.append(text if len(text) <= result_chars else text[:result_chars] + "…(省略)")
         calls = [{"name": n, "arguments": _loads_or_text(a)} for n, a in tool_calls_of(message)]
         step = {"step": len(steps) + 1, "reasoning": message.get("reasoning_content") or "", "tool_calls": calls}
         if results:
@@ -168,17 +174,18 @@ def _loads_or_text(arguments: str):
         return arguments
 
 
-def rewrite_request(kind: str, record: dict, scenario: dict | None = None):
-    """The ChatRequest asking the LLM to rewrite ``record["messages"]``' reasoning (greedy, cached)."""
+def rewrite_request(kind: str, record: dict, scenario: dict | None = None, *, result_chars: int = RESULT_CHARS,
+                    max_tokens: int = REWRITE_MAX_TOKENS, temperature: float = REWRITE_TEMPERATURE):
+    """The ChatRequest asking the LLM to rewrite ``record["messages"]``' reasoning (greedy by default, cached)."""
 
     text, version = load_prompt(kind)
     payload = {"task": kind, "prompt_version": version, "question": record.get("question", ""),
-               "steps": steps_payload(record["messages"])}
+               "steps": steps_payload(record["messages"], result_chars)}
     if scenario is not None:
         payload["scenario"] = {"id": scenario["id"], "name": scenario.get("name", ""), "guide": scenario["guide"]}
     body = "```json\n" + jsontext.dumps(payload, indent=1) + "\n```"
     return ChatRequest(messages=[{"role": "user", "content": text.replace("{{PAYLOAD}}", body)}],
-                       max_tokens=4096, temperature=0.0, json_schema=REWRITE_SCHEMA)
+                       max_tokens=max_tokens, temperature=temperature, json_schema=REWRITE_SCHEMA)
 
 
 def apply_rewrite(messages: list[dict], text: str) -> list[dict] | tuple[str, str]:
@@ -216,10 +223,17 @@ def _canonical(arguments) -> str:
 
 
 def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = None, batch_size: int = 16,
-                  min_japanese_share: float = MIN_JAPANESE_SHARE, min_chinese_chars: int = MIN_CHINESE_CHARS):
+                  result_chars: int = RESULT_CHARS, rewrite_max_tokens: int = REWRITE_MAX_TOKENS,
+                  rewrite_temperature: float = REWRITE_TEMPERATURE, min_japanese_share: float = MIN_JAPANESE_SHARE,
+                  min_chinese_chars: int = MIN_CHINESE_CHARS):
     """A batch stage rewriting live records' reasoning with ``client``; ``kind="scenario"`` also draws and
     records the scenario (a trajectory no scenario applies to fails with ``no_scenario_applies``).
-    ``min_japanese_share``/``min_chinese_chars``: the language check on every rewritten step (``language``)."""
+    ``result_chars``, ``rewrite_max_tokens``, ``rewrite_temperature``: what the rewriter is shown and how it
+    answers; ``min_japanese_share``/``min_chinese_chars``: the language check on every rewritten step
+    (``language``). All five are ``TrajectoriesConfig`` fields and the stage's params, under the same names."""
+    settings = {"result_chars": result_chars, "rewrite_max_tokens": rewrite_max_tokens,
+                "rewrite_temperature": rewrite_temperature, "min_japanese_share": min_japanese_share,
+                "min_chinese_chars": min_chinese_chars}
     if kind == "scenario" and catalog is None:
         catalog = load_catalog()
 
@@ -236,7 +250,8 @@ def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = No
                 record = {**record, "scenario": scenario["id"]}
                 batch[k] = record
             todo.append(k)
-            requests.append(rewrite_request(kind, record, scenario))
+            requests.append(rewrite_request(kind, record, scenario, result_chars=result_chars,
+                                            max_tokens=rewrite_max_tokens, temperature=rewrite_temperature))
         for k, result in zip(todo, client.chat(requests) if requests else []):
             record = batch[k]
             if result.error:
@@ -251,8 +266,7 @@ def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = No
             outs[k] = fail(record, *problem) if problem else {**record, "messages": rewritten}
         return outs
 
-    params = {"prompt": PROMPTS[kind], "result_chars": RESULT_CHARS, "min_japanese_share": min_japanese_share,
-              "min_chinese_chars": min_chinese_chars}
+    params = {"prompt": PROMPTS[kind], **settings}
     if kind == "scenario":
         params["catalog_version"] = catalog.get("version")
     return batch_stage(kind, run, batch_size=batch_size, params=params, llm=client)

@@ -41,7 +41,7 @@ def guess_task(dataset_manifest: dict, first_row: dict | None) -> str:
     task = task_for_dataset(str(dataset_manifest.get("pipeline", "")), first_row)
     if task is None:
         raise InputError("cannot tell the task of this dataset (no multihop/egov pipeline in its manifest, no "
-                         "answer/answer_index column); pass task='multihop_qa' or 'egov_mcq'")
+                         "answer/answer_index column); pass --task multihop_qa or --task egov_mcq")
     return task.name
 
 
@@ -105,9 +105,10 @@ def trajectory_records(question: dict, trajectories, task_name: str) -> list[dic
     return records
 
 
-def teacher_stage(client, task, tools, *, n: int = 4, temperature: float = 0.7, max_tokens: int = 1024,
-                  seed: int = 0, batch_size: int = 8):
-    """A batch stage: question records ``{"question_id", "row"}`` → ``n`` trajectory records each.
+def teacher_stage(client, task, tools, *, n: int, temperature: float, max_tokens: int, seed: int,
+                  batch_size: int = 8):
+    """A batch stage: question records ``{"question_id", "row"}`` → ``n`` trajectory records each, sampled at
+    ``temperature`` with ``max_tokens`` per turn (the stage's params, with the task's name).
 
     ``tools``: an environment factory (``make_tools``); every episode gets its own environment."""
 
@@ -121,4 +122,5 @@ def teacher_stage(client, task, tools, *, n: int = 4, temperature: float = 0.7, 
             by_row.setdefault(t.row_index, []).append(t)
         return [trajectory_records(q, by_row.get(i, []), task.name) for i, q in enumerate(batch)]
 
-    return batch_stage("teacher", run, batch_size=batch_size, client=client)  # client: not fingerprinted
+    return batch_stage("teacher", run, batch_size=batch_size, llm=client,
+                       params={"n": n, "temperature": temperature, "max_tokens": max_tokens, "task": task.name})

@@ -21,7 +21,11 @@ of failures served, the summed latency served (``busy_seconds``), the time of th
 each, ``[when it came again, when the server had answered it]`` (the latter is the time of the repeat when it
 never had: it was still in flight); ``GET /stats/last`` the last chat request's headers and body (auth and
 ``extra_body`` tests). ``GET /v1/models`` lists the server's model with ``root`` (vLLM reports the weights
-path there) when the server was started with one. Run: ``python -m tansaku.core.llm.canned_server --port 8001 --name a``.
+path there) when the server was started with one. Run: ``python -m tansaku.testing.canned_server --port 8001 --name a``.
+
+It lives in ``tansaku.testing``, not ``tansaku.core``: it is scaffolding that stands in for a served model, and
+no product code may import it. It still ships in the wheel, since installed users run it: the judge of the
+``rl-tiny-mixed`` recipe and ``examples/stand_in_llm.py`` (``--responder``) are served by it.
 """
 
 

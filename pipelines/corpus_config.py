@@ -1,0 +1,31 @@
+"""``CorpusConfig``: every setting of ``synth build corpus``, once (the CLI's options, the builder's argument,
+the stages' params and the manifest's ``config`` all read it; ``tansaku.core.build_config``).
+
+    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus_config import CorpusConfig
+    build_corpus(CorpusConfig(input="examples/miniwiki.jsonl", format="jsonl"), out="out/corpus")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tansaku.core.build_config import BuildConfig, license_file_option, license_option, option
+
+
+@dataclass(frozen=True)
+class CorpusConfig(BuildConfig):
+    input: Path = option(help="File or folder of documents.")
+    format: str = option("auto", help="auto | jsonl | cirrus | wac | jaquad")
+    min_chars: int = option(1, help="Drop documents shorter than this.")
+    id_field: str = option("id", help="JSON lines: the key holding the document id.")
+    title_field: str = option("title", help="JSON lines: the key holding the title.")
+    text_field: str = option("text", help="JSON lines: the key holding the text.")
+    url_field: str = option("url", help="JSON lines: the key holding the URL.")
+    keep_rejected: bool = option(False, flag="--keep-rejected/--no-keep-rejected",
+                                 help="Also write every dropped document (stage, reason, record) as the "
+                                      "'rejected' split (duplicates of a dump can be many).")
+    license: str | None = license_option("the source format's (Wikipedia's cc-by-sa-4.0; JSON lines: none, and push refuses)")
+    license_file: Path | None = license_file_option()
+    name: str | None = option(None, recipe=False, help="Dataset name (default: corpus-<input file stem>).")

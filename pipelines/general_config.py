@@ -1,0 +1,46 @@
+"""``GeneralConfig``: every setting of ``synth build general``, once (the CLI's options, the builder's argument,
+the generate stage's params and the manifest's ``config`` all read it; ``tansaku.core.build_config``).
+
+    from tansaku.pipelines.general import build_general
+    from tansaku.pipelines.general_config import GeneralConfig
+    build_general(GeneralConfig(prompts="examples/general_prompts.jsonl", llm="transformers:tiny",
+                                max_tokens=256), out="out/general")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tansaku.core.build_config import (
+    BuildConfig,
+    heldout_share_option,
+    license_file_option,
+    license_option,
+    limit_option,
+    option,
+    seed_option,
+)
+
+
+@dataclass(frozen=True)
+class GeneralConfig(BuildConfig):
+    prompts: Path = option(help="General prompts: JSONL/JSON/parquet rows with 'prompt' (text) or 'messages' "
+                                "(ending in a user turn), optional 'id'; or a dataset folder.")
+    # A spec, or a client (demo.py passes the tiny model's, loaded in bf16): the recipe records its identity.
+    llm: str = option(llm=True, help="The base model you will fine-tune (its own answers): http:MODEL@URL | "
+                                     "vllm:MODEL | transformers:PATH|tiny | scripted:FILE.py[:FN].")
+    reasoning: bool = option(False, help="Keep the model's reasoning as it wrote it (assistant reasoning_content); "
+                                         "default: the answer only.")
+    max_tokens: int = option(1024, help="Tokens per answer; an answer cut there is dropped (truncated).")
+    temperature: float = option(0.0, help="Sampling temperature (0: greedy, the model's most likely answer).")
+    limit: int | None = limit_option()
+    seed: int = seed_option()
+    heldout_share: float = heldout_share_option()
+    keep_rejected: bool = option(True, flag="--keep-rejected/--no-keep-rejected",
+                                 help="Also write every dropped record (stage, reason, record) as the 'rejected' "
+                                      "split (default: on).")
+    license: str | None = license_option()
+    license_file: Path | None = license_file_option()
+    batch_size: int = option(32, help="Prompts per generate batch sent to --llm.")
+    chunk_size: int = option(64, help="Prompts per checkpoint chunk (the unit of resume).")

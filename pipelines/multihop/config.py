@@ -1,0 +1,81 @@
+"""``MultihopConfig``: every setting of ``synth build multihop``, once (the CLI's options, the builder's
+argument, the stages' params and the manifest's ``config`` all read it; ``tansaku.core.build_config``).
+
+    from tansaku.pipelines.multihop.build import build_multihop
+    from tansaku.pipelines.multihop.config import MultihopConfig
+    build_multihop(MultihopConfig(corpus="out/corpus", max_per_bridge=0), out="out/mh")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tansaku.core.build_config import (
+    BuildConfig,
+    license_file_option,
+    license_option,
+    limit_option,
+    option,
+    seed_option,
+)
+from tansaku.core.heldout import DEFAULT_RL_SHARE, DEFAULT_SHARE
+
+# Defaults the stage modules share (chains.Caps, cardinality): here, so `synth --help` reads them without
+# importing polars.
+MAX_PER_SUBJECT, MAX_PER_BRIDGE, MAX_PER_RELATION_PAIR = 3, 10, 50
+DEFAULT_THRESHOLD = 0.9
+LLM_SPEC = "LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl"
+
+
+@dataclass(frozen=True)
+class MultihopConfig(BuildConfig):
+    corpus: Path | None = option(None, help="Document dataset (synth build corpus).")
+    triples: Path | None = option(None, help="JSONL triples or JEMHopQA JSON to start from instead of the corpus.")
+    index: Path | None = option(None, help="Search index for the solvability checks (default: the corpus, "
+                                           "indexed into the work folder).")
+    llm: str | None = option(None, llm=True, help=LLM_SPEC + " (questions and the quality loop; none: templates).")
+    policy: str | None = option(None, llm=True, help="LLM spec of the agent that must solve each question.")
+    k: int = option(4, help="Agent tries per question.")
+    m: int | None = option(None, help="Keep questions solved at least m of k times, instead of --min-pass-rate "
+                                      "(not both).")
+    min_pass_rate: float | None = option(None, help="Keep questions solved in at least this share of the k tries "
+                                                    "(default 0.5: solved stably).")
+    max_pass_rate: float = option(1.0, help="Keep questions solved in at most this share (1.0 keeps the "
+                                            "always-solved; e.g. 0.75 for RL, whose always-solved questions "
+                                            "teach nothing).")
+    until: str | None = option(None, help="Stop after this stage and write the records (triples, link, "
+                                          "cardinality, chains, questions, quality, prefilter, solve).")
+    limit: int | None = limit_option("chains")
+    seed: int = seed_option()
+    heldout_share: float = option(DEFAULT_SHARE, help="Share of bridge entities whose questions form the 'test' "
+                                                      "split (0: none).")
+    rl_share: float = option(DEFAULT_RL_SHARE, help="Share of bridge entities whose questions form the 'rl' "
+                                                    "split: train rl's prompts, never in SFT's train split.")
+    keep_rejected: bool = option(False, flag="--keep-rejected/--no-keep-rejected",
+                                 help="Also write every dropped record (stage, reason, record) as the "
+                                      "'rejected' split (most drops are triples, many on a full Wikipedia).")
+    max_per_subject: int = option(MAX_PER_SUBJECT, help="Chains kept per subject entity (0 = no cap).")
+    max_per_bridge: int = option(MAX_PER_BRIDGE, help="Chains kept per bridge entity (0 = no cap).")
+    max_per_relation_pair: int = option(MAX_PER_RELATION_PAIR,
+                                        help="Chains kept per (hop-1, hop-2) relation pair (0 = no cap).")
+    relations: Path | None = option(None, help="JSON table merged over the built-in relation names and phrasings "
+                                               "(pipelines/multihop/relations.json).")
+    cardinality_threshold: float = option(DEFAULT_THRESHOLD, help="A relation is 1:1 / N:1 when this share of its "
+                                                                  "subjects has one object.")
+    min_support: int = option(3, help="Unique-looking relations seen on fewer subjects are checked by the LLM "
+                                      "(or dropped without one).")
+    max_rounds: int = option(2, help="Quality loop: judge → fix rounds per question.")
+    min_natural: int = option(3, help="Quality judge's naturalness bar (1–5).")
+    question_temperature: float = option(0.7, help="Sampling temperature of the LLM question writer.")
+    prefilter_size: int = option(10, help="Top hits searched per hop in the retrievability prefilter.")
+    chunk_size: int = option(1000, help="Records per checkpoint chunk (the unit of resume and of --shard).")
+    license: str | None = license_option("the corpus card's, else Wikipedia's cc-by-sa-4.0")
+    license_file: Path | None = license_file_option()
+
+    def caps(self):
+        """The diversity caps (``chains.Caps``; 0 = no cap)."""
+        from tansaku.pipelines.multihop.chains import Caps  # polars: not at `synth --help`
+
+        caps = Caps.from_options(self.max_per_subject, self.max_per_bridge)
+        return Caps(caps.per_subject, caps.per_bridge, self.max_per_relation_pair or None)
