@@ -32,16 +32,11 @@ The egov dataset is built (the synthesis side) but not trained on here: its 4-ch
 full prompt style, which the 135M model cannot learn in the minutes a demo has (``bench/efficacy.py`` and
 the slow tests drive the egov environment).
 
-Memory: the steps that load a model (tiny model preparation, the general answers, each evaluation, SFT, RL)
-run one at a time in a child process (``tansaku.core.memory.run_isolated``) that exits when the step ends,
-so what one step allocated (weights, optimizer state, the allocator's freed-but-kept pages) is given back
-before the next starts: the demo's peak is the largest single step, not their sum. Training takes one row per micro-batch
-(a 1.3k-token row's fp32 logits over the 49k vocabulary are 250 MB, and the loss keeps several copies) with
-gradient checkpointing. SFT trains bf16 weights (lr 3e-4 is far above bf16's resolution); RL keeps fp32
-master weights (its small steps would round away in bf16; ``dtype`` in docs/recipes.md) and uses
-Adafactor (``optim: adafactor``, factored second moments) rather than AdamW, whose two fp32 moment copies
-would add 1.1 GB to the RL step. The trainers are imported in the children
-only.
+Memory: every step that loads a model runs in a child process (``tansaku.core.memory.run_isolated``) that
+exits when the step ends, so the demo's peak is its largest step, not the sum. Training takes one row per
+micro-batch with gradient checkpointing; SFT trains bf16 weights (lr 3e-4 is far above bf16's resolution), RL
+keeps fp32 master weights (its small steps would round away in bf16) with Adafactor, not AdamW (two fp32
+moment copies: 1.1 GB more). docs/benchmarks.md has the measured peaks.
 """
 
 from __future__ import annotations

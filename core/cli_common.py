@@ -10,6 +10,7 @@ digits, ``rounded``: ``0.30000000000000004`` prints as ``0.3``, a threshold of `
 
     print_manifest(manifest, out, as_json=as_json, quiet=quiet)           # a build's funnel
     print_summary(f"index → {index}", meta, as_json=as_json, quiet=quiet)  # any flat summary
+    print_table(comparison_table(result), result, as_json=as_json, quiet=quiet)  # a command's own table
 
 ``synth`` (``tansaku.cli``) and ``train`` (``tansaku.trainer.cli``) commands are wrapped in ``friendly``: bad
 input (a ``TansakuError``, an OS error on a path the user gave, a refused connection, a full disk) ends in one line on
@@ -144,6 +145,15 @@ def _quiet(quiet: bool) -> bool:
     from tansaku.core.progress import is_quiet  # rich, imported when something is printed
 
     return is_quiet(quiet)
+
+
+def print_table(table, value: Any, *, as_json: bool = False, quiet: bool = False) -> None:
+    """A command's own rich ``table`` on stderr unless quiet; ``value`` as one JSON value on stdout with
+    ``as_json`` (``train compare``, ``train select`` …: nothing goes to stdout without it)."""
+    if not _quiet(quiet):
+        _stderr_table(table)
+    if as_json:
+        print_json(value)
 
 
 def print_summary(title: str, summary: Mapping, *, as_json: bool = False, quiet: bool = False,

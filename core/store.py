@@ -29,13 +29,10 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +40,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-import tansaku
 from tansaku.core import jsontext, ownership, shards
 from tansaku.core.context import BuildContext
 from tansaku.core.engine import Record, Stage
@@ -53,6 +49,7 @@ from tansaku.core.heldout import HeldOut
 from tansaku.core.jsonl import iter_jsonl
 from tansaku.core.out_folder import REJECTED, StoreError, check_out, data_rows, read_manifest, refuse_empty
 from tansaku.core.progress import BuildProgress
+from tansaku.core.provenance import code_version, package_versions
 from tansaku.core.recipe import build_recipe, canonical_json, fingerprint
 from tansaku.core.runner import PipelineResult, run_pipeline
 from tansaku.data_cards import nested_datasets, render_card
@@ -61,63 +58,6 @@ ROWS_PER_SHARD = 100_000
 ROWS_PER_GROUP = 5_000  # parquet row group = what is held in memory while writing
 MANIFEST = "manifest.json"
 REJECTED_SCHEMA = pa.schema([(c, pa.string()) for c in ("stage", "reason", "detail", "record")])
-_PACKAGES = ("tansaku", "datasets", "polars", "pyarrow", "transformers", "trl", "torch", "tantivy",
-             "sudachipy", "ja-law-parser", "json-repair", "openai", "huggingface_hub")
-
-
-def sha256_path(path: str | Path) -> str:
-    """sha256 of a file, or of a folder's files (relative names and contents, in sorted order)."""
-    p = Path(path)
-    h = hashlib.sha256()
-    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and ".work" not in f.parts)
-    for f in files:
-        if p.is_dir():
-            h.update(str(f.relative_to(p)).encode())
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
-def describe_input(path: str | Path, records: int | None = None, *, hashed: bool = True) -> dict:
-    """How a manifest names one input; the one place that shapes them, so every input has the same keys.
-
-    ``sha256`` is None for an input that is not a local file or folder (a remote index such as
-    ``opensearch:NAME``) or that the build does not hash (``hashed=False``); ``records`` is None when the
-    count is not known.
-    """
-    digest = sha256_path(path) if hashed and Path(str(path)).exists() else None
-    return {"path": str(path), "sha256": digest, "records": records}
-
-
-def code_version() -> dict:
-    """tansaku's version from package metadata; the git commit only when the code runs from a checkout.
-
-    An installed wheel has no repository around it (git would describe whatever project the user runs in),
-    so ``commit`` / ``dirty`` are None unless the package root is itself a git checkout.
-    """
-    root = Path(__file__).resolve().parents[1]  # the package root: in a checkout, the repository root
-    info = {"package": "tansaku", "version": tansaku.__version__, "commit": None, "dirty": None}
-    if not (root / ".git").exists():
-        return info
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                timeout=5).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                    capture_output=True, text=True, timeout=5).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        return info
-    return {**info, "commit": commit or None, "dirty": dirty if commit else None}
-
-
-def package_versions() -> dict:
-    versions = {"python": sys.version.split()[0]}
-    for name in _PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return versions
 
 
 # ---------------------------------------------------------------- writing

@@ -27,8 +27,9 @@ from tansaku.core.store import read_records
 from tansaku.envs.environments import make_environment_factory, open_backend
 from tansaku.envs.retention import TASK as GENERAL_TASK
 from tansaku.envs.retention import general_report
+from tansaku.envs.rewards import reward_columns
 from tansaku.envs.rollout import run_rollouts
-from tansaku.envs.tasks import TASKS, reward_columns
+from tansaku.envs.tasks import TASKS
 from tansaku.envs.tool_interfaces import variant_label
 
 

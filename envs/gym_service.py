@@ -56,7 +56,8 @@ from tansaku.envs.environments import (
     tool_schemas,
 )
 from tansaku.envs.evaluate import load_rows
-from tansaku.envs.tasks import TASKS, Task, reward_columns
+from tansaku.envs.rewards import reward_columns
+from tansaku.envs.tasks import TASKS, Task
 from tansaku.envs.tool_interfaces import INTERFACES
 
 COOKIE = "tansaku_episode"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from tansaku.core.errors import InputError
 from tansaku.core.parsing import (
     ParseError,
     coerce_tool_call,
@@ -252,3 +253,24 @@ def zh_mix_penalty(completions, **_columns) -> list[float]:
 
 tool_call_reward = make_tool_call_reward()
 format_reward = make_format_reward()
+
+
+# What TRL's GRPO trainer hands reward functions itself next to the dataset's columns: a column of one of these
+# names collides with it (TypeError) or is silently overwritten, in training as here.
+TRL_REWARD_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+                        "environments")
+
+
+def reward_columns(rows: list[dict]) -> dict[str, list]:
+    """The fields of ``rows`` as the keyword columns reward functions take (one list per field, ``None`` where a
+    row lacks it), as TRL passes them. A field named like one of TRL's own arguments is ``InputError``.
+
+    >>> reward_columns([{"answer": "a"}, {"answer": "b", "id": 1}]) == {"answer": ["a", "b"], "id": [None, 1]}
+    True
+    """
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    reserved = [key for key in keys if key in TRL_REWARD_ARGUMENTS]
+    if reserved:
+        raise InputError(f"field(s) {reserved} are names TRL gives reward functions itself "
+                         f"({', '.join(TRL_REWARD_ARGUMENTS)}): rename them")
+    return {key: [row.get(key) for row in rows] for key in keys}

@@ -42,8 +42,7 @@ from tansaku.core.parsing import (
 )
 from tansaku.core.progress import progress_bar
 from tansaku.envs.environments import call_tool, episode_prompt, tool_methods, tool_schemas
-from tansaku.envs.rewards import episode_stats
-from tansaku.envs.tasks import reward_columns
+from tansaku.envs.rewards import episode_stats, reward_columns
 
 
 @dataclass

@@ -354,15 +354,10 @@ def task_named(name: str) -> Task:
     return TASKS[name]
 
 
-def gold_failures(task: Task, rows: list[dict]) -> list[tuple[int, str]]:
-    """``(row index, reason)`` for every row whose gold answer would not score 1.0 (or is malformed)."""
-    return task.gold_failures(rows)
-
-
 def check_gold(task: Task | str, rows: list[dict]) -> None:
     """Raise ``InputError`` (count + first examples) unless every row's gold answer scores 1.0."""
-    task = TASKS[task] if isinstance(task, str) else task
-    failures = gold_failures(task, rows)
+    task = task_named(task) if isinstance(task, str) else task
+    failures = task.gold_failures(rows)
     if failures:
         examples = "; ".join(f"row {i}: {reason}" for i, reason in failures[:5])
         raise InputError(f"{len(failures)} of {len(rows)} rows fail the gold check of {task.name} "
@@ -381,24 +376,3 @@ def task_for_dataset(pipeline: str | None, row: dict | None) -> Task | None:
             return task
     fitting = [task for task in TASKS.values() if row and task.fits(row)]
     return max(fitting, key=lambda t: len(t.columns), default=None)
-
-
-# What TRL's GRPO trainer hands reward functions itself next to the dataset's columns: a column of one of these
-# names collides with it (TypeError) or is silently overwritten, in training as here.
-TRL_REWARD_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
-                        "environments")
-
-
-def reward_columns(rows: list[dict]) -> dict[str, list]:
-    """The fields of ``rows`` as the keyword columns reward functions take (one list per field, ``None`` where a
-    row lacks it), as TRL passes them. A field named like one of TRL's own arguments is ``InputError``.
-
-    >>> reward_columns([{"answer": "a"}, {"answer": "b", "id": 1}]) == {"answer": ["a", "b"], "id": [None, 1]}
-    True
-    """
-    keys = list(dict.fromkeys(key for row in rows for key in row))
-    reserved = [key for key in keys if key in TRL_REWARD_ARGUMENTS]
-    if reserved:
-        raise InputError(f"field(s) {reserved} are names TRL gives reward functions itself "
-                         f"({', '.join(TRL_REWARD_ARGUMENTS)}): rename them")
-    return {key: [row.get(key) for row in rows] for key in keys}

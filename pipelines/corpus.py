@@ -38,7 +38,8 @@ from tansaku.core.engine import Drop, global_stage, map_stage
 from tansaku.core.licenses import SOURCE_LICENSES, choose_license
 from tansaku.core.options import check_count
 from tansaku.core.out_folder import precheck_out
-from tansaku.core.store import build_dataset, describe_input
+from tansaku.core.provenance import describe_input
+from tansaku.core.store import build_dataset
 from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.corpus_readers import (  # noqa: F401 - CorpusInputError, read_documents: part of this API
     FORMATS,

@@ -51,7 +51,8 @@ from tansaku.core.llm import ChatRequest
 from tansaku.core.options import check_count, check_fraction, check_limit
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.parsing import split_think, strip_end_markers
-from tansaku.core.store import StoreError, build_dataset, describe_input, read_records
+from tansaku.core.provenance import describe_input
+from tansaku.core.store import StoreError, build_dataset, read_records
 from tansaku.pipelines.general_config import GeneralConfig
 
 PIPELINE = "general"

@@ -39,11 +39,12 @@ def test_general_reports_compare_their_likelihoods():
                                                                                   "tokens"}
 
 
-def test_train_compare_prints_table_on_stderr_and_json_on_stdout(tmp_path):
+def test_train_compare_prints_table_on_stderr_and_json_on_stdout(tmp_path, monkeypatch):
+    monkeypatch.delenv("TANSAKU_QUIET", raising=False)  # the table is what is checked
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "report.json").write_text(json.dumps(BASE), encoding="utf-8")
     (tmp_path / "b.json").write_text(json.dumps({**TRAINED, "split": "train"}), encoding="utf-8")
-    result = CliRunner().invoke(train_app, ["compare", str(tmp_path / "a"), str(tmp_path / "b.json")])
+    result = CliRunner().invoke(train_app, ["compare", str(tmp_path / "a"), str(tmp_path / "b.json"), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["metrics"]["pass@1"] == {"a": 0.25, "b": 0.5, "delta": 0.25}

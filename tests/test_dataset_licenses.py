@@ -91,7 +91,7 @@ def test_an_unlicensed_corpus_is_refused_by_push_naming_the_flag(tmp_path):
     out = tmp_path / "c"
     assert corpus(out).exit_code == 0
     assert card(out)["license"] == "other" and "license_name" not in card(out)
-    assert "license" not in manifest(out)["config"]  # no --license: the recipe of earlier builds, unchanged
+    assert manifest(out)["config"]["license"] is None  # no --license: recorded as not given (every field is)
     for result in (dry_run(out), synth("push", out, "--repo-id", "me/ds", "--private")):
         assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
         assert result.output.startswith("error: ") and "license_name" in result.output

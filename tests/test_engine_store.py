@@ -160,6 +160,7 @@ def test_no_drops_no_rejected_split(tmp_path):
 SLOW_BUILD = """
 import sys, time
 sys.path.insert(0, {root!r})
+from tansaku.core.context import BuildContext
 from tansaku.core.engine import map_stage, global_stage, Drop
 from tansaku.core.store import build_dataset
 

@@ -16,7 +16,7 @@ from tansaku.envs.monitoring import (
     tool_call_distribution,
     zero_variance_share,
 )
-from tansaku.envs.tasks import TASKS, check_gold, gold_failures
+from tansaku.envs.tasks import TASKS, check_gold
 
 
 @pytest.fixture(scope="module")
@@ -123,14 +123,14 @@ def test_gold_check_names_bad_rows():
         {"question": "q", "answer": "白砂市", "aliases": ["北浜県白砂市", ""]},  # an empty alias can never score
         {"question": "q", "answer": ""},
     ]
-    assert [i for i, _ in gold_failures(TASKS["multihop_qa"], rows)] == [1, 2, 3]
+    assert [i for i, _ in TASKS["multihop_qa"].gold_failures(rows)] == [1, 2, 3]
     with pytest.raises(ValueError, match="3 of 4 rows"):
         check_gold("multihop_qa", rows)
     mcq = [{"question": "q", "choices": ["a", "b", "c", "d"], "answer_index": 4},
            {"question": "q", "choices": ["a", "a", "c", "d"], "answer_index": 0}]
-    assert [i for i, _ in gold_failures(TASKS["egov_mcq"], mcq)] == [0]
+    assert [i for i, _ in TASKS["egov_mcq"].gold_failures(mcq)] == [0]
     research = [{"instruction": "x", "rubric": []}, {"instruction": "x", "rubric": '[{"criterion": "", "weight": 1}]'}]
-    assert [i for i, _ in gold_failures(TASKS["deepresearch"], research)] == [0, 1]
+    assert [i for i, _ in TASKS["deepresearch"].gold_failures(research)] == [0, 1]
 
 
 def test_each_task_is_its_own_class_owning_prompt_gold_and_rewards():

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from tansaku.cli import synth_app
 from tansaku.core.context import BuildContext
 from tansaku.core.llm import ScriptedLLM
-from tansaku.core.store import read_manifest, read_rows, sha256_path
+from tansaku.core.provenance import sha256_path
+from tansaku.core.store import read_manifest, read_rows
 from tansaku.envs.evaluate import load_rows
 from tansaku.envs.retention import split_row
 from tansaku.pipelines.corpus_config import CorpusConfig

@@ -205,7 +205,7 @@ MANIFEST = {"name": "t", "version": "v", "pipeline": "p", "pipeline_version": "1
 def test_card_renders_inputs_without_records_or_hash_and_the_version_without_a_commit():
     """A manifest input without ``records`` (an older manifest) and a remote index (``opensearch:NAME``, no
     sha256) render as a line each; a wheel install (commit None) shows its version and no `None` commit."""
-    from tansaku.core.store import describe_input
+    from tansaku.core.provenance import describe_input
 
     remote = describe_input("opensearch:wiki")
     assert remote == {"path": "opensearch:wiki", "sha256": None, "records": None}

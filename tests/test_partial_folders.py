@@ -43,7 +43,7 @@ KILLED = """
 import os, shutil, signal, sys
 from pathlib import Path
 from tansaku.core.context import BuildContext
-from tansaku.envs.search import build_index, embedded
+from tansaku.envs.search import build_index, embedded_index
 from tansaku.envs.tasks import EgovMCQ
 from tansaku.pipelines.egov import build as egov
 from tansaku.pipelines.egov.config import EgovConfig
@@ -62,15 +62,15 @@ def after(module, name):  # call the original, then die
 if point == "articles":
     after(egov, "parse_law_bytes")
 elif point == "index_chunks":
-    chunks = embedded.iter_chunks
+    chunks = embedded_index.iter_chunks
     def some_chunks(*args, **kwargs):
         for i, chunk in enumerate(chunks(*args, **kwargs)):
             if i == 3:
                 die()
             yield chunk
-    embedded.iter_chunks = some_chunks
+    embedded_index.iter_chunks = some_chunks
 elif point == "index_written":
-    after(embedded, "_write_index")
+    after(embedded_index, "_write_index")
 elif point in ("swap", "old"):
     replace, rmtree = os.replace, shutil.rmtree
     def killing_replace(a, b):

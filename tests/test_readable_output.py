@@ -1,7 +1,7 @@
 """Output a person can read: the funnel table says when a stage makes several rows per input (``produced``),
 floats are rounded in every printed summary, no ``received 0, kept 0`` lines off a terminal, stdout carries
-JSON only with ``--json``, and every ``synth`` command of ``tansaku.cli`` has an example in its ``--help`` and
-``-q/--quiet``.
+JSON only with ``--json``, every ``synth`` command of ``tansaku.cli`` has an example in its ``--help`` and
+``-q/--quiet``, and so has every ``train`` command of ``tansaku.trainer.cli``, with ``--json`` too.
 
     pytest tests/test_readable_output.py
 """
@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from tansaku.cli import synth_app
+from tansaku.cli import synth_app, train_app
 from tansaku.core.cli_common import (
     cell,
     funnel_table,
@@ -267,3 +267,38 @@ def test_every_command_has_an_example_and_quiet(path):
         assert {"--quiet", "-q"} <= options, path
     if path in WITH_JSON or path in BUILD_COMMANDS:
         assert "--json" in options, path
+
+
+# ---------------------------------------------------------------- every train command: an example, -q and --json
+
+TRAIN_COMMANDS = commands(train_app, ("tansaku.trainer.cli",))
+
+
+def test_the_train_command_list_is_what_trainer_cli_defines():
+    assert set(TRAIN_COMMANDS) == {"sft", "rl", "eval", "select", "rescore", "compare", "report", "merge"}
+
+
+@pytest.mark.parametrize("path", sorted(TRAIN_COMMANDS))
+def test_every_train_command_has_an_example_quiet_and_json(path):
+    shown = CliRunner().invoke(train_app, [*path.split(), "--help"])
+    assert shown.exit_code == 0
+    assert f"Example: train {path}" in " ".join(shown.stdout.split()), shown.stdout  # it renders in --help
+    assert {"--quiet", "-q", "--json"} <= {opt for p in TRAIN_COMMANDS[path].params for opt in p.opts}, path
+
+
+def test_train_compare_table_on_stderr_and_json_only_with_json(tmp_path, monkeypatch):
+    monkeypatch.delenv("TANSAKU_QUIET", raising=False)
+    report = {"task": "multihop_qa", "split": "test", "k": 1, "questions": 4, "pass@1": 0.25, "mean_tool_calls": 1.5}
+    (tmp_path / "a.json").write_text(json.dumps(report), encoding="utf-8")
+    (tmp_path / "b.json").write_text(json.dumps({**report, "pass@1": 0.1 + 0.2}), encoding="utf-8")
+    compare = ["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    plain = CliRunner().invoke(train_app, compare)
+    assert plain.exit_code == 0 and plain.stdout == "", (plain.stdout, plain.exception)
+    assert "pass@1" in plain.stderr and "+0.0500" in plain.stderr, plain.stderr
+    asked = CliRunner().invoke(train_app, [*compare, "--json"])
+    assert asked.exit_code == 0 and "pass@1" in asked.stderr
+    assert json.loads(asked.stdout)["metrics"]["pass@1"] == {"a": 0.25, "b": 0.3, "delta": 0.05}  # floats cleaned
+    quiet = CliRunner().invoke(train_app, [*compare, "--json", "-q"])
+    assert quiet.exit_code == 0 and quiet.stderr == "" and json.loads(quiet.stdout)["warnings"] == []
+    silent = CliRunner().invoke(train_app, [*compare, "--quiet"])
+    assert silent.exit_code == 0 and (silent.stdout, silent.stderr) == ("", "")

@@ -75,7 +75,8 @@ def test_rescore_reports_what_a_changed_reward_function_changes(tmp_path, monkey
 
 def test_train_rescore_cli_and_its_refusals(tmp_path):
     run = write_run(tmp_path / "run")
-    result = CliRunner().invoke(train_app, ["rescore", "--completions", str(run / "completions"), "--task", "multihop_qa"])
+    result = CliRunner().invoke(train_app, ["rescore", "--completions", str(run / "completions"), "--task", "multihop_qa",
+                                            "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["unchanged"]
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep", encoding="utf-8")

@@ -36,10 +36,11 @@ def write_completions(out):
         pq.write_table(pa.Table.from_pylist(rows), out / "completions" / f"completions_{step:05d}.parquet")
 
 
-def test_compare_steps_shows_the_same_prompts_samples_with_their_rewards(tmp_path):
+def test_compare_steps_shows_the_same_prompts_samples_with_their_rewards(tmp_path, monkeypatch):
+    monkeypatch.delenv("TANSAKU_QUIET", raising=False)  # the table on stderr is checked too
     write_completions(tmp_path)
     result = CliRunner().invoke(train_app, ["compare", "--completions", str(tmp_path / "completions"),
-                                            "--steps", "1", "3"])
+                                            "--steps", "1", "3", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["steps"] == [1, 3] and data["components"] == ["answer_reward", "tool_call_reward"]
@@ -87,10 +88,11 @@ def test_collapse_onsets_follow_their_thresholds():
     assert collapse_onsets([(1, 1.0), (2, 0.7), (3, 0.49), (4, 0.34)], lookback=1) == []  # a slow decline
 
 
-def test_report_runs_flags_a_collapse_recurring_at_the_same_step(tmp_path):
+def test_report_runs_flags_a_collapse_recurring_at_the_same_step(tmp_path, monkeypatch):
+    monkeypatch.delenv("TANSAKU_QUIET", raising=False)  # the table on stderr is checked too
     a, b = write_run(tmp_path / "seed0", 8), write_run(tmp_path / "seed1", 9)
     out = tmp_path / "seeds.png"
-    result = CliRunner().invoke(train_app, ["report", "--runs", str(a), str(b), "--out", str(out)])
+    result = CliRunner().invoke(train_app, ["report", "--runs", str(a), str(b), "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [r["collapses"] for r in data["runs"]] == [{"reward": [8], "entropy": [8]}, {"reward": [9], "entropy": [9]}]
@@ -102,9 +104,10 @@ def test_report_runs_flags_a_collapse_recurring_at_the_same_step(tmp_path):
     assert compare_seeds([a, b], within=0)["coincide"] is False  # 8 and 9 are one step apart
 
 
-def test_report_runs_does_not_flag_collapses_at_different_steps(tmp_path):
+def test_report_runs_does_not_flag_collapses_at_different_steps(tmp_path, monkeypatch):
+    monkeypatch.delenv("TANSAKU_QUIET", raising=False)  # the table on stderr is checked too
     runs = [write_run(tmp_path / "seed0", 5), write_run(tmp_path / "seed1", 12), write_run(tmp_path / "seed2", None)]
-    result = CliRunner().invoke(train_app, ["report", "--runs", *map(str, runs)])
+    result = CliRunner().invoke(train_app, ["report", "--runs", *map(str, runs), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [r["collapses"]["reward"] for r in data["runs"]] == [[5], [12], []]
@@ -120,6 +123,6 @@ def test_report_errors_are_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     empty = runner.invoke(train_app, ["report", "--runs", str(tmp_path / "seed0"), str(tmp_path / "empty")])
     assert empty.exit_code == 2 and "no trainer_state.json log history" in empty.stderr
-    single = runner.invoke(train_app, ["report", str(tmp_path / "seed0"), "--out", str(tmp_path / "c.png")])
+    single = runner.invoke(train_app, ["report", str(tmp_path / "seed0"), "--out", str(tmp_path / "c.png"), "--json"])
     assert single.exit_code == 0 and json.loads(single.stdout)["signals"]["entropy"]["min"] == 0.06
     assert (tmp_path / "c.png").is_file() and not (tmp_path / "seed0" / "run_report.json").exists()

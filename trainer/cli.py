@@ -6,6 +6,13 @@ commands so that ``train --help`` stays fast. Bad input is one line and exit 2 (
 
 ``train sft`` / ``train rl`` hand every argument they do not know themselves to TRL's parser, as TRL's own
 scripts take them: ``train sft --config R.yaml --learning_rate 1e-5 --max_steps 2`` (``docs/recipes.md``).
+
+Output, as ``synth``'s (``tansaku.core.cli_common``): a command's summary is a table on stderr (``-q``/``--quiet``:
+none, and for ``sft``/``rl`` no progress bars either) and, with ``--json``, its whole result as one JSON value on
+stdout; without ``--json`` stdout holds only a command's plain result (``train merge``: the merged folder) or
+nothing. Every command's ``--help`` ends with an example::
+
+    train eval --task multihop_qa --dataset out/multihop --model runs/sft --index out/index --json | jq '."pass@1"'
 """
 
 from __future__ import annotations
@@ -14,10 +21,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from tansaku.core import jsontext
-from tansaku.core.cli_common import Version, friendly
+from tansaku.core.cli_common import Quiet, Version, friendly, print_summary, print_table
 from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache, llm_options
 
 train_app = typer.Typer(help="Train (SFT, GRPO/GSPO), evaluate and merge models.", no_args_is_help=True,
@@ -38,15 +43,56 @@ TRL_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 MaxTokens = Annotated[int, typer.Option("--max-tokens", min=1, help="New tokens per turn.")]
 SystemPrompt = Annotated[str | None, typer.Option("--system-prompt", help="Text (or @FILE) instead of the task's system prompt: the one the model was trained under.")]
 InterfaceVariants = Annotated[int | None, typer.Option("--interface-variants", help="Tool interfaces drawn per episode: 1 = search/open_doc, 2 = find/read too (default: the task's own).")]
+TrainQuiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary table on stderr, TRL's bars included (--disable_tqdm true unless given); TANSAKU_QUIET=1 does the same but for TRL's bars.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the whole result (report, selection, comparison …) as one JSON value on stdout; without it stdout holds no JSON.")]
+TQDM_FLAGS = ("--disable_tqdm", "--disable-tqdm")
+
+
+def trl_args(args: list[str], quiet: bool) -> list[str]:
+    """The arguments for TRL's parser: with ``-q``, ``--disable_tqdm true`` too, unless the command line sets it.
+
+    >>> trl_args(["--max_steps", "2"], True), trl_args(["--disable_tqdm=false"], True), trl_args([], False)
+    (['--max_steps', '2', '--disable_tqdm', 'true'], ['--disable_tqdm=false'], [])
+    """
+    given = any(a.split("=", 1)[0] in TQDM_FLAGS for a in args)
+    return [*args, "--disable_tqdm", "true"] if quiet and not given else list(args)
+
+
+def training_summary(result: dict) -> dict:
+    """The headline numbers of a ``train sft`` / ``train rl`` result (``run_sft`` / ``run_rl``)."""
+    summary = {"global_step": result.get("global_step"), "training_loss": result.get("training_loss")}
+    if "train_runtime" in (result.get("metrics") or {}):
+        summary["seconds"] = result["metrics"]["train_runtime"]
+    if "report_ok" in result:  # train rl: its run report's checks and the reward watch
+        summary["run report ok"] = result["report_ok"]
+        summary["warnings"] = len(result.get("warnings") or [])
+    return {**summary, "output_dir": result.get("output_dir")}
+
+
+def eval_summary(report: dict, out: Path | None) -> dict:
+    """The headline numbers of a ``train eval`` report (a search task's, or ``general``'s retention)."""
+    k = report.get("k")
+    names = {"task": "task", "questions": "questions", "pass@1": "pass@1", f"pass@{k}": f"pass@{k}",
+             "mean_total_reward": "mean reward", "mean_tool_calls": "tool calls/episode",
+             "parse_failure_rate": "parse failure rate", "rows": "rows", "tokens": "tokens",
+             "mean_token_logprob": "mean token logprob", "perplexity": "perplexity"}
+    return {**{label: report[key] for key, label in names.items() if key in report}, "out": str(out) if out else None}
 
 
 @train_app.command("sft", context_settings=TRL_ARGS)
 @friendly
-def train_sft(ctx: typer.Context, config: Recipe):
-    """Supervised fine-tuning with TRL (tool results, system and user text get no loss)."""
+def train_sft(ctx: typer.Context, config: Recipe, quiet: TrainQuiet = False, as_json: AsJson = False):
+    """Supervised fine-tuning with TRL (tool results, system and user text get no loss); a summary (steps, loss,
+    output_dir) on stderr, with --json the result on stdout.
+
+    Example: train sft --config trainer/recipes/sft-tiny.yaml --max_steps 2
+    """
+    from tansaku.core.progress import quiet_loops
     from tansaku.trainer.sft import run_sft
 
-    typer.echo(jsontext.dumps(run_sft(config, ctx.args), default=str))
+    with quiet_loops(quiet):
+        result = run_sft(config, trl_args(ctx.args, quiet))
+    print_summary("train sft", training_summary(result), as_json=as_json, quiet=quiet, json_value=result)
 
 
 @train_app.command("rl", context_settings=TRL_ARGS)
@@ -58,13 +104,22 @@ def train_rl(
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch); replaces the recipe's judge.model.")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None,
+    quiet: TrainQuiet = False,
+    as_json: AsJson = False,
 ):
-    """GRPO / GSPO with TRL over the tansaku search environments."""
+    """GRPO / GSPO with TRL over the tansaku search environments; a summary (steps, loss, run report, reward
+    warnings, output_dir) on stderr, with --json the result on stdout.
+
+    Example: train rl --config trainer/recipes/rl-tiny.yaml --max_steps 3 --skip-readiness
+    """
+    from tansaku.core.progress import quiet_loops
     from tansaku.trainer.rl import run_rl
 
     options = llm_options(no_cache, api_key, extra_body, concurrency)
-    result = run_rl(config, ctx.args, skip_readiness=skip_readiness, judge=judge, llm_options=options)
-    typer.echo(jsontext.dumps(result, default=str))
+    with quiet_loops(quiet):
+        result = run_rl(config, trl_args(ctx.args, quiet), skip_readiness=skip_readiness, judge=judge,
+                        llm_options=options)
+    print_summary("train rl", training_summary(result), as_json=as_json, quiet=quiet, json_value=result)
 
 
 @train_app.command("eval")
@@ -86,16 +141,25 @@ def train_eval(
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None,
     seed: Seed = 0,
+    quiet: Quiet = False,
+    as_json: AsJson = False,
 ):
-    """Run a model with the task's environment: pass@1, pass@k, tool calls, parse failures, each reward."""
+    """Run a model with the task's environment: pass@1, pass@k, tool calls, parse failures, each reward (a
+    summary on stderr; the whole report with --json on stdout and, with --out, in report.json).
+
+    Example: train eval --task multihop_qa --dataset out/multihop --model runs/sft --index out/index --k 1
+    """
+    from tansaku.core.progress import quiet_loops
     from tansaku.envs.evaluate import run_eval
 
     if Path(model).is_dir():
         model = f"transformers:{model}"
-    report = run_eval(task, dataset, model, index, split=split, k=k, limit=limit, out_dir=out,
-                      max_tokens=max_tokens, seed=seed, judge=judge, system_prompt=system_prompt,
-                      interface_variants=interface_variants)
-    typer.echo(jsontext.dumps(report, default=str))
+    with quiet_loops(quiet):
+        report = run_eval(task, dataset, model, index, split=split, k=k, limit=limit, out_dir=out,
+                          max_tokens=max_tokens, seed=seed, judge=judge, system_prompt=system_prompt,
+                          interface_variants=interface_variants,
+                          llm_options=llm_options(no_cache, api_key, extra_body, concurrency))
+    print_summary(f"train eval {task}", eval_summary(report, out), as_json=as_json, quiet=quiet, json_value=report)
 
 
 @train_app.command("select")
@@ -112,14 +176,22 @@ def train_select(
     max_tokens: MaxTokens = 1024,
     system_prompt: SystemPrompt = None,
     seed: Seed = 0,
+    quiet: Quiet = False,
+    as_json: AsJson = False,
 ):
-    """Evaluate each SFT checkpoint on a validation slice; choose the RL start (pass@1, entropy per checkpoint)."""
+    """Evaluate each SFT checkpoint on a validation slice; choose the RL start (pass@1, entropy per checkpoint;
+    table on stderr, with --json the selection on stdout).
+
+    Example: train select --run runs/sft --task multihop_qa --dataset out/multihop --index out/index --rows 16
+    """
+    from tansaku.core.progress import quiet_loops
     from tansaku.trainer.select import select_checkpoint, selection_table
 
-    selection = select_checkpoint(run, task, dataset, index, split=split, rows=rows, k=k, temperature=temperature,
-                                  max_tokens=max_tokens, seed=seed, system_prompt=system_prompt)
-    Console(stderr=True).print(selection_table(selection))
-    typer.echo(jsontext.dumps(selection, default=str))
+    with quiet_loops(quiet):
+        selection = select_checkpoint(run, task, dataset, index, split=split, rows=rows, k=k,
+                                      temperature=temperature, max_tokens=max_tokens, seed=seed,
+                                      system_prompt=system_prompt)
+    print_table(selection_table(selection), selection, as_json=as_json, quiet=quiet)
 
 
 @train_app.command("rescore")
@@ -131,15 +203,22 @@ def train_rescore(
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None,
+    quiet: Quiet = False,
+    as_json: AsJson = False,
 ):
-    """Score stored rollouts again with the current reward functions; report what changed per component."""
+    """Score stored rollouts again with the current reward functions; report what changed per component (table
+    on stderr, with --json the report on stdout).
+
+    Example: train rescore --completions runs/rl/completions --task multihop_qa --out runs/rl-rescored
+    """
     from tansaku.core.llm import as_client
+    from tansaku.core.progress import quiet_loops
     from tansaku.trainer.rescore import format_report, rescore
 
-    report = rescore(completions, task, out=out,
-                     judge=as_client(judge, llm_options=llm_options(no_cache, api_key, extra_body, concurrency)))
-    Console(stderr=True).print(format_report(report))
-    typer.echo(jsontext.dumps(report, default=str))
+    with quiet_loops(quiet):
+        report = rescore(completions, task, out=out,
+                         judge=as_client(judge, llm_options=llm_options(no_cache, api_key, extra_body, concurrency)))
+    print_table(format_report(report), report, as_json=as_json, quiet=quiet)
 
 
 @train_app.command("compare")
@@ -151,9 +230,15 @@ def train_compare(
     steps: Annotated[tuple[int, int] | None, typer.Option("--steps", help="With --completions: steps A B; the prompts both sampled, side by side.")] = None,
     limit: Limit = None,
     width: Annotated[int, typer.Option("--width", min=20, help="With --completions: characters of each completion shown in the table (the JSON has all).")] = 400,
+    quiet: Quiet = False,
+    as_json: AsJson = False,
 ):
     """Two eval reports side by side (A, B, B − A per metric), or with --completions RUN --steps A B the same
-    prompts' samples at two steps of a run with their reward components (table on stderr, JSON on stdout)."""
+    prompts' samples at two steps of a run with their reward components (table on stderr, with --json the
+    comparison on stdout).
+
+    Example: train compare runs/eval-base runs/eval-sft
+    """
     from tansaku.core.errors import InputError
 
     if completions is not None or steps is not None:
@@ -162,16 +247,14 @@ def train_compare(
         from tansaku.trainer.step_samples import samples_table, step_samples
 
         result = step_samples(completions, *steps, limit=limit)
-        Console(stderr=True).print(samples_table(result, width))
-        typer.echo(jsontext.dumps(result))
+        print_table(samples_table(result, width), result, as_json=as_json, quiet=quiet)
         return
     if a is None or b is None:
         raise InputError("give two eval reports (train compare A B), or --completions RUN --steps A B")
     from tansaku.envs.compare import compare_reports, comparison_table, load_report
 
     result = compare_reports(load_report(a), load_report(b), (str(a), str(b)))
-    Console(stderr=True).print(comparison_table(result))
-    typer.echo(jsontext.dumps(result))
+    print_table(comparison_table(result), result, as_json=as_json, quiet=quiet)
 
 
 @train_app.command("report")
@@ -184,10 +267,16 @@ def train_report(
     drop: Annotated[float, typer.Option("--drop", help="--runs: relative drop from that peak, 0 < drop < 1.")] = 0.5,
     within: Annotated[int, typer.Option("--within", min=0, help="--runs: onsets this many steps apart or closer coincide.")] = 1,
     min_runs: Annotated[int, typer.Option("--min-runs", min=2, help="--runs: runs that must share a collapse.")] = 2,
+    quiet: Quiet = False,
+    as_json: AsJson = False,
 ):
-    """One run: its run report as JSON on stdout (reward weights 1) and its learning curves at --out; nothing
-    is written into the run. With --runs R1 R2 …: each run's reward, zero-variance share and entropy per step
-    overlaid (--out PNG) and its collapse onsets, flagged where they coincide (table on stderr, JSON on stdout)."""
+    """One run: its run report (reward weights 1; a summary on stderr, with --json the report on stdout) and
+    its learning curves at --out; nothing is written into the run. With --runs R1 R2 …: each run's reward,
+    zero-variance share and entropy per step overlaid (--out PNG) and its collapse onsets, flagged where they
+    coincide (table on stderr, with --json the comparison on stdout).
+
+    Example: train report runs/rl --out runs/rl-curves.png
+    """
     from tansaku.core.errors import InputError
 
     if runs:
@@ -196,8 +285,7 @@ def train_report(
         result = compare_seeds(run, lookback=lookback, drop=drop, within=within, min_runs=min_runs)
         if out is not None:
             plot_seeds(result, out)
-        Console(stderr=True).print(seeds_table(result))
-        typer.echo(jsontext.dumps({**result, "png": str(out) if out else None}))
+        print_table(seeds_table(result), {**result, "png": str(out) if out else None}, as_json=as_json, quiet=quiet)
         return
     if len(run) != 1:
         raise InputError(f"give one run, or --runs for {len(run)} runs side by side")
@@ -209,8 +297,10 @@ def train_report(
     report = run_report(run[0])
     if not report["per_step"]:
         raise InputError(f"{run[0]}: no trainer_state.json log history and no completions/*.parquet to read")
-    png = plot_learning_curves(run[0], out, report=report) if out is not None else None
-    typer.echo(jsontext.dumps({**report, "png": str(png) if png else None}))
+    png = str(plot_learning_curves(run[0], out, report=report)) if out is not None else None
+    summary = {"output_dir": report["output_dir"], "steps": report["steps"], "ok": report["ok"],
+               "failed checks": [c["name"] for c in report["checks"] if not c["ok"]], "png": png}
+    print_summary("train report", summary, as_json=as_json, quiet=quiet, json_value={**report, "png": png})
 
 
 @train_app.command("merge")
@@ -223,8 +313,18 @@ def train_merge(
     scale: Annotated[float, typer.Option("--scale", help="chat-vector: θ + scale·(θ_instruct − θ_base).")] = 1.0,
     base: Annotated[str | None, typer.Option("--base", help="lora: the base model the adapter was trained on.")] = None,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="chat-vector: tensor names to keep from TARGET (e.g. embed_tokens).")] = None,
+    quiet: Quiet = False,
+    as_json: AsJson = False,
 ):
-    """Model soup, chat vector or LoRA merge, streamed tensor by tensor over safetensors."""
+    """Model soup, chat vector or LoRA merge, streamed tensor by tensor over safetensors; print the merged
+    folder (a summary on stderr; with --json the summary on stdout instead of the folder).
+
+    Example: train merge soup runs/sft/checkpoint-50 runs/sft/checkpoint-100 --out runs/soup
+    """
     from tansaku.trainer.merge import run_merge
 
-    typer.echo(str(run_merge(method, models, str(out), weights=weights, scale=scale, exclude=exclude, base=base)))
+    merged = str(run_merge(method, models, str(out), weights=weights, scale=scale, exclude=exclude, base=base))
+    if not as_json:
+        typer.echo(merged)
+    summary = {"method": method, "models": models, **({"weights": weights} if weights else {}), "out": merged}
+    print_summary("train merge", summary, as_json=as_json, quiet=quiet)

@@ -43,9 +43,10 @@ from tansaku.core.llm import as_client
 from tansaku.core.store import StoreError, read_records
 from tansaku.envs.environments import episode_interface, episode_variant, variant_factories
 from tansaku.envs.evaluate import load_rows
+from tansaku.envs.rewards import reward_columns
 from tansaku.envs.search import build_index, require_index
 from tansaku.envs.search.embedded import build_embedded
-from tansaku.envs.tasks import TASKS, reward_columns
+from tansaku.envs.tasks import TASKS
 from tansaku.envs.tool_interfaces import interface_prompt
 from tansaku.trainer.data import mix_by_ratio
 from tansaku.trainer.difficulty import Band, band_prompts, banded_rows

@@ -15,7 +15,8 @@ from __future__ import annotations
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.options import read_system_prompt
-from tansaku.envs.tasks import TASKS, TRL_REWARD_ARGUMENTS
+from tansaku.envs.rewards import TRL_REWARD_ARGUMENTS
+from tansaku.envs.tasks import TASKS
 from tansaku.trainer.recipes import Recipe, RecipeError
 
 

@@ -45,7 +45,8 @@ from tansaku.core.heldout import HeldOut
 from tansaku.core.licenses import choose_license
 from tansaku.core.options import check_count, check_fraction, check_limit
 from tansaku.core.out_folder import precheck_out
-from tansaku.core.store import build_dataset, describe_input, iter_rows
+from tansaku.core.provenance import describe_input
+from tansaku.core.store import build_dataset, iter_rows
 from tansaku.envs.search import build_index, open_index
 from tansaku.envs.tasks import EgovMCQ, Task
 from tansaku.pipelines.egov import cloze, generate, leak, provisions, statements

@@ -28,7 +28,8 @@ from tansaku.core.features import derivation_structs
 from tansaku.core.heldout import HeldOut
 from tansaku.core.licenses import choose_license, license_card
 from tansaku.core.out_folder import precheck_out
-from tansaku.core.store import StoreError, build_dataset, describe_input, read_records
+from tansaku.core.provenance import describe_input
+from tansaku.core.store import StoreError, build_dataset, read_records
 from tansaku.envs.tasks import MultihopQA, Task
 from tansaku.pipelines.multihop.build import COLUMN_TYPES
 from tansaku.pipelines.multihop.cardinality import judge_hops, relation_stats

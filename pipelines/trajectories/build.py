@@ -30,7 +30,8 @@ from tansaku.core.licenses import choose_license
 from tansaku.core.options import check_count, check_fraction, check_limit, read_system_prompt
 from tansaku.core.options import dataset_manifest as checked_manifest
 from tansaku.core.out_folder import precheck_out
-from tansaku.core.store import REJECTED, build_dataset, describe_input, iter_rows
+from tansaku.core.provenance import describe_input
+from tansaku.core.store import REJECTED, build_dataset, iter_rows
 from tansaku.envs.tasks import task_named
 from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.pipelines.trajectories.filter import correct_only_stage
