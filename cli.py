@@ -21,7 +21,7 @@ import typer
 
 from tansaku.core.cli_common import AsJson, Quiet, Version, friendly, print_json, print_summary
 from tansaku.core.cli_common import print_manifest as _print_manifest
-from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache, llm_options
+from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, LlmOption, NoCache, llm_options
 from tansaku.pipelines.cli import LLM, IndexTarget, Seed, build_app, import_app
 from tansaku.trainer.cli import train_app  # noqa: F401 - console script `train` = tansaku.cli:train_app
 
@@ -115,7 +115,7 @@ def serve_env(
     split: Annotated[str, typer.Option("--split", help="Split for --export.")] = "train",
     seed: Seed = 0,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
-    concurrency: Concurrency = None,
+    concurrency: Concurrency = None, llm_option: LlmOption = None,
 ):
     """Serve a task's tools and verifier over HTTP, as a NeMo Gym resources server (NeMo-RL, any trainer).
 
@@ -125,7 +125,7 @@ def serve_env(
 
     serve(task, index, host=host, port=port, judge=judge, seed=seed, max_episodes=max_episodes,
           idle_seconds=idle_seconds, dataset=dataset, export=export, split=split,
-          llm_options=llm_options(no_cache, api_key, extra_body, concurrency))
+          llm_options=llm_options(no_cache, api_key, extra_body, concurrency, llm_option))
 
 
 @synth_app.command("demo")
@@ -135,7 +135,7 @@ def demo(
     llm: LLM = None,
     small: Annotated[bool, typer.Option("--small", help="Reduced sizes (what CI runs).")] = False,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
-    concurrency: Concurrency = None,
+    concurrency: Concurrency = None, llm_option: LlmOption = None,
     quiet: Quiet = False,
     as_json: AsJson = False,
 ):
@@ -147,7 +147,7 @@ def demo(
     from tansaku.demo import run_demo
 
     result = run_demo(out, llm=llm, small=small, quiet=quiet,
-                      llm_options=llm_options(no_cache, api_key, extra_body, concurrency))
+                      llm_options=llm_options(no_cache, api_key, extra_body, concurrency, llm_option))
     if not is_quiet(quiet):
         typer.echo(f"demo finished; artifacts under {out}", err=True)
     if as_json:  # what summary.json holds

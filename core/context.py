@@ -29,7 +29,7 @@ from tansaku.core.shards import ShardPlan
 @dataclass(frozen=True)
 class BuildContext:
     """The shard plan (``--shard`` / ``--from-shards``), the LLM options (``--no-cache``, ``--api-key``,
-    ``--extra-body``, ``--concurrency``) and ``quiet`` (``-q``) of one build."""
+    ``--extra-body``, ``--concurrency``, ``--llm-option``) and ``quiet`` (``-q``) of one build."""
 
     shards: ShardPlan = field(default_factory=ShardPlan)
     llm: LLMOptions = field(default_factory=LLMOptions)

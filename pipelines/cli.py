@@ -11,6 +11,7 @@ input is one line and exit 2 (``tansaku.core.cli_common.friendly``).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from pathlib import Path
@@ -21,7 +22,7 @@ import typer
 from tansaku.core.build_config import command_from_config
 from tansaku.core.cli_common import friendly
 from tansaku.core.cli_common import print_manifest as _print_manifest
-from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache, llm_options
+from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, LlmOption, NoCache, llm_options
 from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.egov.config import EgovConfig
@@ -54,10 +55,22 @@ def _context_parameters(llm: bool, shardable: bool) -> list[inspect.Parameter]:
     found = [keyword("out", Out)]
     if llm:
         found += [keyword("no_cache", NoCache, False), keyword("api_key", ApiKey, None),
-                  keyword("extra_body", ExtraBody, None), keyword("concurrency", Concurrency, None)]
+                  keyword("extra_body", ExtraBody, None), keyword("concurrency", Concurrency, None),
+                  keyword("llm_option", LlmOption, None)]
     if shardable:
         found += [keyword("shard", Shard, None), keyword("from_shards", FromShards, None)]
     return found + [keyword("quiet", Quiet, False), keyword("as_json", Json, False)]
+
+
+def _refuse_missing_engines(config, context) -> None:
+    """A ``vllm:`` spec where vLLM is not installed is refused before any work, not when its stage starts
+    (egov's generator, say, comes after the articles and their index are built)."""
+    from tansaku.core.llm.vllm_engine import require_vllm
+
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.metadata.get("llm") and isinstance(value, str) and value.startswith("vllm:"):
+            require_vllm(value.partition(":")[2], context.llm.engine)
 
 
 def build_command(app: typer.Typer, name: str, config_class: type, builder: str, *, summary: str, example: str,
@@ -66,12 +79,13 @@ def build_command(app: typer.Typer, name: str, config_class: type, builder: str,
     context options; runs ``builder`` (``module:function``, imported when the command runs so that
     ``synth --help`` stays fast) as ``builder(config, out, context)`` and prints the funnel."""
     def run(config, out: Path, quiet: bool = False, as_json: bool = False, no_cache: bool = False,
-            api_key=None, extra_body=None, concurrency=None, shard=None, from_shards=None):
+            api_key=None, extra_body=None, concurrency=None, llm_option=None, shard=None, from_shards=None):
         from tansaku.core.context import BuildContext
         from tansaku.core.shards import ShardPlan
 
         context = BuildContext(shards=ShardPlan.from_options(shard, from_shards), quiet=quiet,
-                               llm=llm_options(no_cache, api_key, extra_body, concurrency))
+                               llm=llm_options(no_cache, api_key, extra_body, concurrency, llm_option))
+        _refuse_missing_engines(config, context)
         module, _, function = builder.partition(":")
         manifest = getattr(importlib.import_module(module), function)(config, out, context)
         _print_manifest(manifest, out, as_json=as_json, quiet=quiet)

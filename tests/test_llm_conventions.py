@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from fixtures.fake_vllm import install_fake_vllm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -270,6 +271,7 @@ def test_hub_id_resolves_offline_from_the_hf_cache(tmp_path, monkeypatch):
     client = from_spec("transformers:Qwen/Qwen3-1.7B", cache=False)  # builds; loads nothing yet
     assert client.path == snapshot and client.cache_identity()["path"] == str(snapshot.resolve())
     assert from_spec("Qwen/Qwen3-1.7B", cache=False).path == snapshot  # `--model ORG/NAME` without a backend
+    install_fake_vllm(monkeypatch)  # a vllm: client is refused where vLLM is missing
     vllm = from_spec("vllm:Qwen/Qwen3-1.7B", cache=False, dtype="bfloat16")  # no engine started: identity only
     assert vllm.cache_identity()["path"] == str(snapshot.resolve()) and vllm.cache_identity()["engine"] == {
         "dtype": "bfloat16"}

@@ -23,7 +23,7 @@ from typing import Annotated
 import typer
 
 from tansaku.core.cli_common import Quiet, Version, friendly, print_summary, print_table
-from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, NoCache, llm_options
+from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, LlmOption, NoCache, llm_options
 
 train_app = typer.Typer(help="Train (SFT, GRPO/GSPO), evaluate and merge models.", no_args_is_help=True,
                         pretty_exceptions_enable=False)
@@ -103,7 +103,7 @@ def train_rl(
     skip_readiness: Annotated[bool, typer.Option("--skip-readiness", help="Start even when the pre-flight check says the task is not learnable yet.")] = False,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch); replaces the recipe's judge.model.")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
-    concurrency: Concurrency = None,
+    concurrency: Concurrency = None, llm_option: LlmOption = None,
     quiet: TrainQuiet = False,
     as_json: AsJson = False,
 ):
@@ -115,7 +115,7 @@ def train_rl(
     from tansaku.core.progress import quiet_loops
     from tansaku.trainer.rl import run_rl
 
-    options = llm_options(no_cache, api_key, extra_body, concurrency)
+    options = llm_options(no_cache, api_key, extra_body, concurrency, llm_option)
     with quiet_loops(quiet):
         result = run_rl(config, trl_args(ctx.args, quiet), skip_readiness=skip_readiness, judge=judge,
                         llm_options=options)
@@ -139,7 +139,7 @@ def train_eval(
     system_prompt: SystemPrompt = None,
     interface_variants: InterfaceVariants = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
-    concurrency: Concurrency = None,
+    concurrency: Concurrency = None, llm_option: LlmOption = None,
     seed: Seed = 0,
     quiet: Quiet = False,
     as_json: AsJson = False,
@@ -158,7 +158,7 @@ def train_eval(
         report = run_eval(task, dataset, model, index, split=split, k=k, limit=limit, out_dir=out,
                           max_tokens=max_tokens, seed=seed, judge=judge, system_prompt=system_prompt,
                           interface_variants=interface_variants,
-                          llm_options=llm_options(no_cache, api_key, extra_body, concurrency))
+                          llm_options=llm_options(no_cache, api_key, extra_body, concurrency, llm_option))
     print_summary(f"train eval {task}", eval_summary(report, out), as_json=as_json, quiet=quiet, json_value=report)
 
 
@@ -202,7 +202,7 @@ def train_rescore(
     out: Annotated[Path | None, typer.Option("--out", help="Folder for rescored.parquet and rescore_report.json.")] = None,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
-    concurrency: Concurrency = None,
+    concurrency: Concurrency = None, llm_option: LlmOption = None,
     quiet: Quiet = False,
     as_json: AsJson = False,
 ):
@@ -215,9 +215,9 @@ def train_rescore(
     from tansaku.core.progress import quiet_loops
     from tansaku.trainer.rescore import format_report, rescore
 
+    options = llm_options(no_cache, api_key, extra_body, concurrency, llm_option)
     with quiet_loops(quiet):
-        report = rescore(completions, task, out=out,
-                         judge=as_client(judge, llm_options=llm_options(no_cache, api_key, extra_body, concurrency)))
+        report = rescore(completions, task, out=out, judge=as_client(judge, llm_options=options))
     print_table(format_report(report), report, as_json=as_json, quiet=quiet)
 
 

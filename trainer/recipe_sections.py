@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tansaku.core.errors import InputError
 from tansaku.core.llm.settings import parse_api_keys
+from tansaku.core.llm.vllm_engine import check_engine_options
 
 
 @dataclass
@@ -64,9 +66,10 @@ class DifficultySpec:
 class JudgeSpec:
     """The LLM that scores rubric tasks (``deepresearch``) during ``train rl``: in the recipe as ``judge: SPEC`` or
     as a mapping with the client options synthesis takes on the command line (``--api-key``, ``--extra-body``,
-    ``--concurrency``, ``--no-cache``). ``train rl --judge SPEC`` replaces ``model``. The readiness and difficulty
-    rollouts and every training step score through it; a judge that fails, times out or answers out of range gives
-    that completion no score (None, counted in ``rubric/judge_failures``), never a stopped run."""
+    ``--concurrency``, ``--no-cache``; ``engine``: ``--llm-option``'s vLLM engine arguments, for a ``vllm:`` judge).
+    ``train rl --judge SPEC`` replaces ``model``. The readiness and difficulty rollouts and every training step score
+    through it; a judge that fails, times out or answers out of range gives that completion no score (None, counted
+    in ``rubric/judge_failures``), never a stopped run."""
 
     model: str | None = None  # LLM spec: http:MODEL@URL, vllm:MODEL, transformers:PATH, scripted:FILE
     api_key: str | None = None  # http: KEY or @FILE (default $OPENAI_API_KEY or --api-key)
@@ -75,14 +78,19 @@ class JudgeSpec:
     timeout: float = 120.0  # http: seconds per request before it counts as a judge failure
     cache: bool = False  # replay judge replies from the response cache (off: a rerun judges again)
     max_tokens: int = 256  # tokens of one verdict
+    engine: dict[str, Any] | None = None  # vllm: engine arguments (max_model_len, tensor_parallel_size …)
 
     def problems(self) -> list[str]:
         """What is wrong with these settings, as recipe error messages (empty: fine)."""
-        http = (self.model or "").startswith("http:")
+        http, vllm = (self.model or "").startswith("http:"), (self.model or "").startswith("vllm:")
         given = [k for k in ("api_key", "extra_body", "concurrency") if getattr(self, k) is not None]
+        # vLLM is imported for the names only where a vllm: judge has engine arguments
+        engine_problem = self._engine_problem() if vllm and self.engine else None
         checks = [
             (http or not given, f"judge: {', '.join(given)} apply to http: judges only (judge.model is "
                                 f"{self.model!r})"),
+            (vllm or self.engine is None, f"judge.engine: applies to vllm: judges only (judge.model is {self.model!r})"),
+            (engine_problem is None, f"judge.engine: {engine_problem}"),
             (self.concurrency is None or self.concurrency >= 1,
              f"judge.concurrency: must be >= 1 (got {self.concurrency})"),
             (self.timeout > 0, f"judge.timeout: must be > 0 seconds (got {self.timeout})"),
@@ -90,9 +98,20 @@ class JudgeSpec:
         ]
         return [message for ok, message in checks if not ok]
 
+    def _engine_problem(self) -> str | None:
+        """Why ``engine`` names no vLLM engine arguments (a misspelt one is refused with the recipe, not on the GPU)."""
+        try:
+            check_engine_options(self.engine)
+        except InputError as exc:
+            return str(exc)
+        return None
+
     def client_options(self) -> dict:
-        """Keyword arguments for ``tansaku.core.llm.as_client``: the cache, and for http: judges the client options."""
+        """Keyword arguments for ``tansaku.core.llm.as_client``: the cache, for http: judges the client options, for
+        vllm: judges the engine arguments (over the command's ``--llm-option``)."""
         options: dict = {"cache": "default" if self.cache else False}
+        if (self.model or "").startswith("vllm:"):
+            options.update(self.engine or {})
         if (self.model or "").startswith("http:"):
             options.update(timeout=self.timeout, max_concurrency=self.concurrency)
             if self.extra_body is not None:

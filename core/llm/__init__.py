@@ -10,7 +10,8 @@ Specs: ``http:MODEL@URL[,URL…]`` (``http:MODEL`` → ``OPENAI_BASE_URL``), ``v
 ``transformers:PATH`` (a folder, a Hub id ``ORG/NAME`` or ``tiny``; a bare folder or Hub id means
 ``transformers:`` too), ``scripted:PATH.jsonl``. Backend modules
 import their heavy libraries only when used. A command's ``--no-cache`` / ``--api-key`` /
-``--extra-body`` / ``--concurrency`` reach the clients it builds as one ``LLMOptions`` (``llm_options=``).
+``--extra-body`` / ``--concurrency`` / ``--llm-option`` (vLLM engine arguments, ``vllm:`` clients) reach the
+clients it builds as one ``LLMOptions`` (``llm_options=``).
 
 Every backend returns the generated text as it is in ``ChatResult.content`` (a server's own parsers'
 output, if any, apart in ``server_reasoning`` / ``server_tool_calls``); ``tansaku.core.parsing`` is the one
@@ -60,7 +61,8 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
     """Build a client from a spec string. ``cache``: a path, a ResponseCache, True (default file),
     False/None (off) or "default" (on for real backends, off for ``scripted``, off with
     ``llm_options.no_cache``). ``llm_options``: the command's ``--api-key``/``--extra-body``/``--concurrency``
-    (``LLMOptions``); ``options`` go to the backend's constructor and win over them (e.g.
+    (http:) and ``--llm-option`` (vllm: engine arguments) as one ``LLMOptions``; ``options`` go to the
+    backend's constructor and win over them (e.g.
     ``max_concurrency=32``, ``batch_size=4``, ``tensor_parallel_size=8``).
     """
     given = llm_options or LLMOptions()
@@ -82,6 +84,7 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
     if kind == "vllm":
         from .vllm_backend import VLLMClient
 
+        options = {**given.client_options("vllm"), **options}  # an engine argument given here wins, as for http
         return VLLMClient(rest, cache=_open_cache(cache, True, given), **options)
     if kind == "transformers":
         from .transformers_backend import TransformersClient

@@ -1,5 +1,6 @@
-"""``LLMOptions``: what a command's ``--no-cache``, ``--api-key``, ``--extra-body`` and ``--concurrency`` say
-for every client it builds from a spec string (``tansaku.core.llm.cli_options`` makes one from the options).
+"""``LLMOptions``: what a command's ``--no-cache``, ``--api-key``, ``--extra-body``, ``--concurrency`` and
+``--llm-option`` say for every client it builds from a spec string (``tansaku.core.llm.cli_options`` makes one
+from the options).
 
 Commands hand spec strings (``--llm``, ``--teacher``, ``--judge``…) down to pipelines together with one
 ``LLMOptions`` (inside ``tansaku.core.context.BuildContext`` for builds), which pass it to ``from_spec`` /
@@ -8,6 +9,8 @@ option given to ``from_spec`` directly wins over these. ``TANSAKU_NO_CACHE=1`` a
 
 >>> LLMOptions(concurrency=8).client_options("http")
 {'max_concurrency': 8}
+>>> LLMOptions(engine={"tensor_parallel_size": 8}).client_options("vllm")
+{'tensor_parallel_size': 8}
 
 >>> parse_api_keys(["sk-all", "http://gpu2:8000=sk-two"])
 {'*': 'sk-all', 'http://gpu2:8000/v1': 'sk-two'}
@@ -21,6 +24,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError, MissingInputError
@@ -34,9 +38,13 @@ class LLMOptions:
     api_keys: dict[str, str] = field(default_factory=dict)  # "*" → every endpoint; base URL → that one
     extra_body: dict | None = None
     concurrency: int | None = None  # --concurrency: requests in flight per http: endpoint (its slots)
+    engine: dict[str, Any] = field(default_factory=dict)  # --llm-option: vLLM engine arguments of vllm: clients
 
     def client_options(self, backend: str) -> dict:
-        """The constructor options these set for a ``backend`` client (only the http: backend takes any)."""
+        """The constructor options these set for a ``backend`` client (http: its keys, body and slots; vllm: the
+        engine arguments; none for the other backends)."""
+        if backend == "vllm":
+            return dict(self.engine)
         if backend != "http":
             return {}
         given = {"api_key": self.api_keys or None, "extra_body": self.extra_body, "max_concurrency": self.concurrency}

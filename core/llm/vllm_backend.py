@@ -1,11 +1,17 @@
 """vLLM offline engine backend (GPU). Spec: ``vllm:MODEL`` (a hub id or a local folder).
 
 Kept thin on purpose: vLLM cannot start on the CPU machines tansaku is developed on ("Device string
-must not be empty"), so this file is not exercised by the test suite; it uses only vLLM's public
-``LLM.chat`` API. All requests with the same tools go to one ``LLM.chat`` call (vLLM batches them
+must not be empty"), so the test suite runs this file against a stand-in ``vllm`` module
+(``tests/fixtures/fake_vllm.py``); it uses only vLLM's public ``LLM.chat`` API. All requests with the same tools go to one ``LLM.chat`` call (vLLM batches them
 itself) with one ``SamplingParams`` per request. JSON schemas use guided decoding:
 ``StructuredOutputsParams`` (vLLM ≥ 0.11) or ``GuidedDecodingParams`` (older). The result's ``content``
 is the generated text as it is; ``tansaku.core.parsing`` reads it (no parsing or repair here).
+
+Engine arguments (``VLLMClient("org/m", tensor_parallel_size=8, max_model_len=16384)``; ``--llm-option`` on
+the command line, ``judge.engine`` in an RL recipe) are checked by name when the client is made
+(``tansaku.core.llm.vllm_engine``): against vLLM's ``EngineArgs``, or without vLLM against the common names,
+then refused because vLLM is missing. They are part of the cache identity and of the manifest's ``llm``
+(``describe()["params"]["engine"]``), with sorted keys.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from pathlib import Path
 
 from .base import ChatRequest, ChatResult, LLMClient
 from .identity import cached_snapshot, is_hub_id, local_model_identity
+from .vllm_engine import check_engine_options, require_vllm
 
 
 class VLLMClient(LLMClient):
@@ -22,6 +29,9 @@ class VLLMClient(LLMClient):
     large_batches = True  # a stage hands it a whole chunk per call (thousands of prompts): vLLM schedules them
 
     def __init__(self, model: str, cache=None, **engine_kwargs):
+        # An unknown name is refused first (it is wrong on any machine), then a machine without vLLM.
+        engine_kwargs = check_engine_options(engine_kwargs)
+        require_vllm(model, engine_kwargs)
         super().__init__(model, cache, params={"engine": engine_kwargs})
         self.engine_kwargs = engine_kwargs
         self._llm = None
