@@ -26,7 +26,6 @@ import math
 import random
 import threading
 import time
-import urllib.request
 
 from tansaku.core.llm.base import ChatRequest
 from tansaku.examples.stand_in_llm import respond
@@ -202,19 +201,6 @@ def serve_in_thread(slots: int, latency: str, seed: int = 0) -> tuple[str, Laten
     if not started.wait(20):
         raise RuntimeError("latency server did not start")
     return f"http://127.0.0.1:{server.port}", server
-
-
-def wait_for_health(url: str, timeout: float = 60.0) -> None:
-    """Return once ``url/health`` answers (a server started in another process); RuntimeError after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=1).read()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not start within {timeout:.0f} s") from None
-            time.sleep(0.1)
 
 
 def main() -> None:

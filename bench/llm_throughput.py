@@ -51,12 +51,12 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from latency_server import parse_latency, wait_for_health  # noqa: E402
+from latency_server import parse_latency  # noqa: E402
 
 from tansaku.core.context import BuildContext  # noqa: E402
 from tansaku.pipelines.corpus_config import CorpusConfig  # noqa: E402
 from tansaku.pipelines.multihop.config import MultihopConfig  # noqa: E402
-from tansaku.testing.canned_server import free_port  # noqa: E402
+from tansaku.testing.canned_server import free_port, wait_for_health  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 RESPONDER = "tansaku.examples.stand_in_llm:respond"
