@@ -34,9 +34,9 @@ the slow tests drive the egov environment).
 
 Memory: every step that loads a model runs in a child process (``tansaku.core.memory.run_isolated``) that
 exits when the step ends, so the demo's peak is its largest step, not the sum. Training takes one row per
-micro-batch with gradient checkpointing; SFT trains bf16 weights (lr 3e-4 is far above bf16's resolution), RL
-keeps fp32 master weights (its small steps would round away in bf16) with Adafactor, not AdamW (two fp32
-moment copies: 1.1 GB more). docs/benchmarks.md has the measured peaks.
+micro-batch with gradient checkpointing. Where bf16 is native (``tansaku.core.hardware``) SFT trains bf16
+weights and generation runs in bf16, elsewhere fp32 (``summary.json`` records the dtype); RL keeps fp32 master
+weights with Adafactor, not AdamW (two fp32 moment copies: 1.1 GB more). docs/benchmarks.md has the peaks.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from rich.table import Table
 
 from tansaku.core import jsontext
 from tansaku.core.context import BuildContext
+from tansaku.core.hardware import fast_dtype, native_bf16
 from tansaku.core.llm import LLMOptions, from_spec
 from tansaku.core.memory import RSSMeter, maxrss_mb, rss_mb, run_isolated
 from tansaku.core.tiny_model import tiny_model_dir
@@ -90,7 +91,7 @@ class DemoSizes:
     multihop_limit: int | None = 150  # questions; ~20 % land in the held-out test split
     egov_limit: int | None = 40
     trajectories_n: int = 1
-    sft_steps: int = 12  # × 2 compact rows of ~1.2k tokens; bf16 training: ~35 s a step on 2 cores
+    sft_steps: int = 12  # × 2 compact rows of ~1.2k tokens; native bf16 training: ~35 s a step on 2 cores
     rl_steps: int = 2  # × 2 prompts × 2 generations
     eval_rows: int = 16  # held-out questions per evaluation
     eval_k: int = 1
@@ -217,20 +218,20 @@ def _trained_numbers(result: dict, steps: int) -> dict:
 
 
 def evaluate_model(task: str, dataset: Path, model_dir: Path, index: Path, client_options: dict | None = None,
-                   **options) -> dict:
-    """``train eval`` of a model folder, generating in bf16 (~2x faster than fp32 on CPU). The answer cache keys
+                   dtype: str | None = None, **options) -> dict:
+    """``train eval`` of a model folder, generating in ``dtype`` (default ``fast_dtype()``). The answer cache keys
     on the weights, so checkpoints in folders of the same name never share answers (also used by bench/).
     ``client_options``: more ``TransformersClient`` settings (``prefix_cache``)."""
     if task == GENERAL:  # retention reads the log-probs from the weights, so run_eval loads the folder itself
         return run_eval(task, dataset, f"transformers:{model_dir}", index, **options)
-    client = from_spec(f"transformers:{model_dir}", dtype="bfloat16", batch_size=16, **(client_options or {}))
+    client = from_spec(f"transformers:{model_dir}", dtype=dtype or fast_dtype(), batch_size=16, **(client_options or {}))
     return run_eval(task, dataset, client, index, **options)
 
 
 def general_set(out: Path, model_dir: Path, sizes: DemoSizes, quiet: bool) -> dict:
     """``synth build general`` with the tiny model as its own base: its greedy answers to the example prompts,
-    generated in bf16 in one batch (like the evaluations), no system prompt."""
-    client = from_spec(f"transformers:{model_dir}", dtype="bfloat16", batch_size=sizes.general_prompts)
+    generated in one batch, in the evaluations' dtype, no system prompt."""
+    client = from_spec(f"transformers:{model_dir}", dtype=fast_dtype(), batch_size=sizes.general_prompts)
     config = GeneralConfig(prompts=EXAMPLES / "general_prompts.jsonl", llm=client, max_tokens=sizes.general_tokens,
                            limit=sizes.general_prompts)
     return build_general(config, out, BuildContext(quiet=quiet))
@@ -341,8 +342,9 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
         # tool schemas); longer ones are fitted or dropped with a reason (sft/tansaku_data_report.json).
         "max_length": 1536, "assistant_only_loss": True, "shuffle_dataset": True, "learning_rate": 3e-4,
         "lr_scheduler_type": "constant", "per_device_train_batch_size": 1, "gradient_accumulation_steps": 2,
-        "gradient_checkpointing": True, "max_steps": sizes.sft_steps, "bf16": True, "dtype": "bfloat16",
-        "use_cpu": True, "seed": 42, "logging_steps": 1, "save_steps": 4, "report_to": "none",
+        "gradient_checkpointing": True, "max_steps": sizes.sft_steps, "bf16": native_bf16(), "dtype": fast_dtype(),
+        "use_cpu": True, "seed": 42, "data_seed": 42, "logging_steps": 1, "save_steps": 4, "report_to": "none",
+        # data_seed: the seed's data order (unset, accelerate draws one from the global generator)
         # AdamW, not Adafactor: with Adafactor the same 12 steps left held-out pass@1 at 0.00 (0.19 with AdamW)
         # and 69 % of episodes ending in an answer (100 %), for 0.3 GB less peak memory.
     }, f"train sft --config {out / 'recipes' / 'sft.yaml'}")
@@ -361,8 +363,8 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
         "num_generations": 2, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 4,
         "beta": 0.0, "max_completion_length": sizes.rl_completion, "max_tool_calling_iterations": 3,
         "temperature": 0.9, "learning_rate": 1e-5, "lr_scheduler_type": "constant", "adam_epsilon": 1e-8,
-        "max_steps": sizes.rl_steps, "bf16": True, "use_cpu": True,  # fp32 master weights (the default dtype)
-        "save_steps": 1, "logging_steps": 1, "log_completions": True, "report_to": "none",
+        "max_steps": sizes.rl_steps, "bf16": native_bf16(), "use_cpu": True,  # fp32 master weights (the default)
+        "seed": 42, "data_seed": 42, "save_steps": 1, "logging_steps": 1, "log_completions": True, "report_to": "none",
         "gradient_checkpointing": True,  # as for SFT; TRL turns it off while generating (KV cache kept)
         # Adafactor keeps factored second moments instead of AdamW's two fp32 copies of the weights (1.1 GB):
         # one demo GSPO step peaked at 3.5 GB instead of 4.4 GB.
@@ -382,7 +384,8 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
     after = _evaluate(summary, "after", rl_dir, out, sizes, eval_tasks)
     summary.meter.stop()
     written = summary.write(
-        out, out=str(out), small=small, llm=llm, sizes=asdict(sizes), wall_seconds=round(time.time() - started, 1),
+        out, out=str(out), small=small, llm=llm, sizes=asdict(sizes), dtype=fast_dtype(),
+        wall_seconds=round(time.time() - started, 1),
         eval={task: {"before": eval_numbers(before[task]), "sft": eval_numbers(sft_eval[task]),
                      "after": eval_numbers(after[task])} for task in eval_tasks},
         learning_curves=curves.name if curves else None, complete=True,

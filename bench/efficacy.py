@@ -35,6 +35,7 @@ from pathlib import Path
 import yaml
 
 from tansaku.core.context import BuildContext
+from tansaku.core.hardware import native_bf16
 from tansaku.demo import EXAMPLES, evaluate_model
 from tansaku.envs.search import build_index
 from tansaku.pipelines.corpus import build_corpus
@@ -58,6 +59,9 @@ START = time.time()
 # transformers backend reused the system turn's KV cache, and in bf16 that reuse changes rounding (a token
 # here and there), so every model of this experiment is evaluated without it.
 EVAL_CLIENT = {"prefix_cache": False}
+# ... and in bf16, trained and evaluated (its first models were made on CPUs with native bf16, ~2x fp32 there);
+# the data order is the seed's (data_seed), as those models were trained.
+DTYPE = "bfloat16"
 # The two methods compared, as GRPOConfig keys: GSPO's sequence-level ratio with the paper's tight clip, and
 # token-level GRPO with DAPO's asymmetric clip and loss.
 ALGORITHMS = {
@@ -109,7 +113,7 @@ def heldout(label: str, model_dir: Path, work: Path, args) -> dict:
     else:
         report = evaluate_model(TASK, work / "multihop", model_dir, work / "index", split="test", k=1,
                                 limit=args.eval_rows, out_dir=report_dir, max_tokens=args.max_tokens,
-                                temperature=0.0, seed=0, client_options=EVAL_CLIENT)
+                                temperature=0.0, seed=0, client_options=EVAL_CLIENT, dtype=DTYPE)
     return {"pass@1": report["pass@1"], "reward": report["mean_total_reward"],
             "tool_calls": report["mean_tool_calls"], "entropy": report.get("mean_token_entropy"),
             "questions": report["questions"], "stop_reasons": report["stop_reasons"]}
@@ -126,13 +130,14 @@ def sft_seed(work: Path, seed: int, args) -> dict:
         "lr_scheduler_type": "constant", "per_device_train_batch_size": args.sft_batch, "max_steps": args.sft_steps,
         "bf16": True, "gradient_checkpointing": False,
         "dtype": "bfloat16",  # pure bf16: ~2x faster here, and lr 3e-4 is far above bf16 resolution
-        "use_cpu": True, "seed": seed, "logging_steps": 1, "save_steps": args.sft_save_steps, "report_to": "none",
+        "use_cpu": True, "seed": seed, "data_seed": seed, "logging_steps": 1, "save_steps": args.sft_save_steps,
+        "report_to": "none",
     })
     if not (run / "model.safetensors").exists():
         trained = run_sft(recipe)
         log(f"sft seed {seed}: {trained['global_step']} steps, loss {trained['training_loss']:.3f}")
     selection = select_checkpoint(run, TASK, work / "multihop", work / "index", split="rl", rows=args.select_rows,
-                                  max_tokens=args.max_tokens)
+                                  max_tokens=args.max_tokens, dtype=DTYPE)
     log(f"sft seed {seed} selection:\n{selection_table(selection)}")
     start = Path(selection["chosen"]["path"])
     history = load_log_history(run)
@@ -154,7 +159,8 @@ def rl_seed(work: Path, method: str, seed: int, start: Path, args) -> dict:
         "beta": 0.0, "max_completion_length": args.rl_completion, "max_tool_calling_iterations": 3,
         "temperature": args.rl_temperature, "learning_rate": args.rl_lr, "lr_scheduler_type": "constant",
         "max_steps": args.rl_steps, "bf16": True, "gradient_checkpointing": False,
-        "use_cpu": True, "seed": seed, "save_steps": args.rl_save_steps, "logging_steps": 1, "log_completions": True,
+        "use_cpu": True, "seed": seed, "data_seed": seed, "save_steps": args.rl_save_steps, "logging_steps": 1,
+        "log_completions": True,
         "report_to": "none", "resume_from_checkpoint": "latest" if any(run.glob("checkpoint-*")) else None,
         "difficulty": {"samples": args.band_samples, "rows": args.band_rows, "max_tokens": args.max_tokens,
                        "min_pass": args.band_min_pass, "max_pass": args.band_max_pass},
@@ -247,6 +253,10 @@ def main(argv: list[str] | None = None) -> str:
     # The hop turn (a sentence naming both entities + a tool call) needs ~100 tokens: 96 cut 5 of 24 episodes.
     parser.add_argument("--max-tokens", type=int, default=160, help="new tokens per turn")
     args = parser.parse_args(argv)
+    if not args.table_only and not native_bf16():
+        # An AVX2-only CPU emulates bf16 (a 1024³ matmul 68x slower than fp32): the protocol would take days.
+        raise SystemExit("efficacy: this CPU has no native bf16 (AVX512_BF16 or AMX); the experiment's models are "
+                         "trained and evaluated in bf16, so run it on one that has it (--table-only works anywhere)")
     results = Path(args.results)
     if args.table_only:
         text = write_table(results, args)

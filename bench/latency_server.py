@@ -36,8 +36,8 @@ REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Serve
 def parse_latency(spec: str):
     """``fixed:S`` | ``lognormal:MEDIAN,SIGMA[,tail:SHARE,FACTOR]`` → ``draw(rng)``, one latency in seconds.
 
-    The tail coin is tossed only when there is a tail, so a plain lognormal draws exactly as
-    ``runs/notes/eff/sim.py`` does (the bench's ``bound`` then uses the very latencies this server serves).
+    The tail coin is tossed only when there is a tail, so a plain lognormal draws one gauss per request, as
+    ``llm_throughput.fifo_bound`` does (the bench's ``bound`` then uses the very latencies this server serves).
 
     >>> draw = parse_latency("lognormal:0.5,0.8"); round(draw(random.Random(0)), 4)
     1.0621

@@ -13,7 +13,7 @@ Per row, from the server's own records: ``efficiency`` = Σ latency / slots / (l
 received), the headline; ``until_last_issue``, the same busy share only until the last request took a slot (a
 diagnostic: after it only the drain is left); ``bound``, the mean over 30 draws of the best any client can do
 with the same n requests on the same slots and no dependencies (each request to the first free slot in
-order, runs/notes/eff/sim.py); ``peer``, the efficiency of a raw ``openai.AsyncOpenAI`` client sending the
+order, ``fifo_bound``); ``peer``, the efficiency of a raw ``openai.AsyncOpenAI`` client sending the
 **same n** requests to a fresh server of the same kind and slots; ``vs_peer`` = efficiency / peer; req/s; the
 CPU seconds of the build and of the server. The bench also checks that each pipeline's output (manifest
 ``version`` and funnel) is the same across servers, slot counts and engines, and prints a line if not.
@@ -201,7 +201,7 @@ def measured(stats: dict, spans: list, slots: int) -> dict:
 
 
 def fifo_bound(n: int, slots: int, latency: str, draws: int = 30) -> float:
-    """runs/notes/eff/sim.py: the mean efficiency over ``draws`` seeds of n requests with no dependencies, each
+    """The mean efficiency over ``draws`` seeds of n requests with no dependencies, each
     sent the moment a slot is free, in order. No client sending n requests does better on average: the span
     cannot end before the slowest answer, and the last requests leave slots idle while they drain."""
     if n <= 0:

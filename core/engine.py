@@ -94,6 +94,9 @@ class Stage:
     # ``client`` is the LLM client it calls, whose ``slots`` tell how many records may be in flight at once.
     batch_fn: Callable[[list[Record]], list] | None = field(default=None, compare=False, repr=False)
     batch_size: int | None = None
+    # A map stage keeps its per-record function too: a stream applies it to each record as it arrives, in
+    # whatever order the stages before it finished them.
+    record_fn: Callable[[Record], Any] | None = field(default=None, compare=False, repr=False)
     client: Any = field(default=None, compare=False, repr=False)
 
     def recipe(self) -> dict:
@@ -162,7 +165,7 @@ def map_stage(name: str, fn: Callable[[Record], Record | Drop | list[Record]], *
         for record in records:
             yield from emit_for(fn(record), record)
 
-    return Stage(name, run, True, *_params(params, llm))
+    return Stage(name, run, True, *_params(params, llm), record_fn=fn)
 
 
 def batch_stage(name: str, fn: Callable[[list[Record]], list], batch_size: int = 64, *,

@@ -7,7 +7,8 @@
 Resumability. Consecutive record-local stages (``map_stage``/``batch_stage``) form a *segment*, cut into
 chunks: chunk ``i`` holds input records ``[i*chunk_size, (i+1)*chunk_size)``, and its output and counts are
 written atomically (temp file + rename) as soon as it finishes. The segment streams across its chunks
-(``tansaku.core.streaming``): LLM stages keep their endpoints' slots busy while chunks commit in input order. A ``global_stage`` is a segment
+(``tansaku.core.streaming``): LLM stages keep their endpoints' slots busy, and each chunk commits, its rows
+in input order, as soon as its last record is through. A ``global_stage`` is a segment
 of its own: it sees every record, so it is redone whole if it was interrupted, and committed at the end.
 On a rerun with the same work dir, committed chunks are read back instead of recomputed, so the final
 rows and counts equal those of an uninterrupted run, with nothing duplicated or lost. Stages must be
@@ -230,7 +231,7 @@ class _ChunkBook:
     def __init__(self, segment: list[Stage]):
         self.names = [s.name for s in segment]
         self.counts: dict[int, list[StageStats]] = {}
-        self.drops: dict[int, dict[str, list[Drop]]] = {}
+        self.drops: dict[int, dict[str, list[tuple[tuple, Drop]]]] = {}
         self.lock = threading.Lock()
 
     def stats(self, chunk: int) -> list[StageStats]:
@@ -240,24 +241,26 @@ class _ChunkBook:
                 self.drops[chunk] = {n: [] for n in self.names}
             return self.counts[chunk]
 
-    def drop(self, chunk: int, stage: str, drop: Drop) -> None:
+    def drop(self, chunk: int, stage: str, key: tuple, drop: Drop) -> None:
         self.stats(chunk)
-        self.drops[chunk][stage].append(drop)  # appended by the one thread that runs ``stage``
+        self.drops[chunk][stage].append((key, drop))  # appended by the one thread that runs ``stage``
 
     def pop(self, chunk: int) -> tuple[list[StageStats], list[tuple[str, Drop]]]:
-        """The chunk's counts and its drops, stage by stage in input order (the same in every run)."""
+        """The chunk's counts and its drops, stage by stage in key order (the same in every run)."""
         counts = self.stats(chunk)
         with self.lock:
             del self.counts[chunk]
             drops = self.drops.pop(chunk)
-        return counts, [(name, d) for name in self.names for d in drops[name]]
+        return counts, [(name, d) for name in self.names
+                        for _, d in sorted(drops[name], key=lambda pair: pair[0])]
 
 
 def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False,
                        shard=None):
-    """The segment's chunks, streamed through its stages (``tansaku.core.streaming``) and committed in input
-    order: output, rejected records, then the counts file, which is the commit marker. Committed chunks are
-    read past (their records never enter the stages); ``shard(i)`` picks the chunks this run makes."""
+    """The segment's chunks, streamed through its stages (``tansaku.core.streaming``), each committed when its
+    last record is through, its rows in input order: output, rejected records, then the counts file, which is
+    the commit marker. Committed chunks are read past (their records never enter the stages); ``shard(i)``
+    picks the chunks this run makes."""
     seg_dir.mkdir(parents=True, exist_ok=True)
     seg_totals = {s.name: StageStats(s.name) for s in segment}
     running = [stats_by_name[s.name] for s in segment]
@@ -276,24 +279,25 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, rep
                 if stats_path.exists() and out_path.exists():
                     done_before.add(i)  # committed by an earlier run: only its end marker travels
                 else:
-                    yield from ((i, r) for r in chunk)
+                    yield from ((i, (n,), r) for n, r in enumerate(chunk))
                 yield ChunkEnd(i)
             i += 1
         seen["chunks"] = i
 
-    files, rejected, writer = [], [], None
+    committed: dict[int, tuple[Path, Path | None]] = {}  # chunk -> (output, rejected file or None)
+    rows: dict[int, list[tuple[tuple, Record]]] = {}  # rows of the chunks in flight, keyed (streaming)
     for x in run_stream(segment, tagged(), book.stats, book.drop if keep_rejected else None):
         if not isinstance(x, ChunkEnd):
-            chunk, record = x
-            if writer is None:
-                writer = _JsonlFile(paths(chunk)[0])
-            writer.write(record)
+            chunk, key, record = x
+            rows.setdefault(chunk, []).append((key, record))
             continue
         out_path, stats_path, rejected_path = paths(x.chunk)
         if x.chunk in done_before:
             chunk_stats = json.loads(stats_path.read_text(encoding="utf-8"))
         else:
-            (writer or _JsonlFile(out_path)).commit()
+            # Sorted by key: the rows of a batch-by-batch run, in its order, however the stream finished them.
+            chunk_rows = sorted(rows.pop(x.chunk, []), key=lambda pair: pair[0])
+            _write_atomic_jsonl(out_path, (record for _, record in chunk_rows))
             counts, drops = book.pop(x.chunk)
             if keep_rejected:
                 rejects = _Rejects(rejected_path)
@@ -303,14 +307,14 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, rep
             chunk_stats = [s.as_dict() for s in counts]
             # The stats file is the commit marker: written after the data (and rejected) files are in place.
             _write_atomic_json(stats_path, chunk_stats)
-        writer = None
         for s in chunk_stats:
             seg_totals[s["name"]].add(s)
             stats_by_name[s["name"]].add(s)
         report(running)
-        files.append(out_path)
-        if keep_rejected and rejected_path.exists():
-            rejected.append(rejected_path)
+        committed[x.chunk] = (out_path, rejected_path if keep_rejected and rejected_path.exists() else None)
+    # Chunks commit as they finish; the segment's files are listed in input order.
+    files = [committed[i][0] for i in sorted(committed)]
+    rejected = [committed[i][1] for i in sorted(committed) if committed[i][1] is not None]
     if shard is None:
         _write_atomic_json(
             seg_dir / "done.json",

@@ -4,15 +4,20 @@ A segment (consecutive ``map_stage``/``batch_stage`` stages, ``tansaku.core.runn
 and each batch stage batch by batch: send 32 requests, wait for the slowest answer, send the next 32. Here
 records flow instead:
 
-- every record travels tagged with its chunk, and a :class:`ChunkEnd` marker follows a chunk's last record
-  through every stage; records leave every stage in input order;
+- every record travels tagged with its chunk and a *key*, the path of indexes that places it in the order a
+  batch-by-batch run would have made it (its index in the chunk, then its index among what each stage made of
+  it); a :class:`ChunkEnd` marker follows a chunk's last record through every stage;
 - a batch stage whose client has ``slots`` (an HTTP server pool: slots per endpoint × endpoints) calls its
-  function on one record at a time, in a pool of that many threads: a record's requests go out as soon as
-  it arrives and a slot is free, and the next stage gets the record as soon as this one finished it, while
-  later records, and later chunks, are still in flight;
-- a batch stage whose client has ``large_batches`` (vLLM offline) gets ``LARGE_BATCH`` records per call, across
-  chunk boundaries, so the engine's own scheduler fills the GPU;
-- every other stage runs as the chunked runner ran it, over each chunk's records.
+  function on one record at a time, in a pool of that many threads, and passes each record on **as soon as it
+  is finished**, whatever came before it: one slow answer holds back neither the records behind it nor their
+  later LLM stages, and the next chunk's requests go out while the last ones drain;
+- a map stage applies its function to each record as it arrives; a batch stage whose client has
+  ``large_batches`` (vLLM offline) gets ``LARGE_BATCH`` records per call, across chunk boundaries, so the
+  engine's own scheduler fills the GPU;
+- any other stage runs over each chunk's records in key order, as the chunked runner ran it.
+
+The runner sorts a chunk's rows (and each stage's drops) by key before it commits the chunk, so the committed
+files are byte for byte those of a batch-by-batch run; chunks commit as they finish, in any order.
 
 Backpressure: a streaming stage holds at most ``window`` records (waiting for a slot, in flight, or finished
 but not passed on yet), so memory stays bounded however far a fast stage runs ahead of a slow one.
@@ -21,7 +26,7 @@ counts and ``version`` are the same either way, which the tests check.
 
     from tansaku.core.streaming import ChunkEnd, run_stream
     for item in run_stream(segment, tagged, stats_for, drops_for):
-        ...  # (chunk, record) in input order, and ChunkEnd(chunk) once a chunk has passed every stage
+        ...  # (chunk, key, record) as finished, and ChunkEnd(chunk) once a chunk has passed every stage
 """
 
 from __future__ import annotations
@@ -30,15 +35,16 @@ import os
 import queue
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from tansaku.core.engine import Drop, Record, Stage, StageStats, batches, emit_for, instrumented
 from tansaku.core.llm.base import llm_stage
 
 LARGE_BATCH = 4096  # records per call of an offline engine (vLLM): thousands of prompts for its scheduler
-WINDOW_PER_SLOT = 16  # records a streaming stage may hold per slot: room behind a slow answer at the head
+WINDOW_PER_SLOT = 16  # records a streaming stage may hold per slot: room behind slow answers
 MIN_WINDOW = 16
 
 
@@ -49,9 +55,10 @@ class ChunkEnd:
     chunk: int
 
 
-Tagged = tuple[int, Record]  # (chunk, record)
+Key = tuple[int, ...]  # a record's place in batch-by-batch order: sorted keys give that order back
+Tagged = tuple[int, Key, Record]  # (chunk, key, record)
 StatsFor = Callable[[int], list[StageStats]]  # a chunk's counters, one per stage of the segment
-DropsFor = Callable[[int, str, Drop], None]  # (chunk, stage name, drop): a dropped record, when kept
+DropsFor = Callable[[int, str, Key, Drop], None]  # (chunk, stage name, key, drop): a dropped record, when kept
 
 
 class _Failed:
@@ -80,15 +87,99 @@ def run_stream(segment: list[Stage], tagged: Iterator[Tagged | ChunkEnd], stats_
                drops_for: DropsFor | None) -> Iterator[Tagged | ChunkEnd]:
     """Chain the segment's stages over ``tagged`` (see the module docstring)."""
     stream: Iterator[Tagged | ChunkEnd] = tagged
+    in_order = True  # records still arrive in key order, chunk after chunk (nothing streamed before)
     for k, stage in enumerate(segment):
         slots = slots_of(stage)
         if slots is not None:
             stream = _streamed(k, stage, stream, stats_for, drops_for, slots)
+            in_order = False
         elif stage.batch_fn is not None and getattr(stage.client, "large_batches", False):
             stream = _in_large_batches(k, stage, stream, stats_for, drops_for)
+        elif stage.record_fn is not None:
+            stream = _per_record(k, stage, stream, stats_for, drops_for)
         else:
-            stream = _per_chunk(k, stage, stream, stats_for, drops_for)
+            stream = _per_chunk(k, stage, stream, stats_for, drops_for, in_order)
     return stream
+
+
+def _outputs(k: int, stage: Stage, chunk: int, key: Key, record: Record, out, seconds: float, stats_for: StatsFor,
+             drops_for: DropsFor | None) -> Iterator[Tagged]:
+    """What the stage function returned for ``record``: counted for its chunk, drops kept, records passed on,
+    each keyed under ``key`` by its place among the outputs."""
+    stats = stats_for(chunk)[k]
+    stats.received += 1
+    stats.seconds += seconds
+    for j, item in enumerate(emit_for(out, record)):
+        if isinstance(item, Drop):
+            stats.dropped[item.reason] += 1
+            if drops_for is not None:
+                drops_for(chunk, stage.name, (*key, j), item)
+        elif isinstance(item, dict):
+            stats.kept += 1
+            yield chunk, (*key, j), item
+        else:
+            raise TypeError(f"stage {stage.name!r} yielded {type(item).__name__}; expected a dict or Drop")
+
+
+def _per_record(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor,
+                drops_for: DropsFor | None) -> Iterator[Tagged | ChunkEnd]:
+    """A map stage's function on each record as it arrives."""
+    for x in upstream:
+        if isinstance(x, ChunkEnd):
+            yield x
+            continue
+        chunk, key, record = x
+        started = time.perf_counter()
+        out = stage.record_fn(record)
+        yield from _outputs(k, stage, chunk, key, record, out, time.perf_counter() - started, stats_for, drops_for)
+
+
+class _ChunkDrops:
+    """The RejectSink of one chunk for ``instrumented``: drops keyed in the order the stage made them."""
+
+    def __init__(self, chunk: int, drops_for: DropsFor):
+        self.chunk, self.drops_for, self.count = chunk, drops_for, 0
+
+    def write(self, stage: str, drop: Drop) -> None:
+        self.drops_for(self.chunk, stage, (self.count,), drop)
+        self.count += 1
+
+
+def _per_chunk(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor, drops_for: DropsFor | None,
+               in_order: bool) -> Iterator[Tagged | ChunkEnd]:
+    """The stage over each chunk's records in key order, counted as the chunked runner counted them; its
+    outputs are keyed afresh by their place in the chunk. In order, records are pulled lazily; after a
+    streaming stage, a chunk's records are held until its end marker arrives."""
+    if stage.batch_fn is not None and stage.client is not None:  # its LLM calls counted for it (progress line)
+        stage = replace(stage, fn=batches(stage.name, _counted_as(stage), stage.batch_size))
+
+    def run(chunk: int, records: Iterator[Record]) -> Iterator[Tagged]:
+        sink = _ChunkDrops(chunk, drops_for) if drops_for is not None else None
+        for n, out in enumerate(instrumented(stage, records, stats_for(chunk)[k], sink)):
+            yield chunk, (n,), out
+
+    if not in_order:
+        held: dict[int, list[tuple[Key, Record]]] = defaultdict(list)
+        for x in upstream:
+            if isinstance(x, ChunkEnd):
+                rows = sorted(held.pop(x.chunk, []), key=lambda pair: pair[0])
+                yield from run(x.chunk, (record for _, record in rows))
+                yield x
+            else:
+                held[x[0]].append((x[1], x[2]))
+        return
+
+    up = _Peek(upstream)
+    while (head := up.peek()) is not _DONE:
+        if isinstance(head, ChunkEnd):
+            yield up.take()
+            continue
+
+        def records() -> Iterator[Record]:
+            while isinstance(up.peek(), tuple):
+                yield up.take()[2]
+
+        yield from run(head[0], records())
 
 
 class _Peek:
@@ -105,37 +196,6 @@ class _Peek:
         return head
 
 
-class _ChunkDrops:
-    """The RejectSink of one chunk for ``instrumented``."""
-
-    def __init__(self, chunk: int, drops_for: DropsFor):
-        self.chunk, self.drops_for = chunk, drops_for
-
-    def write(self, stage: str, drop: Drop) -> None:
-        self.drops_for(self.chunk, stage, drop)
-
-
-def _per_chunk(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor,
-               drops_for: DropsFor | None) -> Iterator[Tagged | ChunkEnd]:
-    """The stage over each chunk's records, pulled lazily, counted as the chunked runner counted them."""
-    if stage.batch_fn is not None and stage.client is not None:  # its LLM calls counted for it (progress line)
-        stage = replace(stage, fn=batches(stage.name, _counted_as(stage), stage.batch_size))
-    up = _Peek(upstream)
-    while (head := up.peek()) is not _DONE:
-        if isinstance(head, ChunkEnd):
-            yield up.take()
-            continue
-        chunk = head[0]
-
-        def records() -> Iterator[Record]:
-            while isinstance(up.peek(), tuple):
-                yield up.take()[1]
-
-        sink = _ChunkDrops(chunk, drops_for) if drops_for is not None else None
-        for out in instrumented(stage, records(), stats_for(chunk)[k], sink):
-            yield chunk, out
-
-
 def _counted_as(stage: Stage) -> Callable[[list[Record]], list]:
     def call(batch: list[Record]) -> list:
         with llm_stage(stage.name):
@@ -146,9 +206,14 @@ def _counted_as(stage: Stage) -> Callable[[list[Record]], list]:
 
 def _streamed(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor, drops_for: DropsFor | None,
               slots: int) -> Iterator[Tagged | ChunkEnd]:
-    """The stage's function on one record at a time, ``slots`` at once, results in input order."""
-    window = max(MIN_WINDOW, WINDOW_PER_SLOT * slots)
-    held: queue.Queue = queue.Queue(maxsize=window)  # the backpressure: the feeder blocks when it is full
+    """The stage's function on one record at a time, ``slots`` at once, each record passed on when finished.
+
+    A feeder thread reads upstream and submits each record once the window has room; finished calls land in
+    ``finished``. This generator (the reader) passes on each finished record's outputs and a chunk's end
+    marker once the chunk's end came from upstream and none of its records is still held.
+    """
+    window = threading.Semaphore(max(MIN_WINDOW, WINDOW_PER_SLOT * slots))  # the backpressure
+    finished: queue.Queue = queue.Queue()  # (chunk, key, record, future) | ChunkEnd | _Failed | _DONE
     stop = threading.Event()
     pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"tansaku-{stage.name}")
 
@@ -160,59 +225,65 @@ def _streamed(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor, dro
             raise ValueError(f"batch stage {stage.name!r} returned {len(outs)} results for 1 record")
         return outs[0], time.perf_counter() - started
 
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                held.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def submit(chunk: int, key: Key, record: Record) -> None:
+        future: Future = pool.submit(call, record)
+        future.add_done_callback(lambda f: finished.put((chunk, key, record, f)))
 
     def feed() -> None:
         try:
             for x in upstream:
-                if isinstance(x, tuple):
-                    x = (x[0], x[1], pool.submit(call, x[1]))
-                if not put(x):
+                if isinstance(x, ChunkEnd):
+                    finished.put(x)
+                    continue
+                while not window.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
+                if stop.is_set():
                     return
-            put(_DONE)
+                with lock:  # counted before submitting: the reader never sees a chunk as drained early
+                    held[x[0]] += 1
+                submit(*x)
+            finished.put(_DONE)
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which re-raises it
-            put(_Failed(exc))
+            finished.put(_Failed(exc))
 
+    held: defaultdict[int, int] = defaultdict(int)  # records of each chunk submitted and not yet passed on
+    lock = threading.Lock()
+    ended: set[int] = set()  # chunks whose end marker came from upstream and has not been passed on
     feeder = threading.Thread(target=feed, name=f"tansaku-feed-{stage.name}", daemon=True)
     feeder.start()
+    upstream_done = False
     try:
-        while (x := held.get()) is not _DONE:
-            if isinstance(x, _Failed):
+        while not (upstream_done and not held and not ended):  # after _DONE only the reader changes held
+            x = finished.get()
+            if x is _DONE:
+                upstream_done = True
+            elif isinstance(x, _Failed):
                 raise x.error
-            if isinstance(x, ChunkEnd):
-                yield x
-                continue
-            chunk, record, future = x
-            out, seconds = future.result()  # a bug in the stage function is raised here, with its traceback
-            yield from _outputs(k, stage, chunk, record, out, seconds, stats_for, drops_for)
+            elif isinstance(x, ChunkEnd):
+                with lock:  # every record of the chunk was counted before its end marker was put
+                    pending = held.get(x.chunk, 0)
+                if pending:
+                    ended.add(x.chunk)
+                else:
+                    yield x
+            else:
+                chunk, key, record, future = x
+                out, seconds = future.result()  # a bug in the stage function is raised here, with its traceback
+                yield from _outputs(k, stage, chunk, key, record, out, seconds, stats_for, drops_for)
+                window.release()
+                with lock:
+                    held[chunk] -= 1
+                    drained = not held[chunk]
+                    if drained:
+                        del held[chunk]
+                if drained:
+                    if chunk in ended:
+                        ended.discard(chunk)
+                        yield ChunkEnd(chunk)
     finally:
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _outputs(k: int, stage: Stage, chunk: int, record: Record, out, seconds: float, stats_for: StatsFor,
-             drops_for: DropsFor | None) -> Iterator[Tagged]:
-    """What the stage function returned for ``record``: counted for its chunk, drops kept, records passed on."""
-    stats = stats_for(chunk)[k]
-    stats.received += 1
-    stats.seconds += seconds
-    for item in emit_for(out, record):
-        if isinstance(item, Drop):
-            stats.dropped[item.reason] += 1
-            if drops_for is not None:
-                drops_for(chunk, stage.name, item)
-        elif isinstance(item, dict):
-            stats.kept += 1
-            yield chunk, item
-        else:
-            raise TypeError(f"stage {stage.name!r} yielded {type(item).__name__}; expected a dict or Drop")
 
 
 def _in_large_batches(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor, drops_for: DropsFor | None,
@@ -224,7 +295,7 @@ def _in_large_batches(k: int, stage: Stage, upstream: Iterator, stats_for: Stats
     count = 0
 
     def flush() -> Iterator[Tagged | ChunkEnd]:
-        records = [x[1] for x in held if isinstance(x, tuple)]
+        records = [x[2] for x in held if isinstance(x, tuple)]
         started = time.perf_counter()
         with llm_stage(stage.name):
             outs = stage.batch_fn(records) if records else []
@@ -236,7 +307,7 @@ def _in_large_batches(k: int, stage: Stage, upstream: Iterator, stats_for: Stats
             if isinstance(x, ChunkEnd):
                 yield x
             else:
-                yield from _outputs(k, stage, x[0], x[1], next(results), share, stats_for, drops_for)
+                yield from _outputs(k, stage, x[0], x[1], x[2], next(results), share, stats_for, drops_for)
         held.clear()
 
     for x in upstream:

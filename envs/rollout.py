@@ -1,9 +1,10 @@
 """Standalone multi-turn rollout runner (solvability checks, teacher rollouts, evaluation).
 
 generate → parse → execute tools → append the tool messages → generate again, until the model answers
-without a tool call, writes a malformed one, hits ``max_turns``, or a generation is cut by ``max_tokens``. All active episodes of a
-turn go to the client in one ``client.chat`` call, so every ``tansaku.core.llm`` backend batches/parallelizes
-them. Trajectories are HF chat messages: assistant turns carry ``reasoning_content`` (every step's, not
+without a tool call, writes a malformed one, hits ``max_turns``, or a generation is cut by ``max_tokens``. For a
+local backend all active episodes of a turn go to the client in one ``client.chat`` call, which it batches; for a
+client with server slots (HTTP) each episode runs on its own thread, its next turn sent as soon as its own answer
+is back (the same requests, so the same trajectories). Trajectories are HF chat messages: assistant turns carry ``reasoning_content`` (every step's, not
 just the last) and ``tool_calls`` with dict arguments, tool results are ``{"role": "tool", …}`` — the same
 shape TRL hands to reward functions, so ``tansaku.envs.rewards`` scores both alike.
 
@@ -27,6 +28,8 @@ Requests carry the messages in the wire form (``to_wire``: arguments as JSON tex
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from tansaku.core import jsontext
@@ -138,6 +141,65 @@ def _execute(functions: dict, call: ToolCall) -> str:
     return content
 
 
+def _take_turn(episode: Trajectory, functions: dict, turn: int, result) -> None:
+    """Append one generation (and the results of the tools it called) to ``episode``; end it when TRL's loop
+    would: an answer, a cut generation, a malformed call or an LLM error."""
+    if result.error:
+        episode.stop_reason, episode.error = "llm_error", result.error
+        return
+    reasoning, content, calls, errors = _parse_result(result)
+    message = {"role": "assistant", "content": content}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = [{"id": f"call_{turn}_{j}", **c.as_message_call()} for j, c in enumerate(calls)]
+    episode.completion.append(message)
+    episode.add_generation(result.tokens, result.entropy)
+    episode.turns += 1
+    episode.tool_calls += len(calls)
+    episode.parse_failures += len(errors)
+    for j, call in enumerate(calls):
+        output = _execute(functions, call)
+        episode.completion.append({"role": "tool", "name": call.name, "tool_call_id": f"call_{turn}_{j}",
+                                   "content": output})
+    if errors or not calls:
+        episode.stop_reason = ("max_tokens" if result.finish_reason == "length"
+                               else "parse_error" if errors else "answer")
+
+
+def _run_turns_batched(client, episodes, functions, request, max_turns: int, advance) -> None:
+    """Turn by turn, every running episode's request in one ``client.chat`` call: what a local backend
+    (transformers, scripted) batches."""
+    for turn in range(max_turns):
+        active = [i for i, e in enumerate(episodes) if e.stop_reason == "running"]
+        if not active:
+            break
+        for i, result in zip(active, client.chat([request(episodes[i], turn) for i in active]), strict=True):
+            _take_turn(episodes[i], functions[i], turn, result)
+        advance(sum(1 for i in active if episodes[i].stop_reason != "running"))
+
+
+def _run_episodes_concurrently(client, episodes, functions, request, max_turns: int, slots: int, advance) -> None:
+    """Each episode on its own thread, turn after turn, for a client with server slots (HTTP): an episode's
+    next turn goes out as soon as its own answer is back, not when the slowest of the others is. The requests,
+    and so the trajectories, are those of the batched loop."""
+    lock = threading.Lock()
+
+    def run(i: int) -> None:
+        episode = episodes[i]
+        for turn in range(max_turns):
+            [result] = client.chat([request(episode, turn)])
+            _take_turn(episode, functions[i], turn, result)
+            if episode.stop_reason != "running":
+                break
+        with lock:
+            advance(1)
+
+    with ThreadPoolExecutor(max_workers=min(slots, len(episodes)), thread_name_prefix="tansaku-episode") as pool:
+        for future in [pool.submit(run, i) for i in range(len(episodes))]:
+            future.result()  # a bug in a tool or a backend is raised here, with its traceback
+
+
 def run_rollouts(client, task, rows: list[dict], environment_factory, k: int = 1, max_turns: int | None = None,
                  max_tokens: int = 1024, temperature: float = 0.7, top_p: float = 1.0, seed: int = 0,
                  judge=None, score: bool = True, quiet: bool = False) -> list[Trajectory]:
@@ -168,39 +230,17 @@ def run_rollouts(client, task, rows: list[dict], environment_factory, k: int = 1
                                        tool_variant=getattr(environment, "tool_variant", None),
                                        tool_interface=getattr(environment, "tool_interface", None)))
 
+    def request(episode: Trajectory, turn: int) -> ChatRequest:
+        # One seed per turn (not per episode): the transformers backend batches only requests sharing a seed.
+        return ChatRequest(messages=to_wire(episode.messages), max_tokens=max_tokens, temperature=temperature,
+                           top_p=top_p, seed=seed + turn, tools=episode.tools, sample_index=episode.sample_index)
+
     with progress_bar(f"{task.name} rollouts", total=len(episodes), quiet=quiet) as advance:
-        for turn in range(max_turns):
-            active = [i for i, e in enumerate(episodes) if e.stop_reason == "running"]
-            if not active:
-                break
-            # One seed per turn (not per episode): the transformers backend batches only requests sharing a seed.
-            requests = [ChatRequest(messages=to_wire(episodes[i].messages), max_tokens=max_tokens,
-                                    temperature=temperature, top_p=top_p, seed=seed + turn, tools=episodes[i].tools,
-                                    sample_index=episodes[i].sample_index) for i in active]
-            for i, result in zip(active, client.chat(requests), strict=True):
-                episode = episodes[i]
-                if result.error:
-                    episode.stop_reason, episode.error = "llm_error", result.error
-                    continue
-                reasoning, content, calls, errors = _parse_result(result)
-                message = {"role": "assistant", "content": content}
-                if reasoning:
-                    message["reasoning_content"] = reasoning
-                if calls:
-                    message["tool_calls"] = [{"id": f"call_{turn}_{j}", **c.as_message_call()} for j, c in enumerate(calls)]
-                episode.completion.append(message)
-                episode.add_generation(result.tokens, result.entropy)
-                episode.turns += 1
-                episode.tool_calls += len(calls)
-                episode.parse_failures += len(errors)
-                for j, call in enumerate(calls):
-                    output = _execute(functions[i], call)
-                    episode.completion.append({"role": "tool", "name": call.name, "tool_call_id": f"call_{turn}_{j}",
-                                               "content": output})
-                if errors or not calls:  # an answer, a cut generation or a malformed call: TRL's loop ends too
-                    episode.stop_reason = ("max_tokens" if result.finish_reason == "length"
-                                           else "parse_error" if errors else "answer")
-            advance(sum(1 for i in active if episodes[i].stop_reason != "running"))
+        slots = getattr(client, "slots", None)
+        if slots and len(episodes) > 1:
+            _run_episodes_concurrently(client, episodes, functions, request, max_turns, int(slots), advance)
+        else:
+            _run_turns_batched(client, episodes, functions, request, max_turns, advance)
     for episode in episodes:
         if episode.stop_reason == "running":
             episode.stop_reason = "max_turns"

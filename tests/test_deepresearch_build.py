@@ -121,7 +121,7 @@ def test_search_confirmation_recorded(clean, corpus_and_index):
 def test_clarifying_share_respected(clean):
     _, rows = clean
     marked = [r for r in rows if r["needs_clarification"]]
-    assert len(marked) == round(0.5 * len(rows))
+    assert 0 < len(marked) < len(rows)  # share 0.5, a seeded draw per record (tested on its own in the units)
     for r in rows:
         if r["needs_clarification"]:
             assert r["clarify_status"] == "ok" and r["clarify_question"].endswith(("？", "?", "。"))

@@ -1,6 +1,8 @@
 """The rollout runner with a scripted model (every stop reason, parse failures, batching) and the tiny model."""
 
 import json
+import threading
+import time
 
 import pytest
 from fixtures.envs.helpers import build_fixture_index, last_user, task_rows, tool_results
@@ -247,6 +249,44 @@ def test_one_batched_chat_call_per_turn(index_dir):
     trajectories = run_rollouts(client, task, rows, make_environment_factory(task, index_dir), k=3, temperature=1.0)
     assert batch_sizes == [12, 12, 12]
     assert [(t.row_index, t.sample_index) for t in trajectories][:4] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+
+
+class SlottedLLM(ScriptedLLM):
+    """A scripted model behind 'server slots' (as an HTTP client has): the first episode's first answer is slow;
+    the turns each request started during are recorded."""
+
+    slots = 8
+
+    def __init__(self, respond):
+        super().__init__(respond)
+        self.lock, self.events = threading.Lock(), []
+
+    def chat(self, requests):
+        first_turn_of_slow = len(requests) == 1 and requests[0].sample_index == 0 and \
+            last_user(requests[0]).endswith(ROW0_END) and not tool_results(requests[0])
+        with self.lock:
+            self.events.append(("sent", len(tool_results(requests[0])), first_turn_of_slow))
+        if first_turn_of_slow:
+            time.sleep(0.5)
+        return super().chat(requests)
+
+
+ROW0_END = task_rows("multihop")[0]["question"][-8:]
+
+
+def test_with_server_slots_each_episode_runs_its_own_turns(index_dir):
+    """An HTTP-like client: episodes do not wait for each other's turns (the slow episode's first answer is
+    still out while the others send their later turns), and the trajectories equal the batched loop's."""
+    task = TASKS["multihop_qa"]
+    rows = task_rows("multihop")
+    env = make_environment_factory(task, index_dir)
+    slotted = SlottedLLM(multihop_model)
+    concurrent = run_rollouts(slotted, task, rows, env, k=3, temperature=1.0)
+    batched = run_rollouts(ScriptedLLM(multihop_model), task, rows, env, k=3, temperature=1.0)
+    assert [t.to_record() for t in concurrent] == [t.to_record() for t in batched]
+    slow_at = next(i for i, e in enumerate(slotted.events) if e[2])
+    later_turns_meanwhile = [e for e in slotted.events[slow_at + 1:] if e[1] >= 1]
+    assert len(later_turns_meanwhile) >= 10, slotted.events
 
 
 def test_egov_and_deepresearch_tasks_run_through_the_runner(index_dir):

@@ -21,7 +21,7 @@ import pytest
 
 from tansaku.core import streaming
 from tansaku.core.context import BuildContext
-from tansaku.core.engine import Drop, batch_stage, map_stage
+from tansaku.core.engine import Drop, Stage, batch_stage, map_stage
 from tansaku.core.runner import run_pipeline
 from tansaku.core.store import read_manifest
 from tansaku.core.streaming import MIN_WINDOW, WINDOW_PER_SLOT
@@ -78,7 +78,7 @@ def _run(tmp_path: Path, name: str, client: SlotClient, n: int = 120, chunk_size
     return list(result.rows()), list(result.rejected()), result.stages
 
 
-def test_streaming_keeps_every_slot_busy_across_chunks_and_keeps_input_order(tmp_path):
+def test_streaming_keeps_every_slot_busy_across_chunks_and_commits_input_order(tmp_path):
     client = SlotClient(slots=8)
     rows, rejected, stages = _run(tmp_path, "w", client, chunk_size=4)  # chunks of 4 < 8 slots: no barrier
     assert client.peak == 8  # every slot in use at once, never more
@@ -95,6 +95,71 @@ def test_streaming_gives_the_rows_rejects_and_counts_of_batch_by_batch(tmp_path,
     assert streamed[0] == batched[0] and streamed[1] == batched[1]
     strip = lambda stages: [{k: v for k, v in s.items() if k != "seconds"} for s in stages]  # noqa: E731
     assert strip(streamed[2]) == strip(batched[2])
+
+
+def _jittered(client: SlotClient, name: str, order: list | None = None):
+    """A batch function whose answer time depends on the record (so records finish out of input order),
+    with drops and fan-out; ``order`` collects (stage, i) as calls finish."""
+
+    def fn(batch: list[dict]) -> list:
+        out = []
+        for r in batch:
+            client.call(0.3 if r["i"] == 0 and name == "first" else (r["i"] * 7919 % 13) / 2000)
+            if order is not None:
+                order.append((name, r["i"]))
+            if (r["i"] + len(name)) % 9 == 0:
+                out.append(Drop(f"{name}_bad", detail=str(r["i"])))
+            elif r["i"] % 6 == 0:
+                out.append([{**r, name: k} for k in range(3)])
+            else:
+                out.append({**r, name: 1})
+        return out
+
+    return fn
+
+
+def _count_per_chunk(records):
+    """A stage with neither a batch nor a record function: it sees a chunk's records as one stream."""
+    for n, r in enumerate(records):
+        yield {**r, "n_in_chunk": n} if n % 4 else Drop("every_fourth")
+
+
+def _jittered_stages(client: SlotClient, order: list | None = None):
+    return [batch_stage("first", _jittered(client, "first", order), 8, client=client),
+            map_stage("between", lambda r: r if r["i"] % 10 != 7 else Drop("sevens")),
+            batch_stage("second", _jittered(client, "second", order), 8, client=client),
+            Stage("per_chunk", _count_per_chunk, local=True)]
+
+
+def test_records_finished_out_of_order_commit_the_rows_of_batch_by_batch(tmp_path, monkeypatch):
+    """Records pass each stage as they finish (a stage never waits for the one before it in the input); every
+    chunk still commits the rows, rejects and counts a batch-by-batch run commits, in the same order."""
+    def run(name):
+        result = run_pipeline([{"i": i} for i in range(150)], _jittered_stages(SlotClient(slots=6)),
+                              tmp_path / name, chunk_size=20, keep_rejected=True)
+        files = sorted((tmp_path / name).glob("segment-*/chunk-*.jsonl"))
+        return [f.read_bytes() for f in files], list(result.rejected()), result.stages
+
+    streamed = run("streamed")
+    monkeypatch.setenv("TANSAKU_STREAMING", "0")
+    batched = run("batched")
+    assert streamed[0] == batched[0]  # byte for byte, chunk by chunk
+    assert streamed[1] == batched[1] and len(streamed[1]) > 20
+    strip = lambda stages: [{k: v for k, v in s.items() if k != "seconds"} for s in stages]  # noqa: E731
+    assert strip(streamed[2]) == strip(batched[2])
+
+
+def test_a_slow_answer_holds_back_neither_later_records_nor_their_next_stage(tmp_path):
+    """Record 0's first answer takes 0.3 s: the others go through both LLM stages meanwhile, and the chunks
+    behind it commit first."""
+    order: list = []
+    stages = _jittered_stages(SlotClient(slots=4), order)
+    result = run_pipeline([{"i": i} for i in range(60)], stages, tmp_path / "w", chunk_size=10)
+    before_slow = order[:order.index(("first", 0))]
+    assert sum(1 for stage, _ in before_slow if stage == "second") >= 30, before_slow
+    assert [r["i"] for r in result.rows()] == sorted(r["i"] for r in result.rows())
+    stats = sorted((tmp_path / "w").glob("segment-*/chunk-*.stats.json"))
+    assert max(stats, key=lambda f: f.stat().st_mtime_ns).name == "chunk-000000.stats.json"
 
 
 def test_an_offline_engine_gets_thousands_of_prompts_per_call(tmp_path, monkeypatch):

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import yaml
 
+from tansaku.core.hardware import emulated_bf16_warning
 from tansaku.core.heldout import RL as RL_SPLIT
 from tansaku.core.heldout import TEST as HELDOUT_SPLIT
 from tansaku.core.llm.identity import resolve_model as resolve_local_model
@@ -284,6 +285,12 @@ def _check_loaded(training_args, model_args) -> None:
         _check(getattr(training_args, name) >= 1, f"{name}: must be >= 1 (got {getattr(training_args, name)})")
 
 
+def _training_device(training_args) -> str:
+    import torch
+
+    return "cpu" if training_args.use_cpu or not torch.cuda.is_available() else "cuda"
+
+
 def load_recipe(path: str | Path, args: list[str] | None = None, *, kind: str) -> Recipe:
     """Read recipe ``path`` of ``kind`` (``sft`` or ``rl``) with TRL's parser, ``args`` (``--key value``) over it;
     check it, resolve its paths and return the ``Recipe``. Every problem is one RecipeError line."""
@@ -308,6 +315,8 @@ def load_recipe(path: str | Path, args: list[str] | None = None, *, kind: str) -
         raise _unknown_keys(keys, known, "command line") if keys else RecipeError(f"unexpected values {extra}")
     script_args, training_args, model_args = parsed
     _check_loaded(training_args, model_args)
+    if warning := emulated_bf16_warning(training_args.bf16, _training_device(training_args)):
+        log.warning("%s: %s", path.name, warning)
     for src in getattr(script_args, "data", []):
         src.path = shipped_path(src.path)
     for task in getattr(script_args, "tasks", []):

@@ -13,7 +13,7 @@
 2. ``instructions``: the search agent writes an instruction and confirms its articles (``instructions.py``).
 3. ``single_page``: drop instructions one supporting article answers alone.
 4. ``quality``: LLM judge with a written rubric, ``quality_threshold`` and ``quality_floor``.
-5. ``select_clarify`` (global) + ``clarify``: clarifying Q/A for ``clarify_share`` of the rows.
+5. ``select_clarify`` + ``clarify``: clarifying Q/A for about ``clarify_share`` of the rows (a seeded draw each).
 6. ``rubric``: per-instruction rubric validated against ``rubric.RUBRIC_SCHEMA``.
 7. ``finish``: the task's (``DeepResearch.finalize``): the ``id``, ``task`` and TRL ``prompt`` columns, and the
    gold check (a rubric the task's reward can read).
@@ -34,7 +34,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from tansaku.core.context import BuildContext
-from tansaku.core.engine import batch_stage, global_stage
+from tansaku.core.engine import batch_stage, global_stage, map_stage
 from tansaku.core.features import PROMPT, QUESTION_COLUMNS, STRINGS
 from tansaku.core.heldout import HeldOut
 from tansaku.core.licenses import choose_license
@@ -53,8 +53,9 @@ from tansaku.pipelines.deepresearch.keywords import keyword_groups
 from tansaku.pipelines.deepresearch.quality import make_quality_stage_fn
 from tansaku.pipelines.deepresearch.rubric import make_rubric_stage_fn
 
-PIPELINE_VERSION = "3"  # 2: prompt and task columns, declared column types; 3: the config is DeepResearchConfig's
-# fields (keyword settings flat, every stage setting in it), the finish stage is the task's (gold check)
+PIPELINE_VERSION = "4"  # 2: prompt and task columns, declared column types; 3: the config is DeepResearchConfig's
+# fields (keyword settings flat, every stage setting in it), the finish stage is the task's (gold check);
+# 4: clarifying Q/A drawn per record (no global barrier before clarify)
 _RUBRIC_ITEM = pa.struct([("id", pa.string()), ("criterion", pa.string()), ("weight", pa.float64()),
                           ("scale", pa.string()), ("kind", pa.string()), ("entities", STRINGS),
                           ("source_doc_ids", STRINGS)])
@@ -108,8 +109,8 @@ def deepresearch_stages(c: DeepResearchConfig, llm, backend, task: Task) -> list
                     params=c.pick("single_page_chars"), llm=llm),
         batch_stage("quality", make_quality_stage_fn(llm, c.quality_threshold, c.quality_floor), c.batch_size,
                     params=c.pick("quality_threshold", "quality_floor"), llm=llm),
-        global_stage("select_clarify", select_for_clarification(c.clarify_share, c.seed),
-                     params=c.pick("clarify_share")),
+        map_stage("select_clarify", select_for_clarification(c.clarify_share, c.seed),
+                  params=c.pick("clarify_share")),
         batch_stage("clarify", make_clarify_stage_fn(llm), c.batch_size, llm=llm),
         batch_stage("rubric", make_rubric_stage_fn(llm, backend, c.min_specific, c.max_generic_share, c.rubric_chars),
                     c.batch_size, params=c.pick("min_specific", "max_generic_share", "rubric_chars"), llm=llm),

@@ -1,8 +1,9 @@
 """Stage 4 of ``synth build deepresearch``: clarifying Q/A for a share of the instructions.
 
-``select_for_clarification`` (a global stage) marks exactly ``round(share × n)`` records, chosen by a
-seeded draw per record (``rng_for(seed, "clarify", group_id)``), so the share holds for any run size
-and a resumed run marks the same ones. For a marked record the LLM writes the assistant's clarifying
+``select_for_clarification`` marks each record on its own, when its seeded draw
+(``rng_for(seed, "clarify", group_id)``) falls below ``share``: about that share of the rows, the same ones in
+a resumed run or a larger one, and no barrier: a record's clarifying Q/A is asked for as soon as it passed the
+quality judge, while other records are still being written. For a marked record the LLM writes the assistant's clarifying
 question and a plausible user answer; both are filtered, first by rules (a question that asks, an
 answer that does not, Japanese text, no doc ids or search output leaking in), then by an LLM judge.
 
@@ -17,7 +18,6 @@ Columns: ``needs_clarification``, ``clarify_question``, ``clarify_answer``, ``cl
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 from tansaku.core.engine import Drop, rng_for
 from tansaku.pipelines.deepresearch import ask_json
@@ -28,16 +28,12 @@ _ASKS = re.compile(r"[?？]|ですか|ますか|でしょうか")
 
 
 def select_for_clarification(share: float, seed: int):
-    """Global stage function marking exactly ``round(share × n)`` records ``needs_clarification``."""
+    """Map stage function marking a record ``needs_clarification`` when its seeded draw is below ``share``."""
     if not 0 <= share <= 1:
         raise ValueError(f"clarify share must be within [0, 1], got {share}")
 
-    def select(records: Iterator[dict]) -> Iterator[dict | Drop]:
-        rows = list(records)
-        order = sorted(range(len(rows)), key=lambda i: (rng_for(seed, "clarify", rows[i]["group_id"]).random(), i))
-        chosen = set(order[:round(share * len(rows))])
-        for i, r in enumerate(rows):
-            yield {**r, "needs_clarification": i in chosen}
+    def select(record: dict) -> dict:
+        return {**record, "needs_clarification": rng_for(seed, "clarify", record["group_id"]).random() < share}
 
     return select
 

@@ -67,7 +67,7 @@ class DeepResearchConfig(BuildConfig):
     corpus: Path = option(help="Document dataset (synth build corpus).")
     index: str = option(help="Search index over that corpus.")
     llm: str = option(llm=True, help="LLM spec (http:…, vllm:…, transformers:…, scripted:…).")
-    clarify_share: float = option(0.5, help="Share of instructions with clarifying Q/A.")
+    clarify_share: float = option(0.5, help="Share of instructions with clarifying Q/A (a seeded draw per instruction).")
     limit: int | None = limit_option("keyword groups")
     seed: int = seed_option()
     heldout_share: float = heldout_share_option("instructions")
