@@ -59,8 +59,7 @@ START = time.time()
 # transformers backend reused the system turn's KV cache, and in bf16 that reuse changes rounding (a token
 # here and there), so every model of this experiment is evaluated without it.
 EVAL_CLIENT = {"prefix_cache": False}
-# ... and in bf16, trained and evaluated (its first models were made on CPUs with native bf16, ~2x fp32 there);
-# the data order is the seed's (data_seed), as those models were trained.
+# ... and in bf16, trained and evaluated (its first models were made on CPUs with native bf16, ~2x fp32 there).
 DTYPE = "bfloat16"
 # The two methods compared, as GRPOConfig keys: GSPO's sequence-level ratio with the paper's tight clip, and
 # token-level GRPO with DAPO's asymmetric clip and loss.
@@ -130,8 +129,7 @@ def sft_seed(work: Path, seed: int, args) -> dict:
         "lr_scheduler_type": "constant", "per_device_train_batch_size": args.sft_batch, "max_steps": args.sft_steps,
         "bf16": True, "gradient_checkpointing": False,
         "dtype": "bfloat16",  # pure bf16: ~2x faster here, and lr 3e-4 is far above bf16 resolution
-        "use_cpu": True, "seed": seed, "data_seed": seed, "logging_steps": 1, "save_steps": args.sft_save_steps,
-        "report_to": "none",
+        "use_cpu": True, "seed": seed, "logging_steps": 1, "save_steps": args.sft_save_steps, "report_to": "none",
     })
     if not (run / "model.safetensors").exists():
         trained = run_sft(recipe)
@@ -159,8 +157,7 @@ def rl_seed(work: Path, method: str, seed: int, start: Path, args) -> dict:
         "beta": 0.0, "max_completion_length": args.rl_completion, "max_tool_calling_iterations": 3,
         "temperature": args.rl_temperature, "learning_rate": args.rl_lr, "lr_scheduler_type": "constant",
         "max_steps": args.rl_steps, "bf16": True, "gradient_checkpointing": False,
-        "use_cpu": True, "seed": seed, "data_seed": seed, "save_steps": args.rl_save_steps, "logging_steps": 1,
-        "log_completions": True,
+        "use_cpu": True, "seed": seed, "save_steps": args.rl_save_steps, "logging_steps": 1, "log_completions": True,
         "report_to": "none", "resume_from_checkpoint": "latest" if any(run.glob("checkpoint-*")) else None,
         "difficulty": {"samples": args.band_samples, "rows": args.band_rows, "max_tokens": args.max_tokens,
                        "min_pass": args.band_min_pass, "max_pass": args.band_max_pass},

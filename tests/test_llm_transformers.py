@@ -90,5 +90,27 @@ def test_the_shared_system_turn_comes_from_its_kv_cache_and_changes_no_output(ti
     again = cached.chat([ChatRequest(messages=[system, {"role": "user", "content": "月見坂とは？"}], tools=tools,
                                      max_tokens=4)])
     assert again[0].ok and len(cached._prefixes) == 1  # the same system turn: served from the cache
-    mixed = cached.chat([ask("Hi.", max_tokens=4), requests[0]])  # no shared first turn: the plain way
-    assert all(r.ok for r in mixed) and len(cached._prefixes) == 1
+    mixed = cached.chat([ask("Hi.", max_tokens=4), requests[0]])  # two first turns: batched apart
+    assert all(r.ok for r in mixed) and prefix in cached._prefixes
+
+
+def test_requests_are_batched_by_first_turn_and_length_without_changing_outputs(tiny_model_path):
+    """Episodes drawing among tool-description variants interleave two system turns: with the prefix cache each
+    batch holds one (and shares its cached turn), sorted by length; outputs are the plain batches' (fp32, greedy),
+    in request order."""
+    systems = [{"role": "system", "content": f"あなたは検索エージェント{v}です。"} for v in ("A", "B")]
+    questions = ["白砂市の市長は誰？", "北浜県の県庁所在地はどこですか？ 詳しく教えてください。", "Hi", "月見坂とは？"]
+    requests = [ChatRequest(messages=[systems[i % 2], {"role": "user", "content": q}], max_tokens=8)
+                for i, q in enumerate(questions * 2)]
+    cached = from_spec("transformers:tiny", cache=False, batch_size=3)
+    plain = from_spec("transformers:tiny", cache=False, batch_size=3, prefix_cache=False)
+    cached._load()
+    prompts = [cached._prompt(r) for r in requests]
+    batches = [b for _, b in cached._batches(requests, prompts)]
+    assert sorted(i for b in batches for i in b) == list(range(8))
+    assert all(len({i % 2 for i in b}) == 1 for b in batches)  # one system turn per batch
+    assert all([len(prompts[i]) for i in b] == sorted(len(prompts[i]) for i in b) for b in batches)
+    assert [b for _, b in plain._batches(requests, prompts)] == [[0, 1, 2], [3, 4, 5], [6, 7]]  # input order
+    with_cache, without = cached.chat(requests), plain.chat(requests)
+    assert [r.content for r in with_cache] == [r.content for r in without]
+    assert len(cached._prefixes) == 2 and None not in cached._prefixes.values()

@@ -15,7 +15,8 @@ generating (``EntropyRecorder``) — how near-deterministic a policy is, at no e
 The first turn of a chat (the system prompt with the tool schemas: ~530 of the ~800 tokens of a compact agent
 prompt, the same in every episode) is computed once and its KV cache reused by every batch that starts with it
 (``prefix_cache=True``): each request's own part is left-padded after it, so a batch pays prefill only for what
-differs. The split is made only where the tokens are the same either way (checked once per prefix).
+differs. The split is made only where the tokens are the same either way (checked once per prefix). With the cache
+on, a call's requests are batched by first turn (tool-description variants give a few) and by length.
 
 ``json_schema`` is not enforced by decoding here (no guided decoding in plain ``generate``): the schema
 is appended to the system prompt as an instruction and callers parse with ``parse_json``.
@@ -118,20 +119,35 @@ class TransformersClient(LLMClient):
 
     def _generate(self, requests: list[ChatRequest]) -> list[ChatResult]:
         self._load()
+        prompts = [self._prompt(r) for r in requests]
+        results: list[ChatResult | None] = [None] * len(requests)
+        for (temperature, top_p, seed), batch in self._batches(requests, prompts):
+            try:
+                outs = self._generate_batch([requests[i] for i in batch], [prompts[i] for i in batch], temperature,
+                                            top_p, seed)
+            except Exception as exc:  # one bad batch (e.g. a template error) must not sink the others
+                outs = [ChatResult(error=f"{type(exc).__name__}: {exc}")] * len(batch)
+            for i, out in zip(batch, outs):
+                results[i] = out
+        return results  # type: ignore[return-value]
+
+    def _batches(self, requests: list[ChatRequest], prompts: list[str]) -> list[tuple[tuple, list[int]]]:
+        """Batches of request indexes, ``batch_size`` at most, one sampling setting each. With the prefix cache,
+        requests are grouped by first turn too (episodes drawing among tool-description variants would otherwise
+        mix system prompts in a batch, and a mixed batch shares no cached turn), and sorted by length inside a
+        group, so a batch pads to its own longest prompt, not the call's. Without it, batches keep the input
+        order (what an evaluation protocol fixed before this grouping sees)."""
         groups: dict[tuple, list[int]] = {}
         for i, req in enumerate(requests):
-            groups.setdefault((req.temperature, req.top_p, req.seed), []).append(i)
-        results: list[ChatResult | None] = [None] * len(requests)
-        for (temperature, top_p, seed), indices in groups.items():
-            for start in range(0, len(indices), self.batch_size):
-                batch = indices[start:start + self.batch_size]
-                try:
-                    outs = self._generate_batch([requests[i] for i in batch], temperature, top_p, seed)
-                except Exception as exc:  # one bad batch (e.g. a template error) must not sink the others
-                    outs = [ChatResult(error=f"{type(exc).__name__}: {exc}")] * len(batch)
-                for i, out in zip(batch, outs):
-                    results[i] = out
-        return results  # type: ignore[return-value]
+            first = self._first_turn([prompts[i]]) if self.prefix_cache else ""
+            groups.setdefault((req.temperature, req.top_p, req.seed, first), []).append(i)
+        batches = []
+        for (temperature, top_p, seed, first), indices in groups.items():
+            if first:
+                indices = sorted(indices, key=lambda i: len(prompts[i]))
+            batches += [((temperature, top_p, seed), indices[start:start + self.batch_size])
+                        for start in range(0, len(indices), self.batch_size)]
+        return batches
 
     def _first_turn(self, prompts: list[str]) -> str:
         """The text up to the end of the first turn (the first end-of-turn token) when every prompt starts with
@@ -187,11 +203,12 @@ class TransformersClient(LLMClient):
                                                         device=self.device), rest["attention_mask"]], dim=1),
                 "cache": past}
 
-    def _generate_batch(self, reqs: list[ChatRequest], temperature: float, top_p: float, seed) -> list[ChatResult]:
+    def _generate_batch(self, reqs: list[ChatRequest], prompts: list[str], temperature: float, top_p: float,
+                        seed) -> list[ChatResult]:
         import torch
 
         model, tokenizer = self._model, self._tokenizer
-        enc = self._inputs([self._prompt(r) for r in reqs])
+        enc = self._inputs(prompts)
         sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {
             "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         if seed is not None:
