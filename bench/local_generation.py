@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> str:
              "peer padding (share of input positions): " + ", ".join(
                  f"{name} {t.padded / (t.padded + t.prompt_tokens):.1%}" for name, t in (("synthesis", synth),
                                                                                        ("agent", agent))),
-             f"batches sharing one first turn (tansaku's prefix cache): synthesis {shared[0]}, agent {shared[1]}; "
+             f"input-order batches sharing one first turn (before batching by first turn): synthesis {shared[0]}, "
+             f"agent {shared[1]}; "
              f"cached first turns (tokens): {prefixes}",
              f"agent episodes stopped by {stops}; errors: synthesis {synth.errors}, agent {agent.errors}"]
     text = "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes)
