@@ -119,8 +119,13 @@ class TransformersClient(LLMClient):
 
     def _generate(self, requests: list[ChatRequest]) -> list[ChatResult]:
         self._load()
-        prompts = [self._prompt(r) for r in requests]
         results: list[ChatResult | None] = [None] * len(requests)
+        prompts: list[str | None] = [None] * len(requests)
+        for i, req in enumerate(requests):
+            try:
+                prompts[i] = self._prompt(req)
+            except Exception as exc:  # one request the template cannot render (e.g. a tool call without a name)
+                results[i] = ChatResult(error=f"{type(exc).__name__}: {exc}")
         for (temperature, top_p, seed), batch in self._batches(requests, prompts):
             try:
                 outs = self._generate_batch([requests[i] for i in batch], [prompts[i] for i in batch], temperature,
@@ -131,7 +136,7 @@ class TransformersClient(LLMClient):
                 results[i] = out
         return results  # type: ignore[return-value]
 
-    def _batches(self, requests: list[ChatRequest], prompts: list[str]) -> list[tuple[tuple, list[int]]]:
+    def _batches(self, requests: list[ChatRequest], prompts: list[str | None]) -> list[tuple[tuple, list[int]]]:
         """Batches of request indexes, ``batch_size`` at most, one sampling setting each. With the prefix cache,
         requests are grouped by first turn too (episodes drawing among tool-description variants would otherwise
         mix system prompts in a batch, and a mixed batch shares no cached turn), and sorted by length inside a
@@ -139,6 +144,8 @@ class TransformersClient(LLMClient):
         order (what an evaluation protocol fixed before this grouping sees)."""
         groups: dict[tuple, list[int]] = {}
         for i, req in enumerate(requests):
+            if prompts[i] is None:  # not renderable: already answered with its error
+                continue
             first = self._first_turn([prompts[i]]) if self.prefix_cache else ""
             groups.setdefault((req.temperature, req.top_p, req.seed, first), []).append(i)
         batches = []
