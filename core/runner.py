@@ -30,7 +30,7 @@ from typing import Any
 from tansaku.core import jsontext
 from tansaku.core.engine import Drop, Record, Stage, StageStats, instrumented
 from tansaku.core.jsonl import iter_jsonl
-from tansaku.core.streaming import ChunkEnd, run_stream
+from tansaku.core.streaming import ChunkEnd, in_key_order, run_stream
 
 # progress(stats, total, final): a stage's running counts (see ``run_pipeline``)
 Progress = Callable[[StageStats, int | None, bool], None]
@@ -251,8 +251,7 @@ class _ChunkBook:
         with self.lock:
             del self.counts[chunk]
             drops = self.drops.pop(chunk)
-        return counts, [(name, d) for name in self.names
-                        for _, d in sorted(drops[name], key=lambda pair: pair[0])]
+        return counts, [(name, d) for name in self.names for d in in_key_order(drops[name])]
 
 
 def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False,
@@ -296,8 +295,7 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, rep
             chunk_stats = json.loads(stats_path.read_text(encoding="utf-8"))
         else:
             # Sorted by key: the rows of a batch-by-batch run, in its order, however the stream finished them.
-            chunk_rows = sorted(rows.pop(x.chunk, []), key=lambda pair: pair[0])
-            _write_atomic_jsonl(out_path, (record for _, record in chunk_rows))
+            _write_atomic_jsonl(out_path, in_key_order(rows.pop(x.chunk, [])))
             counts, drops = book.pop(x.chunk)
             if keep_rejected:
                 rejects = _Rejects(rejected_path)

@@ -61,6 +61,11 @@ StatsFor = Callable[[int], list[StageStats]]  # a chunk's counters, one per stag
 DropsFor = Callable[[int, str, Key, Drop], None]  # (chunk, stage name, key, drop): a dropped record, when kept
 
 
+def in_key_order(pairs: list[tuple[Key, object]]) -> list:
+    """The values of ``(key, value)`` pairs in key order: a chunk's rows or drops as batch by batch made them."""
+    return [value for _, value in sorted(pairs, key=lambda pair: pair[0])]
+
+
 class _Failed:
     """An exception raised upstream, in a feeder thread: re-raised where the stream is read."""
 
@@ -162,9 +167,9 @@ def _per_chunk(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor, dr
         held: dict[int, list[tuple[Key, Record]]] = defaultdict(list)
         for x in upstream:
             if isinstance(x, ChunkEnd):
-                rows = sorted(held.pop(x.chunk, []), key=lambda pair: pair[0])
-                if rows:  # as in order: a chunk with no records left (or committed before) only passes its end
-                    yield from run(x.chunk, (record for _, record in rows))
+                records = in_key_order(held.pop(x.chunk, []))
+                if records:  # as in order: a chunk with no records left (or committed before) only passes its end
+                    yield from run(x.chunk, iter(records))
                 yield x
             else:
                 held[x[0]].append((x[1], x[2]))
