@@ -215,3 +215,56 @@ def test_tiny_model_over_transformers_serve(tiny_server, tiny_model_path, tmp_pa
     assert failed.error and not failed.content and missing.cache_stats()["errors"] == 1
     client.close()
     missing.close()
+
+
+def _parsed_by_the_server(request):
+    """A server whose reasoning and tool-call parsers split the answer (vLLM with both parsers on)."""
+    return {"content": "答えは{{東京}}", "reasoning": "県庁所在地を調べた",
+            "tool_calls": [{"id": "call_7", "name": "search", "arguments": {"query": "北暁瀬県 県庁所在地"}}]}
+
+
+def test_the_body_and_the_result_are_those_of_chat_completions_create():
+    # The backend posts the body itself (create's type walk costs CPU on every agent turn): the server must
+    # see the body create sends, and the result must read what create's parsed response says.
+    import openai
+
+    extra = {"chat_template_kwargs": {"enable_thinking": False}, "top_k": 20}
+    tools = [{"type": "function", "function": {"name": "search", "description": "検索する",
+              "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}]
+    messages = [{"role": "system", "content": "検索して答える"}, {"role": "user", "content": "北暁瀬県の県庁所在地は?"},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "search", "arguments": '{"query": "北暁瀬県"}'}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "[1] 北暁瀬県 …"}]
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    with ServerThread("w", responder=_parsed_by_the_server) as url:
+        client = from_spec(f"http:canned@{url}", cache=False, extra_body=extra)
+        ours = client.chat([ChatRequest(messages=messages, tools=tools, seed=3, json_schema=schema, max_tokens=77,
+                                        temperature=0.3, top_p=0.9)])[0]
+        client.close()
+        our_body = http_json(f"{url}/stats/last")["body"]
+
+        async def via_create():
+            async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0) as raw:
+                return await raw.chat.completions.create(
+                    model="canned", messages=messages, max_tokens=77, temperature=0.3, top_p=0.9, seed=3, tools=tools,
+                    response_format={"type": "json_schema", "json_schema": {"name": "response", "schema": schema}},
+                    extra_body=extra)
+
+        theirs = asyncio.run(via_create())
+        assert http_json(f"{url}/stats/last")["body"] == our_body
+    message = theirs.choices[0].message
+    assert ours.content == message.content == "答えは{{東京}}"
+    assert ours.server_reasoning == message.reasoning_content == "県庁所在地を調べた"
+    assert ours.server_tool_calls == [call.model_dump() for call in message.tool_calls]
+    assert (ours.finish_reason, ours.tokens) == (theirs.choices[0].finish_reason, theirs.usage.completion_tokens)
+
+
+def test_an_answer_of_the_wrong_shape_is_an_error_result_or_passes_to_the_parser():
+    from tansaku.core.llm.http_backend import _to_result
+
+    assert "no JSON object" in _to_result("<html>502 Bad Gateway</html>").error
+    assert _to_result({"choices": []}).error == "server returned no choices"
+    assert "without a message" in _to_result({"choices": [{"message": None}]}).error
+    odd = _to_result({"choices": [{"message": {"content": 5, "tool_calls": {"name": "x"}}}], "usage": "lots"})
+    # values of the wrong type reach tansaku.core.parsing, which counts them as the model's mistakes
+    assert (odd.error, odd.content, odd.server_tool_calls, odd.tokens) == (None, 5, {"name": "x"}, None)

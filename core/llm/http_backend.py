@@ -6,6 +6,15 @@ unless ``api_key`` (one key, or one per base URL) or ``--api-key`` says otherwis
 concurrently through ``openai.AsyncOpenAI`` on a private event loop in a background thread, so the
 sync ``chat()`` also works when called from code that already runs an event loop.
 
+The client's CPU per request is what caps a synthesis build at hundreds of slots (``bench/llm_http.py``), so:
+the transport is the client's ``DefaultAioHttpClient`` (the ``openai[aiohttp]`` extra, which the openai
+README recommends for concurrency; ``DefaultAsyncHttpxClient`` where aiohttp is missing) with one kept-alive
+connection per slot, and the body goes out through the client's own ``post("/chat/completions")`` (its
+documented way to send a body as it is) instead of ``chat.completions.create``, whose per-request type walk
+over the messages cost ~3 ms of CPU per agent turn and changes nothing in a body of plain JSON values. The
+JSON answer is read as it came (no pydantic models): ``tests/test_llm_http.py`` checks that the body on the
+wire is the one ``create`` sends and the result the one it gave.
+
 - at most ``max_concurrency`` requests in flight *per endpoint* (its slots: a semaphore per base URL; the
   default is ``--concurrency`` or 64), so the client's ``slots`` are that times the endpoints; a request goes
   to the open endpoint with the fewest requests assigned (round-robin among equals), so a slow server is
@@ -30,10 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import importlib.util
 import itertools
 import random
 import threading
 import time
+import weakref
 
 from tansaku.core.errors import InputError
 
@@ -102,7 +113,8 @@ class HTTPClient(LLMClient):
         self._not_before = [0.0] * len(self.base_urls)  # monotonic time each server's Retry-After ends
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._clients = None
+        self._clients: list = []  # filled on the loop, once; closed with it
+        self._finalizer: weakref.finalize | None = None
         self._semaphores: list[asyncio.Semaphore] = []
         self._assigned = [0] * len(self.base_urls)  # requests handed to each endpoint and not answered yet
         self._start_lock = threading.Lock()
@@ -115,6 +127,8 @@ class HTTPClient(LLMClient):
                 thread = threading.Thread(target=loop.run_forever, name="tansaku-llm-http", daemon=True)
                 thread.start()
                 self._loop, self._thread = loop, thread
+                # Also at exit for a client nobody closed: aiohttp warns about each session left open.
+                self._finalizer = weakref.finalize(self, _shut_down, loop, thread, self._clients)
         return self._loop
 
     def _generate(self, requests: list[ChatRequest]) -> list[ChatResult]:
@@ -122,13 +136,20 @@ class HTTPClient(LLMClient):
         return future.result()
 
     def _ensure_clients(self) -> None:
-        if self._clients is None:
-            from openai import AsyncOpenAI
+        if not self._clients:
+            import openai
 
-            # Created inside the loop that uses them: httpx async pools belong to one loop. max_retries=0:
-            # retrying is done here, across servers (the openai client would retry the same one).
-            self._clients = [AsyncOpenAI(base_url=u, api_key=k, timeout=self.timeout, max_retries=0)
-                             for u, k in zip(self.base_urls, self.api_keys)]
+            # Created inside the loop that uses them: async pools belong to one loop. max_retries=0: retrying
+            # is done here, across servers (the openai client would retry the same one). A connection per
+            # slot stays open: the default keeps 100, so at more slots each answer would close one.
+            limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
+                max_connections=max(self.max_concurrency, openai.DEFAULT_CONNECTION_LIMITS.max_connections),
+                max_keepalive_connections=self.max_concurrency)
+            aiohttp = importlib.util.find_spec("aiohttp") is not None
+            self._clients.extend(openai.AsyncOpenAI(base_url=u, api_key=k, timeout=self.timeout, max_retries=0,
+                                                http_client=_transport(openai, u, aiohttp)(limits=limits,
+                                                                                           timeout=self.timeout))
+                             for u, k in zip(self.base_urls, self.api_keys))
             self._semaphores = [asyncio.Semaphore(self.max_concurrency) for _ in self.base_urls]
 
     async def achat_uncached(self, requests: list[ChatRequest], stage: str | None = None) -> list[ChatResult]:
@@ -162,25 +183,24 @@ class HTTPClient(LLMClient):
         return {"backend": self.backend, "model": self.model, **served, "extra_body": self.extra_body,
                 "structured_output": self.structured_output}
 
-    def _kwargs(self, req: ChatRequest) -> dict:
-        kwargs = {"model": self.model, "messages": req.messages, "max_tokens": req.max_tokens,
-                  "temperature": req.temperature, "top_p": req.top_p}
+    def _body(self, req: ChatRequest) -> dict:
+        """The request body, as ``chat.completions.create(**fields, extra_body=…)`` would send it."""
+        body = {"model": self.model, "messages": req.messages, "max_tokens": req.max_tokens,
+                "temperature": req.temperature, "top_p": req.top_p}
         if req.seed is not None:
-            kwargs["seed"] = req.seed
+            body["seed"] = req.seed
         if req.tools:
-            kwargs["tools"] = req.tools
+            body["tools"] = req.tools
         if req.json_schema is not None and self.structured_output:
-            kwargs["response_format"] = {
+            body["response_format"] = {
                 "type": "json_schema", "json_schema": {"name": "response", "schema": req.json_schema},
             }
-        if self.extra_body:
-            kwargs["extra_body"] = self.extra_body
-        return kwargs
+        return {**body, **self.extra_body} if self.extra_body else body
 
     async def _one(self, req: ChatRequest, stage: str | None = None) -> ChatResult:
         import openai
 
-        kwargs = self._kwargs(req)
+        body = self._body(req)
         last_error = ""
         index = next(self._rr)  # round-robin start; each retry moves to the following URL
         for attempt in range(self.max_retries + 1):
@@ -191,7 +211,8 @@ class HTTPClient(LLMClient):
                 async with self._semaphores[index]:
                     self._count_in_flight(+1, stage)
                     try:
-                        response = await client.chat.completions.create(**kwargs)
+                        # cast_to=object: the parsed JSON as it came (the text when the server sent no JSON)
+                        response = await client.post("/chat/completions", body=body, cast_to=object)
                     finally:
                         self._count_in_flight(-1, stage)
                 return _to_result(response)
@@ -229,18 +250,10 @@ class HTTPClient(LLMClient):
         return soonest
 
     def close(self) -> None:
-        if self._loop is None:
-            return
-        if self._clients is not None:
-            async def _close_all():
-                for c in self._clients:
-                    await c.close()
-
-            asyncio.run_coroutine_threadsafe(_close_all(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-        self._loop = self._thread = self._clients = None
+        if self._finalizer is not None:
+            self._finalizer()
+        self._loop = self._thread = self._finalizer = None
+        self._clients = []
 
     def describe(self) -> dict:
         out = super().describe()
@@ -249,16 +262,44 @@ class HTTPClient(LLMClient):
 
 
 def _to_result(response) -> ChatResult:
-    if not response.choices:
+    """A chat completion's JSON as a result; values keep their types (the parser judges odd ones)."""
+    if not isinstance(response, dict):
+        return ChatResult(error=f"server sent no JSON object: {_short(str(response))}")
+    choices = response.get("choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
         return ChatResult(error="server returned no choices")
-    choice = response.choices[0]
-    message = choice.message
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        return ChatResult(error=f"server sent a choice without a message: {_short(str(choice))}")
     # vLLM/transformers send `reasoning_content`; newer vLLM `reasoning` (both are extra fields).
-    reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
-    usage = getattr(response, "usage", None)
-    return ChatResult(content=message.content or "", server_reasoning=reasoning,
-                      server_tool_calls=[tc.model_dump() for tc in (message.tool_calls or [])],
-                      finish_reason=choice.finish_reason, tokens=getattr(usage, "completion_tokens", None))
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    usage = response.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return ChatResult(content=message.get("content") or "", server_reasoning=reasoning,
+                      server_tool_calls=message.get("tool_calls") or [],
+                      finish_reason=choice.get("finish_reason"), tokens=tokens if isinstance(tokens, int) else None)
+
+
+def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, clients: list) -> None:
+    """Close the clients' connections on their loop, then stop the loop and its thread."""
+    async def close_all():
+        for client in clients:
+            await client.close()
+
+    if clients and loop.is_running():
+        asyncio.run_coroutine_threadsafe(close_all(), loop).result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+    loop.close()
+
+
+def _transport(openai, url: str, aiohttp: bool):
+    """The client's aiohttp transport, or its httpx one where aiohttp is missing or the URL carries
+    ``user:pass@``: httpx sends those as basic auth in place of the key, aiohttp refuses the pair."""
+    _scheme, _, rest = url.partition("://")
+    credentials = "@" in rest.split("/", 1)[0]
+    return openai.DefaultAioHttpClient if aiohttp and not credentials else openai.DefaultAsyncHttpxClient
 
 
 def _without_password(url: str) -> str:
