@@ -44,6 +44,7 @@ import itertools
 import random
 import threading
 import time
+import urllib.parse
 import weakref
 
 from tansaku.core.errors import InputError
@@ -142,14 +143,15 @@ class HTTPClient(LLMClient):
             # Created inside the loop that uses them: async pools belong to one loop. max_retries=0: retrying
             # is done here, across servers (the openai client would retry the same one). A connection per
             # slot stays open: the default keeps 100, so at more slots each answer would close one.
+            # type(...): the client's own Limits class (httpx's or httpx2's, by openai version).
             limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
                 max_connections=max(self.max_concurrency, openai.DEFAULT_CONNECTION_LIMITS.max_connections),
                 max_keepalive_connections=self.max_concurrency)
-            aiohttp = importlib.util.find_spec("aiohttp") is not None
-            self._clients.extend(openai.AsyncOpenAI(base_url=u, api_key=k, timeout=self.timeout, max_retries=0,
-                                                http_client=_transport(openai, u, aiohttp)(limits=limits,
-                                                                                           timeout=self.timeout))
-                             for u, k in zip(self.base_urls, self.api_keys))
+            has_aiohttp = importlib.util.find_spec("aiohttp") is not None
+            for url, key in zip(self.base_urls, self.api_keys):
+                transport = _transport(openai, url, has_aiohttp)
+                self._clients.append(openai.AsyncOpenAI(base_url=url, api_key=key, timeout=self.timeout, max_retries=0,
+                                                        http_client=transport(limits=limits, timeout=self.timeout)))
             self._semaphores = [asyncio.Semaphore(self.max_concurrency) for _ in self.base_urls]
 
     async def achat_uncached(self, requests: list[ChatRequest], stage: str | None = None) -> list[ChatResult]:
@@ -297,8 +299,7 @@ def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client
 def _transport(openai, url: str, aiohttp: bool):
     """The client's aiohttp transport, or its httpx one where aiohttp is missing or the URL carries
     ``user:pass@``: httpx sends those as basic auth in place of the key, aiohttp refuses the pair."""
-    _scheme, _, rest = url.partition("://")
-    credentials = "@" in rest.split("/", 1)[0]
+    credentials = urllib.parse.urlsplit(url).username is not None
     return openai.DefaultAioHttpClient if aiohttp and not credentials else openai.DefaultAsyncHttpxClient
 
 
