@@ -369,9 +369,9 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
         # one demo GSPO step peaked at 3.5 GB instead of 4.4 GB.
         "optim": "adafactor",
     }, f"train rl --config {out / 'recipes' / 'rl.yaml'} --skip-readiness")
-    t = time.time()
     sft_eval = _evaluate(summary, "sft", sft_dir, out, sizes, eval_tasks)
     # The readiness check (can the model score at all?) is skipped: the evaluation just above measured it.
+    t = time.time()
     rl, memory = ({"output_dir": str(rl_dir), "skipped": "already trained"}, {}) if _trained(rl_dir) else \
         _isolated_step(RUN_RL, rl_recipe, _resume(rl_dir), skip_readiness=True)
     curves = _learning_curves(rl_dir, out)

@@ -25,6 +25,8 @@ def _check_summary(out, reports: dict) -> dict:
     assert names[0] == "tiny model" and "train sft" in names and "train rl (GSPO)" in names
     for step in summary["steps"]:
         assert STEP_KEYS <= set(step) and step["seconds"] >= 0, step
+    # Steps run one after another: each row times its own step only (the GSPO row once included the SFT eval).
+    assert sum(s["seconds"] for s in summary["steps"]) <= summary["wall_seconds"] + 1
     for step in summary["steps"]:
         if step["step"].startswith("synth build"):
             assert step["rows"] == sum(step["splits"].values()) > 0
