@@ -94,6 +94,21 @@ def test_the_shared_system_turn_comes_from_its_kv_cache_and_changes_no_output(ti
     assert all(r.ok for r in mixed) and prefix in cached._prefixes
 
 
+def test_chats_without_a_system_prompt_batch_together(tiny_model_path):
+    """A chat without a system prompt starts with its own user turn, which no other request shares: such
+    requests are batched in input order, batch_size at a time (the general set once ran one per generate call),
+    while a system turn two requests share still gets a batch of its own."""
+    users = [ChatRequest(messages=[{"role": "user", "content": q}], max_tokens=4)
+             for q in ("Subtract 11 from 66.", "Name a colour.", "Hi", "月見坂とは？", "Write a haiku.")]
+    system = {"role": "system", "content": "あなたは検索エージェントです。"}
+    agents = [ChatRequest(messages=[system, {"role": "user", "content": q}], max_tokens=4) for q in ("A?", "B?")]
+    client = from_spec("transformers:tiny", cache=False, batch_size=4)
+    client._load()
+    requests = [*users[:2], *agents, *users[2:]]
+    prompts = [client._prompt(r) for r in requests]
+    assert [b for _, b in client._batches(requests, prompts)] == [[0, 1, 4, 5], [6], [2, 3]]
+
+
 def test_requests_are_batched_by_first_turn_and_length_without_changing_outputs(tiny_model_path):
     """Episodes drawing among tool-description variants interleave two system turns: with the prefix cache each
     batch holds one (and shares its cached turn), sorted by length; outputs are the plain batches' (fp32, greedy),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import gc
+from collections import Counter
 
 from tansaku.core import jsontext
 from tansaku.core.parsing import to_hf
@@ -141,12 +142,16 @@ class TransformersClient(LLMClient):
         requests are grouped by first turn too (episodes drawing among tool-description variants would otherwise
         mix system prompts in a batch, and a mixed batch shares no cached turn), and sorted by length inside a
         group, so a batch pads to its own longest prompt, not the call's. Without it, batches keep the input
-        order (what an evaluation protocol fixed before this grouping sees)."""
+        order (what an evaluation protocol fixed before this grouping sees). A first turn no other request
+        shares (a chat without a system prompt starts with its own user turn) is no prefix to cache: those
+        requests batch together in input order, as without the cache, never one per batch."""
+        firsts = [self._first_turn([p]) if self.prefix_cache and p is not None else "" for p in prompts]
+        shared = Counter(firsts)
         groups: dict[tuple, list[int]] = {}
         for i, req in enumerate(requests):
             if prompts[i] is None:  # not renderable: already answered with its error
                 continue
-            first = self._first_turn([prompts[i]]) if self.prefix_cache else ""
+            first = firsts[i] if shared[firsts[i]] > 1 else ""
             groups.setdefault((req.temperature, req.top_p, req.seed, first), []).append(i)
         batches = []
         for (temperature, top_p, seed, first), indices in groups.items():
