@@ -1,6 +1,6 @@
 """The laptop demo: the whole system end to end on one CPU machine, no GPU, no servers.
 
-    synth demo --out runs/demo            # 12 minutes on 2 cores, peak RSS 3.75 GB; rerun to resume
+    synth demo --out runs/demo            # ~17 minutes on 2 cores, peak RSS 3.8 GB; rerun to resume
     synth demo --out runs/demo --small    # the reduced run CI uses (a few minutes)
     synth demo --out runs/demo --llm http:Qwen/Qwen3-8B@http://gpu1:8000/v1   # LLM generators instead
 
