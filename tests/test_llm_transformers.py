@@ -79,8 +79,8 @@ def test_the_shared_system_turn_comes_from_its_kv_cache_and_changes_no_output(ti
     questions = ["白砂市の市長は誰？", "北浜県の県庁所在地はどこですか？ 詳しく教えてください。", "Hi"]
     requests = [ChatRequest(messages=[system, {"role": "user", "content": q}], tools=tools, max_tokens=12)
                 for q in questions]
-    cached = from_spec("transformers:tiny", cache=False, batch_size=3)
-    plain = from_spec("transformers:tiny", cache=False, batch_size=3, prefix_cache=False)
+    cached = from_spec("transformers:tiny", cache=False, batch_size=4)  # 2 groups of 4: no batch added
+    plain = from_spec("transformers:tiny", cache=False, batch_size=4, prefix_cache=False)
     with_cache, without = cached.chat(requests), plain.chat(requests)
     assert [r.content for r in with_cache] == [r.content for r in without] and all(r.content for r in with_cache)
     assert [r.entropy for r in with_cache] == pytest.approx([r.entropy for r in without], rel=1e-3)
@@ -102,11 +102,17 @@ def test_chats_without_a_system_prompt_batch_together(tiny_model_path):
              for q in ("Subtract 11 from 66.", "Name a colour.", "Hi", "月見坂とは？", "Write a haiku.")]
     system = {"role": "system", "content": "あなたは検索エージェントです。"}
     agents = [ChatRequest(messages=[system, {"role": "user", "content": q}], max_tokens=4) for q in ("A?", "B?")]
-    client = from_spec("transformers:tiny", cache=False, batch_size=4)
-    client._load()
     requests = [*users[:2], *agents, *users[2:]]
-    prompts = [client._prompt(r) for r in requests]
-    assert [b for _, b in client._batches(requests, prompts)] == [[0, 1, 4, 5], [6], [2, 3]]
+
+    def batches(batch_size):
+        client = from_spec("transformers:tiny", cache=False, batch_size=batch_size)
+        client._load()
+        return [b for _, b in client._batches(requests, [client._prompt(r) for r in requests])]
+
+    assert batches(5) == [[0, 1, 4, 5, 6], [2, 3]]  # the five user-first chats together; the shared turn apart
+    # Grouping never adds a batch (each decodes as long): where it would, the call batches in input order.
+    assert batches(4) == [[0, 1, 2, 3], [4, 5, 6]]
+    assert batches(8) == [list(range(7))]
 
 
 def test_requests_are_batched_by_first_turn_and_length_without_changing_outputs(tiny_model_path):
@@ -117,15 +123,15 @@ def test_requests_are_batched_by_first_turn_and_length_without_changing_outputs(
     questions = ["白砂市の市長は誰？", "北浜県の県庁所在地はどこですか？ 詳しく教えてください。", "Hi", "月見坂とは？"]
     requests = [ChatRequest(messages=[systems[i % 2], {"role": "user", "content": q}], max_tokens=8)
                 for i, q in enumerate(questions * 2)]
-    cached = from_spec("transformers:tiny", cache=False, batch_size=3)
-    plain = from_spec("transformers:tiny", cache=False, batch_size=3, prefix_cache=False)
+    cached = from_spec("transformers:tiny", cache=False, batch_size=4)  # 2 groups of 4: no batch added
+    plain = from_spec("transformers:tiny", cache=False, batch_size=4, prefix_cache=False)
     cached._load()
     prompts = [cached._prompt(r) for r in requests]
     batches = [b for _, b in cached._batches(requests, prompts)]
     assert sorted(i for b in batches for i in b) == list(range(8))
     assert all(len({i % 2 for i in b}) == 1 for b in batches)  # one system turn per batch
     assert all([len(prompts[i]) for i in b] == sorted(len(prompts[i]) for i in b) for b in batches)
-    assert [b for _, b in plain._batches(requests, prompts)] == [[0, 1, 2], [3, 4, 5], [6, 7]]  # input order
+    assert [b for _, b in plain._batches(requests, prompts)] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # input order
     with_cache, without = cached.chat(requests), plain.chat(requests)
     assert [r.content for r in with_cache] == [r.content for r in without]
     assert len(cached._prefixes) == 2 and None not in cached._prefixes.values()

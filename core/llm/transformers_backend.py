@@ -144,15 +144,21 @@ class TransformersClient(LLMClient):
         group, so a batch pads to its own longest prompt, not the call's. Without it, batches keep the input
         order (what an evaluation protocol fixed before this grouping sees). A first turn no other request
         shares (a chat without a system prompt starts with its own user turn) is no prefix to cache: those
-        requests batch together in input order, as without the cache, never one per batch."""
+        requests batch together in input order, as without the cache, never one per batch. Nor does grouping
+        add batches: when it would, the call's requests batch in input order."""
         firsts = [self._first_turn([p]) if self.prefix_cache and p is not None else "" for p in prompts]
-        shared = Counter(firsts)
+        seen = Counter(firsts)
+        firsts = [first if seen[first] > 1 else "" for first in firsts]
+        # Each batch is a run of decode steps: split by first turn only where that adds no batch (4 episodes
+        # over 2 description variants are one batch of 4, not two of 2 that each decode as long).
+        groups_of = Counter(firsts).values()
+        if sum(-(-n // self.batch_size) for n in groups_of) > -(-len(firsts) // self.batch_size):
+            firsts = [""] * len(firsts)
         groups: dict[tuple, list[int]] = {}
         for i, req in enumerate(requests):
             if prompts[i] is None:  # not renderable: already answered with its error
                 continue
-            first = firsts[i] if shared[firsts[i]] > 1 else ""
-            groups.setdefault((req.temperature, req.top_p, req.seed, first), []).append(i)
+            groups.setdefault((req.temperature, req.top_p, req.seed, firsts[i]), []).append(i)
         batches = []
         for (temperature, top_p, seed, first), indices in groups.items():
             if first:
