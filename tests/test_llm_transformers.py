@@ -79,8 +79,8 @@ def test_the_shared_system_turn_comes_from_its_kv_cache_and_changes_no_output(ti
     questions = ["白砂市の市長は誰？", "北浜県の県庁所在地はどこですか？ 詳しく教えてください。", "Hi"]
     requests = [ChatRequest(messages=[system, {"role": "user", "content": q}], tools=tools, max_tokens=12)
                 for q in questions]
-    cached = from_spec("transformers:tiny", cache=False, batch_size=4)  # 2 groups of 4: no batch added
-    plain = from_spec("transformers:tiny", cache=False, batch_size=4, prefix_cache=False)
+    cached = from_spec("transformers:tiny", cache=False, batch_size=3)
+    plain = from_spec("transformers:tiny", cache=False, batch_size=3, prefix_cache=False)
     with_cache, without = cached.chat(requests), plain.chat(requests)
     assert [r.content for r in with_cache] == [r.content for r in without] and all(r.content for r in with_cache)
     assert [r.entropy for r in with_cache] == pytest.approx([r.entropy for r in without], rel=1e-3)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import math
 from collections import Counter
 
 from tansaku.core import jsontext
@@ -146,14 +147,15 @@ class TransformersClient(LLMClient):
         shares (a chat without a system prompt starts with its own user turn) is no prefix to cache: those
         requests batch together in input order, as without the cache, never one per batch. Nor does grouping
         add batches: when it would, the call's requests batch in input order."""
-        firsts = [self._first_turn([p]) if self.prefix_cache and p is not None else "" for p in prompts]
-        seen = Counter(firsts)
-        firsts = [first if seen[first] > 1 else "" for first in firsts]
+        renderable = [i for i, p in enumerate(prompts) if p is not None]
+        firsts = {i: self._first_turn([prompts[i]]) if self.prefix_cache else "" for i in renderable}
+        seen = Counter(firsts.values())
+        firsts = {i: first if seen[first] > 1 else "" for i, first in firsts.items()}
         # Each batch is a run of decode steps: split by first turn only where that adds no batch (4 episodes
         # over 2 description variants are one batch of 4, not two of 2 that each decode as long).
-        groups_of = Counter(firsts).values()
-        if sum(-(-n // self.batch_size) for n in groups_of) > -(-len(firsts) // self.batch_size):
-            firsts = [""] * len(firsts)
+        group_sizes = Counter(firsts.values()).values()
+        if sum(math.ceil(n / self.batch_size) for n in group_sizes) > math.ceil(len(firsts) / self.batch_size):
+            firsts = dict.fromkeys(firsts, "")
         groups: dict[tuple, list[int]] = {}
         for i, req in enumerate(requests):
             if prompts[i] is None:  # not renderable: already answered with its error
