@@ -252,8 +252,10 @@ def test_one_batched_chat_call_per_turn(index_dir):
 
 
 class SlottedLLM(ScriptedLLM):
-    """A scripted model behind 'server slots' (as an HTTP client has): the first episode's first answer is slow;
-    the turns each request started during are recorded."""
+    """A scripted model behind 'server slots' (as an HTTP client has): the first episode's first answer is held
+    until 10 later turns of other episodes have been sent, or 20 s pass (a client that makes episodes wait for
+    each other's turns holds it the full 20 s; a fixed sleep would test the machine's speed instead); the turns
+    each request started during are recorded."""
 
     slots = 8
 
@@ -267,8 +269,14 @@ class SlottedLLM(ScriptedLLM):
         with self.lock:
             self.events.append(("sent", len(tool_results(requests[0])), first_turn_of_slow))
         if first_turn_of_slow:
-            time.sleep(0.5)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and self._later_turns_sent() < 10:
+                time.sleep(0.01)
         return super().chat(requests)
+
+    def _later_turns_sent(self) -> int:
+        with self.lock:
+            return sum(1 for e in self.events if e[1] >= 1)
 
 
 ROW0_END = task_rows("multihop")[0]["question"][-8:]

@@ -97,15 +97,42 @@ def test_streaming_gives_the_rows_rejects_and_counts_of_batch_by_batch(tmp_path,
     assert strip(streamed[2]) == strip(batched[2])
 
 
-def _jittered(client: SlotClient, name: str, order: list | None = None):
+class SlowFirstAnswer:
+    """Holds record 0's first answer until 30 second-stage answers are in and the chunks behind it have committed
+    (or 20 s pass), so "the others go on meanwhile" is tested by what happened, not by how fast the machine ran a
+    fixed sleep: a runner that waits for record 0 keeps it held the full 20 s and fails the test."""
+
+    def __init__(self, order: list, work: Path, later_chunks: int):
+        self.order, self.work, self.later_chunks = order, work, later_chunks
+
+    def finished(self, stage: str, i: int) -> None:
+        self.order.append((stage, i))
+
+    def wait(self) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not self._others_done():
+            time.sleep(0.01)
+
+    def _others_done(self) -> bool:
+        committed = [f for f in self.work.glob("segment-*/chunk-*.stats.json") if f.name != "chunk-000000.stats.json"]
+        return sum(1 for s, _ in list(self.order) if s == "second") >= 30 and len(committed) >= self.later_chunks
+
+
+def _jittered(client: SlotClient, name: str, order: list | None = None, slow: SlowFirstAnswer | None = None):
     """A batch function whose answer time depends on the record (so records finish out of input order),
-    with drops and fan-out; ``order`` collects (stage, i) as calls finish."""
+    with drops and fan-out; ``order`` collects (stage, i) as calls finish; with ``slow``, record 0's first
+    answer waits on it."""
 
     def fn(batch: list[dict]) -> list:
         out = []
         for r in batch:
-            client.call(0.3 if r["i"] == 0 and name == "first" else (r["i"] * 7919 % 13) / 2000)
-            if order is not None:
+            held = r["i"] == 0 and name == "first"
+            if held and slow is not None:
+                slow.wait()
+            client.call(0.3 if held and slow is None else (r["i"] * 7919 % 13) / 2000)
+            if slow is not None:
+                slow.finished(name, r["i"])
+            elif order is not None:
                 order.append((name, r["i"]))
             if (r["i"] + len(name)) % 9 == 0:
                 out.append(Drop(f"{name}_bad", detail=str(r["i"])))
@@ -124,10 +151,10 @@ def _count_per_chunk(records):
         yield {**r, "n_in_chunk": n} if n % 4 else Drop("every_fourth")
 
 
-def _jittered_stages(client: SlotClient, order: list | None = None):
-    return [batch_stage("first", _jittered(client, "first", order), 8, client=client),
+def _jittered_stages(client: SlotClient, order: list | None = None, slow: SlowFirstAnswer | None = None):
+    return [batch_stage("first", _jittered(client, "first", order, slow), 8, client=client),
             map_stage("between", lambda r: r if r["i"] % 10 != 7 else Drop("sevens")),
-            batch_stage("second", _jittered(client, "second", order), 8, client=client),
+            batch_stage("second", _jittered(client, "second", order, slow), 8, client=client),
             Stage("per_chunk", _count_per_chunk, local=True)]
 
 
@@ -150,10 +177,10 @@ def test_records_finished_out_of_order_commit_the_rows_of_batch_by_batch(tmp_pat
 
 
 def test_a_slow_answer_holds_back_neither_later_records_nor_their_next_stage(tmp_path):
-    """Record 0's first answer takes 0.3 s: the others go through both LLM stages meanwhile, and the chunks
+    """Record 0's first answer is held back: the others go through both LLM stages meanwhile, and the chunks
     behind it commit first."""
     order: list = []
-    stages = _jittered_stages(SlotClient(slots=4), order)
+    stages = _jittered_stages(SlotClient(slots=4), slow=SlowFirstAnswer(order, tmp_path / "w", later_chunks=5))
     result = run_pipeline([{"i": i} for i in range(60)], stages, tmp_path / "w", chunk_size=10)
     before_slow = order[:order.index(("first", 0))]
     assert sum(1 for stage, _ in before_slow if stage == "second") >= 30, before_slow
