@@ -192,6 +192,8 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     ``bands``: only the prompts difficulty banding kept."""
     from trl import GRPOTrainer, get_quantization_config
 
+    from tansaku.trainer.cpu_lm_head import score_labelled_positions  # torch, trl: loaded with the trainer
+
     class ResumableGRPOTrainer(GRPOTrainer):
         """TRL's RepeatSampler draws each epoch's order from one generator, so a run resumed after the first
         epoch would replay epoch 1's order. Reseeding with (seed + epoch) in ``set_epoch``, which the Trainer
@@ -219,6 +221,7 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     )
     if recipe.script_args.share_prompt_prefix and not recipe.training_args.use_vllm:
         share_prompt_prefix(trainer.model)  # the system turn + tool schemas once per generate call, not per row
+    score_labelled_positions(trainer)  # on CPU: the LM head over the completion's positions only
     return name_base_model(trainer, name, model)  # its model card names the base model, not None
 
 

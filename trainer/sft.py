@@ -117,6 +117,8 @@ def build_sft_trainer(recipe: Recipe, callbacks: list | None = None):
     from transformers import AutoProcessor
     from trl import SFTTrainer, get_quantization_config
 
+    from tansaku.trainer.cpu_lm_head import score_labelled_positions  # torch, trl: loaded with the trainer
+
     config = sft_config(recipe)
     name = recipe.model_args.model_name_or_path
     model = resolve_model(name)
@@ -125,6 +127,7 @@ def build_sft_trainer(recipe: Recipe, callbacks: list | None = None):
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=processing_class,
                          peft_config=peft_config(recipe), quantization_config=get_quantization_config(recipe.model_args),
                          callbacks=callbacks)
+    score_labelled_positions(trainer)  # on CPU: the LM head over the assistant turns' positions only
     return name_base_model(trainer, name, model)  # its model card names the base model, not None
 
 

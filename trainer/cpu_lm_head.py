@@ -1,0 +1,97 @@
+"""On CPU, TRL's fused LM head scored through plain bf16 projections of the labelled positions only.
+
+    from tansaku.trainer.cpu_lm_head import score_labelled_positions
+    score_labelled_positions(trainer)   # build_sft_trainer and build_rl_trainer do this when training on CPU
+
+TRL's SFT and GRPO trainers patch the model with a fused LM head (``trl.trainer.utils.add_fused_lm_head``) and
+call it as ``model(..., labels=labels, fused_lm_head=True)`` for per-token log-probs without the full logits.
+On CUDA it scores only the positions whose label is not -100. Elsewhere TRL keeps tile shapes fixed for
+compilers: it scores every position, the prompt included, and accumulates the head's gradient GEMMs in fp32
+inputs. A compact SFT row of ~1.2k tokens has ~530 prompt tokens; on this 2-core CPU the head then takes
+~3.4 s of a ~10 s forward + backward (``bench/results/cpu_lm_head.md``). This wrapper (an instance attribute
+over TRL's forward: TRL's code is untouched) runs TRL's backbone call, then projects only the labelled rows,
+in blocks of ``BLOCK_ROWS`` under torch's checkpointing (so no block's ``[rows, vocab]`` logits outlive it),
+with the autocast dtype's matmuls and fp32 log-softmax: the path every trainer took before the fused head,
+~1.5 s on the same row. It returns TRL's ``FusedCausalLMOutput`` with the same fields and zeros where the
+label is -100. Models whose logits TRL rescales (soft-capping, ``logit_scale`` and kin), MoE router losses and
+non-CPU devices keep TRL's own head.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from peft import PeftModel
+from torch.utils.checkpoint import checkpoint
+from trl.trainer.utils import FusedCausalLMOutput
+
+BLOCK_ROWS = 256  # rows of logits alive at once: 256 × 49k vocab × fp32 is 50 MB per temporary
+RESCALING_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier",
+                  "logits_scaling", "output_router_logits")  # what TRL's head handles and this one does not
+
+
+def block_scores(hidden, weight, bias, labels, inv_temperature: float):
+    """Log-prob of each label, the entropy and whether the label is the first argmax, for a block of rows.
+
+    >>> w = torch.eye(3)
+    >>> lp, ent, top1 = block_scores(torch.tensor([[2.0, 0.0, 0.0]]), w, None, torch.tensor([0]), 1.0)
+    >>> round(lp.item(), 4), top1.tolist()
+    (-0.2395, [True])
+    """
+    z = F.linear(hidden, weight, bias).float() * inv_temperature
+    log_p = z.log_softmax(-1)
+    log_probs = log_p.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    return log_probs, entropy, z.argmax(-1) == labels
+
+
+def labelled_scores(hidden, weight, bias, labels, temperature: float = 1.0, block_rows: int | None = None):
+    """``block_scores`` over every row of ``hidden`` ([N, H]), ``block_rows`` (default ``BLOCK_ROWS``) at a
+    time, each block recomputed in the backward rather than keeping its logits."""
+    inv_t, block_rows = 1.0 / temperature, block_rows or BLOCK_ROWS
+    parts = [checkpoint(block_scores, hidden[s:s + block_rows], weight, bias, labels[s:s + block_rows], inv_t,
+                        use_reentrant=False)
+             for s in range(0, max(len(hidden), 1), block_rows)]  # one empty block keeps an empty batch connected
+    return tuple(torch.cat(p) for p in zip(*parts))
+
+
+def handles(model) -> bool:
+    """Whether this head gives what TRL's does for ``model``: on CPU, logits neither rescaled nor capped."""
+    config = model.config.get_text_config()
+    return model.device.type == "cpu" and not any(getattr(config, k, None) for k in RESCALING_KEYS)
+
+
+def score_labelled_positions(trainer) -> None:
+    """Wrap the forward TRL patched on the trainer's model (and reference model) when ``handles`` says so."""
+    temperature = getattr(trainer, "temperature", 1.0)  # GRPO's sampling temperature; SFT scores at 1.0
+    models = [trainer.model.get_base_model() if isinstance(trainer.model, PeftModel) else trainer.model,
+              getattr(trainer, "ref_model", None)]
+    for model in models:
+        if model is None or not handles(model):
+            continue
+        fused = model.forward  # TRL's fused forward (add_fused_lm_head), kept for everything this one leaves
+
+        @functools.wraps(fused)
+        def forward(*args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None,
+                    _model=model, _fused=fused, **kwargs):
+            if not fused_lm_head:
+                return _fused(*args, labels=labels, shift_labels=shift_labels,
+                              num_items_in_batch=num_items_in_batch, **kwargs)
+            hidden = _model.base_model(*args, **{**kwargs, "use_cache": False}).last_hidden_state
+            if shift_labels is None:
+                hidden, targets = hidden[:, :-1], labels[:, 1:]
+            else:
+                targets = shift_labels
+            mask = targets != -100
+            head = _model.get_output_embeddings()
+            log_probs, entropy, top1 = labelled_scores(hidden[mask], head.weight, head.bias, targets[mask],
+                                                       temperature)
+            log_probs, entropy = (x.new_zeros(mask.shape).masked_scatter(mask, x) for x in (log_probs, entropy))
+            is_top1 = top1.new_zeros(mask.shape).masked_scatter(mask, top1)
+            count = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+            return FusedCausalLMOutput(loss=-log_probs.sum() / count, log_probs=log_probs, entropy=entropy,
+                                       is_top1=is_top1, label_mask=mask)
+
+        model.forward = forward
