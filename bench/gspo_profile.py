@@ -17,7 +17,8 @@ experiment uses: 4 prompts × 4 generations, multi-turn compact episodes over th
 Rows are seconds per step (mean over the steps) and the share of the step. Variants: ``full`` (full fine-tune,
 fp32 master weights, bf16 autocast: what RL needs at lr 1e-5; the shared prompt prefix computed once per call,
 ``tansaku.trainer.prefix_generate``), ``no-shared-prefix`` (TRL's plain generate), ``batch4`` (4 completions
-per micro-batch instead of 1), ``lora`` (LoRA r=16 on all linear layers), ``short`` (512-token completions). Writes ``bench/results/gspo_profile.json`` and ``.md``.
+per micro-batch instead of 1), ``lora`` (LoRA r=16 on all linear layers), ``short`` (512-token completions), ``trl-lm-head`` (TRL's fused LM head on CPU, scoring every position, instead of
+``tansaku.trainer.cpu_lm_head``). Writes ``bench/results/gspo_profile.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ import argparse
 import functools
 import json
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from unittest import mock
 
 import yaml
 
 from tansaku.envs.environments import SearchEnvironment
+from tansaku.trainer import cpu_lm_head
 from tansaku.trainer.recipes import load_recipe
 from tansaku.trainer.rl import build_rl_trainer
 
@@ -44,6 +47,7 @@ VARIANTS = {
     "lora": {"use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "lora_target_modules": "all-linear",
              "learning_rate": 1e-4},
     "short": {"max_completion_length": 512},
+    "trl-lm-head": {},  # TRL's own fused LM head on CPU instead of tansaku.trainer.cpu_lm_head (see profile())
 }
 ROWS = ("generation (total)", "  prefill forwards", "  decode forwards", "  tool execution", "rewards",
         "old/ref log-probs (no grad)", "training forward", "backward", "optimizer step", "other")
@@ -161,7 +165,10 @@ def profile(variant: str, args) -> dict:
     recipe = load_recipe(path, kind="rl")
     for task in recipe.script_args.tasks:
         task.split = task.prompt_split()
-    trainer = build_rl_trainer(recipe)
+    # The ablation of the CPU LM head: its ``handles`` check says no, so TRL's fused forward stays in place.
+    keep_trl_head = mock.patch.object(cpu_lm_head, "handles", lambda model: False)
+    with keep_trl_head if variant == "trl-lm-head" else nullcontext():
+        trainer = build_rl_trainer(recipe)
     timers = Timers()
     instrument(trainer, timers)
     with timed_tools(timers):
