@@ -17,8 +17,9 @@ experiment uses: 4 prompts × 4 generations, multi-turn compact episodes over th
 Rows are seconds per step (mean over the steps) and the share of the step. Variants: ``full`` (full fine-tune,
 fp32 master weights, bf16 autocast: what RL needs at lr 1e-5; the shared prompt prefix computed once per call,
 ``tansaku.trainer.prefix_generate``), ``no-shared-prefix`` (TRL's plain generate), ``batch4`` (4 completions
-per micro-batch instead of 1), ``lora`` (LoRA r=16 on all linear layers), ``short`` (512-token completions), ``trl-lm-head`` (TRL's fused LM head on CPU, scoring every position, instead of
-``tansaku.trainer.cpu_lm_head``). Writes ``bench/results/gspo_profile.json`` and ``.md``.
+per micro-batch instead of 1), ``lora`` (LoRA r=16 on all linear layers), ``short`` (512-token completions),
+``trl-lm-head`` (TRL's fused LM head on CPU, scoring every position, instead of ``tansaku.trainer.cpu_lm_head``).
+Writes ``bench/results/gspo_profile.json`` and ``.md``.
 """
 
 from __future__ import annotations

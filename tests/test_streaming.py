@@ -103,10 +103,7 @@ class SlowFirstAnswer:
     fixed sleep: a runner that waits for record 0 keeps it held the full 20 s and fails the test."""
 
     def __init__(self, order: list, work: Path, later_chunks: int):
-        self.order, self.work, self.later_chunks = order, work, later_chunks
-
-    def finished(self, stage: str, i: int) -> None:
-        self.order.append((stage, i))
+        self.order, self.work, self.later_chunks = order, work, later_chunks  # order: what _jittered collects
 
     def wait(self) -> None:
         deadline = time.monotonic() + 20
@@ -130,9 +127,7 @@ def _jittered(client: SlotClient, name: str, order: list | None = None, slow: Sl
             if held and slow is not None:
                 slow.wait()
             client.call(0.3 if held and slow is None else (r["i"] * 7919 % 13) / 2000)
-            if slow is not None:
-                slow.finished(name, r["i"])
-            elif order is not None:
+            if order is not None:
                 order.append((name, r["i"]))
             if (r["i"] + len(name)) % 9 == 0:
                 out.append(Drop(f"{name}_bad", detail=str(r["i"])))
@@ -180,7 +175,7 @@ def test_a_slow_answer_holds_back_neither_later_records_nor_their_next_stage(tmp
     """Record 0's first answer is held back: the others go through both LLM stages meanwhile, and the chunks
     behind it commit first."""
     order: list = []
-    stages = _jittered_stages(SlotClient(slots=4), slow=SlowFirstAnswer(order, tmp_path / "w", later_chunks=5))
+    stages = _jittered_stages(SlotClient(slots=4), order, SlowFirstAnswer(order, tmp_path / "w", later_chunks=5))
     result = run_pipeline([{"i": i} for i in range(60)], stages, tmp_path / "w", chunk_size=10)
     before_slow = order[:order.index(("first", 0))]
     assert sum(1 for stage, _ in before_slow if stage == "second") >= 30, before_slow

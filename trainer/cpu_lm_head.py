@@ -7,12 +7,12 @@ TRL's SFT and GRPO trainers patch the model with a fused LM head (``trl.trainer.
 call it as ``model(..., labels=labels, fused_lm_head=True)`` for per-token log-probs without the full logits.
 On CUDA it scores only the positions whose label is not -100. Elsewhere TRL keeps tile shapes fixed for
 compilers: it scores every position, the prompt included, and accumulates the head's gradient GEMMs in fp32
-inputs. A compact SFT row of ~1.2k tokens has ~530 prompt tokens; on this 2-core CPU the head then takes
-~3.4 s of a ~10 s forward + backward (``bench/results/cpu_lm_head.md``). This wrapper (an instance attribute
+inputs. A compact SFT row of ~1.2k tokens has ~530 prompt tokens; on a 2-core CPU the head then takes 3.0 s
+of an 8.1 s forward + backward (``bench/results/cpu_lm_head.md``). This wrapper (an instance attribute
 over TRL's forward: TRL's code is untouched) runs TRL's backbone call, then projects only the labelled rows,
 in blocks of ``BLOCK_ROWS`` under torch's checkpointing (so no block's ``[rows, vocab]`` logits outlive it),
 with the autocast dtype's matmuls and fp32 log-softmax: the path every trainer took before the fused head,
-~1.5 s on the same row. It returns TRL's ``FusedCausalLMOutput`` with the same fields and zeros where the
+0.84 s on the same row. It returns TRL's ``FusedCausalLMOutput`` with the same fields and zeros where the
 label is -100. Models whose logits TRL rescales (soft-capping, ``logit_scale`` and kin), MoE router losses and
 non-CPU devices keep TRL's own head.
 """
@@ -28,8 +28,9 @@ from torch.utils.checkpoint import checkpoint
 from trl.trainer.utils import FusedCausalLMOutput
 
 BLOCK_ROWS = 256  # rows of logits alive at once: 256 × 49k vocab × fp32 is 50 MB per temporary
-RESCALING_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier",
-                  "logits_scaling", "output_router_logits")  # what TRL's head handles and this one does not
+# Config keys TRL's head handles and this one does not: rescaled or capped logits, MoE router losses.
+TRL_ONLY_CONFIG_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier",
+                        "logits_scaling", "output_router_logits")
 
 
 def block_scores(hidden, weight, bias, labels, inv_temperature: float):
@@ -58,9 +59,9 @@ def labelled_scores(hidden, weight, bias, labels, temperature: float = 1.0, bloc
 
 
 def handles(model) -> bool:
-    """Whether this head gives what TRL's does for ``model``: on CPU, logits neither rescaled nor capped."""
+    """Whether this head gives what TRL's does for ``model``: on CPU, none of ``TRL_ONLY_CONFIG_KEYS`` set."""
     config = model.config.get_text_config()
-    return model.device.type == "cpu" and not any(getattr(config, k, None) for k in RESCALING_KEYS)
+    return model.device.type == "cpu" and not any(getattr(config, k, None) for k in TRL_ONLY_CONFIG_KEYS)
 
 
 def score_labelled_positions(trainer) -> None:
@@ -69,29 +70,32 @@ def score_labelled_positions(trainer) -> None:
     models = [trainer.model.get_base_model() if isinstance(trainer.model, PeftModel) else trainer.model,
               getattr(trainer, "ref_model", None)]
     for model in models:
-        if model is None or not handles(model):
-            continue
-        fused = model.forward  # TRL's fused forward (add_fused_lm_head), kept for everything this one leaves
+        if model is not None and handles(model):
+            model.forward = labelled_forward(model, temperature)
 
-        @functools.wraps(fused)
-        def forward(*args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None,
-                    _model=model, _fused=fused, **kwargs):
-            if not fused_lm_head:
-                return _fused(*args, labels=labels, shift_labels=shift_labels,
-                              num_items_in_batch=num_items_in_batch, **kwargs)
-            hidden = _model.base_model(*args, **{**kwargs, "use_cache": False}).last_hidden_state
-            if shift_labels is None:
-                hidden, targets = hidden[:, :-1], labels[:, 1:]
-            else:
-                targets = shift_labels
-            mask = targets != -100
-            head = _model.get_output_embeddings()
-            log_probs, entropy, top1 = labelled_scores(hidden[mask], head.weight, head.bias, targets[mask],
-                                                       temperature)
-            log_probs, entropy = (x.new_zeros(mask.shape).masked_scatter(mask, x) for x in (log_probs, entropy))
-            is_top1 = top1.new_zeros(mask.shape).masked_scatter(mask, top1)
-            count = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-            return FusedCausalLMOutput(loss=-log_probs.sum() / count, log_probs=log_probs, entropy=entropy,
-                                       is_top1=is_top1, label_mask=mask)
 
-        model.forward = forward
+def labelled_forward(model, temperature: float):
+    """``model``'s forward with ``fused_lm_head=True`` calls scored by ``labelled_scores``; every other call
+    goes to the forward TRL patched (``add_fused_lm_head``), whose signature ``generate`` reads."""
+    fused = model.forward
+
+    @functools.wraps(fused)
+    def forward(*args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
+        if not fused_lm_head:
+            return fused(*args, labels=labels, shift_labels=shift_labels, num_items_in_batch=num_items_in_batch,
+                         **kwargs)
+        hidden = model.base_model(*args, **{**kwargs, "use_cache": False}).last_hidden_state
+        if shift_labels is None:
+            hidden, targets = hidden[:, :-1], labels[:, 1:]
+        else:
+            targets = shift_labels
+        mask = targets != -100
+        head = model.get_output_embeddings()
+        log_probs, entropy, top1 = labelled_scores(hidden[mask], head.weight, head.bias, targets[mask], temperature)
+        log_probs, entropy, is_top1 = (x.new_zeros(mask.shape).masked_scatter(mask, x)
+                                       for x in (log_probs, entropy, top1))
+        count = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+        return FusedCausalLMOutput(loss=-log_probs.sum() / count, log_probs=log_probs, entropy=entropy,
+                                   is_top1=is_top1, label_mask=mask)
+
+    return forward
