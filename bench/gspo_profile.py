@@ -18,7 +18,10 @@ Rows are seconds per step (mean over the steps) and the share of the step. Varia
 fp32 master weights, bf16 autocast: what RL needs at lr 1e-5; the shared prompt prefix computed once per call,
 ``tansaku.trainer.prefix_generate``), ``no-shared-prefix`` (TRL's plain generate), ``batch4`` (4 completions
 per micro-batch instead of 1), ``lora`` (LoRA r=16 on all linear layers), ``short`` (512-token completions),
-``trl-lm-head`` (TRL's fused LM head on CPU, scoring every position, instead of ``tansaku.trainer.cpu_lm_head``).
+``trl-lm-head`` (TRL's fused LM head on CPU, scoring every position, instead of ``tansaku.trainer.cpu_lm_head``),
+``autocast-generation`` (the fp32 policy generates under bf16 autocast instead of ``tansaku.trainer.generation_copy``'s
+bf16 copy), ``unshared-training`` (every training micro-batch runs its whole prompt instead of
+``tansaku.trainer.prefix_train``'s shared tokens once per optimizer step).
 Writes ``bench/results/gspo_profile.json`` and ``.md``.
 """
 
@@ -36,6 +39,7 @@ import yaml
 
 from tansaku.envs.environments import SearchEnvironment
 from tansaku.trainer import cpu_lm_head
+from tansaku.trainer.prefix_train import SharedPrefix
 from tansaku.trainer.recipes import load_recipe
 from tansaku.trainer.rl import build_rl_trainer
 
@@ -49,6 +53,8 @@ VARIANTS = {
              "learning_rate": 1e-4},
     "short": {"max_completion_length": 512},
     "trl-lm-head": {},  # TRL's own fused LM head on CPU instead of tansaku.trainer.cpu_lm_head (see profile())
+    "autocast-generation": {"bf16_generation_copy": False},  # the fp32 policy generates under autocast
+    "unshared-training": {},  # every micro-batch runs its whole prompt (see profile())
 }
 ROWS = ("generation (total)", "  prefill forwards", "  decode forwards", "  tool execution", "rewards",
         "old/ref log-probs (no grad)", "training forward", "backward", "optimizer step", "other")
@@ -86,6 +92,7 @@ def instrument(trainer, timers: Timers) -> None:
     model = trainer.model
     # With LoRA the trainer holds a PeftModel; the forwards generate runs are the wrapped model's own.
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = getattr(model.generate, "bf16_copy", inner)  # tansaku.trainer.generation_copy: the copy's forwards
     inside_generate = {"on": False}
     generate, forward = model.generate, inner.forward
 
@@ -172,7 +179,9 @@ def profile(variant: str, args) -> dict:
         trainer = build_rl_trainer(recipe)
     timers = Timers()
     instrument(trainer, timers)
-    with timed_tools(timers):
+    # The ablation of the shared-prompt training forward: no call is served, each takes the full forward.
+    unshared = mock.patch.object(SharedPrefix, "usable", lambda self, extra: False)
+    with timed_tools(timers), unshared if variant == "unshared-training" else nullcontext():
         trainer.train()
     steps = max(trainer.state.global_step, 1)
     per_step = {name: seconds / steps for name, seconds in timers.seconds.items()}

@@ -14,7 +14,8 @@ in blocks of ``BLOCK_ROWS`` under torch's checkpointing (so no block's ``[rows, 
 with the autocast dtype's matmuls and fp32 log-softmax: the path every trainer took before the fused head,
 0.84 s on the same row. It returns TRL's ``FusedCausalLMOutput`` with the same fields and zeros where the
 label is -100. Models whose logits TRL rescales (soft-capping, ``logit_scale`` and kin), MoE router losses and
-non-CPU devices keep TRL's own head.
+non-CPU devices keep TRL's own head. For GRPO, ``share_prefix`` has the policy's training forwards run the
+prompt tokens all rollouts of a batch share once per optimizer step (``tansaku.trainer.prefix_train``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import torch.nn.functional as F
 from peft import PeftModel
 from torch.utils.checkpoint import checkpoint
 from trl.trainer.utils import FusedCausalLMOutput
+
+from tansaku.trainer.prefix_train import SharedPrefix
 
 BLOCK_ROWS = 256  # rows of logits alive at once: 256 × 49k vocab × fp32 is 50 MB per temporary
 # Config keys TRL's head handles and this one does not: rescaled or capped logits, MoE router losses.
@@ -64,19 +67,23 @@ def handles(model) -> bool:
     return model.device.type == "cpu" and not any(getattr(config, k, None) for k in TRL_ONLY_CONFIG_KEYS)
 
 
-def score_labelled_positions(trainer) -> None:
-    """Wrap the forward TRL patched on the trainer's model (and reference model) when ``handles`` says so."""
+def score_labelled_positions(trainer, share_prefix: bool = False) -> SharedPrefix | None:
+    """Wrap the forward TRL patched on the trainer's model (and reference model) when ``handles`` says so.
+    ``share_prefix`` (GRPO): the policy's training forwards run the rollouts' shared prompt tokens once per
+    optimizer step (``tansaku.trainer.prefix_train``); returns that ``SharedPrefix`` for the trainer to feed."""
     temperature = getattr(trainer, "temperature", 1.0)  # GRPO's sampling temperature; SFT scores at 1.0
-    models = [trainer.model.get_base_model() if isinstance(trainer.model, PeftModel) else trainer.model,
-              getattr(trainer, "ref_model", None)]
-    for model in models:
+    policy = trainer.model.get_base_model() if isinstance(trainer.model, PeftModel) else trainer.model
+    shared = SharedPrefix(policy) if share_prefix and handles(policy) else None
+    for model, prefix in ((policy, shared), (getattr(trainer, "ref_model", None), None)):
         if model is not None and handles(model):
-            model.forward = labelled_forward(model, temperature)
+            model.forward = labelled_forward(model, temperature, prefix)
+    return shared
 
 
-def labelled_forward(model, temperature: float):
-    """``model``'s forward with ``fused_lm_head=True`` calls scored by ``labelled_scores``; every other call
-    goes to the forward TRL patched (``add_fused_lm_head``), whose signature ``generate`` reads."""
+def labelled_forward(model, temperature: float, shared: SharedPrefix | None = None):
+    """``model``'s forward with ``fused_lm_head=True`` calls scored by ``labelled_scores``, over ``shared``'s
+    cache of the shared prompt tokens where it applies; every other call goes to the forward TRL patched
+    (``add_fused_lm_head``), whose signature ``generate`` reads."""
     fused = model.forward
 
     @functools.wraps(fused)
@@ -84,12 +91,16 @@ def labelled_forward(model, temperature: float):
         if not fused_lm_head:
             return fused(*args, labels=labels, shift_labels=shift_labels, num_items_in_batch=num_items_in_batch,
                          **kwargs)
-        hidden = model.base_model(*args, **{**kwargs, "use_cache": False}).last_hidden_state
-        if shift_labels is None:
-            hidden, targets = hidden[:, :-1], labels[:, 1:]
-        else:
-            targets = shift_labels
+        targets = labels[:, 1:] if shift_labels is None else shift_labels
         mask = targets != -100
+        hidden = None
+        if shared is not None and not args:
+            found = shared.hidden_states(**kwargs)
+            if found is not None and bool(found[1][:, :targets.shape[1]][mask].all()):  # every scored position
+                hidden = found[0]
+        if hidden is None:
+            hidden = model.base_model(*args, **{**kwargs, "use_cache": False}).last_hidden_state
+        hidden = hidden[:, :targets.shape[1]]  # unshifted labels: position t predicts label t + 1
         head = model.get_output_embeddings()
         log_probs, entropy, top1 = labelled_scores(hidden[mask], head.weight, head.bias, targets[mask], temperature)
         log_probs, entropy, is_top1 = (x.new_zeros(mask.shape).masked_scatter(mask, x)

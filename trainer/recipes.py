@@ -149,9 +149,13 @@ class TansakuRLArguments:
 
     tasks: list[RLTask] | str | None  # name, data, index (or auto + corpus), ratio, reward_weights, system_prompt …
     mix_size: int | None = None  # prompts in the task mix; default: the tasks' total
-    # Without vLLM: compute the prompt tokens every episode of a generate call shares once
-    # (tansaku.trainer.prefix_generate); false = TRL's plain model.generate.
+    # Compute the prompt tokens every episode shares once: per generate call without vLLM
+    # (tansaku.trainer.prefix_generate) and, on CPU, per optimizer step in the training forward
+    # (tansaku.trainer.prefix_train); false = TRL's plain generate and forward.
     share_prompt_prefix: bool = True
+    # Without vLLM, on CPU, fp32 weights under bf16: true: generate with a bf16 copy of the weights refreshed at
+    # every generate call (tansaku.trainer.generation_copy); false = the training model under autocast.
+    bf16_generation_copy: bool = True
     watch: WatchSpec | str | None = field(default_factory=WatchSpec)
     readiness: ReadinessSpec | str | None = field(default_factory=ReadinessSpec)
     difficulty: DifficultySpec | str | None = field(default_factory=DifficultySpec)

@@ -193,6 +193,7 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     from trl import GRPOTrainer, get_quantization_config
 
     from tansaku.trainer.cpu_lm_head import score_labelled_positions  # torch, trl: loaded with the trainer
+    from tansaku.trainer.generation_copy import generate_with_bf16_copy
 
     class ResumableGRPOTrainer(GRPOTrainer):
         """TRL's RepeatSampler draws each epoch's order from one generator, so a run resumed after the first
@@ -204,6 +205,22 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
             seed = sampler.seed if getattr(sampler, "seed", None) is not None else self.args.seed
             sampler.set_epoch = lambda epoch: sampler.generator.manual_seed(seed + epoch)
             return sampler
+
+        # tansaku.trainer.prefix_train: which prompt tokens a rollout batch shares, and their gradient added
+        # after the last micro-batch of an optimizer step, before the Trainer clips the gradients
+        shared_prefix = None
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            if self.shared_prefix is not None:
+                self.shared_prefix.set_rollouts(output["prompt_ids"], output["prompt_mask"])
+            return output
+
+        def training_step(self, model, inputs, num_items_in_batch):
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            if self.shared_prefix is not None and self.accelerator.sync_gradients:
+                self.shared_prefix.flush()
+            return loss
 
     reward_funcs, weights, groups = build_rewards(recipe, judge)
     name = recipe.model_args.model_name_or_path
@@ -219,9 +236,14 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
         environment_factory=build_environments(recipe),
         callbacks=[watch, *(callbacks or [])],
     )
-    if recipe.script_args.share_prompt_prefix and not recipe.training_args.use_vllm:
-        share_prompt_prefix(trainer.model)  # the system turn + tool schemas once per generate call, not per row
-    score_labelled_positions(trainer)  # on CPU: the LM head over the completion's positions only
+    # Without vLLM: the system turn + tool schemas once per generate call, not per row; on CPU, by a bf16 copy
+    sharing = recipe.script_args.share_prompt_prefix and not recipe.training_args.use_vllm
+    prefix = share_prompt_prefix if sharing else None
+    copied = recipe.script_args.bf16_generation_copy and generate_with_bf16_copy(trainer, wrap_copy=prefix)
+    if prefix is not None and not copied:
+        prefix(trainer.model)
+    # on CPU: the LM head over the completion's positions only, the shared prompt tokens once per optimizer step
+    trainer.shared_prefix = score_labelled_positions(trainer, share_prefix=recipe.script_args.share_prompt_prefix)
     return name_base_model(trainer, name, model)  # its model card names the base model, not None
 
 
