@@ -12,7 +12,8 @@ experiment uses: 4 prompts × 4 generations, multi-turn compact episodes over th
   in TRL's tool loop the whole context again at each turn) and decode (one position);
 - tool execution (``SearchEnvironment.search`` / ``open_doc``) and reward functions (``_calculate_rewards``);
 - ``_get_per_token_logps_and_entropies`` without grad (old / reference log-probs) and with grad (the training
-  forward), ``accelerator.backward`` and the optimizer step (callback events).
+  forward), ``accelerator.backward`` with the shared prompt tokens' backward (``tansaku.trainer.prefix_train``),
+  and the optimizer step (callback events).
 
 Rows are seconds per step (mean over the steps) and the share of the step. Variants: ``full`` (full fine-tune,
 fp32 master weights, bf16 autocast: what RL needs at lr 1e-5; the shared prompt prefix computed once per call,
@@ -21,7 +22,9 @@ per micro-batch instead of 1), ``lora`` (LoRA r=16 on all linear layers), ``shor
 ``trl-lm-head`` (TRL's fused LM head on CPU, scoring every position, instead of ``tansaku.trainer.cpu_lm_head``),
 ``autocast-generation`` (the fp32 policy generates under bf16 autocast instead of ``tansaku.trainer.generation_copy``'s
 bf16 copy), ``unshared-training`` (every training micro-batch runs its whole prompt instead of
-``tansaku.trainer.prefix_train``'s shared tokens once per optimizer step).
+``tansaku.trainer.prefix_train``'s shared tokens once per optimizer step), ``dynamic-cache`` (rollouts with
+transformers' ``DynamicCache``, which copies the whole cache at every decode step, instead of
+``tansaku.core.llm.growing_cache``).
 Writes ``bench/results/gspo_profile.json`` and ``.md``.
 """
 
@@ -38,7 +41,7 @@ from unittest import mock
 import yaml
 
 from tansaku.envs.environments import SearchEnvironment
-from tansaku.trainer import cpu_lm_head
+from tansaku.trainer import cpu_lm_head, prefix_generate
 from tansaku.trainer.prefix_train import SharedPrefix
 from tansaku.trainer.recipes import load_recipe
 from tansaku.trainer.rl import build_rl_trainer
@@ -55,6 +58,7 @@ VARIANTS = {
     "trl-lm-head": {},  # TRL's own fused LM head on CPU instead of tansaku.trainer.cpu_lm_head (see profile())
     "autocast-generation": {"bf16_generation_copy": False},  # the fp32 policy generates under autocast
     "unshared-training": {},  # every micro-batch runs its whole prompt (see profile())
+    "dynamic-cache": {},  # transformers' DynamicCache in generation instead of the in-place one (see profile())
 }
 ROWS = ("generation (total)", "  prefill forwards", "  decode forwards", "  tool execution", "rewards",
         "old/ref log-probs (no grad)", "training forward", "backward", "optimizer step", "other")
@@ -122,6 +126,8 @@ def instrument(trainer, timers: Timers) -> None:
         trainer._get_per_token_logps_and_entropies, "",
         pick=lambda *a, **k: "training forward" if torch.is_grad_enabled() else "old/ref log-probs (no grad)")
     trainer.accelerator.backward = timers.wrap(trainer.accelerator.backward, "backward")
+    if getattr(trainer, "shared_prefix", None) is not None:  # the shared prompt tokens' backward, once a step
+        trainer.shared_prefix.flush = timers.wrap(trainer.shared_prefix.flush, "backward")
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
@@ -177,11 +183,14 @@ def profile(variant: str, args) -> dict:
     keep_trl_head = mock.patch.object(cpu_lm_head, "handles", lambda model: False)
     with keep_trl_head if variant == "trl-lm-head" else nullcontext():
         trainer = build_rl_trainer(recipe)
+    # The ablation of the in-place KV cache: generate gets the cache it had (None: its own DynamicCache).
+    dynamic = mock.patch.object(prefix_generate, "growing_cache", lambda config, cache=None: cache)
     timers = Timers()
     instrument(trainer, timers)
     # The ablation of the shared-prompt training forward: no call is served, each takes the full forward.
     unshared = mock.patch.object(SharedPrefix, "usable", lambda self, extra: False)
-    with timed_tools(timers), unshared if variant == "unshared-training" else nullcontext():
+    with (timed_tools(timers), unshared if variant == "unshared-training" else nullcontext(),
+          dynamic if variant == "dynamic-cache" else nullcontext()):
         trainer.train()
     steps = max(trainer.state.global_step, 1)
     per_step = {name: seconds / steps for name, seconds in timers.seconds.items()}

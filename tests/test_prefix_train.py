@@ -32,13 +32,14 @@ def _pair():
     return theirs, ours, shared
 
 
-def _rollouts(prompt_lengths, completion_lengths):
+def _rollouts(prompt_lengths, completion_lengths, generations=1):
     """A rollout batch as TRL lays it out: [left padding][prompt][completion][right padding], labels on the
-    completion only."""
+    completion only; each prompt ``generations`` times in a row (a GRPO group)."""
     head = torch.randint(3, 300, (SHARED,))
     prompts, masks, rows = [], [], []
-    for own, done in zip(prompt_lengths, completion_lengths):
-        prompt = torch.cat([torch.zeros(WIDTH - own, dtype=torch.long), head, torch.randint(3, 300, (own,))])
+    questions = [torch.randint(3, 300, (own,)) for own in prompt_lengths[::generations]]
+    for k, (own, done) in enumerate(zip(prompt_lengths, completion_lengths)):
+        prompt = torch.cat([torch.zeros(WIDTH - own, dtype=torch.long), head, questions[k // generations]])
         prompts.append(prompt)
         masks.append((torch.arange(len(prompt)) >= WIDTH - own).long())
         rows.append((prompt, done))
@@ -58,12 +59,17 @@ def _micro_batches(batch, size):
     return [tuple(torch.stack(parts) for parts in zip(*batch[s:s + size])) for s in range(0, len(batch), size)]
 
 
-@pytest.mark.parametrize("size", [1, 2])
-def test_micro_batches_and_a_flush_give_trls_log_probs_and_summed_gradients(size):
+@pytest.mark.parametrize(("size", "generations"), [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_micro_batches_and_a_flush_give_trls_log_probs_and_summed_gradients(size, generations):
     theirs, ours, shared = _pair()
-    prompt_ids, prompt_mask, batch = _rollouts([5, 12, 1, 9], [14, 6, 10, 1])
+    lengths = [5, 12, 1, 9] if generations == 1 else [5, 5, 9, 9]
+    prompt_ids, prompt_mask, batch = _rollouts(lengths, [14, 6, 10, 1], generations)
+    if generations == 2:
+        batch = [batch[i] for i in (0, 2, 1, 3)]  # TRL shuffles the rollouts before splitting micro-batches
     shared.set_rollouts(prompt_ids, prompt_mask)
-    assert len(shared.tokens) == SHARED
+    # one prompt per rollout: the system turn; GRPO groups: each group's prompt but its last token
+    expected = [SHARED] if generations == 1 else [SHARED + 9 - 1, SHARED + 5 - 1]
+    assert [len(p.tokens) for p in shared.prefixes] == expected
     outs = {"theirs": [], "ours": []}
     for name, model in (("theirs", theirs), ("ours", ours)):
         for ids, mask, labels in _micro_batches(batch, size):
@@ -71,9 +77,9 @@ def test_micro_batches_and_a_flush_give_trls_log_probs_and_summed_gradients(size
             (out.loss / len(batch)).backward()
             outs[name].append(out)
             if name == "ours":
-                assert shared.leaves  # the micro-batch ran over the shared tokens' cache
+                assert any(p.leaves for p in shared.prefixes)  # the micro-batch ran over a prefix's cache
     shared.flush()
-    assert not shared.leaves and all(p.grad is not None for p in ours.parameters())
+    assert not any(p.leaves for p in shared.prefixes) and all(p.grad is not None for p in ours.parameters())
     for a, b in zip(outs["theirs"], outs["ours"]):
         assert torch.equal(a.label_mask, b.label_mask)
         assert torch.allclose(a.log_probs, b.log_probs, atol=1e-5)
@@ -90,7 +96,7 @@ def test_without_the_flush_the_shared_tokens_gradient_is_missing():
         for ids, mask, labels in _micro_batches(batch, 1):
             model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True).loss.backward()
     grad = ours.model.embed_tokens.weight.grad
-    head = shared.tokens.unique()
+    head = shared.prefixes[0].tokens.unique()
     assert not torch.allclose(grad[head], theirs.model.embed_tokens.weight.grad[head])  # flush is what adds it
     shared.flush()
     assert torch.allclose(grad[head], theirs.model.embed_tokens.weight.grad[head], atol=1e-6, rtol=1e-4)
@@ -124,4 +130,4 @@ def test_a_short_shared_part_is_not_shared():
     prompt_ids, prompt_mask, _ = _rollouts([4, 7], [5, 8])
     prompt_ids[1, WIDTH - 7 + 10] += 1  # the rows part after 10 shared tokens: below MIN_SHARED_TOKENS
     shared.set_rollouts(prompt_ids, prompt_mask)
-    assert shared.tokens is None
+    assert shared.prefixes == []

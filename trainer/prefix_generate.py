@@ -12,7 +12,8 @@ untouched) finds the tokens all rows of a call share after their padding, runs t
 their KV cache with the rows laid out as [shared tokens][padding][own tokens]. The layout is as wide as TRL's
 own, so TRL's ``prompt_length`` slicing of the output is unchanged; the attention mask hides the padding and
 generate numbers positions from the mask, so each row sees its text at the positions it had. The shared part is
-recomputed at every call (the weights change between steps), so nothing stale is ever reused.
+recomputed at every call (the weights change between steps), so nothing stale is ever reused. Its cache, and
+the one a call without a shared part gets, appends in place (``tansaku.core.llm.growing_cache``).
 
 Under fp32 the completions are token for token those of the plain call (``tests/test_prefix_generate.py``);
 under bf16 the other summation order can change a rounding, as batch composition already does.
@@ -21,6 +22,8 @@ under bf16 the other summation order can change a rounding, as batch composition
 from __future__ import annotations
 
 import functools
+
+from tansaku.core.llm.growing_cache import growing_cache
 
 MIN_SHARED_TOKENS = 32  # below this the extra forward costs more than it saves
 
@@ -53,7 +56,8 @@ def share_prompt_prefix(model, min_shared: int = MIN_SHARED_TOKENS):
             return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         shared = shared_prefix_length(input_ids, attention_mask)
         if shared < min_shared:
-            return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+            return generate(input_ids=input_ids, attention_mask=attention_mask, cache=growing_cache(model.config),
+                            **kwargs)
         return _generate_with_prefix(model, generate, input_ids, attention_mask, shared, kwargs)
 
     model.generate = generate_sharing_prefix
@@ -75,4 +79,4 @@ def _generate_with_prefix(model, generate, input_ids, attention_mask, shared: in
     with torch.no_grad():
         cache = model(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True).cache
     cache.batch_repeat_interleave(len(rows))
-    return generate(input_ids=ids, attention_mask=mask, cache=cache, **kwargs)
+    return generate(input_ids=ids, attention_mask=mask, cache=growing_cache(model.config, cache), **kwargs)

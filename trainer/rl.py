@@ -52,7 +52,6 @@ from tansaku.trainer.data import mix_by_ratio
 from tansaku.trainer.difficulty import Band, band_prompts, banded_rows
 from tansaku.trainer.model_card import name_base_model
 from tansaku.trainer.monitor import RewardWatchCallback
-from tansaku.trainer.prefix_generate import share_prompt_prefix
 from tansaku.trainer.readiness import check_readiness
 from tansaku.trainer.recipes import (
     Recipe,
@@ -194,6 +193,7 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
 
     from tansaku.trainer.cpu_lm_head import score_labelled_positions  # torch, trl: loaded with the trainer
     from tansaku.trainer.generation_copy import generate_with_bf16_copy
+    from tansaku.trainer.prefix_generate import share_prompt_prefix
 
     class ResumableGRPOTrainer(GRPOTrainer):
         """TRL's RepeatSampler draws each epoch's order from one generator, so a run resumed after the first

@@ -227,8 +227,11 @@ class TransformersClient(LLMClient):
                         seed) -> list[ChatResult]:
         import torch
 
+        from tansaku.core.llm.growing_cache import growing_cache  # transformers: loaded with the model
+
         model, tokenizer = self._model, self._tokenizer
         enc = self._inputs(prompts)
+        enc["cache"] = growing_cache(model.config, enc.get("cache"))  # decode appends in place
         sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {
             "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         if seed is not None:
