@@ -24,7 +24,8 @@ per micro-batch instead of 1), ``lora`` (LoRA r=16 on all linear layers), ``shor
 bf16 copy), ``unshared-training`` (every training micro-batch runs its whole prompt instead of
 ``tansaku.trainer.prefix_train``'s shared tokens once per optimizer step), ``dynamic-cache`` (rollouts with
 transformers' ``DynamicCache``, which copies the whole cache at every decode step, instead of
-``tansaku.core.llm.growing_cache``).
+``tansaku.core.llm.growing_cache``), ``no-turn-cache`` (each turn of TRL's tool loop prefills the episodes'
+whole contexts again instead of reusing the last turn's cache, ``tansaku.trainer.turn_cache``).
 Writes ``bench/results/gspo_profile.json`` and ``.md``.
 """
 
@@ -45,6 +46,7 @@ from tansaku.trainer import cpu_lm_head, prefix_generate
 from tansaku.trainer.prefix_train import SharedPrefix
 from tansaku.trainer.recipes import load_recipe
 from tansaku.trainer.rl import build_rl_trainer
+from tansaku.trainer.turn_cache import TurnCache
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TASK = "multihop_qa_compact"
@@ -55,10 +57,19 @@ VARIANTS = {
     "lora": {"use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "lora_target_modules": "all-linear",
              "learning_rate": 1e-4},
     "short": {"max_completion_length": 512},
-    "trl-lm-head": {},  # TRL's own fused LM head on CPU instead of tansaku.trainer.cpu_lm_head (see profile())
+    "trl-lm-head": {},  # TRL's own fused LM head on CPU instead of tansaku.trainer.cpu_lm_head (ABLATIONS)
     "autocast-generation": {"bf16_generation_copy": False},  # the fp32 policy generates under autocast
-    "unshared-training": {},  # every micro-batch runs its whole prompt (see profile())
-    "dynamic-cache": {},  # transformers' DynamicCache in generation instead of the in-place one (see profile())
+    "unshared-training": {},  # every micro-batch runs its whole prompt (ABLATIONS)
+    "dynamic-cache": {},  # transformers' DynamicCache in generation instead of the in-place one (ABLATIONS)
+    "no-turn-cache": {},  # each tool-loop turn prefills the episode's whole context again (ABLATIONS)
+}
+# Variants that put one of tansaku's CPU paths back to what TRL / transformers do, by patching it out for the
+# trainer's build and training (the recipe stays the same).
+ABLATIONS = {
+    "trl-lm-head": (cpu_lm_head, "handles", lambda model: False),  # TRL's fused forward stays in place
+    "unshared-training": (SharedPrefix, "usable", lambda self, extra: False),  # every call: the full forward
+    "dynamic-cache": (prefix_generate, "growing_cache", lambda config, cache=None: cache),  # generate's own cache
+    "no-turn-cache": (TurnCache, "plan", lambda self, rows: None),  # nothing kept between turns
 }
 ROWS = ("generation (total)", "  prefill forwards", "  decode forwards", "  tool execution", "rewards",
         "old/ref log-probs (no grad)", "training forward", "backward", "optimizer step", "other")
@@ -146,6 +157,14 @@ def instrument(trainer, timers: Timers) -> None:
     trainer.add_callback(StepClock())
 
 
+def ablation(variant: str):
+    """The variant's patch (``ABLATIONS``), or nothing."""
+    if variant not in ABLATIONS:
+        return nullcontext()
+    owner, name, replacement = ABLATIONS[variant]
+    return mock.patch.object(owner, name, replacement)
+
+
 @contextmanager
 def timed_tools(timers: Timers):
     search, open_doc = SearchEnvironment.search, SearchEnvironment.open_doc
@@ -179,19 +198,12 @@ def profile(variant: str, args) -> dict:
     recipe = load_recipe(path, kind="rl")
     for task in recipe.script_args.tasks:
         task.split = task.prompt_split()
-    # The ablation of the CPU LM head: its ``handles`` check says no, so TRL's fused forward stays in place.
-    keep_trl_head = mock.patch.object(cpu_lm_head, "handles", lambda model: False)
-    with keep_trl_head if variant == "trl-lm-head" else nullcontext():
+    with ablation(variant):
         trainer = build_rl_trainer(recipe)
-    # The ablation of the in-place KV cache: generate gets the cache it had (None: its own DynamicCache).
-    dynamic = mock.patch.object(prefix_generate, "growing_cache", lambda config, cache=None: cache)
-    timers = Timers()
-    instrument(trainer, timers)
-    # The ablation of the shared-prompt training forward: no call is served, each takes the full forward.
-    unshared = mock.patch.object(SharedPrefix, "usable", lambda self, extra: False)
-    with (timed_tools(timers), unshared if variant == "unshared-training" else nullcontext(),
-          dynamic if variant == "dynamic-cache" else nullcontext()):
-        trainer.train()
+        timers = Timers()
+        instrument(trainer, timers)
+        with timed_tools(timers):
+            trainer.train()
     steps = max(trainer.state.global_step, 1)
     per_step = {name: seconds / steps for name, seconds in timers.seconds.items()}
     accounted = sum(per_step.get(r, 0.0) for r in ("generation (total)", "rewards", "old/ref log-probs (no grad)",

@@ -1,4 +1,5 @@
-"""GRPO generation with transformers that computes the prompt part every episode shares once per call.
+"""GRPO generation with transformers that computes the prompt part every episode shares once per call, and
+an episode's earlier turns once per episode.
 
     from tansaku.trainer.prefix_generate import share_prompt_prefix
     share_prompt_prefix(trainer.model)   # build_rl_trainer does this unless the recipe sets share_prompt_prefix: false
@@ -12,8 +13,10 @@ untouched) finds the tokens all rows of a call share after their padding, runs t
 their KV cache with the rows laid out as [shared tokens][padding][own tokens]. The layout is as wide as TRL's
 own, so TRL's ``prompt_length`` slicing of the output is unchanged; the attention mask hides the padding and
 generate numbers positions from the mask, so each row sees its text at the positions it had. The shared part is
-recomputed at every call (the weights change between steps), so nothing stale is ever reused. Its cache, and
-the one a call without a shared part gets, appends in place (``tansaku.core.llm.growing_cache``).
+recomputed at every call (the weights change between steps), so nothing stale is ever reused. A call that
+continues the episodes of the call before it (the next turn of TRL's tool loop, with the same weights) reuses
+that call's cache instead, so it prefills only the tool results (``tansaku.trainer.turn_cache``). Every cache
+it hands generate appends in place (``tansaku.core.llm.growing_cache``).
 
 Under fp32 the completions are token for token those of the plain call (``tests/test_prefix_generate.py``);
 under bf16 the other summation order can change a rounding, as batch composition already does.
@@ -23,7 +26,10 @@ from __future__ import annotations
 
 import functools
 
+import torch
+
 from tansaku.core.llm.growing_cache import growing_cache
+from tansaku.trainer.turn_cache import TurnCache
 
 MIN_SHARED_TOKENS = 32  # below this the extra forward costs more than it saves
 
@@ -44,31 +50,49 @@ def shared_prefix_length(input_ids, attention_mask) -> int:
     return n
 
 
-def share_prompt_prefix(model, min_shared: int = MIN_SHARED_TOKENS):
-    """Replace ``model.generate`` by one that computes the batch's shared prompt tokens once (see module doc)."""
+def share_prompt_prefix(model, min_shared: int = MIN_SHARED_TOKENS, weights=None):
+    """Replace ``model.generate`` by one that computes the batch's shared prompt tokens once and reuses the last
+    call's cache for the next turn (see module doc). ``weights``: the module whose updates invalidate a kept
+    cache (default ``model``; a generation copy passes the training model it is refreshed from)."""
     generate = model.generate
+    turns = TurnCache(weights if weights is not None else model)
 
     @functools.wraps(generate)
     def generate_sharing_prefix(input_ids=None, attention_mask=None, **kwargs):
         config = kwargs.get("generation_config")
-        if (input_ids is None or attention_mask is None or input_ids.shape[0] < 2 or "cache" in kwargs
-                or "past_key_values" in kwargs or getattr(config, "cache_implementation", None)):
+        if (input_ids is None or attention_mask is None or "cache" in kwargs or "past_key_values" in kwargs
+                or getattr(config, "cache_implementation", None) or kwargs.get("return_dict_in_generate")
+                or getattr(config, "return_dict_in_generate", False)
+                or (getattr(config, "num_return_sequences", None) or 1) > 1):
+            turns.clear()
             return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        shared = shared_prefix_length(input_ids, attention_mask)
-        if shared < min_shared:
-            return generate(input_ids=input_ids, attention_mask=attention_mask, cache=growing_cache(model.config),
-                            **kwargs)
-        return _generate_with_prefix(model, generate, input_ids, attention_mask, shared, kwargs)
+        rows = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
+        plan = turns.plan(rows)
+        if plan is not None:
+            ids, mask, cache = _continuing_layout(rows, plan, turns.gathered(plan, model.config), attention_mask)
+        else:
+            ids, mask, cache = _shared_prefix_layout(model, rows, input_ids, attention_mask, min_shared)
+        out = generate(input_ids=ids, attention_mask=mask, cache=cache, return_dict_in_generate=True, **kwargs)
+        turns.keep(out.past_key_values, ids, mask, out.sequences, end_token_ids(model, config))
+        return torch.cat([input_ids, out.sequences[:, ids.shape[1]:]], dim=1)  # TRL slices at its own width
 
     model.generate = generate_sharing_prefix
     return model
 
 
-def _generate_with_prefix(model, generate, input_ids, attention_mask, shared: int, kwargs):
-    import torch
+def end_token_ids(model, config) -> list[int]:
+    eos = getattr(config, "eos_token_id", None)
+    eos = eos if eos is not None else model.generation_config.eos_token_id
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
+
+def _shared_prefix_layout(model, rows, input_ids, attention_mask, min_shared: int):
+    """[shared tokens][padding][own tokens] with the shared tokens' cache, or the batch as it came (fewer than
+    two rows, or less than ``min_shared`` shared) with an empty cache."""
+    shared = shared_prefix_length(input_ids, attention_mask) if len(rows) > 1 else 0
+    if shared < min_shared:
+        return input_ids, attention_mask, growing_cache(model.config)
     width = input_ids.shape[1]
-    rows = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
     prefix = rows[0][:shared].unsqueeze(0)
     ids = torch.zeros_like(input_ids)  # the padding's id does not matter: the mask hides it
     mask = torch.zeros_like(attention_mask)
@@ -79,4 +103,18 @@ def _generate_with_prefix(model, generate, input_ids, attention_mask, shared: in
     with torch.no_grad():
         cache = model(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True).cache
     cache.batch_repeat_interleave(len(rows))
-    return generate(input_ids=ids, attention_mask=mask, cache=growing_cache(model.config, cache), **kwargs)
+    return ids, mask, growing_cache(model.config, cache)
+
+
+def _continuing_layout(rows, plan, cache, attention_mask):
+    """[padding][tokens from the kept cache][padding][new tokens]: generate prefills only the new ones and
+    numbers positions from the mask, so each row's text keeps positions 0…"""
+    kept = max(plan.reused)
+    news = [row[n:] for row, n in zip(rows, plan.reused)]
+    width = kept + max(len(new) for new in news)
+    ids = rows[0].new_zeros(len(rows), width)
+    mask = attention_mask.new_zeros(len(rows), width)
+    for i, (row, n, new) in enumerate(zip(rows, plan.reused, news)):
+        ids[i, kept - n:kept], mask[i, kept - n:kept] = row[:n], 1
+        ids[i, width - len(new):], mask[i, width - len(new):] = new, 1
+    return ids, mask, cache

@@ -31,6 +31,7 @@ import torch
 from transformers import DynamicCache
 
 from tansaku.trainer.prefix_generate import MIN_SHARED_TOKENS
+from tansaku.trainer.turn_cache import common_length
 
 
 @dataclass
@@ -141,13 +142,6 @@ def shared_prefixes(rows: list[torch.Tensor], min_tokens: int) -> list[torch.Ten
         if n >= min_tokens:
             found.setdefault(tuple(rows[i][:n].tolist()), rows[i][:n])
     return sorted(found.values(), key=len, reverse=True)
-
-
-def common_length(a: torch.Tensor, b: torch.Tensor) -> int:
-    """How many leading tokens ``a`` and ``b`` share."""
-    n = min(len(a), len(b))
-    differ = (a[:n] != b[:n]).nonzero()
-    return int(differ[0]) if len(differ) else n
 
 
 def text_spans(attention_mask) -> list[tuple[int, int]] | None:

@@ -238,7 +238,7 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     )
     # Without vLLM: the system turn + tool schemas once per generate call, not per row; on CPU, by a bf16 copy
     sharing = recipe.script_args.share_prompt_prefix and not recipe.training_args.use_vllm
-    prefix = share_prompt_prefix if sharing else None
+    prefix = (lambda generator: share_prompt_prefix(generator, weights=trainer.model)) if sharing else None
     copied = recipe.script_args.bf16_generation_copy and generate_with_bf16_copy(trainer, wrap_copy=prefix)
     if prefix is not None and not copied:
         prefix(trainer.model)
