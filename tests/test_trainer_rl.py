@@ -288,3 +288,22 @@ def test_readiness_against_a_trl_vllm_server_posts_chat_completions_to_it(tmp_pa
         with urllib.request.urlopen(f"{url}/stats/last", timeout=5) as resp:
             assert json.loads(resp.read())["body"]["model"] == "Org/served-name"
     assert (tmp_path / "readiness" / "multihop_qa" / "report.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bf16", ["false", "true"])
+def test_the_cpu_paths_are_wired_into_the_trainer(tmp_path, envs_index, bf16):
+    """On CPU the trainer generates through the prefix / turn-cache wrapper (on a bf16 copy when the fp32 policy
+    trains under bf16) and its training forward shares the rollouts' prompts."""
+    from tansaku.trainer.prefix_train import SharedPrefix
+    from tansaku.trainer.recipes import load_recipe
+    from tansaku.trainer.rl import build_rl_trainer
+    from tansaku.trainer.turn_cache import TurnCache
+
+    recipe = load_recipe(RECIPE, ["--output_dir", str(tmp_path), *fixture_task(envs_index), "--bf16", bf16],
+                         kind="rl")
+    trainer = build_rl_trainer(recipe)
+    copy = getattr(trainer.model.generate, "bf16_copy", None)
+    assert (copy is not None) == (bf16 == "true")
+    assert isinstance(trainer.turns, TurnCache) and trainer.turns.weights is trainer.model
+    assert isinstance(trainer.shared_prefix, SharedPrefix)

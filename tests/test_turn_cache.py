@@ -84,7 +84,7 @@ def test_a_weight_update_drops_the_kept_cache():
     turns = TurnCache(model)
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=CONFIG, return_dict_in_generate=True)
-        turns.keep(out.past_key_values, ids, mask, out.sequences, [5])
+        turns.keep(out.cache, ids, mask, out.sequences, [5])
         rows = [row[m.bool()] for row, m in zip(*_next_turn(ids, mask, out.sequences, [0, 1], [3, 3]))]
         assert turns.plan(rows) is not None and turns.plan(rows).reused[0] >= 40
         model.lm_head.weight.add_(0.01)  # an optimizer step, in place

@@ -24,6 +24,7 @@ under bf16 the other summation order can change a rounding, as batch composition
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import torch
@@ -72,12 +73,24 @@ def share_prompt_prefix(model, min_shared: int = MIN_SHARED_TOKENS, weights=None
             ids, mask, cache = _continuing_layout(rows, plan, turns.gathered(plan, model.config), attention_mask)
         else:
             ids, mask, cache = _shared_prefix_layout(model, rows, input_ids, attention_mask, min_shared)
-        out = generate(input_ids=ids, attention_mask=mask, cache=cache, return_dict_in_generate=True, **kwargs)
-        turns.keep(out.past_key_values, ids, mask, out.sequences, end_token_ids(model, config))
+        out = generate(input_ids=ids, attention_mask=mask, cache=cache, **returning_the_cache(kwargs))
+        turns.keep(out.cache, ids, mask, out.sequences, end_token_ids(model, config))
         return torch.cat([input_ids, out.sequences[:, ids.shape[1]:]], dim=1)  # TRL slices at its own width
 
+    generate_sharing_prefix.turns = turns  # the trainer clears it once a rollout batch is done
     model.generate = generate_sharing_prefix
     return model
+
+
+def returning_the_cache(kwargs: dict) -> dict:
+    """``generate``'s arguments asking for its output with the cache (in the generation config when one is
+    passed: transformers deprecates mixing the two)."""
+    config = kwargs.get("generation_config")
+    if config is None:
+        return {**kwargs, "return_dict_in_generate": True}
+    config = copy.deepcopy(config)
+    config.return_dict_in_generate = True
+    return {**kwargs, "generation_config": config}
 
 
 def end_token_ids(model, config) -> list[int]:

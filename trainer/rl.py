@@ -210,8 +210,12 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
         # after the last micro-batch of an optimizer step, before the Trainer clips the gradients
         shared_prefix = None
 
+        turns = None  # tansaku.trainer.turn_cache: the last turn's KV cache, freed once the rollouts are done
+
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
+            if self.turns is not None:
+                self.turns.clear()
             if self.shared_prefix is not None:
                 self.shared_prefix.set_rollouts(output["prompt_ids"], output["prompt_mask"])
             return output
@@ -242,6 +246,8 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     copied = recipe.script_args.bf16_generation_copy and generate_with_bf16_copy(trainer, wrap_copy=prefix)
     if prefix is not None and not copied:
         prefix(trainer.model)
+    generator = getattr(trainer.model.generate, "bf16_copy", trainer.model)
+    trainer.turns = getattr(generator.generate, "turns", None)
     # on CPU: the LM head over the completion's positions only, the shared prompt tokens once per optimizer step
     trainer.shared_prefix = score_labelled_positions(trainer, share_prefix=recipe.script_args.share_prompt_prefix)
     return name_base_model(trainer, name, model)  # its model card names the base model, not None
