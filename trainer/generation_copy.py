@@ -7,11 +7,11 @@ RL at a learning rate of 1e-5 keeps fp32 master weights (``bf16: true`` without 
 round most updates away. Accelerate then runs every forward under bf16 autocast, and autocast drops its cache
 of cast weights when the outermost autocast region ends, which is every forward. So each decode step of TRL's
 ``model.generate`` casts all 135M weights again and runs the norms and the residual stream in fp32: on the
-2-core machine ~0.28 s per decode step of 16 rows, against ~0.17 s for the same model held in bf16
-(``bench/results/generation_copy.md``). This wrapper (an instance attribute over the model's ``generate``:
-TRL's code is untouched) keeps a bf16 copy of the weights, copies the training weights into it at the start
-of every call (one cast per call instead of one per decode step; the weights never change inside a call) and
-lets the copy generate. The rotary frequencies and other buffers stay as they were. Sampling in bf16 while
+2-core machine one 16-episode GSPO step spent 98.6 s in decode forwards that way, against 47.7 s with this
+copy (``bench/results/gspo_profile_shared_training.md``, ``autocast-generation`` vs ``full``). This
+wrapper (an instance attribute over the model's ``generate``: TRL's code is untouched) keeps a bf16 copy of
+the weights, copies the training weights into it at the start of every call (one cast per call instead of one
+per decode step; the weights never change inside a call) and lets the copy generate. The rotary frequencies and other buffers stay as they were. Sampling in bf16 while
 training in fp32 is what every vLLM-backed GRPO run does; TRL recomputes the log-probs it trains on with the
 training model, so the loss is unchanged. LoRA models, models whose weights are not fp32 and other devices
 keep TRL's generate.

@@ -5,10 +5,9 @@ an episode's earlier turns once per episode.
     share_prompt_prefix(trainer.model)   # build_rl_trainer does this unless the recipe sets share_prompt_prefix: false
 
 Without vLLM, TRL's GRPOTrainer generates each turn with ``model.generate`` over the left-padded batch of every
-active episode's whole context. Those contexts all begin with the same system turn and tool schemas (~530 of
-a compact episode's ~800 prompt tokens on the tiny model's tokenizer), and a multi-turn episode pays for them
-again at every turn: in the profile of one 16-episode GSPO step (``bench/gspo_profile.py``) prefill was 35k
-tokens, a fifth of the step. This wrapper of the model's ``generate`` (an instance attribute: TRL's code is
+active episode's whole context. Those contexts all begin with the same system turn and tool schemas (most
+of a compact prompt), and a multi-turn episode pays for them again at every turn: in the first profile of one
+16-episode GSPO step (``bench/gspo_profile.py``, 2026-12-01) prefill was 37k tokens, a fifth of the step. This wrapper of the model's ``generate`` (an instance attribute: TRL's code is
 untouched) finds the tokens all rows of a call share after their padding, runs them once, and hands generate
 their KV cache with the rows laid out as [shared tokens][padding][own tokens]. The layout is as wide as TRL's
 own, so TRL's ``prompt_length`` slicing of the output is unchanged; the attention mask hides the padding and

@@ -5,7 +5,7 @@
     hidden, computed = shared.hidden_states(input_ids, attention_mask)   # in each micro-batch's forward
     shared.flush()                        # after the last micro-batch's backward, before gradient clipping
 
-The G rollouts of one GRPO prompt share the whole prompt (~800 of a compact episode's ~1.2k tokens on the tiny
+The G rollouts of one GRPO prompt share the whole prompt (~450 of a compact episode's ~1.1k tokens on the tiny
 model), and all prompts share the system turn. TRL's training forward runs one micro-batch per rollout (16 per
 optimizer step in the efficacy recipe), so those tokens go through forward and backward once per rollout with
 the same weights. Here each rollout's longest prefix in common with another rollout of the batch (the group's
