@@ -29,7 +29,7 @@ import functools
 import torch
 
 from tansaku.core.llm.growing_cache import growing_cache
-from tansaku.trainer.turn_cache import TurnCache
+from tansaku.trainer.turn_cache import TurnCache, common_length
 
 MIN_SHARED_TOKENS = 32  # below this the extra forward costs more than it saves
 
@@ -44,18 +44,16 @@ def shared_prefix_length(input_ids, attention_mask) -> int:
     """
     rows = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
     shortest = min(len(r) for r in rows)
-    n = 0
-    while n < shortest - 1 and all(r[n] == rows[0][n] for r in rows[1:]):
-        n += 1
-    return n
+    return min(min((common_length(rows[0], r) for r in rows[1:]), default=shortest), shortest - 1)
 
 
-def share_prompt_prefix(model, min_shared: int = MIN_SHARED_TOKENS, weights=None):
+def share_prompt_prefix(model, min_shared: int = MIN_SHARED_TOKENS, turns: TurnCache | None = None):
     """Replace ``model.generate`` by one that computes the batch's shared prompt tokens once and reuses the last
-    call's cache for the next turn (see module doc). ``weights``: the module whose updates invalidate a kept
-    cache (default ``model``; a generation copy passes the training model it is refreshed from)."""
+    call's cache for the next turn (see module doc). ``turns``: where that cache is kept (default: a
+    ``TurnCache`` over ``model``'s weights; a generation copy passes one over the training model it is refreshed
+    from, which the trainer also clears once the rollouts are done)."""
     generate = model.generate
-    turns = TurnCache(weights if weights is not None else model)
+    turns = turns if turns is not None else TurnCache(model)
 
     @functools.wraps(generate)
     def generate_sharing_prefix(input_ids=None, attention_mask=None, **kwargs):
@@ -69,14 +67,13 @@ def share_prompt_prefix(model, min_shared: int = MIN_SHARED_TOKENS, weights=None
         rows = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
         plan = turns.plan(rows)
         if plan is not None:
-            ids, mask, cache = _continuing_layout(rows, plan, turns.gathered(plan, model.config), attention_mask)
+            ids, mask, cache = _continuing_layout(rows, plan, turns.gathered(plan), attention_mask)
         else:
             ids, mask, cache = _shared_prefix_layout(model, rows, input_ids, attention_mask, min_shared)
         out = generate(input_ids=ids, attention_mask=mask, cache=cache, **returning_the_cache(kwargs))
         turns.keep(out.cache, ids, mask, out.sequences, end_token_ids(model, config))
         return torch.cat([input_ids, out.sequences[:, ids.shape[1]:]], dim=1)  # TRL slices at its own width
 
-    generate_sharing_prefix.turns = turns  # the trainer clears it once a rollout batch is done
     model.generate = generate_sharing_prefix
     return model
 

@@ -194,6 +194,7 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     from tansaku.trainer.cpu_lm_head import score_labelled_positions  # torch, trl: loaded with the trainer
     from tansaku.trainer.generation_copy import generate_with_bf16_copy
     from tansaku.trainer.prefix_generate import share_prompt_prefix
+    from tansaku.trainer.turn_cache import TurnCache
 
     class ResumableGRPOTrainer(GRPOTrainer):
         """TRL's RepeatSampler draws each epoch's order from one generator, so a run resumed after the first
@@ -209,7 +210,6 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
         # tansaku.trainer.prefix_train: which prompt tokens a rollout batch shares, and their gradient added
         # after the last micro-batch of an optimizer step, before the Trainer clips the gradients
         shared_prefix = None
-
         turns = None  # tansaku.trainer.turn_cache: the last turn's KV cache, freed once the rollouts are done
 
         def _generate_and_score_completions(self, inputs):
@@ -242,12 +242,15 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     )
     # Without vLLM: the system turn + tool schemas once per generate call, not per row; on CPU, by a bf16 copy
     sharing = recipe.script_args.share_prompt_prefix and not recipe.training_args.use_vllm
-    prefix = (lambda generator: share_prompt_prefix(generator, weights=trainer.model)) if sharing else None
-    copied = recipe.script_args.bf16_generation_copy and generate_with_bf16_copy(trainer, wrap_copy=prefix)
-    if prefix is not None and not copied:
+    trainer.turns = TurnCache(trainer.model) if sharing else None  # kept across turns while the weights stay
+
+    def prefix(generator):
+        share_prompt_prefix(generator, turns=trainer.turns)
+
+    copied = recipe.script_args.bf16_generation_copy and generate_with_bf16_copy(
+        trainer, wrap_copy=prefix if sharing else None)
+    if sharing and not copied:
         prefix(trainer.model)
-    generator = getattr(trainer.model.generate, "bf16_copy", trainer.model)
-    trainer.turns = getattr(generator.generate, "turns", None)
     # on CPU: the LM head over the completion's positions only, the shared prompt tokens once per optimizer step
     trainer.shared_prefix = score_labelled_positions(trainer, share_prefix=recipe.script_args.share_prompt_prefix)
     return name_base_model(trainer, name, model)  # its model card names the base model, not None

@@ -2,7 +2,8 @@
 
     turns = TurnCache(weights=trainer.model)
     plan = turns.plan(rows)            # rows: each episode's unpadded context; None: nothing to reuse
-    turns.keep(cache, ids, mask, width, sequences, eos_ids)   # after every call
+    cache = turns.gathered(plan)       # the reused keys and values, to hand generate
+    turns.keep(cache, ids, mask, sequences, eos_ids)   # after every call
 
 TRL's GRPO tool loop generates a turn, runs the tools, and calls ``generate`` again with each episode's whole
 context: its earlier tokens, concatenated as ids (no re-tokenizing), then the tool result. Without vLLM that
@@ -66,7 +67,7 @@ class TurnCache:
             plan.reused.append(length if length >= self.min_reused else 0)
         return plan if any(plan.reused) else None
 
-    def gathered(self, plan: Plan, config) -> DynamicCache:
+    def gathered(self, plan: Plan) -> DynamicCache:
         """A cache of ``max(plan.reused)`` columns: each row's reused keys and values right-aligned, zeros (masked)
         before them."""
         width, batch = max(plan.reused), len(plan.rows)
@@ -89,10 +90,11 @@ class TurnCache:
         generate returned (that layout, then the new tokens)."""
         width, filled = ids.shape[1], cache.get_seq_length()
         texts, columns = [], []
+        eos = torch.tensor(eos_ids, device=sequences.device)
         for i in range(len(ids)):
             own = mask[i].bool().nonzero().squeeze(1)
             new = sequences[i, width:]
-            ends = torch.isin(new, torch.tensor(eos_ids, device=new.device)).nonzero()
+            ends = torch.isin(new, eos).nonzero()
             count = int(ends[0]) + 1 if len(ends) else len(new)  # up to its end token: later ones are padding
             cols = torch.cat([own, torch.arange(width, width + count, device=own.device)])
             cols = cols[cols < filled]  # the last sampled token was never run through the model
