@@ -57,8 +57,8 @@ METRICS = ("pass@1", "reward", "tool_calls", "entropy")
 START = time.time()
 # The held-out protocol is fixed for the whole experiment: its first models were evaluated before the
 # transformers backend reused the system turn's KV cache, and in bf16 that reuse changes rounding (a token
-# here and there), so every model of this experiment is evaluated without it.
-EVAL_CLIENT = {"prefix_cache": False}
+# here and there), so every model of this experiment is evaluated without it, nor the last turn's caches.
+EVAL_CLIENT = {"prefix_cache": False, "turn_cache": False}
 # ... and in bf16, trained and evaluated (its first models were made on CPUs with native bf16, ~2x fp32 there).
 DTYPE = "bfloat16"
 # The two methods compared, as GRPOConfig keys: GSPO's sequence-level ratio with the paper's tight clip, and

@@ -25,7 +25,7 @@ bf16 copy), ``unshared-training`` (every training micro-batch runs its whole pro
 ``tansaku.trainer.prefix_train``'s shared tokens once per optimizer step), ``dynamic-cache`` (rollouts with
 transformers' ``DynamicCache``, which copies the whole cache at every decode step, instead of
 ``tansaku.core.llm.growing_cache``), ``no-turn-cache`` (each turn of TRL's tool loop prefills the episodes'
-whole contexts again instead of reusing the last turn's cache, ``tansaku.trainer.turn_cache``).
+whole contexts again instead of reusing the last turn's cache, ``tansaku.core.llm.turn_cache``).
 Writes ``bench/results/gspo_profile.json`` and ``.md``.
 """
 
@@ -41,12 +41,12 @@ from unittest import mock
 
 import yaml
 
+from tansaku.core.llm.turn_cache import TurnCache
 from tansaku.envs.environments import SearchEnvironment
 from tansaku.trainer import cpu_lm_head, prefix_generate
 from tansaku.trainer.prefix_train import SharedPrefix
 from tansaku.trainer.recipes import load_recipe
 from tansaku.trainer.rl import build_rl_trainer
-from tansaku.trainer.turn_cache import TurnCache
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TASK = "multihop_qa_compact"

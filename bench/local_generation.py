@@ -24,7 +24,9 @@ Loading and one warm-up generate are excluded on both sides. Tokens are counted 
 and including the first ``<|im_end|>``, at most ``--max-tokens`` (this tokenizer's pad token *is*
 ``<|im_end|>``, so counting non-pad tokens would drop every finished answer's end token, which
 ``ChatResult.tokens`` counts). ``--ablate`` adds a row per stage: a second tansaku client with
-``prefix_cache=False`` replaying every call too.
+``prefix_cache=False`` and ``turn_cache=False`` replaying every call too. ``--model`` takes a model that calls
+the search tool (an SFT start), so the agent check runs several turns and the next turn's reuse of the last
+call's caches (``tansaku.core.llm.turn_cache``) is measured too.
 """
 
 from __future__ import annotations
@@ -194,21 +196,26 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--dtype", default=fast_dtype())
-    parser.add_argument("--ablate", action="store_true", help="also replay every call with prefix_cache=False")
+    parser.add_argument("--model", help="a model folder (default: the tiny model); one that calls the search "
+                        "tool (an SFT start) makes the agent check multi-turn")
+    parser.add_argument("--ablate", action="store_true",
+                        help="also replay every call with no KV cache reused (prefix_cache and turn_cache off)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    model_dir = tiny_model_dir()
+    model_dir = args.model or tiny_model_dir()
     dataset, index = multihop_set(args.work)  # before any timing: building is not generating
 
-    def client(prefix_cache: bool = True):
+    def client(reuse: bool = True):
         c = from_spec(f"transformers:{model_dir}", dtype=args.dtype, batch_size=args.batch_size, cache=False,
-                      prefix_cache=prefix_cache)
+                      prefix_cache=reuse, turn_cache=reuse)
         c._load()  # loading is not generation: both sides start with the weights in memory
         c.chat(WARMUP)  # first-call costs (kernels, thread pools) paid outside the timing, as for the peer
         c._prefixes.clear()  # so no measured prefix is precomputed
+        if c._turns is not None:
+            c._turns.clear()  # nor a measured turn continued from the warm-up
         return c
 
-    tansaku, ablation = client(), client(prefix_cache=False) if args.ablate else None
+    tansaku, ablation = client(), client(reuse=False) if args.ablate else None
     peer = PlainLoop(model_dir, args.dtype)
     peer.generate([peer.render(WARMUP[0])], 4)
     log("models loaded; synthesis")
@@ -236,7 +243,7 @@ def main(argv: list[str] | None = None) -> str:
         lines.append(row(label, timed, timed.ours))
     if ablation is not None:
         for label, timed in stages:
-            lines.append(row(f"{label.split(' (')[0]}, tansaku prefix_cache=False", timed, timed.ablated))
+            lines.append(row(f"{label.split(' (')[0]}, tansaku reusing no KV cache", timed, timed.ablated))
     stops = sorted({t.stop_reason for t in trajectories})
     notes = [f"model {model_dir} ({args.dtype}), batch {args.batch_size}, max_tokens {args.max_tokens}, greedy",
              "peer padding (share of input positions): " + ", ".join(

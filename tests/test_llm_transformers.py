@@ -11,6 +11,10 @@ from tansaku.core.llm import ChatRequest, ResponseCache, from_spec
 
 pytestmark = pytest.mark.slow
 
+AGENT_SYSTEM = {"role": "system", "content": "あなたは検索エージェントです。{{答え}} の形で答えてください。"}
+SEARCH_TOOLS = [{"type": "function", "function": {"name": "search", "description": "文書を検索する", "parameters": {
+    "type": "object", "properties": {"query": {"type": "string"}}}}}]
+
 
 def ask(text: str, **kw) -> ChatRequest:
     return ChatRequest(messages=[{"role": "user", "content": text}], **kw)
@@ -72,10 +76,7 @@ def test_the_shared_system_turn_comes_from_its_kv_cache_and_changes_no_output(ti
     """fp32, greedy: a batch sharing the system turn (with tool schemas) generates exactly what the plain
     left-padded batch generates; the turn is tokenized once, and a batch without a shared first turn (or with
     prefix_cache off) goes the plain way."""
-    system = {"role": "system", "content": "あなたは検索エージェントです。{{答え}} の形で答えてください。"}
-    tools = [{"type": "function", "function": {"name": "search", "description": "文書を検索する",
-                                               "parameters": {"type": "object",
-                                                              "properties": {"query": {"type": "string"}}}}}]
+    system, tools = AGENT_SYSTEM, SEARCH_TOOLS
     questions = ["白砂市の市長は誰？", "北浜県の県庁所在地はどこですか？ 詳しく教えてください。", "Hi"]
     requests = [ChatRequest(messages=[system, {"role": "user", "content": q}], tools=tools, max_tokens=12)
                 for q in questions]
@@ -135,3 +136,41 @@ def test_requests_are_batched_by_first_turn_and_length_without_changing_outputs(
     with_cache, without = cached.chat(requests), plain.chat(requests)
     assert [r.content for r in with_cache] == [r.content for r in without]
     assert len(cached._prefixes) == 2 and None not in cached._prefixes.values()
+
+
+def test_the_next_turn_reuses_the_last_calls_caches_and_changes_no_output(tiny_model_path):
+    """fp32, greedy: a second turn (each episode's context + its answer + a tool result, sent in another order
+    and batched differently) generates what the plain client generates, while its prefill covers only what
+    follows each episode's first prompt."""
+    import functools
+
+    system, tools = AGENT_SYSTEM, SEARCH_TOOLS
+    questions = ["白砂市の市長は誰？", "北浜県の県庁所在地はどこですか？ 詳しく教えてください。", "月見坂とは？"]
+    first = [ChatRequest(messages=[system, {"role": "user", "content": q}], tools=tools, max_tokens=12)
+             for q in questions]
+
+    def two_turns(**options):
+        client = from_spec("transformers:tiny", cache=False, batch_size=2, **options)
+        client._load()
+        answers = client.chat(first)
+        second = [ChatRequest(messages=[*r.messages, {"role": "assistant", "content": a.content},
+                                        {"role": "tool", "content": "白砂市の市長は山田太郎です。" * (i + 1)}],
+                              tools=tools, max_tokens=12) for i, (r, a) in enumerate(zip(first, answers))][::-1]
+        widths, forward = [], client._model.forward
+
+        @functools.wraps(forward)
+        def counting(*args, **kwargs):
+            widths.append(kwargs["input_ids"].shape[1])
+            return forward(*args, **kwargs)
+
+        client._model.forward = counting
+        return client, second, [a.content for a in answers], [r.content for r in client.chat(second)], widths
+
+    client, second, answers, replies, widths = two_turns()
+    _, _, plain_answers, plain_replies, plain_widths = two_turns(turn_cache=False)
+    assert answers == plain_answers and replies == plain_replies and all(replies)
+    tokens = [len(client._tokenizer(client._prompt(r), add_special_tokens=False)["input_ids"]) for r in first]
+    grown = [len(client._tokenizer(client._prompt(r), add_special_tokens=False)["input_ids"]) for r in second]
+    new = max(g - t for g, t in zip(grown, tokens[::-1]))
+    assert max(widths) <= new < max(plain_widths)  # no batch prefilled an earlier prompt again
+    assert len(client._turns.kept) == 2 and not client._turns.keeping  # this call's batches, kept for the next

@@ -155,7 +155,10 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
     # Resume in a fresh folder from checkpoint-2: it must continue at step 3 with step 3's prompts.
     resumed = tmp_path / "resumed"
     resumed.mkdir()
-    shutil.copytree(first / "checkpoint-2", resumed / "checkpoint-2")
+    shutil.move(first / "checkpoint-2", resumed / "checkpoint-2")
+    # The first run's other weights are read no more: ~2 GB a CI disk need not hold while the resume writes its own.
+    shutil.rmtree(first / "checkpoint-3")
+    (first / "model.safetensors").unlink()
     again = run_rl(RECIPE, ["--output_dir", str(resumed), "--max_steps", "3", "--resume_from_checkpoint", "latest",
                             *common])
     assert again["global_step"] == 3
@@ -295,10 +298,10 @@ def test_readiness_against_a_trl_vllm_server_posts_chat_completions_to_it(tmp_pa
 def test_the_cpu_paths_are_wired_into_the_trainer(tmp_path, envs_index, bf16):
     """On CPU the trainer generates through the prefix / turn-cache wrapper (on a bf16 copy when the fp32 policy
     trains under bf16) and its training forward shares the rollouts' prompts."""
+    from tansaku.core.llm.turn_cache import TurnCache
     from tansaku.trainer.prefix_train import SharedPrefix
     from tansaku.trainer.recipes import load_recipe
     from tansaku.trainer.rl import build_rl_trainer
-    from tansaku.trainer.turn_cache import TurnCache
 
     recipe = load_recipe(RECIPE, ["--output_dir", str(tmp_path), *fixture_task(envs_index), "--bf16", bf16],
                          kind="rl")

@@ -1,4 +1,4 @@
-"""The kept cache of TRL's tool-loop turns (``trainer/turn_cache.py`` through ``prefix_generate``): the next turn
+"""The kept cache of TRL's tool-loop turns (``core/llm/turn_cache.py`` through ``prefix_generate``): the next turn
 gives the plain generate's tokens (fp32) while prefilling only what is new, and a weight update drops it.
 
 Run: pytest tests/test_turn_cache.py -q
@@ -11,8 +11,8 @@ import functools
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+from tansaku.core.llm.turn_cache import TurnCache
 from tansaku.trainer.prefix_generate import share_prompt_prefix
-from tansaku.trainer.turn_cache import TurnCache
 
 NEW = 7
 CONFIG = GenerationConfig(max_new_tokens=NEW, do_sample=False, pad_token_id=0, eos_token_id=5)
@@ -85,7 +85,8 @@ def test_a_weight_update_drops_the_kept_cache():
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=CONFIG, return_dict_in_generate=True)
         turns.keep(out.cache, ids, mask, out.sequences, [5])
+        turns.end_call()
         rows = [row[m.bool()] for row, m in zip(*_next_turn(ids, mask, out.sequences, [0, 1], [3, 3]))]
         assert turns.plan(rows) is not None and turns.plan(rows).reused[0] >= 40
         model.lm_head.weight.add_(0.01)  # an optimizer step, in place
-        assert turns.plan(rows) is None and turns.kept is None
+        assert turns.plan(rows) is None and turns.kept == []

@@ -14,7 +14,7 @@ own, so TRL's ``prompt_length`` slicing of the output is unchanged; the attentio
 generate numbers positions from the mask, so each row sees its text at the positions it had. The shared part is
 recomputed at every call (the weights change between steps), so nothing stale is ever reused. A call that
 continues the episodes of the call before it (the next turn of TRL's tool loop, with the same weights) reuses
-that call's cache instead, so it prefills only the tool results (``tansaku.trainer.turn_cache``). Every cache
+that call's cache instead, so it prefills only the tool results (``tansaku.core.llm.turn_cache``). Every cache
 it hands generate appends in place (``tansaku.core.llm.growing_cache``).
 
 Under fp32 the completions are token for token those of the plain call (``tests/test_prefix_generate.py``);
@@ -29,7 +29,7 @@ import functools
 import torch
 
 from tansaku.core.llm.growing_cache import growing_cache
-from tansaku.trainer.turn_cache import TurnCache, common_length
+from tansaku.core.llm.turn_cache import TurnCache, common_length, continuing_layout
 
 MIN_SHARED_TOKENS = 32  # below this the extra forward costs more than it saves
 
@@ -67,11 +67,12 @@ def share_prompt_prefix(model, min_shared: int = MIN_SHARED_TOKENS, turns: TurnC
         rows = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
         plan = turns.plan(rows)
         if plan is not None:
-            ids, mask, cache = _continuing_layout(rows, plan, turns.gathered(plan), attention_mask)
+            ids, mask, cache = continuing_layout(rows, plan, turns.gathered(plan), attention_mask)
         else:
             ids, mask, cache = _shared_prefix_layout(model, rows, input_ids, attention_mask, min_shared)
         out = generate(input_ids=ids, attention_mask=mask, cache=cache, **returning_the_cache(kwargs))
         turns.keep(out.cache, ids, mask, out.sequences, end_token_ids(model, config))
+        turns.end_call()
         return torch.cat([input_ids, out.sequences[:, ids.shape[1]:]], dim=1)  # TRL slices at its own width
 
     model.generate = generate_sharing_prefix
@@ -114,16 +115,3 @@ def _shared_prefix_layout(model, rows, input_ids, attention_mask, min_shared: in
     cache.batch_repeat_interleave(len(rows))
     return ids, mask, growing_cache(model.config, cache)
 
-
-def _continuing_layout(rows, plan, cache, attention_mask):
-    """[padding][tokens from the kept cache][padding][new tokens]: generate prefills only the new ones and
-    numbers positions from the mask, so each row's text keeps positions 0…"""
-    kept = max(plan.reused)
-    news = [row[n:] for row, n in zip(rows, plan.reused)]
-    width = kept + max(len(new) for new in news)
-    ids = rows[0].new_zeros(len(rows), width)
-    mask = attention_mask.new_zeros(len(rows), width)
-    for i, (row, n, new) in enumerate(zip(rows, plan.reused, news)):
-        ids[i, kept - n:kept], mask[i, kept - n:kept] = row[:n], 1
-        ids[i, width - len(new):], mask[i, width - len(new):] = new, 1
-    return ids, mask, cache

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from tansaku.core.llm.turn_cache import common_length
 from tansaku.trainer.prefix_generate import MIN_SHARED_TOKENS
-from tansaku.trainer.turn_cache import common_length
 
 
 @dataclass

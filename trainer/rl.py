@@ -191,10 +191,10 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     ``bands``: only the prompts difficulty banding kept."""
     from trl import GRPOTrainer, get_quantization_config
 
+    from tansaku.core.llm.turn_cache import TurnCache
     from tansaku.trainer.cpu_lm_head import score_labelled_positions  # torch, trl: loaded with the trainer
     from tansaku.trainer.generation_copy import generate_with_bf16_copy
     from tansaku.trainer.prefix_generate import share_prompt_prefix
-    from tansaku.trainer.turn_cache import TurnCache
 
     class ResumableGRPOTrainer(GRPOTrainer):
         """TRL's RepeatSampler draws each epoch's order from one generator, so a run resumed after the first
@@ -210,7 +210,7 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
         # tansaku.trainer.prefix_train: which prompt tokens a rollout batch shares, and their gradient added
         # after the last micro-batch of an optimizer step, before the Trainer clips the gradients
         shared_prefix = None
-        turns = None  # tansaku.trainer.turn_cache: the last turn's KV cache, freed once the rollouts are done
+        turns = None  # tansaku.core.llm.turn_cache: the last turn's KV cache, freed once the rollouts are done
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)

@@ -18,6 +18,11 @@ prompt, the same in every episode) is computed once and its KV cache reused by e
 differs. The split is made only where the tokens are the same either way (checked once per prefix). With the cache
 on, a call's requests are batched by first turn (tool-description variants give a few) and by length.
 
+A call that continues the episodes of the call before it (the next turn of an agent loop: evaluation, solvability
+checks, teacher rollouts) reuses that call's KV caches (``turn_cache=True``, ``tansaku.core.llm.turn_cache``):
+each request's longest token prefix in common with a row generated last call is gathered from there, so the
+batch prefills only the tool result and what the template writes around it, not the whole context again.
+
 ``json_schema`` is not enforced by decoding here (no guided decoding in plain ``generate``): the schema
 is appended to the system prompt as an instruction and callers parse with ``parse_json``.
 """
@@ -70,7 +75,7 @@ class TransformersClient(LLMClient):
     backend = "transformers"
 
     def __init__(self, path: str, cache=None, batch_size: int = 8, dtype: str = "float32", device: str = "cpu",
-                 prefix_cache: bool = True):
+                 prefix_cache: bool = True, turn_cache: bool = True):
         if path == "tiny":
             from tansaku.core.tiny_model import TINY_MODEL_NAME, tiny_model_dir
 
@@ -87,6 +92,8 @@ class TransformersClient(LLMClient):
         self._tokenizer = None
         self.prefix_cache = prefix_cache
         self._prefixes: dict[str, tuple | None] = {}  # first-turn text → (token ids, KV cache), None: unusable
+        self.turn_cache = turn_cache
+        self._turns = None  # a TurnCache over the loaded model's weights: the last call's batches, kept
 
     def cache_identity(self) -> dict:
         # Keyed on where the weights are and what is in them, never on the folder's basename: ``A/model`` and
@@ -105,6 +112,10 @@ class TransformersClient(LLMClient):
                 tokenizer.pad_token = tokenizer.eos_token
             model = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, self.dtype))
             self._model, self._tokenizer = model.to(self.device).eval(), tokenizer
+            if self.turn_cache:
+                from tansaku.core.llm.turn_cache import TurnCache  # torch: loaded with the model
+
+                self._turns = TurnCache(self._model)
         return self._model, self._tokenizer
 
     def _prompt(self, req: ChatRequest) -> str:
@@ -136,6 +147,8 @@ class TransformersClient(LLMClient):
                 outs = [ChatResult(error=f"{type(exc).__name__}: {exc}")] * len(batch)
             for i, out in zip(batch, outs):
                 results[i] = out
+        if self._turns is not None:
+            self._turns.end_call()  # this call's caches are what its episodes' next turn reuses
         return results  # type: ignore[return-value]
 
     def _batches(self, requests: list[ChatRequest], prompts: list[str | None]) -> list[tuple[tuple, list[int]]]:
@@ -205,6 +218,15 @@ class TransformersClient(LLMClient):
         import torch
 
         tokenizer = self._tokenizer
+        if self._turns is not None:  # the next turn of episodes generated last call: their caches, gathered
+            from tansaku.core.llm.turn_cache import continuing_layout
+
+            rows = [torch.tensor(ids, device=self.device)
+                    for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+            plan = self._turns.plan(rows)
+            if plan is not None:
+                ids, mask, cache = continuing_layout(rows, plan, self._turns.gathered(plan), rows[0].new_ones(1))
+                return {"input_ids": ids, "attention_mask": mask, "cache": cache}
         prefix = self._first_turn(prompts) if self.prefix_cache else ""
         cached = self._prefix_kv(prefix, prompts[0]) if prefix else None
         if cached is None:
@@ -240,6 +262,8 @@ class TransformersClient(LLMClient):
         with torch.inference_mode():
             out = model.generate(**enc, max_new_tokens=max(r.max_tokens for r in reqs),
                                  pad_token_id=tokenizer.pad_token_id, logits_processor=[entropy], **sampling)
+        if self._turns is not None:  # generate filled enc["cache"] in place
+            self._turns.keep(enc["cache"], enc["input_ids"], enc["attention_mask"], out, self._end_ids())
         results = []
         for b, (row, req) in enumerate(zip(out[:, enc["input_ids"].shape[1]:], reqs)):
             ids = row.tolist()
@@ -251,9 +275,16 @@ class TransformersClient(LLMClient):
                                       tokens=len(ids), entropy=entropy.mean(b, len(ids))))
         return results
 
+    def _end_ids(self) -> list[int]:
+        """The tokens that end a row's generation (the model's generation config's, and the tokenizer's)."""
+        eos = self._model.generation_config.eos_token_id
+        ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        return sorted({*ids, self._tokenizer.eos_token_id} - {None})
+
     def close(self) -> None:
         """Drop the model and tokenizer; their memory goes back once nothing else holds them (a later
         ``chat`` loads them again). ``run_eval`` closes the clients it made from a spec."""
         self._model = self._tokenizer = None
         self._prefixes.clear()
+        self._turns = None
         gc.collect()  # generate() can leave cycles (caches, hooks) that would keep the weights alive until later

@@ -1,24 +1,28 @@
-"""The KV cache of one generate call kept for the next turn of the same episodes in TRL's tool loop.
+"""KV caches of one generate call kept for the next turn of the same episodes, wherever a multi-turn loop calls
+``generate`` with each episode's whole context again.
 
-    turns = TurnCache(weights=trainer.model)
-    plan = turns.plan(rows)            # rows: each episode's unpadded context; None: nothing to reuse
-    cache = turns.gathered(plan)       # the reused keys and values, to hand generate
-    turns.keep(cache, ids, mask, sequences, eos_ids)   # after every call
+    turns = TurnCache(weights=model)
+    plan = turns.plan(rows)            # rows: each episode's unpadded tokens; None: nothing to reuse
+    ids, mask, cache = continuing_layout(rows, plan, turns.gathered(plan), attention_mask)
+    out = model.generate(input_ids=ids, attention_mask=mask, cache=cache, ...)
+    turns.keep(cache, ids, mask, sequences, eos_ids)   # after every batch of the call
+    turns.end_call()                   # the call's batches become what the next call reuses
 
-TRL's GRPO tool loop generates a turn, runs the tools, and calls ``generate`` again with each episode's whole
-context: its earlier tokens, concatenated as ids (no re-tokenizing), then the tool result. Without vLLM that
-call prefills the whole context again; in the profile of a 16-episode GSPO step prefill was ~30 s, most of it
-re-reading earlier turns. ``TurnCache`` keeps the last call's cache with, per row, the cache columns of its text
-(the positions whose keys and values were computed). For a new call it finds each row's longest prefix in
-common with a kept row and gathers those columns into a new cache, so the call prefills only what is new. The
-keys were computed at the positions generate numbers from the mask (0… for each row's text), which is where
-the new call numbers them too. A kept cache is dropped when the weights change: ``weights``' parameter
-version counters move at every in-place update (the optimizer's step, a refresh of a generation copy's source).
+An agent loop (TRL's GRPO tool loop, tansaku's own evaluation and rollouts through the transformers backend)
+generates a turn, runs the tools, and calls ``generate`` again with each episode's whole context: its earlier
+tokens, then the tool result. Without vLLM that call prefills the whole context again; in the profile of a
+16-episode GSPO step prefill was ~30 s, most of it re-reading earlier turns. ``TurnCache`` keeps the last call's
+caches (one per batch the call was split into) with, per row, the cache columns of its text (the positions whose
+keys and values were computed). For a new batch it finds each row's longest prefix in common with a kept row
+and gathers those columns into a new cache, so the batch prefills only what is new. The keys were computed at
+the positions generate numbers from the mask (0… for each row's text), which is where the new batch numbers
+them too. Kept caches are dropped when the weights change: ``weights``' parameter version counters move at
+every in-place update (the optimizer's step, a refresh of a generation copy's source).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
@@ -30,7 +34,8 @@ MIN_REUSED_TOKENS = 32  # below this, gathering costs more than the prefill it s
 
 @dataclass
 class Kept:
-    version: tuple[int, ...]
+    """One generated batch: its cache and, per row, the tokens it holds keys and values of and their columns."""
+
     cache: DynamicCache
     texts: list[torch.Tensor]  # per row: the tokens whose keys and values the cache holds, in order
     columns: list[torch.Tensor]  # per row: those tokens' cache columns
@@ -38,14 +43,17 @@ class Kept:
 
 @dataclass
 class Plan:
-    rows: list[int]  # per new row: the kept row it continues (-1: none)
+    rows: list[tuple[int, int] | None]  # per new row: the (kept batch, row) it continues, None: none
     reused: list[int]  # per new row: how many of its leading tokens come from the kept cache
 
 
+@dataclass
 class TurnCache:
-    def __init__(self, weights, min_reused: int = MIN_REUSED_TOKENS):
-        self.weights, self.min_reused = weights, min_reused
-        self.kept: Kept | None = None
+    weights: torch.nn.Module  # whose parameter versions say whether a kept cache is still valid
+    min_reused: int = MIN_REUSED_TOKENS
+    kept: list[Kept] = field(default_factory=list)  # the last finished call's batches: what a batch reuses
+    keeping: list[Kept] = field(default_factory=list)  # the batches of the call in progress
+    kept_version: tuple[int, ...] | None = None
 
     def version(self) -> tuple[int, ...]:
         return tuple(p._version for p in self.weights.parameters())
@@ -53,41 +61,41 @@ class TurnCache:
     def plan(self, rows: list[torch.Tensor]) -> Plan | None:
         """Per new row (its unpadded tokens), the kept row with the longest common prefix; None when the weights
         changed since it was kept or no row reuses ``min_reused`` tokens."""
-        if self.kept is None or self.kept.version != self.version():
-            self.kept = None
+        if self.kept and self.kept_version != self.version():
+            self.clear()
+        if not self.kept:
             return None
         plan = Plan([], [])
         for row in rows:
-            best, length = -1, 0
-            for k, text in enumerate(self.kept.texts):
-                n = min(common_length(row, text), len(row) - 1)  # the row keeps a token to prefill
-                if n > length:
-                    best, length = k, n
-            plan.rows.append(best if length >= self.min_reused else -1)
+            best, length = None, 0
+            for b, batch in enumerate(self.kept):
+                for k, text in enumerate(batch.texts):
+                    n = min(common_length(row, text), len(row) - 1)  # the row keeps a token to prefill
+                    if n > length:
+                        best, length = (b, k), n
+            plan.rows.append(best if length >= self.min_reused else None)
             plan.reused.append(length if length >= self.min_reused else 0)
         return plan if any(plan.reused) else None
 
     def gathered(self, plan: Plan) -> DynamicCache:
         """A cache of ``max(plan.reused)`` columns: each row's reused keys and values right-aligned, zeros (masked)
         before them."""
-        width, batch = max(plan.reused), len(plan.rows)
-        source = torch.zeros(batch, width, dtype=torch.long)  # kept row per (row, column)
-        column = torch.zeros(batch, width, dtype=torch.long)
-        valid = torch.zeros(batch, width, dtype=torch.bool)
-        for i, (k, n) in enumerate(zip(plan.rows, plan.reused)):
-            if n:
-                source[i, width - n:], column[i, width - n:] = k, self.kept.columns[k][:n]
-                valid[i, width - n:] = True
-        cache = growing_cache(None, DynamicCache())
-        for layer_index, layer in enumerate(self.kept.cache.layers):
-            keys, values = (t[source, :, column].permute(0, 2, 1, 3) * valid[:, None, :, None]
-                            for t in (layer.keys, layer.values))
+        width, cache = max(plan.reused), growing_cache(None, DynamicCache())
+        for layer_index in range(len(self.kept[0].cache.layers)):
+            sample = self.kept[0].cache.layers[layer_index]
+            keys, values = (t.new_zeros(len(plan.rows), t.shape[1], width, t.shape[3])
+                            for t in (sample.keys, sample.values))
+            for i, (source, n) in enumerate(zip(plan.rows, plan.reused)):
+                if n:
+                    b, k = source
+                    layer, columns = self.kept[b].cache.layers[layer_index], self.kept[b].columns[k][:n]
+                    keys[i, :, width - n:], values[i, :, width - n:] = layer.keys[k, :, columns], layer.values[k, :, columns]
             cache.update(keys, values, layer_index)
         return cache
 
     def keep(self, cache, ids, mask, sequences, eos_ids) -> None:
-        """Keep a finished call's cache: ``ids`` / ``mask`` are the layout it was called with, ``sequences`` what
-        generate returned (that layout, then the new tokens)."""
+        """Keep a finished batch's cache: ``ids`` / ``mask`` are the layout it was called with, ``sequences`` what
+        generate returned (that layout, then the new tokens). Reused from the next call on (``end_call``)."""
         width, filled = ids.shape[1], cache.get_seq_length()
         texts, columns = [], []
         eos = torch.tensor(eos_ids, device=sequences.device)
@@ -100,10 +108,29 @@ class TurnCache:
             cols = cols[cols < filled]  # the last sampled token was never run through the model
             texts.append(torch.cat([ids[i][own], new[:count]])[:len(cols)])
             columns.append(cols)
-        self.kept = Kept(self.version(), cache, texts, columns)
+        self.keeping.append(Kept(cache, texts, columns))
+
+    def end_call(self) -> None:
+        """The call in progress is over: its batches replace the ones kept before (freed now, not a turn later)."""
+        self.kept, self.keeping = self.keeping, []
+        self.kept_version = self.version() if self.kept else None
 
     def clear(self) -> None:
-        self.kept = None
+        self.kept, self.keeping, self.kept_version = [], [], None
+
+
+def continuing_layout(rows: list[torch.Tensor], plan: Plan, cache, attention_mask: torch.Tensor):
+    """[padding][tokens from the kept cache][padding][new tokens]: generate prefills only the new ones and
+    numbers positions from the mask, so each row's text keeps positions 0…"""
+    kept = max(plan.reused)
+    news = [row[n:] for row, n in zip(rows, plan.reused)]
+    width = kept + max(len(new) for new in news)
+    ids = rows[0].new_zeros(len(rows), width)
+    mask = attention_mask.new_zeros(len(rows), width)
+    for i, (row, n, new) in enumerate(zip(rows, plan.reused, news)):
+        ids[i, kept - n:kept], mask[i, kept - n:kept] = row[:n], 1
+        ids[i, width - len(new):], mask[i, width - len(new):] = new, 1
+    return ids, mask, cache
 
 
 def common_length(a: torch.Tensor, b: torch.Tensor) -> int:
