@@ -139,10 +139,11 @@ class TransformersClient(LLMClient):
                 prompts[i] = self._prompt(req)
             except Exception as exc:  # one request the template cannot render (e.g. a tool call without a name)
                 results[i] = ChatResult(error=f"{type(exc).__name__}: {exc}")
-        for (temperature, top_p, seed), batch in self._batches(requests, prompts):
+        batches = self._batches(requests, prompts)
+        for n, ((temperature, top_p, seed), batch) in enumerate(batches):
             try:
                 outs = self._generate_batch([requests[i] for i in batch], [prompts[i] for i in batch], temperature,
-                                            top_p, seed)
+                                            top_p, seed, last=n == len(batches) - 1)
             except Exception as exc:  # one bad batch (e.g. a template error) must not sink the others
                 outs = [ChatResult(error=f"{type(exc).__name__}: {exc}")] * len(batch)
             for i, out in zip(batch, outs):
@@ -212,9 +213,11 @@ class TransformersClient(LLMClient):
                 self._prefixes[prefix] = (ids, kv)
         return self._prefixes[prefix]
 
-    def _inputs(self, prompts: list[str]) -> dict:
-        """``generate`` inputs: the shared first turn from its KV cache and each prompt's rest left-padded after
-        it, or (no shared first turn, or ``prefix_cache`` off) the whole prompts left-padded."""
+    def _inputs(self, prompts: list[str], last: bool = True) -> dict:
+        """``generate`` inputs: the rows' caches from the last call, gathered (``turn_cache``); else the shared
+        first turn from its KV cache and each prompt's rest left-padded after it; else (no shared first turn, or
+        ``prefix_cache`` off) the whole prompts left-padded. ``last``: the call's last batch, after which the last
+        call's caches are freed, before this batch generates (one turn's keys and values less at the peak)."""
         import torch
 
         tokenizer = self._tokenizer
@@ -224,8 +227,11 @@ class TransformersClient(LLMClient):
             rows = [torch.tensor(ids, device=self.device)
                     for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
             plan = self._turns.plan(rows)
+            gathered = self._turns.gathered(plan) if plan is not None else None
+            if last:
+                self._turns.release()
             if plan is not None:
-                ids, mask, cache = continuing_layout(rows, plan, self._turns.gathered(plan), rows[0].new_ones(1))
+                ids, mask, cache = continuing_layout(rows, plan, gathered, rows[0].new_ones(1))
                 return {"input_ids": ids, "attention_mask": mask, "cache": cache}
         prefix = self._first_turn(prompts) if self.prefix_cache else ""
         cached = self._prefix_kv(prefix, prompts[0]) if prefix else None
@@ -246,13 +252,13 @@ class TransformersClient(LLMClient):
                 "cache": past}
 
     def _generate_batch(self, reqs: list[ChatRequest], prompts: list[str], temperature: float, top_p: float,
-                        seed) -> list[ChatResult]:
+                        seed, last: bool = True) -> list[ChatResult]:
         import torch
 
         from tansaku.core.llm.growing_cache import growing_cache  # transformers: loaded with the model
 
         model, tokenizer = self._model, self._tokenizer
-        enc = self._inputs(prompts)
+        enc = self._inputs(prompts, last)
         enc["cache"] = growing_cache(model.config, enc.get("cache"))  # decode appends in place
         sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {
             "do_sample": False, "temperature": None, "top_p": None, "top_k": None}

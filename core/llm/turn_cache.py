@@ -6,6 +6,7 @@
     ids, mask, cache = continuing_layout(rows, plan, turns.gathered(plan), attention_mask)
     out = model.generate(input_ids=ids, attention_mask=mask, cache=cache, ...)
     turns.keep(cache, ids, mask, sequences, eos_ids)   # after every batch of the call
+    turns.release()                    # optional, once the call's last batch has gathered what it reuses
     turns.end_call()                   # the call's batches become what the next call reuses
 
 An agent loop (TRL's GRPO tool loop, tansaku's own evaluation and rollouts through the transformers backend)
@@ -109,6 +110,11 @@ class TurnCache:
             texts.append(torch.cat([ids[i][own], new[:count]])[:len(cols)])
             columns.append(cols)
         self.keeping.append(Kept(cache, texts, columns))
+
+    def release(self) -> None:
+        """The last call's caches are no longer needed (the call in progress gathered what its last batch reuses):
+        free them now rather than at ``end_call``."""
+        self.kept, self.kept_version = [], None
 
     def end_call(self) -> None:
         """The call in progress is over: its batches replace the ones kept before (freed now, not a turn later)."""
