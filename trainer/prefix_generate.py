@@ -29,7 +29,7 @@ import functools
 import torch
 
 from tansaku.core.llm.growing_cache import growing_cache
-from tansaku.core.llm.turn_cache import TurnCache, common_length, continuing_layout
+from tansaku.core.llm.turn_cache import TurnCache, common_length, continuing_layout, end_token_ids
 
 MIN_SHARED_TOKENS = 32  # below this the extra forward costs more than it saves
 
@@ -67,7 +67,7 @@ def share_prompt_prefix(model, min_shared: int = MIN_SHARED_TOKENS, turns: TurnC
         rows = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
         plan = turns.plan(rows)
         if plan is not None:
-            ids, mask, cache = continuing_layout(rows, plan, turns.gathered(plan), attention_mask)
+            (ids, mask), cache = continuing_layout(rows, plan), turns.gathered(plan)
         else:
             ids, mask, cache = _shared_prefix_layout(model, rows, input_ids, attention_mask, min_shared)
         out = generate(input_ids=ids, attention_mask=mask, cache=cache, **returning_the_cache(kwargs))
@@ -88,12 +88,6 @@ def returning_the_cache(kwargs: dict) -> dict:
     config = copy.deepcopy(config)
     config.return_dict_in_generate = True
     return {**kwargs, "generation_config": config}
-
-
-def end_token_ids(model, config) -> list[int]:
-    eos = getattr(config, "eos_token_id", None)
-    eos = eos if eos is not None else model.generation_config.eos_token_id
-    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
 def _shared_prefix_layout(model, rows, input_ids, attention_mask, min_shared: int):

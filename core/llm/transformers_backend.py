@@ -221,8 +221,8 @@ class TransformersClient(LLMClient):
         import torch
 
         tokenizer = self._tokenizer
-        if self._turns is not None:  # the next turn of episodes generated last call: their caches, gathered
-            from tansaku.core.llm.turn_cache import continuing_layout
+        if self._turns is not None and self._turns.kept:  # episodes generated last call: their caches, gathered
+            from tansaku.core.llm.turn_cache import continuing_layout  # torch: loaded with the model
 
             rows = [torch.tensor(ids, device=self.device)
                     for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
@@ -231,8 +231,8 @@ class TransformersClient(LLMClient):
             if last:
                 self._turns.release()
             if plan is not None:
-                ids, mask, cache = continuing_layout(rows, plan, gathered, rows[0].new_ones(1))
-                return {"input_ids": ids, "attention_mask": mask, "cache": cache}
+                ids, mask = continuing_layout(rows, plan)
+                return {"input_ids": ids, "attention_mask": mask, "cache": gathered}
         prefix = self._first_turn(prompts) if self.prefix_cache else ""
         cached = self._prefix_kv(prefix, prompts[0]) if prefix else None
         if cached is None:
@@ -256,6 +256,7 @@ class TransformersClient(LLMClient):
         import torch
 
         from tansaku.core.llm.growing_cache import growing_cache  # transformers: loaded with the model
+        from tansaku.core.llm.turn_cache import end_token_ids
 
         model, tokenizer = self._model, self._tokenizer
         enc = self._inputs(prompts, last)
@@ -269,7 +270,8 @@ class TransformersClient(LLMClient):
             out = model.generate(**enc, max_new_tokens=max(r.max_tokens for r in reqs),
                                  pad_token_id=tokenizer.pad_token_id, logits_processor=[entropy], **sampling)
         if self._turns is not None:  # generate filled enc["cache"] in place
-            self._turns.keep(enc["cache"], enc["input_ids"], enc["attention_mask"], out, self._end_ids())
+            ends = [*end_token_ids(model), tokenizer.eos_token_id]  # the tokenizer's: where results are cut too
+            self._turns.keep(enc["cache"], enc["input_ids"], enc["attention_mask"], out, [e for e in ends if e is not None])
         results = []
         for b, (row, req) in enumerate(zip(out[:, enc["input_ids"].shape[1]:], reqs)):
             ids = row.tolist()
@@ -280,12 +282,6 @@ class TransformersClient(LLMClient):
             results.append(ChatResult(content=tokenizer.decode(ids, skip_special_tokens=True), finish_reason=finish,
                                       tokens=len(ids), entropy=entropy.mean(b, len(ids))))
         return results
-
-    def _end_ids(self) -> list[int]:
-        """The tokens that end a row's generation (the model's generation config's, and the tokenizer's)."""
-        eos = self._model.generation_config.eos_token_id
-        ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-        return sorted({*ids, self._tokenizer.eos_token_id} - {None})
 
     def close(self) -> None:
         """Drop the model and tokenizer; their memory goes back once nothing else holds them (a later

@@ -3,9 +3,10 @@
 
     turns = TurnCache(weights=model)
     plan = turns.plan(rows)            # rows: each episode's unpadded tokens; None: nothing to reuse
-    ids, mask, cache = continuing_layout(rows, plan, turns.gathered(plan), attention_mask)
+    ids, mask = continuing_layout(rows, plan)
+    cache = turns.gathered(plan)
     out = model.generate(input_ids=ids, attention_mask=mask, cache=cache, ...)
-    turns.keep(cache, ids, mask, sequences, eos_ids)   # after every batch of the call
+    turns.keep(cache, ids, mask, sequences, end_token_ids(model))   # after every batch of the call
     turns.release()                    # optional, once the call's last batch has gathered what it reuses
     turns.end_call()                   # the call's batches become what the next call reuses
 
@@ -125,18 +126,27 @@ class TurnCache:
         self.kept, self.keeping, self.kept_version = [], [], None
 
 
-def continuing_layout(rows: list[torch.Tensor], plan: Plan, cache, attention_mask: torch.Tensor):
-    """[padding][tokens from the kept cache][padding][new tokens]: generate prefills only the new ones and
-    numbers positions from the mask, so each row's text keeps positions 0…"""
+def continuing_layout(rows: list[torch.Tensor], plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask) laid out as [padding][tokens from the kept cache][padding][new tokens], to go with
+    ``TurnCache.gathered(plan)``: generate prefills only the new ones and numbers positions from the mask, so each
+    row's text keeps positions 0…"""
     kept = max(plan.reused)
     news = [row[n:] for row, n in zip(rows, plan.reused)]
     width = kept + max(len(new) for new in news)
     ids = rows[0].new_zeros(len(rows), width)
-    mask = attention_mask.new_zeros(len(rows), width)
+    mask = rows[0].new_zeros(len(rows), width)
     for i, (row, n, new) in enumerate(zip(rows, plan.reused, news)):
         ids[i, kept - n:kept], mask[i, kept - n:kept] = row[:n], 1
         ids[i, width - len(new):], mask[i, width - len(new):] = new, 1
-    return ids, mask, cache
+    return ids, mask
+
+
+def end_token_ids(model, config=None) -> list[int]:
+    """The tokens that end a row's generation: ``config``'s (a generation config passed to generate), else the
+    model's own generation config's."""
+    eos = getattr(config, "eos_token_id", None)
+    eos = eos if eos is not None else model.generation_config.eos_token_id
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
 def common_length(a: torch.Tensor, b: torch.Tensor) -> int:
