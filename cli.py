@@ -2,7 +2,8 @@
 (``tansaku.trainer.cli``, re-exported here for the console scripts); ``--help``, and the README's CLI reference
 lists every command. Each command parses options and calls one toolkit function. Bad input (missing file, bad
 query, dataset from another run: a ``TansakuError``) ends in one line on stderr, exit 2; a bug keeps its
-traceback, exit 1 (``tansaku.core.cli_common.friendly``).
+traceback, exit 1 (``tansaku.core.cli_common.friendly``). ``synth serve-env --config R`` resolves the recipe's task
+here, through the trainer (``rl_task``), and hands ``tansaku.envs.gym_service.serve`` the ``Task`` object.
 
 A command's summary is a table on stderr (``-q``/``--quiet``: none) and, with ``--json``, one JSON value on
 stdout; without ``--json`` stdout holds only a command's result (search hits, a folder, a URL) or nothing.
@@ -103,8 +104,9 @@ def search(
 @synth_app.command("serve-env")
 @friendly
 def serve_env(
-    task: Annotated[str, typer.Option("--task", help="multihop_qa, multihop_qa_compact, egov_mcq or deepresearch.")],
-    index: IndexTarget,
+    task: Annotated[str | None, typer.Option("--task", help="multihop_qa, multihop_qa_compact, egov_mcq or deepresearch; with --config: which of the recipe's tasks (needed when it has several).")] = None,
+    index: Annotated[str | None, typer.Option("--index", help="Index folder, opensearch:NAME or https://host:9200/NAME (with --config: default the recipe task's index).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="A train rl recipe: serve its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
     host: Annotated[str, typer.Option("--host", help="Interface to listen on (0.0.0.0: every one).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8010,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
@@ -119,11 +121,23 @@ def serve_env(
 ):
     """Serve a task's tools and verifier over HTTP, as a NeMo Gym resources server (NeMo-RL, any trainer).
 
+    With --config RECIPE: the recipe's task as train rl trains it (its reward weights …), over its index unless given.
+
     Example: synth serve-env --task multihop_qa --index out/index --port 8010
     """
+    from tansaku.core.errors import InputError
     from tansaku.envs.gym_service import serve
+    from tansaku.envs.tasks import task_named
 
-    serve(task, index, host=host, port=port, judge=judge, seed=seed, max_episodes=max_episodes,
+    if config is not None:  # the trainer resolves the recipe (cli may import it; envs may not)
+        from tansaku.trainer.rl_rewards import recipe_target
+
+        _, served, index = recipe_target(config, task, index)
+    elif task is None or index is None:
+        raise InputError("give --task and --index, or --config RECIPE (a train rl recipe's task)")
+    else:
+        served = task_named(task)
+    serve(served, index, host=host, port=port, judge=judge, seed=seed, max_episodes=max_episodes,
           idle_seconds=idle_seconds, dataset=dataset, export=export, split=split,
           llm_options=llm_options(no_cache, api_key, extra_body, concurrency, llm_option))
 

@@ -1,4 +1,4 @@
-"""The held-out split of a question dataset: which rows training never sees and evaluation reads.
+"""The held-out splits of a question dataset: which rows training never sees and evaluation reads.
 
 Every question build (``synth build egov | multihop | deepresearch``, ``synth import jemhopqa``) assigns each
 row to ``train`` or ``test`` with :func:`heldout_split`: a hash of (the row's stable key, the build seed)
@@ -9,6 +9,10 @@ The key is one column named by the pipeline (:class:`HeldOut` ``key``), falling 
 when the row lacks it. Rows that share a key share a side, which is how a pipeline keeps related questions
 together: multihop uses the ``bridge`` entity (two chains through the same bridge share hop-2 facts, often
 the answer), e-Gov the source ``article_id`` (several cloze questions per article).
+
+A multihop build with ``--heldout-phrasing`` also writes ``test_phrasing``: its test chains asked again in a
+phrasing no other split uses, rows marked in :class:`HeldOut` ``phrasing_column``. :data:`HELDOUT_SPLITS`
+names every split training refuses.
 
 >>> heldout_split("q1", 0.2, seed=0), heldout_split("q1", 0.0, seed=0), heldout_split("q1", 0.9999, seed=0)
 ('train', 'train', 'test')
@@ -28,6 +32,9 @@ from tansaku.core.errors import InputError
 TEST = "test"
 TRAIN = "train"
 RL = "rl"  # prompts for `train rl` that SFT never trained on (a policy is not near-deterministic on them)
+# test's chains asked again in a phrasing no training row uses (``synth build multihop --heldout-phrasing``)
+TEST_PHRASING = "test_phrasing"
+HELDOUT_SPLITS = (TEST, TEST_PHRASING)  # what training never reads: `train eval` measures on them
 FALLBACK_KEY = "question"  # the key of a row that lacks the pipeline's key column
 DEFAULT_SHARE = 0.2
 DEFAULT_RL_SHARE = 0.0  # multihop and egov: --rl-share 0.3 gives RL prompts SFT never sees (off until measured)
@@ -66,6 +73,9 @@ class HeldOut:
     key: str = "id"
     seed: int = 0
     rl_share: float = 0.0  # of the keys, the share that forms the ``rl`` split (RL prompts SFT never sees)
+    # A column that marks a test row asked again in a held-out form (multihop's ``phrasing_family``): a row with
+    # a value there goes to ``test_phrasing``. None: no such split.
+    phrasing_column: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "share", check_share(self.share))
@@ -78,7 +88,8 @@ class HeldOut:
     @property
     def splits(self) -> list[str]:
         """Every split this rule can give a row to."""
-        return [TRAIN] + ([RL] if self.rl_share > 0 else []) + ([TEST] if self.share > 0 else [])
+        return ([TRAIN] + ([RL] if self.rl_share > 0 else []) + ([TEST] if self.share > 0 else [])
+                + ([TEST_PHRASING] if self.phrasing_column and self.share > 0 else []))
 
     def key_of(self, row: dict) -> str:
         value = row.get(self.key)
@@ -87,10 +98,25 @@ class HeldOut:
         return str(value)
 
     def split_of(self, row: dict) -> str:
-        return heldout_split(self.key_of(row), self.share, self.seed, self.rl_share)
+        """The row's split; a row marked in ``phrasing_column`` must be a test row (its key's side), and goes to
+        ``test_phrasing``.
+
+        >>> rule = HeldOut(0.2, "bridge", seed=0, phrasing_column="phrasing_family")
+        >>> rule.split_of({"bridge": "q2"}), rule.split_of({"bridge": "q2", "phrasing_family": "answer"})
+        ('test', 'test_phrasing')
+        """
+        split = heldout_split(self.key_of(row), self.share, self.seed, self.rl_share)
+        if self.phrasing_column and row.get(self.phrasing_column):
+            if split != TEST:  # a builder's bug: the phrasing split would hold questions training saw
+                raise ValueError(f"a row marked {self.phrasing_column}={row[self.phrasing_column]!r} has key "
+                                 f"{self.key_of(row)!r} on the {split!r} side, not {TEST!r}")
+            return TEST_PHRASING
+        return split
 
     def recipe(self) -> dict:
         """What decides the assignment: part of the build's resume fingerprint (``rl_share`` only when there
         is an rl split, so builds without one keep their fingerprints)."""
         return {"split": TEST, "share": self.share, "key": self.key, "fallback_key": FALLBACK_KEY,
-                "seed": self.seed, **({"rl_split": RL, "rl_share": self.rl_share} if self.rl_share > 0 else {})}
+                "seed": self.seed, **({"rl_split": RL, "rl_share": self.rl_share} if self.rl_share > 0 else {}),
+                **({"phrasing_split": TEST_PHRASING, "phrasing_column": self.phrasing_column}
+                   if self.phrasing_column else {})}

@@ -2,8 +2,10 @@
 
 ``run_eval`` runs ``k`` episodes per question through ``tansaku.envs.rollout``, writes ``trajectories.jsonl`` and
 ``report.json``, and returns the report: pass@1, pass@k, mean tool calls, parse-failure rate, each reward
-component's mean, stop reasons, the share of zero-variance groups, and parse failures, tool errors and pass@1
-per tool description variant × interface (``by_tool_variant``: ``{"d0-i0": {…}, …}``).
+component's mean and the weights ``mean_total_reward`` sums them with (``reward_weights``), stop reasons, the
+share of zero-variance groups, and parse failures, tool errors and pass@1 per tool description variant ×
+interface (``by_tool_variant``: ``{"d0-i0": {…}, …}``). The task is a name (its defaults) or a ``Task`` object: a
+recipe's task as ``train rl`` trains it (``rl_task``), so a measurement scores the task that was trained.
 ``check_rl_readiness(report)`` raises ``NotReadyForRL`` with the numbers when RL would learn nothing (pass@k ≈ 0,
 or every group has zero reward variance so every GRPO advantage is 0).
 
@@ -29,7 +31,7 @@ from tansaku.envs.retention import TASK as GENERAL_TASK
 from tansaku.envs.retention import general_report
 from tansaku.envs.rewards import reward_columns
 from tansaku.envs.rollout import run_rollouts
-from tansaku.envs.tasks import TASKS
+from tansaku.envs.tasks import TASKS, Task
 from tansaku.envs.tool_interfaces import variant_label
 
 
@@ -87,6 +89,7 @@ def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
         "episodes": len(trajectories),
         "k": k,
         "correctness_reward": correctness,
+        "reward_weights": dict(task.reward_weights),  # what mean_total_reward weighs: the task as trained
         "pass_threshold": pass_threshold,
         "pass@1": sum(pass1) / max(len(pass1), 1),
         f"pass@{k}": sum(passk) / max(len(passk), 1),
@@ -155,7 +158,7 @@ def load_rows(dataset: str | Path, split: str = "test", limit: int | None = None
     return rows[:limit] if limit else rows
 
 
-def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", k: int = 4,
+def run_eval(task: str | Task, dataset: str | Path, model, index, split: str = "test", k: int = 4,
              limit: int | None = None, out_dir: str | Path | None = None, max_turns: int | None = None,
              max_tokens: int = 1024, temperature: float = 0.7, seed: int = 0, judge=None,
              pass_threshold: float | None = None, system_prompt: str | None = None,
@@ -163,7 +166,9 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     """Evaluate ``model`` on ``task`` over ``dataset``'s ``split``; return (and write) the report.
 
     Args:
-        task: a key of ``tansaku.envs.tasks.TASKS`` (``multihop_qa``, ``egov_mcq``, ``deepresearch``).
+        task: a key of ``tansaku.envs.tasks.TASKS`` (``multihop_qa``, ``egov_mcq``, ``deepresearch``), or a
+            ``Task`` object as a recipe trains it (``tansaku.trainer.rl_rewards.rl_task``: its system prompt,
+            tools and reward weights, which ``mean_total_reward`` and the report's ``reward_weights`` then use).
             Or ``general``: retention on chat rows (``tansaku.envs.retention``; ``transformers:`` models only).
         dataset: dataset folder (``tansaku.core.store`` layout) or a ``.jsonl`` file of rows.
         model: an LLM spec for ``tansaku.core.llm.from_spec`` (``http:…``, ``vllm:…``, ``transformers:…``,
@@ -188,18 +193,19 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
     check_limit(limit)
     check_count("--k", k)
     out = eval_out(out_dir, dataset, index)  # before any model loads
-    if task == GENERAL_TASK and interface_variants is not None:
+    general = isinstance(task, str) and task == GENERAL_TASK
+    if general and interface_variants is not None:
         raise InputError(f"task {GENERAL_TASK} runs no tools: --interface-variants is for a search task")
-    if task == GENERAL_TASK:  # retention: likelihood of reference chat answers, no environment (envs/retention.py)
+    if general:  # retention: likelihood of reference chat answers, no environment (envs/retention.py)
         report = {**general_report(model, load_rows(dataset, split, limit)), "dataset": str(dataset), "split": split}
         if out is not None:
             write_out(out, report)
         return report
-    if task not in TASKS:
+    if isinstance(task, str) and task not in TASKS:
         raise InputError(f"unknown task {task!r}; choose one of {sorted(TASKS) + [GENERAL_TASK]}")
+    spec = TASKS[task] if isinstance(task, str) else task
     if index is None:
-        raise InputError(f"task {task} runs episodes over a search index: give --index")
-    spec = TASKS[task]
+        raise InputError(f"task {spec.name} runs episodes over a search index: give --index")
     if system_prompt is not None:
         spec = spec.with_system_prompt(read_system_prompt(system_prompt))
     if interface_variants is not None:
@@ -209,7 +215,7 @@ def run_eval(task: str, dataset: str | Path, model, index, split: str = "test", 
         raise InputError(f"no rows in {dataset} (split {split!r})")
     missing = sorted({c for row in rows for c in spec.columns if c not in row})
     if missing:
-        raise InputError(f"{dataset} lacks column(s) {missing} that task {task} needs ({spec.columns})")
+        raise InputError(f"{dataset} lacks column(s) {missing} that task {spec.name} needs ({spec.columns})")
     reward_columns(rows)  # a column named like one of TRL's reward arguments: refused before any rollout
     model_arg, judge_arg = model, judge
     model, judge = as_client(model, llm_options=llm_options), as_client(judge, llm_options=llm_options)

@@ -12,7 +12,9 @@ rollout), or an ``X-Episode-Id`` header / ``episode_id`` field for clients witho
 
 No second implementation: every episode is a ``SearchEnvironment`` from ``make_environment_factory`` (the
 one TRL trains with: the same description variants, call budget, caps and error texts) and ``/verify``
-scores with the task's own reward functions and weights. Episodes live in memory, at most
+scores with the task's own reward functions and weights: ``serve`` takes a ``Task`` object, so ``synth serve-env
+--config RECIPE`` serves the recipe's task as ``train rl`` trains it (``GET /health`` shows its
+``reward_weights``). Episodes live in memory, at most
 ``max_episodes`` (the least recently used goes first) and ``idle_seconds`` without a request. A malformed
 request gets a JSON error (422 from the schema, 404 for an unknown episode); a tool's own error (a hostile
 query, the budget used up) is the tool's answer, ``{"output": "{'error': …}"}``, as TRL shows it. Bodies are
@@ -57,7 +59,7 @@ from tansaku.envs.environments import (
 )
 from tansaku.envs.evaluate import load_rows
 from tansaku.envs.rewards import reward_columns
-from tansaku.envs.tasks import TASKS, Task
+from tansaku.envs.tasks import Task, task_named
 from tansaku.envs.tool_interfaces import INTERFACES
 
 COOKIE = "tansaku_episode"
@@ -283,7 +285,7 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
     reward_functions = task.reward_functions(judge)
     app = FastAPI(title=f"tansaku {task.name} environment")
     app.router.route_class = _BoundedJSONRoute  # before any route is added
-    app.state.episodes = episodes
+    app.state.episodes, app.state.task = episodes, task  # the served task: its reward weights are /verify's
 
     @app.exception_handler(InputError)
     def refused(_request: Request, exc: InputError) -> JSONResponse:
@@ -305,7 +307,8 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
 
     @app.get("/health")
     def health() -> dict:
-        return {"ok": True, "task": task.name, "task_version": task.version, **episodes.stats()}
+        return {"ok": True, "task": task.name, "task_version": task.version,
+                "reward_weights": dict(task.reward_weights), **episodes.stats()}
 
     @app.post("/seed_session")
     def seed_session(body: dict[str, Any], request: Request, response: Response) -> dict:
@@ -379,21 +382,21 @@ def export_rows(task: Task, index, dataset, out, split: str = "train", seed: int
     return len(rows)
 
 
-def serve(task_name: str, index, *, host: str = "127.0.0.1", port: int = 8010, judge=None, seed: int = 0,
+def serve(task: Task | str, index, *, host: str = "127.0.0.1", port: int = 8010, judge=None, seed: int = 0,
           max_episodes: int = 10_000, idle_seconds: float = 900.0, dataset=None, export=None,
           split: str = "train", llm_options: LLMOptions | None = None) -> None:
-    """``synth serve-env``: the app for ``TASKS[task_name]`` under uvicorn until interrupted (or, with ``export``,
-    the dataset written as NeMo Gym JSONL). ``llm_options``: the command's options for the judge's client."""
-    if task_name not in TASKS:
-        raise InputError(f"--task {task_name!r}: one of {', '.join(sorted(TASKS))}")
+    """``synth serve-env``: the app for ``task`` (a ``Task``, e.g. a recipe's as ``train rl`` trains it, or a name
+    of ``TASKS``) under uvicorn until interrupted (or, with ``export``, the dataset written as NeMo Gym JSONL).
+    ``llm_options``: the command's options for the judge's client."""
+    task = task_named(task) if isinstance(task, str) else task
     if export is not None:
         if dataset is None:
             raise InputError("--export writes a dataset's rows: give --dataset too")
-        count = export_rows(TASKS[task_name], index, dataset, export, split, seed)
+        count = export_rows(task, index, dataset, export, split, seed)
         print(f"{count} rows of {dataset} ({split}) → {export}", file=sys.stderr)
         return
-    app = build_app(TASKS[task_name], index, judge=as_client(judge, llm_options=llm_options), seed=seed, max_episodes=max_episodes,
+    app = build_app(task, index, judge=as_client(judge, llm_options=llm_options), seed=seed, max_episodes=max_episodes,
                     idle_seconds=idle_seconds)
-    print(f"serving {task_name} over {index} at http://{host}:{port} (NeMo Gym resources-server routes)",
+    print(f"serving {task.name} over {index} at http://{host}:{port} (NeMo Gym resources-server routes)",
           file=sys.stderr)
     uvicorn.run(app, host=host, port=port, log_level="warning", backlog=4096)

@@ -15,6 +15,7 @@ rewards by name, which ``reward_weights`` chooses and weighs). The prompts' text
     task = TASKS["multihop_qa"]
     task.build_prompt({"question": "雪村製菓の創業者の出身地は？"})   # [system, user] messages
     task.reward_functions()                                         # TRL reward_funcs; weights: task.weights()
+    task.with_reward_weights({"format_reward": 0.5})                # a recipe's overrides: one Task, used everywhere
     check_gold(task, rows)                                          # ValueError listing the bad rows
 
 >>> sorted(TASKS), type(TASKS["egov_mcq"]).__name__
@@ -27,6 +28,7 @@ rewards by name, which ``reward_weights`` chooses and weighs). The prompts' text
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -168,6 +170,30 @@ class Task:
             raise InputError(f"{self.name}: abstention weight {weight} must be in (0, {top}] (the answer's weight)")
         return replace(self, reward_weights={**self.reward_weights, "abstention_reward": weight},
                        optional_columns={**self.optional_columns, "answerable": "bool"})
+
+    def with_reward_weights(self, weights: dict[str, float]) -> Task:
+        """The same task with ``weights`` over its ``reward_weights`` (a recipe task's ``reward_weights``), in the
+        task's order, so training, evaluation, re-scoring and ``serve-env`` weigh alike. Only components the task
+        weighs already; finite numbers; an abstention never outweighs the answer (as ``with_abstention``).
+
+        >>> TASKS["multihop_qa"].with_reward_weights({"format_reward": 0.5}).reward_weights["format_reward"]
+        0.5
+        """
+        unknown = set(weights) - set(self.reward_weights)
+        if unknown:
+            raise InputError(f"task {self.name}: reward_weights for unknown components {sorted(unknown)}; "
+                             f"the task has {list(self.reward_weights)}")
+        try:
+            merged = {**self.reward_weights, **{name: float(w) for name, w in weights.items()}}
+        except (TypeError, ValueError):
+            raise InputError(f"task {self.name}: reward_weights must be numbers (got {weights})") from None
+        if not all(math.isfinite(w) for w in merged.values()):
+            raise InputError(f"task {self.name}: reward_weights must be finite numbers (got {weights})")
+        top = merged.get(self.answer_reward_name or "")
+        if "abstention_reward" in merged and top is not None and merged["abstention_reward"] > top:
+            raise InputError(f"{self.name}: abstention weight {merged['abstention_reward']} must be in (0, {top}] "
+                             "(the answer's weight)")
+        return replace(self, reward_weights=merged)
 
     def answer_reward(self, judge=None):
         """The correctness reward (the one ``check_gold``, pass@k and the readiness check use)."""

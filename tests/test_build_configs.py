@@ -112,7 +112,7 @@ CASES: dict[str, Case] = {
         "index": _index, "llm": ScriptedLLM(lambda request: "{}", model="scripted:a"),
         "policy": ScriptedLLM(lambda request: "{{x}}", model="scripted:b"), "m": 2, "min_pass_rate": 0.75,
         "until": "chains", "limit": 5, "relations": lambda root: _written(root / "relations.json", "{}"),
-        "license": "cc0-1.0", "license_file": _copy(MINIWIKI, "LICENSE.txt")}),
+        "license": "cc0-1.0", "license_file": _copy(MINIWIKI, "LICENSE.txt"), "heldout_phrasing": ["answer"]}),
     # other builds' cases below (one entry each)
     "trajectories": Case("tansaku.pipelines.trajectories.config:TrajectoriesConfig", lambda cls, root: cls(
         dataset=_question_dataset(root), index=str(root / "index"),

@@ -109,8 +109,13 @@ def test_calls_it_cannot_serve_take_the_full_forward():
     assert shared.hidden_states(ids, mask) is None  # no rollout batch yet
     shared.set_rollouts(prompt_ids, prompt_mask)
     assert shared.hidden_states(ids, mask, token_type_ids=torch.zeros_like(ids)) is None
-    with torch.no_grad():
-        assert shared.hidden_states(ids, mask) is None
+    with torch.no_grad():  # TRL's old log-probs: the same path, over a cache without a graph
+        frozen, _ = shared.hidden_states(ids, mask)
+    assert not frozen.requires_grad and all(not p.leaves and p.frozen for p in shared.prefixes)
+    with_graph, _ = shared.hidden_states(ids, mask)
+    assert torch.equal(frozen, with_graph.detach())  # bit for bit: a clip is then never engaged by rounding
+    shared.flush()
+    assert all(not p.frozen for p in shared.prefixes)  # the weights change after a flush: no cache outlives it
     other = ids.clone()
     other[1, ~mask[1].bool()] = 0
     other[1, mask[1].bool().nonzero()[0]] += 1  # a row that does not begin with the shared tokens

@@ -134,7 +134,8 @@ RL_CASES = {
     "model_missing": (["--model_name_or_path", "{tmp}/no-such-model"], "model not found"),
     "temperature_nan": (["--temperature", "nan"], "temperature: expected a finite number"),
     "trl_reserved_column": (_task(data="{tmp}/reserved.jsonl"), "are names TRL gives reward functions itself"),
-    "batch_not_whole_prompts": (["--per_device_train_batch_size", "3", "--gradient_accumulation_steps", "1"],
+    "batch_not_whole_prompts": (["--per_device_train_batch_size", "3", "--gradient_accumulation_steps", "1",
+                                 "--steps_per_generation", "1"],
                                 "GRPOConfig: generation_batch_size (3) must be divisible by num_generations (2)"),
 }
 

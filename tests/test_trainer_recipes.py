@@ -155,8 +155,9 @@ def test_grpo_config_is_the_recipes_with_the_task_derived_values(tmp_path):
     assert config.importance_sampling_level == "sequence" and config.loss_type == "grpo"
     assert (config.beta, config.epsilon, config.epsilon_high) == (0.05, 0.1, 0.1)  # the seed's clip, not GSPO's
     assert (config.learning_rate, config.adam_epsilon) == (3e-7, 1e-8) and config.num_generations == 32
-    completions = config.per_device_train_batch_size * config.world_size * config.gradient_accumulation_steps
-    assert completions == config.generation_batch_size == 4 * config.world_size * 16  # 512 on 8 processes
+    # one optimizer step = 128 completions, one rollout round = 512 = 16 prompts × 32: 4 minibatches per round
+    step = config.per_device_train_batch_size * config.world_size * config.gradient_accumulation_steps
+    assert step == 4 * config.world_size * 4 and config.generation_batch_size == 4 * config.world_size * 16
     assert config.use_vllm and config.vllm_mode == "colocate" and config.log_completions
     assert config.vllm_enable_sleep_mode is True and config.chat_template_kwargs == {"enable_thinking": True}
     assert config.reward_weights == [1.0, 0.2] and gspo.training_args.reward_weights is None  # the recipe as parsed

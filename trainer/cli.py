@@ -3,6 +3,8 @@
 Each command parses options and calls one toolkit function (``tansaku.trainer.sft.run_sft``,
 ``tansaku.trainer.rl.run_rl``, ``tansaku.envs.evaluate.run_eval``, …); the trainers are imported inside the
 commands so that ``train --help`` stays fast. Bad input is one line and exit 2 (``tansaku.core.cli_common``).
+``train eval --config R`` and ``train rescore`` measure a recipe's task as ``train rl`` trains it
+(``tansaku.trainer.rl_rewards.rl_task``: its reward weights, abstention, tools and system prompt).
 
 ``train sft`` / ``train rl`` hand every argument they do not know themselves to TRL's parser, as TRL's own
 scripts take them: ``train sft --config R.yaml --learning_rate 1e-5 --max_steps 2`` (``docs/recipes.md``).
@@ -23,6 +25,7 @@ from typing import Annotated
 import typer
 
 from tansaku.core.cli_common import Quiet, Version, friendly, print_summary, print_table
+from tansaku.core.errors import InputError
 from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, LlmOption, NoCache, llm_options
 
 train_app = typer.Typer(help="Train (SFT, GRPO/GSPO), evaluate and merge models.", no_args_is_help=True,
@@ -125,11 +128,12 @@ def train_rl(
 @train_app.command("eval")
 @friendly
 def train_eval(
-    task: Annotated[str, typer.Option("--task", help="multihop_qa | multihop_qa_compact (small models) | egov_mcq | "
-                                      "deepresearch | general (retention)")],
-    dataset: Annotated[Path, typer.Option("--dataset", help="Dataset folder or JSONL of rows.")],
     model: Annotated[str, typer.Option("--model", help="LLM spec, or a model folder (= transformers:FOLDER).")],
-    index: Annotated[str | None, typer.Option("--index", help="Search index the agent uses (not for general).")] = None,
+    task: Annotated[str | None, typer.Option("--task", help="multihop_qa | multihop_qa_compact (small models) | egov_mcq | "
+                                             "deepresearch | general (retention); with --config: which of the recipe's tasks (needed when it has several).")] = None,
+    dataset: Annotated[Path | None, typer.Option("--dataset", help="Dataset folder or JSONL of rows (with --config: default the recipe task's data).")] = None,
+    index: Annotated[str | None, typer.Option("--index", help="Search index the agent uses (not for general; with --config: default the recipe task's index).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="A train rl recipe: evaluate its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
     split: Annotated[str, typer.Option("--split", help="Dataset split to evaluate: the held-out 'test' by default.")] = "test",
     k: Annotated[int, typer.Option("--k", min=1, help="Samples per question (pass@k).")] = 4,
     limit: Limit = None,
@@ -147,11 +151,25 @@ def train_eval(
     """Run a model with the task's environment: pass@1, pass@k, tool calls, parse failures, each reward (a
     summary on stderr; the whole report with --json on stdout and, with --out, in report.json).
 
+    With --config RECIPE: the recipe's task as train rl trains it (its reward weights …), over its data and index
+    unless given.
+
     Example: train eval --task multihop_qa --dataset out/multihop --model runs/sft --index out/index --k 1
     """
     from tansaku.core.progress import quiet_loops
     from tansaku.envs.evaluate import run_eval
 
+    if config is not None:  # one source for the task: the recipe's, as train rl trains it
+        from tansaku.trainer.rl_rewards import recipe_target
+
+        if system_prompt is not None or interface_variants is not None:
+            given = "--system-prompt" if system_prompt is not None else "--interface-variants"
+            raise InputError(f"{given} and --config: the recipe's task sets it (tasks[].system_prompt / tools); "
+                             "give one or the other")
+        spec, task, index = recipe_target(config, task, index)
+        dataset = dataset or Path(spec.data)
+    elif task is None or dataset is None:
+        raise InputError("give --task and --dataset, or --config RECIPE (a train rl recipe's task)")
     if Path(model).is_dir():
         model = f"transformers:{model}"
     with quiet_loops(quiet):
@@ -159,7 +177,8 @@ def train_eval(
                           max_tokens=max_tokens, seed=seed, judge=judge, system_prompt=system_prompt,
                           interface_variants=interface_variants,
                           llm_options=llm_options(no_cache, api_key, extra_body, concurrency, llm_option))
-    print_summary(f"train eval {task}", eval_summary(report, out), as_json=as_json, quiet=quiet, json_value=report)
+    print_summary(f"train eval {report.get('task')}", eval_summary(report, out), as_json=as_json, quiet=quiet,
+                  json_value=report)
 
 
 @train_app.command("select")
@@ -198,7 +217,8 @@ def train_select(
 @friendly
 def train_rescore(
     completions: Annotated[Path, typer.Option("--completions", help="A train rl run's completions folder (or the run).")],
-    task: Annotated[str, typer.Option("--task", help="The task whose rewards score them (multihop_qa, egov_mcq, …).")],
+    task: Annotated[str | None, typer.Option("--task", help="The task whose rewards score them (multihop_qa, egov_mcq, …); default: the run's recipe task (its tansaku_recipe.json), or which of its tasks.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="A train rl recipe whose task (reward weights, abstention, tools) scores them, instead of the run's own recipe copy.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for rescored.parquet and rescore_report.json.")] = None,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
@@ -209,7 +229,10 @@ def train_rescore(
     """Score stored rollouts again with the current reward functions; report what changed per component (table
     on stderr, with --json the report on stdout).
 
-    Example: train rescore --completions runs/rl/completions --task multihop_qa --out runs/rl-rescored
+    The task is the run's own, as train rl trained it (its reward weights …): from the run folder's
+    tansaku_recipe.json, or --config RECIPE; --task NAME alone (a run without a recipe copy) gets its defaults.
+
+    Example: train rescore --completions runs/rl/completions --out runs/rl-rescored
     """
     from tansaku.core.llm import as_client
     from tansaku.core.progress import quiet_loops
@@ -217,7 +240,7 @@ def train_rescore(
 
     options = llm_options(no_cache, api_key, extra_body, concurrency, llm_option)
     with quiet_loops(quiet):
-        report = rescore(completions, task, out=out, judge=as_client(judge, llm_options=options))
+        report = rescore(completions, task, out=out, judge=as_client(judge, llm_options=options), config=config)
     print_table(format_report(report), report, as_json=as_json, quiet=quiet)
 
 
@@ -277,8 +300,6 @@ def train_report(
 
     Example: train report runs/rl --out runs/rl-curves.png
     """
-    from tansaku.core.errors import InputError
-
     if runs:
         from tansaku.trainer.seeds import compare_seeds, plot_seeds, seeds_table
 

@@ -1,7 +1,7 @@
 """GRPO's training forward with the prompt tokens several rollouts share run once per optimizer step.
 
     shared = SharedPrefix(model)          # build_rl_trainer wires it on CPU (tansaku.trainer.cpu_lm_head)
-    shared.set_rollouts(prompt_ids, prompt_mask)   # after each rollout batch: the prefixes its prompts share
+    shared.set_prompts(rows)              # after each rollout batch is generated: the prefixes its prompts share
     hidden, computed = shared.hidden_states(input_ids, attention_mask)   # in each micro-batch's forward
     shared.flush()                        # after the last micro-batch's backward, before gradient clipping
 
@@ -18,9 +18,15 @@ TRL's to rounding, and gradient clipping (after the last micro-batch) sees all o
 on relative positions only, so a prefix at positions 0… instead of after each row's left padding changes
 nothing.
 
-Calls with inputs other than ids and mask (images, token types), without gradients, under gradient
-checkpointing (its recomputation would write the cache twice), or with a row that begins with no prefix return
-None and take the full forward.
+Forwards without gradients (TRL's ``old_per_token_logps`` of an off-policy round, the sampler gap of
+``tansaku.trainer.sampler_logprobs``) take the same path over a cache computed without a graph, so the log-probs a
+round is clipped against are computed the way its training forward computes them: in bf16 the full forward and
+the prefix path differ by more than GSPO's clip of 3e-4 (on the 2-core CPU, 75 % of the first minibatch's
+sequences were clipped before any update), which would clip on rounding instead of on the policy's change.
+
+Calls with inputs other than ids and mask (images, token types), under gradient checkpointing (its
+recomputation would write the cache twice), or with a row that begins with no prefix return None and take the
+full forward.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class Prefix:
     tokens: torch.Tensor  # 1-D
     graph: list[torch.Tensor] = field(default_factory=list)  # each layer's keys and values, in the forward's graph
     leaves: list[torch.Tensor] = field(default_factory=list)  # the same tensors cut from it: rows attend to these
+    frozen: list[torch.Tensor] = field(default_factory=list)  # keys and values computed without gradients
 
 
 class SharedPrefix:
@@ -50,14 +57,17 @@ class SharedPrefix:
         self.model, self.min_tokens = model, min_tokens
         self.prefixes: list[Prefix] = []
 
-    def set_rollouts(self, prompt_ids, prompt_mask) -> None:
-        """Take the prefixes the prompts of a new rollout batch share (left-padded ``prompt_ids``)."""
+    def set_prompts(self, rows: list[torch.Tensor]) -> None:
+        """Take the prefixes the prompts (1-D token tensors) of a new rollout batch share."""
         self.flush()  # the gradients so far belong to the old prefixes: add them now (addition is exact anyway)
-        rows = [row[mask.bool()] for row, mask in zip(prompt_ids, prompt_mask)]
         self.prefixes = [Prefix(tokens) for tokens in shared_prefixes(rows, self.min_tokens)]
 
+    def set_rollouts(self, prompt_ids, prompt_mask) -> None:
+        """``set_prompts`` from left-padded ``prompt_ids``."""
+        self.set_prompts([row[mask.bool()] for row, mask in zip(prompt_ids, prompt_mask)])
+
     def usable(self, extra_inputs) -> bool:
-        return (bool(self.prefixes) and torch.is_grad_enabled() and not extra_inputs
+        return (bool(self.prefixes) and not extra_inputs
                 and not getattr(self.model, "is_activation_checkpointing", False))
 
     def hidden_states(self, input_ids, attention_mask, **extra_inputs):
@@ -96,11 +106,14 @@ class SharedPrefix:
         return best
 
     def _run_over(self, prefix: Prefix, own: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Each row's own tokens through the backbone over ``prefix``'s cache (run once per flush)."""
-        if not prefix.leaves:
-            cache = self.model.base_model(input_ids=prefix.tokens.unsqueeze(0), use_cache=True).cache
-            prefix.graph = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        """Each row's own tokens through the backbone over ``prefix``'s cache (run once per flush, with
+        gradients or without)."""
+        if torch.is_grad_enabled() and not prefix.leaves:
+            prefix.graph = self._prefix_cache(prefix)
             prefix.leaves = [t.detach().requires_grad_() for t in prefix.graph]
+        elif not torch.is_grad_enabled() and not prefix.frozen:
+            prefix.frozen = self._prefix_cache(prefix)
+        layers = prefix.leaves if torch.is_grad_enabled() else prefix.frozen
         shared, batch, width = len(prefix.tokens), len(own), max(len(o) for o in own)
         ids = own[0].new_zeros(batch, width)  # right-padded: the padding comes after every real token
         mask = own[0].new_zeros(batch, shared + width)
@@ -108,19 +121,23 @@ class SharedPrefix:
         for i, tokens in enumerate(own):
             ids[i, :len(tokens)], mask[i, shared:shared + len(tokens)] = tokens, 1
         cache = DynamicCache()
-        for layer in range(len(prefix.leaves) // 2):
-            keys, values = prefix.leaves[2 * layer:2 * layer + 2]
+        for layer in range(len(layers) // 2):
+            keys, values = layers[2 * layer:2 * layer + 2]
             cache.update(keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1), layer)
         out = self.model.base_model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
         return [out.last_hidden_state[i, :len(tokens)] for i, tokens in enumerate(own)]
+
+    def _prefix_cache(self, prefix: Prefix) -> list[torch.Tensor]:
+        cache = self.model.base_model(input_ids=prefix.tokens.unsqueeze(0), use_cache=True).cache
+        return [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
     def flush(self) -> None:
         """Add the prefixes' part of the gradient (summed over the micro-batches since the last flush) to the
         weights' gradients, and drop their caches: the next optimizer step changes the weights."""
         pairs = [(g, leaf.grad) for prefix in self.prefixes for g, leaf in zip(prefix.graph, prefix.leaves)
                  if leaf.grad is not None]
-        for prefix in self.prefixes:
-            prefix.graph, prefix.leaves = [], []
+        for prefix in self.prefixes:  # the next optimizer step changes the weights: no cache of these stays
+            prefix.graph, prefix.leaves, prefix.frozen = [], [], []
         if pairs:
             torch.autograd.backward([g for g, _ in pairs], [grad for _, grad in pairs])
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from tansaku.core.llm import as_client
 from tansaku.envs.evaluate import check_rl_readiness, run_eval
 from tansaku.trainer.recipes import Recipe
+from tansaku.trainer.rl_rewards import rl_task
 
 TRL_SERVER_DEFAULT = "http://localhost:8000"  # GRPOConfig's vllm_server_host / vllm_server_port defaults
 
@@ -62,7 +63,8 @@ def readiness_options(recipe: Recipe) -> dict:
 
 
 def check_readiness(recipe: Recipe, model_path: str, judge=None, client=None) -> list[dict]:
-    """Run ``tansaku.envs.evaluate`` per task and raise ``NotReadyForRL`` when one gives no learning signal.
+    """Run ``tansaku.envs.evaluate`` per task — the recipe's task as ``train rl`` trains it (``rl_task``) — and
+    raise ``NotReadyForRL`` when one gives no learning signal.
 
     The rollouts use ``client`` if given, else ``readiness_model(recipe, model_path)``; each report is written to
     ``<output_dir>/readiness/<task>/``. A client made here is closed afterwards (a colocated vLLM engine must
@@ -75,10 +77,11 @@ def check_readiness(recipe: Recipe, model_path: str, judge=None, client=None) ->
     reports = []
     try:
         for task in recipe.script_args.tasks:
-            report = run_eval(task.name, task.data, client, task.index, split=spec_r.split or task.prompt_split(),
+            # rl_task: the task as the run trains it (system prompt, abstention, tools, reward weights), not
+            # the task's defaults, so the gate measures the same rewards GRPO will optimise.
+            report = run_eval(rl_task(task), task.data, client, task.index, split=spec_r.split or task.prompt_split(),
                               k=spec_r.k, limit=spec_r.rows, max_tokens=spec_r.max_tokens, seed=recipe.training_args.seed,
-                              out_dir=Path(output_dir) / "readiness" / task.name, judge=judge,
-                              system_prompt=task.system_prompt)
+                              out_dir=Path(output_dir) / "readiness" / task.name, judge=judge)
             check_rl_readiness(report, min_pass_at_k=spec_r.min_pass_at_k)
             reports.append(report)
     finally:

@@ -42,8 +42,8 @@ from typing import Any, Literal
 import yaml
 
 from tansaku.core.hardware import emulated_bf16_warning
+from tansaku.core.heldout import HELDOUT_SPLITS
 from tansaku.core.heldout import RL as RL_SPLIT
-from tansaku.core.heldout import TEST as HELDOUT_SPLIT
 from tansaku.core.llm.identity import resolve_model as resolve_local_model
 from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.trainer.recipe_sections import DifficultySpec, JudgeSpec, ReadinessSpec, WatchSpec
@@ -114,9 +114,10 @@ def _check(ok: bool, message: str) -> None:
 
 
 def _check_train_split(where: str, split: str) -> None:
-    """Training never reads the held-out split (``tansaku.core.heldout``): ``train eval`` measures on it."""
-    _check(split != HELDOUT_SPLIT, f"{where}.split: '{HELDOUT_SPLIT}' is the held-out split, kept for `train eval`; "
-                                   "train on 'train'")
+    """Training never reads a held-out split (``tansaku.core.heldout``: test, test_phrasing): ``train eval``
+    measures on them."""
+    _check(split not in HELDOUT_SPLITS, f"{where}.split: '{split}' is the held-out split ({', '.join(HELDOUT_SPLITS)} "
+                                        "are kept for `train eval`); train on 'train'")
 
 
 RL_SECTIONS = {"watch": WatchSpec, "readiness": ReadinessSpec, "difficulty": DifficultySpec, "judge": JudgeSpec}
@@ -156,6 +157,10 @@ class TansakuRLArguments:
     # Without vLLM, on CPU, fp32 weights under bf16: true: generate with a bf16 copy of the weights refreshed at
     # every generate call (tansaku.trainer.generation_copy); false = the training model under autocast.
     bf16_generation_copy: bool = True
+    # true: log `kl_to_start` each generation round, the policy's KL to the starting weights on its own rollouts
+    # (a frozen copy of the start scores them: one no-grad forward per round; tansaku.trainer.drift). TRL logs
+    # `kl` only when beta > 0, and with beta 0 nothing says how far the policy went.
+    kl_to_start: bool = False
     watch: WatchSpec | str | None = field(default_factory=WatchSpec)
     readiness: ReadinessSpec | str | None = field(default_factory=ReadinessSpec)
     difficulty: DifficultySpec | str | None = field(default_factory=DifficultySpec)

@@ -35,6 +35,7 @@ generations per step) and the NeMo-RL names of the seed recipe: ``docs/recipes.m
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -72,6 +73,9 @@ from tansaku.trainer.sft import (
     trainer_config,
     write_recipe_copy,
 )
+from tansaku.trainer.update_schedule import update_notes
+
+log = logging.getLogger(__name__)
 
 
 def ensure_indexes(recipe: Recipe) -> list[str]:
@@ -189,12 +193,15 @@ def grpo_config(recipe: Recipe, reward_weights: list[float] | None = None):
 def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, bands: dict | None = None):
     """A GRPOTrainer over the recipe's tasks, environments and rewards, with the reward watch attached;
     ``bands``: only the prompts difficulty banding kept."""
+    import torch
     from trl import GRPOTrainer, get_quantization_config
 
     from tansaku.core.llm.turn_cache import TurnCache
     from tansaku.trainer.cpu_lm_head import score_labelled_positions  # torch, trl: loaded with the trainer
+    from tansaku.trainer.drift import StartDrift
     from tansaku.trainer.generation_copy import generate_with_bf16_copy
     from tansaku.trainer.prefix_generate import share_prompt_prefix
+    from tansaku.trainer.sampler_logprobs import SamplerLogprobs, correct_for_sampler
 
     class ResumableGRPOTrainer(GRPOTrainer):
         """TRL's RepeatSampler draws each epoch's order from one generator, so a run resumed after the first
@@ -211,13 +218,32 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
         # after the last micro-batch of an optimizer step, before the Trainer clips the gradients
         shared_prefix = None
         turns = None  # tansaku.core.llm.turn_cache: the last turn's KV cache, freed once the rollouts are done
+        # tansaku.trainer.sampler_logprobs: the local generator's log-probs of each token it samples (None under
+        # vLLM, whose TRL keeps its own), and whether the advantages are weighted for the sampler–trainer gap
+        sampler = None
+        correct_sampler = False
+        drift = None  # tansaku.trainer.drift: kl_to_start, when the recipe asks for it
+
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
+            if logprobs is None and self.sampler is not None:  # TRL's transformers path keeps none
+                logprobs = self.sampler.take(completion_ids)
+            return completion_ids, logprobs
+
+        def _generate(self, prompts):
+            generated = super()._generate(prompts)
+            if self.shared_prefix is not None:  # before TRL's no-grad forwards of the round, which use them too
+                self.shared_prefix.set_prompts([torch.tensor(ids) for ids in generated[0]])
+            return generated
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
+            if self.sampler is not None:
+                correct_for_sampler(self, output, correct=self.correct_sampler)
+            if self.drift is not None:
+                self.drift.log(self, output)
             if self.turns is not None:
                 self.turns.clear()
-            if self.shared_prefix is not None:
-                self.shared_prefix.set_rollouts(output["prompt_ids"], output["prompt_mask"])
             return output
 
         def training_step(self, model, inputs, num_items_in_batch):
@@ -251,6 +277,17 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
         trainer, wrap_copy=prefix if sharing else None)
     if sharing and not copied:
         prefix(trainer.model)
+    if not recipe.training_args.use_vllm:  # outermost: it sees the tokens whichever generator drew them
+        trainer.sampler = SamplerLogprobs.wrap(trainer.model)
+        # the bf16 copy is another distribution than the fp32 training forward; the model itself is not
+        trainer.correct_sampler = bool(copied) and trainer.args.vllm_importance_sampling_correction
+        if trainer.correct_sampler and trainer.args.loss_type == "vespo":  # VESPO reads the weight on its own
+            raise RecipeError("loss_type vespo with rollouts from the bf16 generation copy: set "
+                              "vllm_importance_sampling_correction: false or bf16_generation_copy: false")
+    if recipe.script_args.kl_to_start:
+        trainer.drift = StartDrift.load(model, like=trainer.model)
+    for line in update_notes(trainer.args, local_sampler=trainer.sampler is not None, copied=bool(copied)):
+        log.warning(line)
     # on CPU: the LM head over the completion's positions only, the shared prompt tokens once per optimizer step
     trainer.shared_prefix = score_labelled_positions(trainer, share_prefix=recipe.script_args.share_prompt_prefix)
     return name_base_model(trainer, name, model)  # its model card names the base model, not None

@@ -1,9 +1,12 @@
 """The reward functions of an RL recipe, as TRL's GRPOTrainer takes them, and the ``environment`` names they route by.
 
     funcs, weights, groups = build_rewards(load_recipe("trainer/recipes/rl-tiny.yaml", kind="rl"))
+    task = rl_task(recipe_task(recipe.script_args.tasks, None, "rl-tiny.yaml"))   # the task as the recipe trains it
 
-Every reward component of each recipe task is its own TRL reward function (``f(completions, **columns)``,
-logged as ``rewards/<name>/mean``), weighted by the task's weights with the recipe's overrides. With several
+``rl_task(spec)`` is the recipe task complete (system prompt, abstention, tools, reward weights): the one task the
+run optimises and every measurement of it uses (readiness, banding, ``train eval --config``, ``train rescore``,
+``synth serve-env --config``). Every reward component of each recipe task is its own TRL reward function
+(``f(completions, **columns)``, logged as ``rewards/<name>/mean``), weighted by that task's weights. With several
 tasks, components are named ``<task>/<component>`` and score only their task's rows (None elsewhere, which TRL
 skips), routed by the row's ``environment`` column (``<task>@tools-v<n>``, ``<task>@tools-v<n>-i<k>`` for tool
 interface k > 0). The first function also logs each completion's tool description variant and the row columns the
@@ -12,12 +15,14 @@ rewards read (``train rescore`` scores them again; the ``environment`` among the
 
 from __future__ import annotations
 
-from tansaku.core import jsontext
+from pathlib import Path
+
+from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.options import read_system_prompt
 from tansaku.envs.rewards import TRL_REWARD_ARGUMENTS
-from tansaku.envs.tasks import TASKS
-from tansaku.trainer.recipes import Recipe, RecipeError
+from tansaku.envs.tasks import TASKS, Task
+from tansaku.trainer.recipes import Recipe, RecipeError, RLTask, auto_index_dir, load_recipe
 
 
 def environment_name(task_name: str, variant: int, interface: int = 0) -> str:
@@ -92,10 +97,13 @@ def _subset_reward(fn, task_key: str, name: str):
     return reward
 
 
-def rl_task(spec) -> object:
-    """The recipe's task: ``TASKS[name]``, under the recipe's ``system_prompt`` when it gives one (the text the
-    SFT rows were built with: ``synth build trajectories --system-prompt``), with the abstention reward when the
-    recipe asks for it, and its ``tools`` settings over the task's (``ToolsConfig`` fields)."""
+def rl_task(spec) -> Task:
+    """The recipe's task, complete: ``TASKS[name]`` under the recipe's ``system_prompt`` when it gives one (the
+    text the SFT rows were built with: ``synth build trajectories --system-prompt``), with the abstention reward
+    when the recipe asks for it, its ``tools`` settings over the task's (``ToolsConfig`` fields) and its
+    ``reward_weights`` over the task's (last, so they may weigh ``abstention_reward`` too). The one task ``train
+    rl`` optimises and the readiness check, banding, ``train eval --config``, ``train rescore`` and ``synth
+    serve-env --config`` measure."""
     if spec.name not in TASKS:
         raise RecipeError(f"tasks: unknown task {spec.name!r}; choose from {sorted(TASKS)}")
     task = TASKS[spec.name]
@@ -116,29 +124,56 @@ def rl_task(spec) -> object:
             task = task.with_tools(**spec.tools)
         except InputError as exc:
             raise RecipeError(f"tasks {spec.name}: tools: {exc}") from None
+    if spec.reward_weights:
+        try:
+            task = task.with_reward_weights(spec.reward_weights)
+        except InputError as exc:
+            raise RecipeError(str(exc)) from None
     return task
 
 
+def recipe_task(tasks: list[RLTask], name: str | None, where: str) -> RLTask:
+    """The recipe task a command measures (of ``tasks``, a recipe's ``script_args.tasks``): the one named ``name``
+    (``--task``), or the recipe's only task. A name the recipe does not train, or no name with several tasks, is
+    one ``InputError`` line naming ``where`` (the recipe)."""
+    specs = {spec.name: spec for spec in tasks}
+    if name is None and len(specs) > 1:
+        raise InputError(f"{where} trains {len(specs)} tasks ({', '.join(specs)}): choose one with --task")
+    if name is not None and name not in specs:
+        raise InputError(f"--task {name} is not a task of {where} (it trains {', '.join(specs)})")
+    return specs[name] if name is not None else next(iter(specs.values()))
+
+
+def recipe_target(config, name: str | None, index: str | None = None) -> tuple[RLTask, Task, str]:
+    """(recipe task, its ``rl_task``, index) of the ``train rl`` recipe ``config`` that ``train eval --config`` and
+    ``synth serve-env --config`` measure: the task ``name`` picks (``recipe_task``), searching ``index`` or else the
+    recipe task's. An ``index: auto`` that ``train rl`` has not built yet is one ``InputError`` line: building it
+    here would put it inside the run's ``output_dir`` before the run's own marker, which ``train rl`` then refuses."""
+    recipe = load_recipe(config, kind="rl")
+    spec = recipe_task(recipe.script_args.tasks, name, f"recipe {config}")
+    task = rl_task(spec)
+    index = index or spec.index
+    auto = auto_index_dir(recipe.training_args.output_dir, spec.name)
+    if index == auto and not ownership.is_index(Path(auto)):
+        raise InputError(f"task {spec.name}: the recipe's index: auto is built by train rl at {auto} on its first "
+                         f"run and is not there yet; run train rl first, or give --index (an index of {spec.corpus})")
+    return spec, task, index
+
+
 def build_rewards(recipe: Recipe, judge=None) -> tuple[list, list[float], dict[str, tuple[list[str], str]]]:
-    """(reward functions, weights, watch groups ``{task: ([component names], correctness name)}``)."""
+    """(reward functions, weights, watch groups ``{task: ([component names], correctness name)}``); the weights
+    are the ones ``rl_task`` puts in the task (its ``reward_weights``), no other source."""
 
     tasks = recipe.script_args.tasks
     multi = len(tasks) > 1
     funcs, weights, groups = [], [], {}
     for spec in tasks:
         task = rl_task(spec)
-        unknown = set(spec.reward_weights) - set(task.reward_weights)
-        if unknown:
-            raise RecipeError(
-                f"task {spec.name}: reward_weights for unknown components {sorted(unknown)}; "
-                f"the task has {list(task.reward_weights)}"
-            )
-        task_weights = {**task.reward_weights, **spec.reward_weights}
         names = []
-        for component, fn in zip(task.reward_weights, task.reward_functions(judge)):
+        for (component, weight), fn in zip(task.reward_weights.items(), task.reward_functions(judge), strict=True):
             name = f"{spec.name}/{component}" if multi else component
             funcs.append(_subset_reward(fn, spec.name, name) if multi else _named(fn, name))
-            weights.append(float(task_weights[component]))
+            weights.append(float(weight))
             names.append(name)
         correctness = task.answer_reward_name
         groups[spec.name] = (names, f"{spec.name}/{correctness}" if multi else correctness)

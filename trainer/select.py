@@ -23,7 +23,7 @@ from pathlib import Path
 from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError
 from tansaku.core.hardware import fast_dtype
-from tansaku.core.heldout import TEST as HELDOUT_SPLIT
+from tansaku.core.heldout import HELDOUT_SPLITS
 from tansaku.core.llm import from_spec
 from tansaku.core.llm.identity import weights_fingerprint
 from tansaku.envs.evaluate import run_eval
@@ -58,8 +58,8 @@ def choose(table: list[dict]) -> dict:
 
 
 def _check_run(run: Path, split: str) -> None:
-    if split == HELDOUT_SPLIT:
-        raise InputError(f"--split {HELDOUT_SPLIT}: the held-out split measures the final models; choose the RL "
+    if split in HELDOUT_SPLITS:
+        raise InputError(f"--split {split}: a held-out split measures the final models; choose the RL "
                          "start on the 'rl' split (or another split the SFT data did not use)")
     if not (run / RUN_MARKER).is_file():
         raise InputError(f"{run}: not a tansaku training run (no {RUN_MARKER}); train select writes into the run "

@@ -8,8 +8,9 @@
                                   policy="transformers:tiny", k=4), out="out/mh")  # solved in >= 2 of 4 tries
 
 Stages (names for ``until``): ``triples`` → ``link`` → ``cardinality`` → ``chains`` → ``questions`` →
-``quality`` → ``prefilter`` → ``solve`` → ``finalize``. ``until`` stops after the named stage and writes the
-records as they stand (chains already carry ``derivations``). Without ``llm`` questions come from
+``quality`` → ``prefilter`` → ``solve`` → ``finalize`` (then ``phrasing_pairs`` with ``heldout_phrasing``:
+``phrasing.py``). ``until`` stops after the named stage and writes the records as they stand (chains already
+carry ``derivations``). Without ``llm`` questions come from
 templates and the quality loop is skipped (``quality`` = None); without ``policy`` the agent check is
 skipped (``pass_rate`` and ``k`` = None); the config (``MultihopConfig``, every setting) is the manifest's. A run that reaches
 ``prefilter`` needs ``corpus`` or ``index``; with a corpus and no index an embedded index is built into the
@@ -29,7 +30,7 @@ from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError
 from tansaku.core.features import DERIVATIONS, QUESTION_COLUMNS, STRINGS, derivation_structs
-from tansaku.core.heldout import HeldOut
+from tansaku.core.heldout import TEST_PHRASING, HeldOut
 from tansaku.core.licenses import choose_license
 from tansaku.core.options import check_count, check_fraction, check_limit, require_document_dataset
 from tansaku.core.out_folder import precheck_out
@@ -38,14 +39,15 @@ from tansaku.core.store import build_dataset, iter_rows
 from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.search import build_index, open_index, require_index
 from tansaku.envs.tasks import MultihopQA, Task
-from tansaku.pipelines.multihop import cardinality, chains, quality, questions, solvability
+from tansaku.pipelines.multihop import cardinality, chains, phrasing, quality, questions, solvability
 from tansaku.pipelines.multihop import triples as sources
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.multihop.relations import Relations
 
 # 2: prompt column, derivations as structs, typed quality; 3: hops judged in input order; 4: ``k`` column, and
-# the solve stage keeps solved >= half of k by default (was: once); 5: the config is MultihopConfig's fields
-PIPELINE_VERSION = "5"
+# the solve stage keeps solved >= half of k by default (was: once); 5: the config is MultihopConfig's fields;
+# 6: ``frame`` and ``phrasing_family`` columns, the test_phrasing split (--heldout-phrasing)
+PIPELINE_VERSION = "6"
 # What fixes a build that kept no question, per stage[:reason] (tansaku.core.out_folder.refuse_empty).
 EMPTY_HINTS = {
     "triples:no_triples": "the documents gave no triples (no infobox links): pass --llm SPEC to extract triples "
@@ -69,7 +71,7 @@ COLUMN_TYPES = {
     **QUESTION_COLUMNS, "qid": pa.string(), "type": pa.string(), "question": pa.string(), "answer": pa.string(),
     "derivations": DERIVATIONS, "page_ids": STRINGS, "time_dependent": pa.bool_(), "aliases": STRINGS,
     "pass_rate": pa.float64(), "k": pa.int64(), "hop_doc_ids": STRINGS, "generator": pa.string(),
-    "bridge": pa.string(), "chain_id": pa.string(),
+    "bridge": pa.string(), "chain_id": pa.string(), "frame": pa.string(), phrasing.FAMILY_COLUMN: pa.string(),
     "quality": pa.struct([("rounds", pa.int64()), ("scores", _VERDICT), ("reasons", STRINGS), ("failed", STRINGS)]),
 }
 DEFAULT_LICENSE = {"license": "cc-by-sa-4.0"}  # Wikipedia's text license, when the input declares none
@@ -109,6 +111,8 @@ def final_row(record: dict) -> dict:
         "k": record.get("k"), "hop_doc_ids": record["hop_doc_ids"], "generator": record["generator"],
         "quality": record.get("quality"),
         "bridge": record["bridge"], "chain_id": record["chain_id"],
+        # the template frame ("bridge/final"; null for LLM questions) and, on test_phrasing rows, its held-out family
+        "frame": record.get("frame"), phrasing.FAMILY_COLUMN: record.get(phrasing.FAMILY_COLUMN),
     }
 
 
@@ -124,7 +128,8 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
     ``heldout_share`` / ``rl_share``: shares of bridge entities whose questions form the ``test`` / ``rl``
     splits (``tansaku.core.heldout``). The key is ``bridge``, not ``qid``/``chain_id``: chains through the same
     bridge share hop-2 facts (often the answer), so a question trained on would give away its test sibling.
-    ``context``: shards, LLM options, progress (``BuildContext``); ``task``: whose rows these are."""
+    ``heldout_phrasing``: template frame families no split but ``test_phrasing`` uses, which asks the test
+    chains again in them (``phrasing``). ``context``: shards, LLM options, progress (``BuildContext``); ``task``: whose rows these are."""
     context = context or BuildContext()
     c = config
     check_limit(c.limit)
@@ -137,7 +142,9 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
     check_fraction("--question-temperature", c.question_temperature, 0, None)
     check_fraction("--cardinality-threshold", c.cardinality_threshold, 0, 1)
     caps = c.caps()
-    heldout = HeldOut(c.heldout_share, "bridge", c.seed, c.rl_share)
+    families = phrasing.check_options(c.heldout_phrasing, c.llm, c.heldout_share)
+    heldout = HeldOut(c.heldout_share, "bridge", c.seed, c.rl_share,
+                      phrasing_column=phrasing.FAMILY_COLUMN if families else None)
     table = Relations.load(Path(c.relations) if c.relations is not None else None)
     corpus, index, triples_path, until, seed = c.corpus, c.index, c.triples, c.until, c.seed
 
@@ -207,8 +214,10 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
                                                 "limit"), "require_linked_bridge": True}),
         "questions": (batch_stage("questions", lambda cs: questions.generate_llm(cs, llm, seed, c.question_temperature),
                                   batch_size=32, params=c.pick("question_temperature"), llm=llm)
-                      if llm is not None else map_stage("questions", lambda r: questions.generate_template(r, seed, table),
-                                                        params={"generator": "template", "relations_version": table.version})),
+                      if llm is not None else map_stage(
+                          "questions", lambda r: phrasing.template_questions(r, seed, table, families, heldout),
+                          params={"generator": "template", "relations_version": table.version,
+                                  **(c.pick("heldout_phrasing") if families else {})})),
         "quality": (batch_stage("quality", lambda rs: quality.quality_loop(rs, llm, c.max_rounds, c.min_natural, seed=seed),
                                 32, params=c.pick("max_rounds", "min_natural"), llm=llm)
                     if llm is not None else map_stage("quality", lambda r: {**r, "quality": None})),
@@ -221,7 +230,11 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
                   else map_stage("solve", lambda r: {**r, "pass_rate": None, "k": None})),
         "finalize": batch_stage("finalize", lambda rs: task.finalize([final_row(r) for r in rs]), batch_size=256,
                                 params={"task": task.name, "task_version": task.version}),
+        # with held-out phrasings: a test_phrasing row stays only beside its chain's test row
+        "phrasing_pairs": global_stage("phrasing_pairs", phrasing.keep_pairs, params=c.pick("heldout_phrasing")),
     }
+    if families and "finalize" in names:
+        names.append("phrasing_pairs")
     recipe = {
         **c.recipe(), "solvability": rule,
         "question_generator": "llm" if llm is not None else "template",
@@ -236,6 +249,8 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
         chunk_size=c.chunk_size, keep_rejected=c.keep_rejected, empty_hints=EMPTY_HINTS,
         column_types=COLUMN_TYPES if "finalize" in names else None,  # earlier stages write working records
         heldout=heldout if "questions" in names else None,  # records before it are triples/chains, not questions
+        summarize=(lambda m: phrasing.summary(out, m["splits"], families, table)) if families and "questions" in names
+        else None,
         card={"description": "Two-hop Japanese questions built from (subject, relation, object) triples: hop 1's "
                              "object is hop 2's subject; the bridge entity is never named in the question.",
               "pretty_name": f"tansaku multihop: {Path(out).name}", "task_categories": ["question-answering"],
@@ -245,6 +260,10 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
                   "are 1:N in the world but look unique in a small corpus can still give ambiguous questions.",
                   "Template questions (no --llm) come from 12 fixed frames chosen per relation pair "
                   "(relations.json); the LLM generator and judge vary and smooth them.",
+                  *([f"`{TEST_PHRASING}` asks the `test` chains again in the held-out phrasing families "
+                     f"{', '.join(families)} (column `phrasing_family`; every row's frame is its `frame`), which no "
+                     "other split uses: it measures whether what training taught survives new phrasings."]
+                    if families else []),
                   "`pass_rate` is the share of `k` agent tries that solved the item with the configured policy "
                   "and search index (kept: within the manifest's config.solvability); it is a difficulty signal "
                   "for that policy only.",

@@ -52,6 +52,10 @@ class MultihopConfig(BuildConfig):
                                                       "split (0: none).")
     rl_share: float = option(DEFAULT_RL_SHARE, help="Share of bridge entities whose questions form the 'rl' "
                                                     "split: train rl's prompts, never in SFT's train split.")
+    heldout_phrasing: list[str] = option(
+        factory=list, help="Phrasing families held out of every split but 'test_phrasing' (repeat the option or "
+                           "separate by commas): ask, wh, answer, about (the template frames' final forms); each "
+                           "'test' chain is asked again in one of them. Template questions only (not with --llm).")
     keep_rejected: bool = option(False, flag="--keep-rejected/--no-keep-rejected",
                                  help="Also write every dropped record (stage, reason, record) as the "
                                       "'rejected' split (most drops are triples, many on a full Wikipedia).")
@@ -72,6 +76,12 @@ class MultihopConfig(BuildConfig):
     chunk_size: int = option(1000, help="Records per checkpoint chunk (the unit of resume and of --shard).")
     license: str | None = license_option("the corpus card's, else Wikipedia's cc-by-sa-4.0")
     license_file: Path | None = license_file_option()
+
+    def __post_init__(self):
+        # `--heldout-phrasing answer,about` and the option twice are one list; Python may pass one name as a str.
+        given = [self.heldout_phrasing] if isinstance(self.heldout_phrasing, str) else self.heldout_phrasing or []
+        names = [n.strip() for value in given for n in str(value).split(",") if n.strip()]
+        object.__setattr__(self, "heldout_phrasing", sorted(set(names)))  # a set: one recipe for any order
 
     def caps(self):
         """The diversity caps (``chains.Caps``; 0 = no cap)."""

@@ -9,6 +9,10 @@ phrasings of ``relations.json`` (:func:`frames_for`):
     >>> template_question(chain, seed=0)["question"]
     '「ノルウェイの森」を書いた人物について、その人物はどこで生まれましたか？'
 
+Each template question records its ``frame`` (``"bridge/final"``). The frames fall into phrasing families by
+their final form (:data:`PHRASING_FAMILIES`), which ``--heldout-phrasing`` keeps out of training
+(``phrasing.py``).
+
 The LLM generator asks for natural Japanese that names the start entity, never the bridge entity
 and never the answer (prompt: ``prompts/question.v1.md``); every question, whichever generator wrote
 it, passes :func:`question_problem` (``bridge_named``, ``answer_leaked``, ``subject_missing``).
@@ -17,6 +21,7 @@ it, passes :func:`question_problem` (``bridge_named``, ``answer_leaked``, ``subj
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
 
@@ -43,6 +48,14 @@ FINALS = {
     "about": lambda b, p, p1: f"{b}について、{p.ask.format(S='その' + KIND_NOUN[p1.kind])}",  # …について、その人物は…
 }
 FRAMES = tuple((b, f) for b in BRIDGES for f in FINALS)  # 12 frames
+
+# Phrasing families (``--heldout-phrasing``): a family is a final phrase form, with its frames. The final, not
+# the bridge, because every relation pair can be asked with ``ask``, ``wh`` and ``answer`` (:func:`frames_for`
+# restricts bridges and ``about`` only), so holding one of them out leaves every pair frames to train on and
+# one to evaluate on; a bridge family would not (``clause`` needs a hop-1 clause, ``known`` a person,
+# organisation or work: a pair of two noun relations has ``noun`` frames only). The final is also the more
+# visible form: a question (…ですか？), a request (…を答えてください。) or a topic (…について、その人物は…).
+PHRASING_FAMILIES = {final: tuple((b, f) for b, f in FRAMES if f == final) for final in FINALS}
 
 
 def frames_for(first: Phrase, second: Phrase) -> list[tuple[str, str]]:
@@ -94,13 +107,28 @@ def question_problem(question: str, chain: dict) -> str | None:
 REPEATED_CLAUSE = re.compile(r"(がある|された|した|生まれた|亡くなった)[^？。]*\1")
 
 
-def template_question(chain: dict, seed: int = 0, relations: Relations = DEFAULT) -> dict:
+def frame_name(frame: tuple[str, str]) -> str:
+    """A frame as the rows' ``frame`` column writes it: ``"bridge/final"``.
+
+    >>> frame_name(("clause", "answer"))
+    'clause/answer'
+    """
+    return "/".join(frame)
+
+
+def template_question(chain: dict, seed: int = 0, relations: Relations = DEFAULT,
+                      frames: Collection[tuple[str, str]] | None = None, draw: str = "template") -> dict:
     """The chain with a template question: a frame that reads well for its relation pair (and does not say
-    one clause twice), drawn per chain from ``seed``."""
-    texts = _renderings(display_name(chain["subject"]), *chain["relations"], relations)
-    text = rng_for(seed, "template", chain["chain_id"]).choice([t for t in texts if not REPEATED_CLAUSE.search(t)]
-                                                                 or texts)
-    return {**chain, "question": text, "generator": "template"}
+    one clause twice), drawn per chain from ``seed``; ``frames`` limits the draw to those frames (None: all;
+    none of the pair's among them: all), ``draw`` names the draw (another name draws independently).
+    The record says which frame wrote it (``frame``)."""
+    rendered = _rendered(display_name(chain["subject"]), *chain["relations"], relations)
+    if frames is not None:
+        rendered = [(f, t) for f, t in rendered if f in frames] or rendered
+    # Without ``frames`` the list and the draw are those of every earlier build: the same questions.
+    frame, text = rng_for(seed, draw, chain["chain_id"]).choice(
+        [(f, t) for f, t in rendered if not REPEATED_CLAUSE.search(t)] or rendered)
+    return {**chain, "question": text, "generator": "template", "frame": frame_name(frame)}
 
 
 _NOUNS = re.compile(r"の([^「」、。？の]{1,12}?)(?=として|について|の|は|が|を|がある)")
@@ -129,12 +157,19 @@ def template_parts(question: str, relations: Relations = DEFAULT) -> tuple[str, 
 
 def _renderings(subject: str, r1: str, r2: str, relations: Relations) -> list[str]:
     """The question of every frame that reads well for (r1, r2), in :data:`FRAMES` order."""
+    return [text for _, text in _rendered(subject, r1, r2, relations)]
+
+
+def _rendered(subject: str, r1: str, r2: str, relations: Relations) -> list[tuple[tuple[str, str], str]]:
+    """``(frame, question)`` for every frame that reads well for (r1, r2), in :data:`FRAMES` order."""
     first, second = relations.phrase(r1), relations.phrase(r2)
-    return [FINALS[f](BRIDGES[b](f"「{subject}」", first), second, first) for b, f in frames_for(first, second)]
+    return [((b, f), FINALS[f](BRIDGES[b](f"「{subject}」", first), second, first)) for b, f in frames_for(first, second)]
 
 
-def generate_template(chain: dict, seed: int = 0, relations: Relations = DEFAULT) -> dict | Drop:
-    out = template_question(chain, seed, relations)
+def generate_template(chain: dict, seed: int = 0, relations: Relations = DEFAULT,
+                      frames: Collection[tuple[str, str]] | None = None) -> dict | Drop:
+    """:func:`template_question`, dropped with the reason :func:`question_problem` gives."""
+    out = template_question(chain, seed, relations, frames)
     problem = question_problem(out["question"], chain)
     return Drop(problem) if problem else out
 
