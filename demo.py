@@ -59,6 +59,7 @@ from tansaku.core.llm import LLMOptions, from_spec
 from tansaku.core.memory import RSSMeter, maxrss_mb, rss_mb, run_isolated
 from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.envs.evaluate import run_eval
+from tansaku.envs.intervals import describe_change, passes, wilson
 from tansaku.envs.retention import TASK as GENERAL
 from tansaku.envs.retention import retention
 from tansaku.envs.search import build_index
@@ -92,7 +93,11 @@ class DemoSizes:
     egov_limit: int | None = 40
     trajectories_n: int = 1
     sft_steps: int = 12  # × 2 compact rows of ~1.2k tokens; native bf16 training: ~35 s a step on 2 cores
-    rl_steps: int = 2  # × 2 prompts × 2 generations
+    # GSPO optimizer steps: each rollout round of 4 prompts × 2 generations is trained as 2 minibatches (off-policy)
+    rl_steps: int = 6
+    rl_share: float = 0.35  # the multihop questions whose bridges go to the `rl` split (RL prompts, never SFT's)
+    band_rows: int = 24  # `rl` candidates sampled band_samples times by the SFT model; RL keeps 0 < pass rate < 1
+    band_samples: int = 4
     eval_rows: int = 16  # held-out questions per evaluation
     eval_k: int = 1
     max_tokens: int = 160  # per turn in evaluation: the hop turn (a sentence + a tool call) needs ~100
@@ -105,8 +110,8 @@ class DemoSizes:
 
     @classmethod
     def small(cls) -> DemoSizes:
-        return cls(multihop_limit=30, egov_limit=12, sft_steps=2, rl_steps=1, eval_rows=2, eval_k=1, max_tokens=64,
-                   rl_completion=256, general_prompts=12, general_tokens=64)
+        return cls(multihop_limit=30, egov_limit=12, sft_steps=2, rl_steps=2, eval_rows=2, eval_k=1, max_tokens=64,
+                   rl_completion=256, general_prompts=12, general_tokens=64, band_samples=0)  # 2 SFT steps never solve
 
 
 # The eval report's numbers that summary.json carries per task and stage (plus ``pass@k``, ``answer_rate``
@@ -265,11 +270,15 @@ def _evaluate(summary: Summary, label: str, model_dir: Path, out: Path, sizes: D
                                             limit=sizes.eval_rows, out_dir=report_dir, max_tokens=sizes.max_tokens,
                                             seed=0)  # writes report.json
         rewards = ", ".join(f"{k}={v:.2f}" for k, v in report.get("rewards", {}).items() if v is not None)
+        interval = {} if task == GENERAL else {  # 95 % Wilson interval: 16 questions move pass@1 in steps of 1/16
+            "pass@1_95": [round(x, 3) for x in wilson(passes(report["pass@1"], report["questions"]),
+                                                      report["questions"])]}
         line = (f"log-prob/token={report['mean_token_logprob']:.3f} perplexity={report['perplexity']:.2f} on "
                 f"{report['rows']} held-out general prompts" if task == GENERAL else
-                f"pass@1={report['pass@1']:.2f} tool calls/episode={report['mean_tool_calls']:.2f} {rewards}")
+                f"pass@1={report['pass@1']:.2f} (95 % {interval['pass@1_95'][0]:.2f}–{interval['pass@1_95'][1]:.2f}) "
+                f"tool calls/episode={report['mean_tool_calls']:.2f} {rewards}")
         summary.add(f"eval {label} {task}", report_dir, line, time.time() - t, task=task, stage=label,
-                    **eval_numbers(report), **memory)
+                    **eval_numbers(report), **interval, **memory)
         reports[task] = report
     return reports
 
@@ -310,7 +319,7 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
 
     # 3. Multi-hop questions; the scripted agent plays the policy of the solvability check.
     t = time.time()
-    multihop = build_multihop(MultihopConfig(corpus=out / "corpus", llm=llm, policy=SCRIPTED_AGENT, index=wiki_index, limit=sizes.multihop_limit, k=1, m=1), out / "multihop", context)
+    multihop = build_multihop(MultihopConfig(corpus=out / "corpus", llm=llm, policy=SCRIPTED_AGENT, index=wiki_index, limit=sizes.multihop_limit, k=1, m=1, rl_share=sizes.rl_share), out / "multihop", context)
     summary.add("synth build multihop", out / "multihop", _funnel(multihop), time.time() - t, **_rows(multihop))
 
     # 4. The general half of the switch: the base model's own answers, no system prompt (synth build general),
@@ -356,12 +365,16 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
     rl_dir = out / "rl"
     rl_recipe = _write_recipe(out / "recipes" / "rl.yaml", {
         "model_name_or_path": str(sft_dir), "output_dir": str(rl_dir),
-        "tasks": [{"name": TASK, "data": str(out / "multihop"), "index": str(wiki_index)}],
-        # GSPO (sequence-level ratios, the paper's clip); 2 prompts × 2 generations per step, one per micro-batch
+        "tasks": [{"name": TASK, "data": str(out / "multihop"), "index": str(wiki_index), "split": "rl"}],
+        # GSPO (sequence-level ratios, the paper's clip), off-policy as bench/efficacy.py: a rollout round of
+        # 4 prompts × 2 generations, one per micro-batch, trained as 2 optimizer steps of 4 (the clip acts on the
+        # second); the prompts banded by the SFT model (kept when it solves them sometimes)
         "importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": 3e-4, "epsilon_high": 4e-4,
         "num_generations": 2, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 4,
+        "steps_per_generation": 8, "vllm_importance_sampling_mode": "token_truncate",
+        "difficulty": {"samples": sizes.band_samples, "rows": sizes.band_rows, "max_tokens": sizes.max_tokens},
         "beta": 0.0, "max_completion_length": sizes.rl_completion, "max_tool_calling_iterations": 3,
-        "temperature": 0.9, "learning_rate": 1e-5, "lr_scheduler_type": "constant", "adam_epsilon": 1e-8,
+        "temperature": 0.9, "learning_rate": 3e-5, "lr_scheduler_type": "constant", "adam_epsilon": 1e-8,
         "max_steps": sizes.rl_steps, "bf16": native_bf16(), "use_cpu": True,  # fp32 master weights (the default)
         "save_steps": 1, "logging_steps": 1, "log_completions": True, "report_to": "none",
         "gradient_checkpointing": True,  # as for SFT; TRL turns it off while generating (KV cache kept)
@@ -375,24 +388,33 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
     rl, memory = ({"output_dir": str(rl_dir), "skipped": "already trained"}, {}) if _trained(rl_dir) else \
         _isolated_step(RUN_RL, rl_recipe, _resume(rl_dir), skip_readiness=True)
     curves = _learning_curves(rl_dir, out)
-    summary.add("train rl (GSPO)", rl_dir, f"steps={sizes.rl_steps} completions in rl/completions/"
+    band = (rl.get("difficulty") or [{}])[0]
+    summary.add("train rl (GSPO)", rl_dir, f"steps={sizes.rl_steps} off-policy, band {band.get('kept', '–')}/"
+                f"{band.get('candidates', '–')} prompts, completions in rl/completions/"
                 + (f", curves in {curves.name}" if curves else ""), time.time() - t,
                 **_trained_numbers(rl, sizes.rl_steps), **memory)
 
     # 6. Evaluate the trained model with the same environment and rewards, on the same held-out questions.
     after = _evaluate(summary, "after", rl_dir, out, sizes, eval_tasks)
     summary.meter.stop()
+    counts = {stage: (passes(reports[TASK]["pass@1"], reports[TASK]["questions"]), reports[TASK]["questions"])
+              for stage, reports in (("base", before), ("SFT", sft_eval), ("RL", after))}
+    noise = [describe_change(a, counts[a], b, counts[b]) for a, b in (("base", "SFT"), ("SFT", "RL"))]
     written = summary.write(
         out, out=str(out), small=small, llm=llm, sizes=asdict(sizes), dtype=fast_dtype(),
         wall_seconds=round(time.time() - started, 1),
         eval={task: {"before": eval_numbers(before[task]), "sft": eval_numbers(sft_eval[task]),
                      "after": eval_numbers(after[task])} for task in eval_tasks},
-        learning_curves=curves.name if curves else None, complete=True,
+        learning_curves=curves.name if curves else None, complete=True, pass_at_1_changes=noise,
         # exp(log-prob/token after − before) on the base's own held-out answers: 1.0 = general behaviour kept
         retention={stage: round(retention(before[GENERAL], reports[GENERAL]), 4)
                    for stage, reports in (("sft", sft_eval), ("after", after)) if GENERAL in reports})
+    (out / "summary.md").write_text((out / "summary.md").read_text(encoding="utf-8") + "\n" + "".join(
+        f"- {line}\n" for line in noise), encoding="utf-8")
     if not quiet:
         summary.print()
+        for line in noise:
+            Console(stderr=True).print(line)
         Console(stderr=True).print(f"summary: {out / 'summary.json'}, {out / 'summary.md'}"
                                    + (f", {curves}" if curves else ""))
     return {"summary": summary.rows, "eval": {"before": before, "sft": sft_eval, "after": after}, "sft": sft, "rl": rl,

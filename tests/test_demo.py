@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
@@ -38,7 +39,14 @@ def _check_summary(out, reports: dict) -> dict:
         step = next(s for s in summary["steps"] if s["step"] == f"eval {when} {task}")
         assert {k: step[k] for k in numbers} == numbers
     assert summary["learning_curves"] == "learning_curves.png" and (out / "learning_curves.png").stat().st_size > 0
-    assert (out / "summary.md").read_text().count("\n") == len(names) + 2
+    # the table, a blank line, and one line per pass@1 change (base → SFT, SFT → RL) saying whether it is noise
+    assert (out / "summary.md").read_text().count("\n") == len(names) + 2 + 3
+    changes = summary["pass_at_1_changes"]
+    assert len(changes) == 2 and all("95 % interval" in c and "noise" in c for c in changes)
+    for step in summary["steps"]:
+        if step["step"].startswith("eval ") and "pass@1" in step:
+            low, high = step["pass@1_95"]
+            assert low <= step["pass@1"] <= high
     return summary
 
 
@@ -68,6 +76,9 @@ def test_demo_small_end_to_end_and_resume(tmp_path, tiny_model_path):
         assert sum(manifest["splits"].values()) > 0 and (out / dataset / "README.md").exists()
     assert (out / "sft" / "model.safetensors").exists() and (out / "rl" / "model.safetensors").exists()
     assert list((out / "rl" / "completions").glob("*.parquet"))
+    rl_recipe = yaml.safe_load((out / "recipes" / "rl.yaml").read_text())  # RL prompts SFT never saw, off-policy
+    assert rl_recipe["tasks"][0]["split"] == "rl"
+    assert rl_recipe["steps_per_generation"] == 2 * rl_recipe["gradient_accumulation_steps"]
     reports = {}
     for when in ("before", "sft", "after"):
         report = json.loads((out / "eval" / when / "multihop_qa_compact" / "report.json").read_text())
@@ -103,7 +114,7 @@ def test_demo_small_end_to_end_and_resume(tmp_path, tiny_model_path):
     trained = [s for s in again_summary["steps"] if s["step"].startswith("train ")]
     assert all(s["reused"] for s in trained)
     # a reused run still reports its steps and loss (read back from its trainer_state.json)
-    assert [s["global_step"] for s in trained] == [2, 1] and all(s["training_loss"] is not None for s in trained)
+    assert [s["global_step"] for s in trained] == [2, 2] and all(s["training_loss"] is not None for s in trained)
 
 
 def test_summary_is_written_after_every_step_and_reused_runs_keep_their_numbers(tmp_path):

@@ -129,7 +129,7 @@ def test_off_policy_gspo_moves_the_ratios_and_engages_the_clip(tmp_path, envs_in
     task = [f"--tasks={json.dumps([{'name': 'multihop_qa', 'data': str(ROOT / 'tests/fixtures/envs/multihop.jsonl'), 'index': str(envs_index)}])}"]
     result = run_rl(RECIPE, ["--output_dir", str(tmp_path / "run"), *task, "--max_steps", "2", "--bf16", "true",
                              "--learning_rate", "1e-4", "--max_completion_length", "48", "--save_steps", "10",
-                             "--temperature", "1.2"], skip_readiness=True)
+                             "--temperature", "1.2", "--kl_to_start", "true"], skip_readiness=True)
     assert result["global_step"] == 2
     history = json.loads((tmp_path / "run" / "trainer_state.json").read_text(encoding="utf-8"))["log_history"]
     first, second = [e for e in history if "loss" in e]
@@ -137,4 +137,5 @@ def test_off_policy_gspo_moves_the_ratios_and_engages_the_clip(tmp_path, envs_in
     assert second["clip_ratio/region_mean"] > 0.0, second  # after one update: the ratio left [1 - 3e-4, 1 + 4e-4]
     assert first["sampling/sampling_logp_difference/mean"] > 0.0  # bf16 sampler vs fp32 trainer
     assert 0.0 < first["sampling/importance_sampling_ratio/mean"] <= 3.0
-    assert first["frac_reward_zero_std"] < 1.0 and "kl_to_start" not in first  # kl_to_start: off unless asked
+    assert first["frac_reward_zero_std"] < 1.0
+    assert 0.0 <= first["kl_to_start"] < 1e-2  # the first round's policy is the start: rounding alone

@@ -285,7 +285,7 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
             raise RecipeError("loss_type vespo with rollouts from the bf16 generation copy: set "
                               "vllm_importance_sampling_correction: false or bf16_generation_copy: false")
     if recipe.script_args.kl_to_start:
-        trainer.drift = StartDrift.load(model, like=trainer.model)
+        trainer.drift = StartDrift.load(model, trainer)
     for line in update_notes(trainer.args, local_sampler=trainer.sampler is not None, copied=bool(copied)):
         log.warning(line)
     # on CPU: the LM head over the completion's positions only, the shared prompt tokens once per optimizer step
