@@ -44,19 +44,18 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
 import yaml
 from rich.console import Console
-from rich.table import Table
 
-from tansaku.core import jsontext
 from tansaku.core.context import BuildContext
 from tansaku.core.hardware import fast_dtype, native_bf16
 from tansaku.core.llm import LLMOptions, from_spec
-from tansaku.core.memory import RSSMeter, maxrss_mb, rss_mb, run_isolated
+from tansaku.core.memory import run_isolated
+from tansaku.core.step_summary import Summary
 from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.envs.evaluate import run_eval
 from tansaku.envs.intervals import describe_change, passes, wilson
@@ -119,54 +118,6 @@ class DemoSizes:
 EVAL_KEYS = ("questions", "episodes", "k", "pass@1", "mean_tool_calls", "tool_error_rate", "parse_failure_rate",
              "episodes_with_parse_failure", "mean_total_reward", "zero_variance_group_share")
 RETENTION_KEYS = ("rows", "tokens", "mean_token_logprob", "perplexity")  # the ``general`` report's numbers
-SUMMARY_COLUMNS = ("step", "artifact", "numbers", "seconds", "peak RSS MB")
-
-
-@dataclass
-class Summary:
-    """The demo's table and the same numbers as data (``summary.json``), one entry per step.
-
-    Memory per step: ``peak_rss_mb`` is the sampled peak of this process plus its children during the
-    step, ``rss_mb`` this process's RSS when the step ended (what it keeps), ``child_peak_rss_mb`` the
-    kernel's peak of the step's own process when it ran isolated.
-    """
-
-    rows: list[tuple[str, ...]] = field(default_factory=list)
-    steps: list[dict] = field(default_factory=list)
-    meter: RSSMeter = field(default_factory=RSSMeter)
-
-    folder: Path | None = None  # set: summary.json is rewritten after every step (an interrupted run keeps it)
-
-    def add(self, step: str, artifact: Path | str, numbers: str, seconds: float, **data) -> None:
-        """One table row; ``data`` holds the row's numbers as JSON values (rows, pass@1, loss, …)."""
-        entry = {"step": step, "artifact": str(artifact), "seconds": round(seconds, 2), **data,
-                 "rss_mb": rss_mb(), "peak_rss_mb": self.meter.lap()}
-        self.steps.append(entry)
-        self.rows.append((step, str(artifact), numbers, f"{seconds:.1f}", str(entry["peak_rss_mb"])))
-        if self.folder is not None:
-            self.write(self.folder, complete=False)
-
-    def print(self) -> None:
-        table = Table(title="tansaku demo")
-        for col in SUMMARY_COLUMNS:
-            table.add_column(col)
-        for row in self.rows:
-            table.add_row(*row)
-        Console(stderr=True, width=200).print(table)
-
-    def write(self, folder: Path, **sections) -> dict:
-        """``folder/summary.json`` (steps, ``sections``, peak RSS) and ``folder/summary.md`` (the table)."""
-        data = {"steps": self.steps, **sections,
-                # getrusage's high-water marks: this process, and the largest of its (isolated) children.
-                "peak_rss_mb": {**maxrss_mb(), "sampled_tree": self.meter.peak}}
-        (folder / "summary.json").write_text(jsontext.dumps(data, indent=2, default=str) + "\n",
-                                          encoding="utf-8")
-        lines = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
-        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in self.rows]
-        (folder / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return data
-
-
 def eval_numbers(report: dict) -> dict:
     """The numbers of one eval ``report.json`` that summary.json keeps (same values, same names)."""
     numbers = {key: report[key] for key in (*EVAL_KEYS, *RETENTION_KEYS) if key in report}

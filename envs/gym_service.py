@@ -10,18 +10,17 @@ the top level for NeMo Gym's metrics), POST ``/close_session`` ends it. The epis
 session: its cookie (``tansaku_episode``, set by ``/seed_session``; the agent keeps one cookie jar per
 rollout), or an ``X-Episode-Id`` header / ``episode_id`` field for clients without cookies.
 
-No second implementation: every episode is a ``SearchEnvironment`` from ``make_environment_factory`` (the
-one TRL trains with: the same description variants, call budget, caps and error texts) and ``/verify``
-scores with the task's own reward functions and weights: ``serve`` takes a ``Task`` object, so ``synth serve-env
---config RECIPE`` serves the recipe's task as ``train rl`` trains it (``GET /health`` shows its
-``reward_weights``). Episodes live in memory, at most
-``max_episodes`` (the least recently used goes first) and ``idle_seconds`` without a request. A malformed
-request gets a JSON error (422 from the schema, 404 for an unknown episode); a tool's own error (a hostile
-query, the budget used up) is the tool's answer, ``{"output": "{'error': …}"}``, as TRL shows it. Bodies are
-read by ``tansaku.core.jsontext.loads`` (nested too deeply: 422; a lone surrogate reads as U+FFFD); a field
-the service cannot use — an ``episode_id`` that is not text, a name TRL gives reward functions itself
-(``completions`` …), a ``/verify`` with neither an episode nor the task's columns, a ``response.output`` that
-is not a list, call arguments nested deeper than a model's JSON may — is 422 ``{"error": …}`` too.
+No second implementation: every episode is a ``SearchEnvironment`` from ``make_environment_factory`` (the one TRL
+trains with: the same description variants, call budget, caps and error texts) and ``/verify`` scores with the
+task's own reward functions and weights (``synth serve-env --config RECIPE``: the recipe's task as ``train rl``
+trains it). Episodes live in memory, at most ``max_episodes`` (the least recently used goes first) and
+``idle_seconds`` without a request. A malformed request gets a JSON error (422 from the schema, 404 for an unknown
+episode); a tool's own error (a hostile query, the budget used up) is the tool's answer, ``{"output": "{'error':
+…}"}``, as TRL shows it. Bodies are read by ``tansaku.core.jsontext.loads`` (nested too deeply: 422; a lone
+surrogate reads as U+FFFD); a field the service cannot use — an ``episode_id`` that is not text, a name TRL gives
+reward functions itself (``completions`` …), a ``/verify`` with neither an episode nor the task's columns, a
+``response.output`` that is not a list, call arguments nested deeper than a model's JSON may — is 422 ``{"error":
+…}`` too.
 
     synth serve-env --task multihop_qa --index out/index --port 8010
     curl -c jar -X POST localhost:8010/seed_session -d '{"id": "q1", "question": "…", "answer": "…"}'
@@ -385,9 +384,8 @@ def export_rows(task: Task, index, dataset, out, split: str = "train", seed: int
 def serve(task: Task | str, index, *, host: str = "127.0.0.1", port: int = 8010, judge=None, seed: int = 0,
           max_episodes: int = 10_000, idle_seconds: float = 900.0, dataset=None, export=None,
           split: str = "train", llm_options: LLMOptions | None = None) -> None:
-    """``synth serve-env``: the app for ``task`` (a ``Task``, e.g. a recipe's as ``train rl`` trains it, or a name
-    of ``TASKS``) under uvicorn until interrupted (or, with ``export``, the dataset written as NeMo Gym JSONL).
-    ``llm_options``: the command's options for the judge's client."""
+    """``synth serve-env``: the app for ``task`` (a ``Task``, e.g. a recipe's, or a ``TASKS`` name) under uvicorn
+    until interrupted (with ``export``: the dataset as NeMo Gym JSONL). ``llm_options``: the judge client's."""
     task = task_named(task) if isinstance(task, str) else task
     if export is not None:
         if dataset is None:

@@ -172,23 +172,19 @@ class Task:
                        optional_columns={**self.optional_columns, "answerable": "bool"})
 
     def with_reward_weights(self, weights: dict[str, float]) -> Task:
-        """The same task with ``weights`` over its ``reward_weights`` (a recipe task's ``reward_weights``), in the
-        task's order, so training, evaluation, re-scoring and ``serve-env`` weigh alike. Only components the task
-        weighs already; finite numbers; an abstention never outweighs the answer (as ``with_abstention``).
+        """The task with a recipe's ``weights`` over its own (its components only, finite; an abstention never
+        outweighs the answer): training, evaluation, re-scoring and ``serve-env`` then weigh alike.
 
         >>> TASKS["multihop_qa"].with_reward_weights({"format_reward": 0.5}).reward_weights["format_reward"]
         0.5
         """
-        unknown = set(weights) - set(self.reward_weights)
-        if unknown:
+        if unknown := set(weights) - set(self.reward_weights):
             raise InputError(f"task {self.name}: reward_weights for unknown components {sorted(unknown)}; "
                              f"the task has {list(self.reward_weights)}")
-        try:
-            merged = {**self.reward_weights, **{name: float(w) for name, w in weights.items()}}
-        except (TypeError, ValueError):
-            raise InputError(f"task {self.name}: reward_weights must be numbers (got {weights})") from None
-        if not all(math.isfinite(w) for w in merged.values()):
+        merged = {**self.reward_weights, **weights}
+        if not all(isinstance(w, int | float) and math.isfinite(w) for w in merged.values()):
             raise InputError(f"task {self.name}: reward_weights must be finite numbers (got {weights})")
+        merged = {name: float(w) for name, w in merged.items()}
         top = merged.get(self.answer_reward_name or "")
         if "abstention_reward" in merged and top is not None and merged["abstention_reward"] > top:
             raise InputError(f"{self.name}: abstention weight {merged['abstention_reward']} must be in (0, {top}] "

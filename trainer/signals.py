@@ -10,9 +10,11 @@ TRL 1.16's ``GRPOTrainer`` logs, per step (names exactly as in ``log_history``):
 - completion lengths in tokens: ``completions/mean_length``, ``/min_length``, ``/max_length``,
   ``/clipped_ratio`` (share cut at ``max_completion_length``), ``/mean_terminated_length``;
 - ``reward``, ``reward_std``, ``frac_reward_zero_std`` (the share of groups whose rewards are all equal);
-- the sampler–trainer gap, only with vLLM and ``vllm_importance_sampling_correction``:
-  ``sampling/sampling_logp_difference/mean`` and ``/max`` (|trainer − vLLM| token log-prob) and
-  ``sampling/importance_sampling_ratio/min``, ``/mean``, ``/max``;
+- the sampler–trainer gap, with vLLM and ``vllm_importance_sampling_correction``, and with tansaku's local
+  generator (``tansaku.trainer.sampler_logprobs``) whenever old log-probs are computed:
+  ``sampling/sampling_logp_difference/mean`` and ``/max`` (|trainer − sampler| token log-prob) and, when
+  corrected, ``sampling/importance_sampling_ratio/min``, ``/mean``, ``/max``;
+- ``kl_to_start`` (``tansaku.trainer.drift``, a recipe's ``kl_to_start: true``): the policy's KL to its start;
 - what reward functions log through TRL's ``log_metric`` under the name they give (no prefix): the rubric
   judge's ``rubric/judge_failures``, ``rubric/judge_seconds`` and ``rubric/judged``
   (``tansaku.envs.rubric_reward``).
@@ -28,7 +30,7 @@ import math
 import statistics
 
 SIGNALS = (
-    "loss", "policy_loss", "grad_norm", "kl", "entropy",
+    "loss", "policy_loss", "grad_norm", "kl", "kl_to_start", "entropy",
     "clip_ratio/region_mean", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/low_min",
     "clip_ratio/high_max", "cispo_clip_ratio",
     "completions/mean_length", "completions/min_length", "completions/max_length", "completions/clipped_ratio",
