@@ -115,13 +115,55 @@ def test_a_broken_trainer_state_lists_the_final_model(tmp_path):
 
 
 def test_a_saved_report_that_is_not_a_complete_object_is_evaluated_again(tmp_path):
+    weights = {"answer_reward": 1.0, "format_reward": 0.2}
     good = {"weights": "w", "k": 1, "split": "rl", "temperature": 0.0, "selection_rows": 2, "pass@1": 0.5,
-            "mean_tool_calls": 1.0, "mean_total_reward": 0.5, "questions": 2}
+            "mean_tool_calls": 1.0, "mean_total_reward": 0.5, "questions": 2, "reward_weights": weights}
     path = tmp_path / "report.json"
     path.write_text(json.dumps(good), encoding="utf-8")
-    assert select._reusable_report(tmp_path, "w", 2, 1, 0.0, "rl") == good
-    assert select._reusable_report(tmp_path, "other weights", 2, 1, 0.0, "rl") is None
+    assert select._reusable_report(tmp_path, "w", 2, 1, 0.0, "rl", weights) == good
+    assert select._reusable_report(tmp_path, "other weights", 2, 1, 0.0, "rl", weights) is None
+    # a recipe that weighs the rewards otherwise (train select --config) scores mean_total_reward anew
+    assert select._reusable_report(tmp_path, "w", 2, 1, 0.0, "rl", {**weights, "format_reward": 0.9}) is None
     for broken in (b"[]", b'"report"', b"3", DEEP, b'{"weights": "\xff"}',
                    json.dumps({**good, "pass@1": None}).encode()):
         path.write_bytes(broken)
-        assert select._reusable_report(tmp_path, "w", 2, 1, 0.0, "rl") is None, broken[:20]
+        assert select._reusable_report(tmp_path, "w", 2, 1, 0.0, "rl", weights) is None, broken[:20]
+
+
+def test_select_with_a_recipe_measures_the_task_rl_will_train(tmp_path, envs_index, monkeypatch):
+    """train select --config: the checkpoints are scored by the recipe's task (its reward weights), over the
+    recipe task's data and index; --system-prompt with it is refused."""
+    import yaml
+
+    run = fake_run_with_model(tmp_path, [1, 2], final_step=2)
+    recipe = yaml.safe_load((ROOT / "trainer" / "recipes" / "rl-tiny.yaml").read_text(encoding="utf-8"))
+    recipe.update(output_dir=str(tmp_path / "rl"), tasks=[{"name": "multihop_qa", "data": str(DATA),
+                                                            "index": str(envs_index),
+                                                            "reward_weights": {"format_reward": 0.9}}])
+    config = tmp_path / "rl.yaml"
+    config.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    seen = []
+
+    class Client:
+        def close(self):
+            pass
+
+    def fake_eval(task, dataset, client, index, **kwargs):
+        seen.append((task, Path(dataset), str(index)))
+        Path(kwargs["out_dir"]).mkdir(parents=True)  # run_eval writes its report folder
+        return {"pass@1": 0.5, "mean_tool_calls": 1.0, "mean_total_reward": 0.5, "questions": 2, "k": 1,
+                "split": kwargs["split"], "temperature": kwargs["temperature"],
+                "reward_weights": dict(task.reward_weights)}
+
+    monkeypatch.setattr(select, "from_spec", lambda *a, **k: Client())
+    monkeypatch.setattr(select, "run_eval", fake_eval)
+    done = CliRunner().invoke(train_app, ["select", "--run", str(run), "--config", str(config), "--rows", "2",
+                                          "--split", "train"])
+    assert done.exit_code == 0, done.output
+    assert len(seen) == 2 and all(t.reward_weights["format_reward"] == 0.9 for t, _, _ in seen)
+    assert all(d == DATA and i == str(envs_index) for _, d, i in seen)
+    saved = json.loads((run / "checkpoint_selection.json").read_text(encoding="utf-8"))
+    assert saved["task"] == "multihop_qa" and saved["reward_weights"]["format_reward"] == 0.9
+    refused = CliRunner().invoke(train_app, ["select", "--run", str(run), "--config", str(config),
+                                             "--system-prompt", "x"])
+    assert refused.exit_code == 2 and "--system-prompt and --config" in refused.output

@@ -185,9 +185,10 @@ def train_eval(
 @friendly(outputs=("run",))  # it writes into the run folder (checkpoint_selection.json, selection/)
 def train_select(
     run: Annotated[Path, typer.Option("--run", help="A train sft output_dir with checkpoint-* folders.")],
-    task: Annotated[str, typer.Option("--task", help="The task RL will train (multihop_qa, egov_mcq, …).")],
-    dataset: Annotated[Path, typer.Option("--dataset", help="Dataset folder with the validation split.")],
-    index: Annotated[str, typer.Option("--index", help="Search index the agent uses.")],
+    task: Annotated[str | None, typer.Option("--task", help="The task RL will train (multihop_qa, egov_mcq, …); with --config: which of the recipe's tasks.")] = None,
+    dataset: Annotated[Path | None, typer.Option("--dataset", help="Dataset folder with the validation split (with --config: default the recipe task's data).")] = None,
+    index: Annotated[str | None, typer.Option("--index", help="Search index the agent uses (with --config: default the recipe task's index).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="The train rl recipe the start is for: its task as train rl trains it (system prompt, abstention, tools, reward weights) chooses.")] = None,
     split: Annotated[str, typer.Option("--split", help="Validation split: 'rl' (never 'test', kept for the final comparison).")] = "rl",
     rows: Annotated[int, typer.Option("--rows", min=1, help="Questions evaluated per checkpoint (the first N).")] = 32,
     k: Annotated[int, typer.Option("--k", min=1, help="Samples per question (with --temperature > 0).")] = 1,
@@ -206,6 +207,16 @@ def train_select(
     from tansaku.core.progress import quiet_loops
     from tansaku.trainer.select import select_checkpoint, selection_table
 
+    if config is not None:  # the task the start will be trained on, as train rl trains it
+        from tansaku.trainer.rl_rewards import recipe_target
+
+        if system_prompt is not None:
+            raise InputError("--system-prompt and --config: the recipe's task sets it (tasks[].system_prompt); "
+                             "give one or the other")
+        spec, task, index = recipe_target(config, task, index)
+        dataset = dataset or Path(spec.data)
+    elif task is None or dataset is None or index is None:
+        raise InputError("give --task, --dataset and --index, or --config RECIPE (a train rl recipe's task)")
     with quiet_loops(quiet):
         selection = select_checkpoint(run, task, dataset, index, split=split, rows=rows, k=k,
                                       temperature=temperature, max_tokens=max_tokens, seed=seed,

@@ -27,6 +27,7 @@ from tansaku.core.heldout import HELDOUT_SPLITS
 from tansaku.core.llm import from_spec
 from tansaku.core.llm.identity import weights_fingerprint
 from tansaku.envs.evaluate import run_eval
+from tansaku.envs.tasks import Task, task_named
 from tansaku.trainer.run_folder import checkpoint_step
 
 SELECTION_FILE = "checkpoint_selection.json"
@@ -68,22 +69,25 @@ def _check_run(run: Path, split: str) -> None:
         raise InputError(f"{run}: no checkpoint-* folder and no final model; set save_steps in the SFT recipe")
 
 
-def select_checkpoint(run: str | Path, task: str, dataset: str | Path, index, split: str = "rl", rows: int = 32,
+def select_checkpoint(run: str | Path, task: str | Task, dataset: str | Path, index, split: str = "rl", rows: int = 32,
                       k: int = 1, temperature: float = 0.0, max_tokens: int = 1024, seed: int = 0,
                       system_prompt: str | None = None, dtype: str | None = None, batch_size: int = 16) -> dict:
     """Evaluate every checkpoint of ``run`` on ``rows`` questions of ``split``; write and return the selection.
 
-    ``dtype``/``batch_size``: how the transformers backend generates (default: bf16 where it is native, ~2x
+    ``task``: a ``TASKS`` name or a ``Task`` (``train select --config``: a recipe's ``rl_task``, with its reward
+    weights). ``dtype``/``batch_size``: how the transformers backend generates (default: bf16 where it is native, ~2x
     faster than fp32 there, else fp32).
     """
     run = Path(run)
     _check_run(run, split)
+    task = task_named(task) if isinstance(task, str) else task  # a recipe's task (train select --config) as it is
+    weights = dict(task.reward_weights)
     table = []
     for step, folder in checkpoints(run):
         name = folder.name if step is not None else "final"
         report_dir = run / "selection" / name
         fingerprint = weights_fingerprint(folder)
-        report = _reusable_report(report_dir, fingerprint, rows, k, temperature, split)
+        report = _reusable_report(report_dir, fingerprint, rows, k, temperature, split, weights)
         if report is None:
             client = from_spec(f"transformers:{folder}", dtype=dtype or fast_dtype(), batch_size=batch_size)
             report = run_eval(task, dataset, client, index, split=split, k=k, limit=rows, out_dir=report_dir,
@@ -97,21 +101,23 @@ def select_checkpoint(run: str | Path, task: str, dataset: str | Path, index, sp
                       "tool_calls": report["mean_tool_calls"], "reward": report["mean_total_reward"],
                       "questions": report["questions"]})
     chosen = choose(table)
-    selection = {"run": str(run), "task": task, "dataset": str(dataset), "split": split, "rows": rows, "k": k,
+    selection = {"run": str(run), "task": task.name, "reward_weights": weights, "dataset": str(dataset), "split": split, "rows": rows, "k": k,
                  "temperature": temperature, "criterion": "max pass@1, ties to higher entropy",
                  "chosen": chosen, "checkpoints": table}
     (run / SELECTION_FILE).write_text(jsontext.dumps(selection, indent=2), encoding="utf-8")
     return selection
 
 
-def _reusable_report(report_dir: Path, fingerprint: str, rows: int, k: int, temperature: float, split: str):
+def _reusable_report(report_dir: Path, fingerprint: str, rows: int, k: int, temperature: float, split: str,
+                     reward_weights: dict):
     """The report a previous selection wrote for these weights and settings; None (evaluate again) when there is
-    none, it was made for other weights or settings, or ``report.json`` is not a JSON object."""
+    none, it was made for other weights, settings or reward weights, or ``report.json`` is not a JSON object."""
     report = jsontext.read_object(report_dir / "report.json")
     if report is None:
         return None
     same = (report.get("weights") == fingerprint and report.get("k") == k and report.get("split") == split
-            and report.get("temperature") == temperature and report.get("selection_rows") == rows)
+            and report.get("temperature") == temperature and report.get("selection_rows") == rows
+            and report.get("reward_weights") == reward_weights)
     complete = all(type(report.get(key)) in (int, float) for key in _TABLE_NUMBERS)
     return report if same and complete else None
 
