@@ -196,11 +196,15 @@ def main() -> None:
         *common, "--output_dir", str(out / "rl"), "--max_steps", str(args.rl_steps), "--tasks", json.dumps(tasks),
         "--use_vllm", "false", "--num_generations", str(generations),  # P prompts × G generations per step:
         "--per_device_train_batch_size", str(generations), "--gradient_accumulation_steps", str(prompts),
+        "--steps_per_generation", str(2 * prompts),  # off-policy: each rollout round trained as 2 minibatches
         "--max_completion_length", str(length), "--max_tool_calling_iterations", "2", "--log_completions", "true",
         "--num_completions_to_print", "0"], kind="rl"),
         callbacks=[timer])
     rl.train()
     rl.save_state()
+    print("clip fraction per optimizer step (0 on a round's first minibatch, > 0 after an update): "
+          + ", ".join(f"{e['step']}: {e['clip_ratio/region_mean']:.3f}" for e in rl.state.log_history
+                      if "clip_ratio/region_mean" in e))
     results["rl"] = table(f"GSPO, transformers generation ({prompts} prompts × {generations}, ≤ {length} tokens; "
                           "completion tokens)", rl, timer, "completions/mean_length", prompts * generations)
     report = write_run_report(out / "rl", dict(zip(rl.reward_func_names, rl.args.reward_weights or [])))
