@@ -118,6 +118,7 @@ def test_train_rl_trains_only_on_the_banded_prompts(tmp_path, envs_index, tiny_m
     result = run_rl(RECIPE, ["--output_dir", str(tmp_path / "out"), *task_args(envs_index),
                              "--difficulty", "{samples: 2}", "--readiness", json.dumps({"model": policy}),
                              "--max_steps", "1", "--gradient_accumulation_steps", "1",  # 1 prompt × 2 per step
+                             "--steps_per_generation", "1",  # the band keeps 1 prompt: a round of 1 prompt
                              "--max_completion_length", "24"])
     assert result["difficulty"][0]["kept"] == 1 and result["difficulty"][0]["dropped"] == {
         "always_solved": 2, "never_solved": 1}

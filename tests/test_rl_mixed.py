@@ -101,19 +101,22 @@ def test_two_mixed_gspo_steps_score_every_task_and_judge_over_http(tmp_path, tin
     steps = [e for e in json.loads((out / "trainer_state.json").read_text(encoding="utf-8"))["log_history"]
              if "loss" in e]
     assert [e["step"] for e in steps] == [1, 2]
+    # one rollout round (6 prompts × 2 generations) trained as 2 minibatches: its metrics come with step 1
+    rounds = [e for e in steps if "reward" in e]
+    assert [e["step"] for e in rounds] == [1] and all("clip_ratio/region_mean" in e for e in steps)
     for task, components in TASKS.items():
         for component in components:
             key = f"rewards/{task}/{component}/mean"
-            assert all(key in e for e in steps), key
-            # TRL logs every reward's mean each step (NaN when no row of the task was in it): the task occurred
-            assert any(_finite(e[key]) for e in steps), (key, [e[key] for e in steps])
+            assert all(key in e for e in rounds), key
+            # TRL logs every reward's mean each round (NaN when no row of the task was in it): the task occurred
+            assert any(_finite(e[key]) for e in rounds), (key, [e[key] for e in rounds])
     judged = sum(e.get("rubric/judged", 0.0) for e in steps)
     assert judged > 0 and served["requests"] == judged and served["failures"] == 0
     assert all(e.get("rubric/judge_failures", 0.0) == 0.0 for e in steps)  # one score per criterion, each in range
 
     rollouts = pl.concat([pl.read_parquet(p) for p in sorted((out / "completions").glob("*.parquet"))],
                          how="diagonal_relaxed")
-    assert len(rollouts) == 12  # 2 steps × 3 prompts × 2 generations
+    assert len(rollouts) == 12  # 1 round × 6 prompts × 2 generations
     for task in TASKS:  # each task's answer reward scored its own completions (and only those)
         answer = f"{task}/{next(iter(TASKS[task]))}"
         assert rollouts[answer].drop_nans().drop_nulls().len() >= 2, answer

@@ -138,19 +138,22 @@ def test_three_gspo_steps_log_every_component_and_resume_replays_the_same_data(t
     state = json.loads((first / "trainer_state.json").read_text(encoding="utf-8"))
     steps = [e for e in state["log_history"] if "loss" in e]
     assert [e["step"] for e in steps] == [1, 2, 3]
-    for entry in steps:
+    # rl-tiny trains each rollout round (4 prompts × 2) as 2 minibatches: rounds start at steps 1 and 3
+    rounds = [e for e in steps if "reward" in e]
+    assert [e["step"] for e in rounds] == [1, 3] and all("clip_ratio/region_mean" in e for e in steps)
+    for entry in rounds:
         for component in COMPONENTS:
             assert f"rewards/{component}/mean" in entry
         assert "frac_reward_zero_std" in entry and "tools/call_frequency" in entry
     parquet = pl.read_parquet(first / "completions" / "completions_00003.parquet")
-    assert len(parquet) == 4 and set(COMPONENTS) <= set(parquet.columns) and "advantage" in parquet.columns
+    assert len(parquet) == 8 and set(COMPONENTS) <= set(parquet.columns) and "advantage" in parquet.columns
     assert parquet["tool_variant"].is_between(0, 3).all()  # each completion's tool description variant
     assert parquet["prompt"][0][0]["role"] == "system"  # the task's prompt (tools are rendered by the template)
     # train rescore: the stored rollouts of a real run score the same again with the same reward functions.
     from tansaku.trainer.rescore import rescore
 
     rescored = rescore(first / "completions", "multihop_qa")
-    assert rescored["rows"] == 12 and rescored["unchanged"], rescored["components"]
+    assert rescored["rows"] == 16 and rescored["unchanged"], rescored["components"]
 
     # Resume in a fresh folder from checkpoint-2: it must continue at step 3 with step 3's prompts.
     resumed = tmp_path / "resumed"
@@ -216,7 +219,8 @@ def test_grpo_step_shows_each_row_its_tool_variant_and_counts_failed_calls(tmp_p
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     recipe = load_recipe(RECIPE, ["--output_dir", str(tmp_path / "out"),
                                   *section_arg(RECIPE, "tasks", data=str(data), index=str(envs_index)),
-                                  "--max_steps", "1", "--seed", "3", "--save_steps", "100"], kind="rl")
+                                  "--max_steps", "1", "--seed", "3", "--save_steps", "100",
+                                  "--steps_per_generation", "2"], kind="rl")  # a round of 2 prompts, one step
     trainer = build_rl_trainer(recipe)
     tokenizer = trainer.processing_class
     bad_call = tokenizer.encode('<tool_call>\n{"name": "open_doc", "arguments": {"doc_id": "nope"}}\n</tool_call>'

@@ -223,6 +223,7 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
         sampler = None
         correct_sampler = False
         drift = None  # tansaku.trainer.drift: kl_to_start, when the recipe asks for it
+        fresh_rollouts = False  # a rollout round was generated since the last log
 
         def _generate_single_turn(self, prompt_ids, *args, **kwargs):
             completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
@@ -242,9 +243,20 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
                 correct_for_sampler(self, output, correct=self.correct_sampler)
             if self.drift is not None:
                 self.drift.log(self, output)
+            self.fresh_rollouts = True
             if self.turns is not None:
                 self.turns.clear()
             return output
+
+        def log(self, logs, start_time=None):
+            # TRL writes its buffer of the last round's completions at every log: off-policy, a round spans
+            # several optimizer steps, and each would write it again (rescore and run reports would count it
+            # twice). Each round's completions are written once, at the step that generated them.
+            keep, self.log_completions = self.log_completions, self.log_completions and self.fresh_rollouts
+            try:
+                super().log(logs, start_time)
+            finally:
+                self.log_completions, self.fresh_rollouts = keep, False
 
         def training_step(self, model, inputs, num_items_in_batch):
             loss = super().training_step(model, inputs, num_items_in_batch)
