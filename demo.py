@@ -93,9 +93,9 @@ class DemoSizes:
     trajectories_n: int = 1
     sft_steps: int = 12  # × 2 compact rows of ~1.2k tokens; native bf16 training: ~35 s a step on 2 cores
     # GSPO optimizer steps: each rollout round of 4 prompts × 2 generations is trained as 2 minibatches (off-policy)
-    rl_steps: int = 6
+    rl_steps: int = 4
     rl_share: float = 0.35  # the multihop questions whose bridges go to the `rl` split (RL prompts, never SFT's)
-    band_rows: int = 24  # `rl` candidates sampled band_samples times by the SFT model; RL keeps 0 < pass rate < 1
+    band_rows: int = 12  # `rl` candidates sampled band_samples times by the SFT model; RL keeps 0 < pass rate < 1
     band_samples: int = 4
     eval_rows: int = 16  # held-out questions per evaluation
     eval_k: int = 1

@@ -104,13 +104,16 @@ def test_train_rl_says_when_the_ratio_clip_cannot_engage(tmp_path, keys, inert):
 
 
 @pytest.mark.slow
-def test_off_policy_gspo_moves_the_ratios_and_engages_the_clip(tmp_path, envs_index, tiny_model_path, monkeypatch):
+@pytest.mark.parametrize("checkpointing", ["false", "true"])
+def test_off_policy_gspo_moves_the_ratios_and_engages_the_clip(tmp_path, envs_index, tiny_model_path, monkeypatch,
+                                                               checkpointing):
     """One generation round, two optimizer steps (steps_per_generation = 2 × gradient_accumulation_steps): the
     first minibatch trains at the weights that sampled (ratio 1, nothing clipped), the second after an update
     (ratios ≠ 1: GSPO's tight clip engages). Rollouts come from the bf16 copy: the gap is logged, and corrected.
 
     The untrained tiny model scores the same on every completion (no advantage, no update), so a reward that
-    differs between sampled completions (their length) is added: this tests the update, not the task."""
+    differs between sampled completions (their length) is added: this tests the update, not the task. Under
+    gradient checkpointing (the demo's setting) the old log-probs must take the training forward's path too."""
     from tansaku.trainer import rl
     from tansaku.trainer.rl import run_rl
 
@@ -129,7 +132,8 @@ def test_off_policy_gspo_moves_the_ratios_and_engages_the_clip(tmp_path, envs_in
     task = [f"--tasks={json.dumps([{'name': 'multihop_qa', 'data': str(ROOT / 'tests/fixtures/envs/multihop.jsonl'), 'index': str(envs_index)}])}"]
     result = run_rl(RECIPE, ["--output_dir", str(tmp_path / "run"), *task, "--max_steps", "2", "--bf16", "true",
                              "--learning_rate", "1e-4", "--max_completion_length", "48", "--save_steps", "10",
-                             "--temperature", "1.2", "--kl_to_start", "true"], skip_readiness=True)
+                             "--temperature", "1.2", "--kl_to_start", "true",
+                             "--gradient_checkpointing", checkpointing], skip_readiness=True)
     assert result["global_step"] == 2
     history = json.loads((tmp_path / "run" / "trainer_state.json").read_text(encoding="utf-8"))["log_history"]
     first, second = [e for e in history if "loss" in e]

@@ -73,7 +73,11 @@ def score_labelled_positions(trainer, share_prefix: bool = False) -> SharedPrefi
     optimizer step (``tansaku.trainer.prefix_train``); returns that ``SharedPrefix`` for the trainer to feed."""
     temperature = getattr(trainer, "temperature", 1.0)  # GRPO's sampling temperature; SFT scores at 1.0
     policy = trainer.model.get_base_model() if isinstance(trainer.model, PeftModel) else trainer.model
-    shared = SharedPrefix(policy) if share_prefix and handles(policy) else None
+    # Not under gradient checkpointing: its recomputation would write the cache twice, so the training forward
+    # takes the full path, and TRL's no-grad forwards (old log-probs), which it runs with checkpointing off, must
+    # take the same path, or rounding alone moves the ratio a round is clipped against.
+    checkpointing = getattr(trainer.args, "gradient_checkpointing", False)
+    shared = SharedPrefix(policy) if share_prefix and handles(policy) and not checkpointing else None
     for model, prefix in ((policy, shared), (getattr(trainer, "ref_model", None), None)):
         if model is not None and handles(model):
             model.forward = labelled_forward(model, temperature, prefix)
