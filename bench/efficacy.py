@@ -199,6 +199,7 @@ def rl_seed(work: Path, arm: str, seed: int, start: Path, args) -> dict:
         "temperature": args.rl_temperature, "learning_rate": args.rl_lr, "lr_scheduler_type": "constant",
         "max_steps": args.rl_steps, "bf16": True, "gradient_checkpointing": False,
         "use_cpu": True, "seed": seed, "save_steps": args.rl_save_steps, "logging_steps": 1, "log_completions": True,
+        "save_total_limit": 1,  # a checkpoint is ~1.6 GB (fp32 weights + AdamW): the latest one is all resume needs
         "report_to": "none", "resume_from_checkpoint": "latest" if any(run.glob("checkpoint-*")) else None,
         "difficulty": {"samples": args.band_samples, "rows": args.band_rows, "max_tokens": args.max_tokens,
                        "min_pass": args.band_min_pass, "max_pass": args.band_max_pass},
