@@ -197,6 +197,7 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     from trl import GRPOTrainer, get_quantization_config
 
     from tansaku.core.llm.turn_cache import TurnCache
+    from tansaku.trainer.completion_log import parquet_safe
     from tansaku.trainer.cpu_lm_head import score_labelled_positions  # torch, trl: loaded with the trainer
     from tansaku.trainer.drift import StartDrift
     from tansaku.trainer.generation_copy import generate_with_bf16_copy
@@ -253,6 +254,9 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
             # several optimizer steps, and each would write it again (rescore and run reports would count it
             # twice). Each round's completions are written once, at the step that generated them.
             keep, self.log_completions = self.log_completions, self.log_completions and self.fresh_rollouts
+            if self.log_completions:  # pyarrow refuses a column mixing JSON and non-JSON tool-call arguments
+                logged = self._logs["completion"]
+                self._logs["completion"] = type(logged)(parquet_safe(logged), maxlen=logged.maxlen)
             try:
                 super().log(logs, start_time)
             finally:

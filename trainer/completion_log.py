@@ -1,0 +1,57 @@
+"""Completions as TRL's ``completions/*.parquet`` can hold them, whatever the policy wrote.
+
+    trainer._logs["completion"] = deque(parquet_safe(trainer._logs["completion"]), maxlen=…)   # before TRL's log
+
+TRL writes each logged completion (a list of messages) with pandas' ``to_parquet``, and pyarrow refuses a
+column whose rows mix a mapping and a string in one field: a tool call whose ``arguments`` an early policy did
+not write as JSON stays a string, the others are objects, and the write raised ``ArrowInvalid: cannot mix
+struct and non-struct`` at the log step, ending the run (seen in the small demo's GSPO round). Such a batch is
+rewritten in the wire form (``arguments`` as JSON text, as the OpenAI API sends them; ``tansaku.trainer.report``
+reads both forms); if pyarrow still refuses it, each completion becomes its JSON text. A batch pyarrow takes
+is left as it is.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+
+def _arguments_as_text(message):
+    if not isinstance(message, dict) or not message.get("tool_calls"):
+        return message
+    calls = []
+    for call in message["tool_calls"]:
+        function = dict(call.get("function") or {}) if isinstance(call, dict) else {}
+        if "arguments" in function and not isinstance(function["arguments"], str):
+            function["arguments"] = json.dumps(function["arguments"], ensure_ascii=False, default=str)
+        calls.append({**call, "function": function} if isinstance(call, dict) else call)
+    return {**message, "tool_calls": calls}
+
+
+def _writable(rows: list) -> bool:
+    try:
+        pa.array(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def parquet_safe(completions) -> list:
+    """``completions`` (TRL's logged messages lists) in a form pyarrow can write as one column.
+
+    >>> good = [{"role": "assistant", "tool_calls": [{"function": {"name": "search", "arguments": {"q": "a"}}}]}]
+    >>> bad = [{"role": "assistant", "tool_calls": [{"function": {"name": "search", "arguments": "q=a"}}]}]
+    >>> parquet_safe([good])[0] is good or parquet_safe([good])[0] == good
+    True
+    >>> parquet_safe([good, bad])[0][0]["tool_calls"][0]["function"]["arguments"]
+    '{"q": "a"}'
+    """
+    rows = list(completions)
+    if _writable(rows):
+        return rows
+    wire = [[_arguments_as_text(m) for m in c] if isinstance(c, list) else c for c in rows]
+    if _writable(wire):
+        return wire
+    return [json.dumps(c, ensure_ascii=False, default=str) for c in rows]
