@@ -76,7 +76,7 @@ def score_labelled_positions(trainer, share_prefix: bool = False) -> SharedPrefi
     # Not under gradient checkpointing: its recomputation would write the cache twice, so the training forward
     # takes the full path, and TRL's no-grad forwards (old log-probs), which it runs with checkpointing off, must
     # take the same path, or rounding alone moves the ratio a round is clipped against.
-    checkpointing = getattr(trainer.args, "gradient_checkpointing", False)
+    checkpointing = getattr(getattr(trainer, "args", None), "gradient_checkpointing", False)
     shared = SharedPrefix(policy) if share_prefix and handles(policy) and not checkpointing else None
     for model, prefix in ((policy, shared), (getattr(trainer, "ref_model", None), None)):
         if model is not None and handles(model):
