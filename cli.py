@@ -125,18 +125,13 @@ def serve_env(
 
     Example: synth serve-env --task multihop_qa --index out/index --port 8010
     """
-    from tansaku.core.errors import InputError
     from tansaku.envs.gym_service import serve
     from tansaku.envs.tasks import task_named
+    from tansaku.trainer.rl_rewards import measured_task  # the trainer resolves a recipe; envs may not
 
-    if config is not None:  # the trainer resolves the recipe (cli may import it; envs may not)
-        from tansaku.trainer.rl_rewards import recipe_target
-
-        _, served, index = recipe_target(config, task, index)
-    elif task is None or index is None:
-        raise InputError("give --task and --index, or --config RECIPE (a train rl recipe's task)")
-    else:
-        served = task_named(task)
+    served, given = measured_task(config, task, {"--index": index}, {})
+    index = given["--index"]
+    served = task_named(served) if isinstance(served, str) else served
     serve(served, index, host=host, port=port, judge=judge, seed=seed, max_episodes=max_episodes,
           idle_seconds=idle_seconds, dataset=dataset, export=export, split=split,
           llm_options=llm_options(no_cache, api_key, extra_body, concurrency, llm_option))

@@ -158,18 +158,12 @@ def train_eval(
     """
     from tansaku.core.progress import quiet_loops
     from tansaku.envs.evaluate import run_eval
+    from tansaku.trainer.rl_rewards import measured_task
 
-    if config is not None:  # one source for the task: the recipe's, as train rl trains it
-        from tansaku.trainer.rl_rewards import recipe_target
-
-        if system_prompt is not None or interface_variants is not None:
-            given = "--system-prompt" if system_prompt is not None else "--interface-variants"
-            raise InputError(f"{given} and --config: the recipe's task sets it (tasks[].system_prompt / tools); "
-                             "give one or the other")
-        spec, task, index = recipe_target(config, task, index)
-        dataset = dataset or Path(spec.data)
-    elif task is None or dataset is None:
-        raise InputError("give --task and --dataset, or --config RECIPE (a train rl recipe's task)")
+    # one source for the task: with --config the recipe's, as train rl trains it
+    task, given = measured_task(config, task, {"--dataset": dataset},
+                                {"--system-prompt": system_prompt, "--interface-variants": interface_variants})
+    dataset, index = given["--dataset"], given.get("--index", index)
     if Path(model).is_dir():
         model = f"transformers:{model}"
     with quiet_loops(quiet):
@@ -205,18 +199,13 @@ def train_select(
     Example: train select --run runs/sft --task multihop_qa --dataset out/multihop --index out/index --rows 16
     """
     from tansaku.core.progress import quiet_loops
+    from tansaku.trainer.rl_rewards import measured_task
     from tansaku.trainer.select import select_checkpoint, selection_table
 
-    if config is not None:  # the task the start will be trained on, as train rl trains it
-        from tansaku.trainer.rl_rewards import recipe_target
-
-        if system_prompt is not None:
-            raise InputError("--system-prompt and --config: the recipe's task sets it (tasks[].system_prompt); "
-                             "give one or the other")
-        spec, task, index = recipe_target(config, task, index)
-        dataset = dataset or Path(spec.data)
-    elif task is None or dataset is None or index is None:
-        raise InputError("give --task, --dataset and --index, or --config RECIPE (a train rl recipe's task)")
+    # the task the start will be trained on: with --config the recipe's, as train rl trains it
+    task, given = measured_task(config, task, {"--dataset": dataset, "--index": index},
+                                {"--system-prompt": system_prompt})
+    dataset, index = given["--dataset"], given["--index"]
     with quiet_loops(quiet):
         selection = select_checkpoint(run, task, dataset, index, split=split, rows=rows, k=k,
                                       temperature=temperature, max_tokens=max_tokens, seed=seed,

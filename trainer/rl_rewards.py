@@ -160,6 +160,35 @@ def recipe_target(config, name: str | None, index: str | None = None) -> tuple[R
     return spec, task, index
 
 
+def measured_task(config, task: str | None, options: dict[str, object], set_by_recipe: dict[str, object]):
+    """What a measuring command (``train eval`` / ``train select`` / ``synth serve-env``) scores: with ``--config``
+    the recipe's task as ``train rl`` trains it (``recipe_target``), over the recipe task's ``data`` and ``index``
+    unless ``options`` gives them; without it, ``--task`` and ``options``, each required. ``options``: ``{"--dataset":
+    value, "--index": value}`` as the command takes them; ``set_by_recipe``: options the recipe's task sets itself
+    (``--system-prompt`` …), refused beside ``--config``. Returns ``(task, {option: value})``, the task a ``Task``
+    with ``--config``, else the name given. Each problem is one ``InputError`` line.
+
+    >>> measured_task(None, "multihop_qa", {"--index": "out/index"}, {})
+    ('multihop_qa', {'--index': 'out/index'})
+    """
+    if config is None:
+        required = {"--task": task, **options}
+        if any(value is None for value in required.values()):
+            names = list(required)
+            raise InputError(f"give {', '.join(names[:-1])} and {names[-1]}, or --config RECIPE (a train rl "
+                             "recipe's task)")
+        return task, dict(options)
+    for option, value in set_by_recipe.items():
+        if value is not None:
+            raise InputError(f"{option} and --config: the recipe's task sets it (tasks[].system_prompt / tools); "
+                             "give one or the other")
+    spec, built, index = recipe_target(config, task, options.get("--index"))
+    given = {**options, "--index": index}
+    if "--dataset" in given and given["--dataset"] is None:
+        given["--dataset"] = Path(spec.data)
+    return built, given
+
+
 def build_rewards(recipe: Recipe, judge=None) -> tuple[list, list[float], dict[str, tuple[list[str], str]]]:
     """(reward functions, weights, watch groups ``{task: ([component names], correctness name)}``); the weights
     are the ones ``rl_task`` puts in the task (its ``reward_weights``), no other source."""
