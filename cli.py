@@ -107,11 +107,19 @@ def serve_env(
     task: Annotated[str | None, typer.Option("--task", help="multihop_qa, multihop_qa_compact, egov_mcq or deepresearch; with --config: which of the recipe's tasks (needed when it has several).")] = None,
     index: Annotated[str | None, typer.Option("--index", help="Index folder, opensearch:NAME or https://host:9200/NAME (with --config: default the recipe task's index).")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="A train rl recipe: serve its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
-    host: Annotated[str, typer.Option("--host", help="Interface to listen on (0.0.0.0: every one).")] = "127.0.0.1",
+    host: Annotated[str, typer.Option("--host", help="Interface to listen on (0.0.0.0: every one; any but loopback needs a token).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8010,
     judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
-    max_episodes: Annotated[int, typer.Option("--max-episodes", min=1, help="Live episodes kept (LRU).")] = 10_000,
+    max_episodes: Annotated[int, typer.Option("--max-episodes", min=1, help="Live episodes in all; a seed past it is 503.")] = 10_000,
+    max_client_episodes: Annotated[int, typer.Option("--max-client-episodes", min=1, help="Live episodes of one client (its token, else its address); past it 429.")] = 4_096,
     idle_seconds: Annotated[float, typer.Option("--idle-seconds", min=1, help="An idle episode expires after.")] = 900.0,
+    token: Annotated[list[str] | None, typer.Option("--token", envvar="TANSAKU_ENV_TOKEN", show_default=False, help="Bearer token every route but /health then needs (repeat for several clients); prefer the variable: a command line is visible to other users.")] = None,
+    max_body_bytes: Annotated[int, typer.Option("--max-body-bytes", min=1, help="Largest request body; larger is 413.")] = 4 << 20,
+    max_text_chars: Annotated[int, typer.Option("--max-text-chars", min=1, help="Longest string in a body (query, doc id, a row's field); longer is 422.")] = 16_384,
+    max_row_bytes: Annotated[int, typer.Option("--max-row-bytes", min=1, help="Largest row as compact JSON (what a live episode keeps); larger is 422.")] = 64 << 10,
+    max_response_bytes: Annotated[int, typer.Option("--max-response-bytes", min=1, help="Largest /verify response as JSON; larger is 422.")] = 2 << 20,
+    judge_rate: Annotated[float, typer.Option("--judge-rate", min=0.001, help="/verify calls per second that may reach --judge, whole server; past it 429.")] = 20.0,
+    judge_client_rate: Annotated[float, typer.Option("--judge-client-rate", min=0.001, help="The same, per client.")] = 10.0,
     export: Annotated[Path | None, typer.Option("--export", help="Write --dataset as NeMo Gym JSONL here; no server.")] = None,
     dataset: Annotated[Path | None, typer.Option("--dataset", help="Rows for --export.")] = None,
     split: Annotated[str, typer.Option("--split", help="Split for --export.")] = "train",
@@ -125,6 +133,7 @@ def serve_env(
 
     Example: synth serve-env --task multihop_qa --index out/index --port 8010
     """
+    from tansaku.envs.gym_limits import Limits
     from tansaku.envs.gym_service import serve
     from tansaku.envs.tasks import task_named
     from tansaku.trainer.rl_rewards import measured_task  # the trainer resolves a recipe; envs may not
@@ -132,9 +141,13 @@ def serve_env(
     served, given = measured_task(config, task, {"--index": index}, {})
     index = given["--index"]
     served = task_named(served) if isinstance(served, str) else served
+    limits = Limits(max_body_bytes=max_body_bytes, max_text_chars=max_text_chars, max_row_bytes=max_row_bytes,
+                    max_response_bytes=max_response_bytes, max_client_episodes=max_client_episodes,
+                    judge_rate=judge_rate, judge_client_rate=judge_client_rate)
     serve(served, index, host=host, port=port, judge=judge, seed=seed, max_episodes=max_episodes,
           idle_seconds=idle_seconds, dataset=dataset, export=export, split=split,
-          llm_options=llm_options(no_cache, api_key, extra_body, concurrency, llm_option))
+          llm_options=llm_options(no_cache, api_key, extra_body, concurrency, llm_option), limits=limits,
+          token=token)
 
 
 @synth_app.command("demo")

@@ -46,7 +46,6 @@ weights with Adafactor, not AdamW (two fp32 moment copies: 1.1 GB more). docs/be
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from importlib import resources
@@ -55,6 +54,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
+from tansaku.core import ownership, safe_write
 from tansaku.core.context import BuildContext
 from tansaku.core.hardware import fast_dtype, native_bf16
 from tansaku.core.llm import LLMOptions, from_spec
@@ -145,8 +145,8 @@ def _rows(manifest: dict) -> dict:
 
 
 def _write_recipe(path: Path, recipe: dict, command: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# {command}\n" + yaml.safe_dump(recipe, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    safe_write.ensure_dir(path.parent)
+    safe_write.write_text_atomic(path, f"# {command}\n" + yaml.safe_dump(recipe, allow_unicode=True, sort_keys=False))
     return path
 
 
@@ -204,7 +204,7 @@ def _learning_curves(rl_dir: Path, out: Path) -> Path | None:
     try:
         if not source.exists():
             plot_learning_curves(rl_dir, source)
-        shutil.copyfile(source, target)
+        safe_write.copy_file_atomic(source, target)
         return target
     except Exception as exc:  # noqa: BLE001 (matplotlib, a run without logs, …)
         Console(stderr=True).print(f"[yellow]learning curves not drawn: {type(exc).__name__}: {exc}[/yellow]")
@@ -245,8 +245,8 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
     command's ``--api-key`` / ``--extra-body`` / ``--concurrency`` / ``--no-cache`` for ``llm``'s client."""
     context = BuildContext(quiet=quiet, llm=llm_options or LLMOptions())
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = ownership.require_named(out, "--out")  # a folder other users may write is refused before any work
+    ownership.make_folder(out, "--out")
     sizes = DemoSizes.small() if small else DemoSizes()
     summary = Summary(folder=out)
     summary.meter.start()
@@ -364,8 +364,8 @@ def run_demo(out: str | Path = "runs/demo", llm: str | None = None, small: bool 
         # exp(log-prob/token after − before) on the base's own held-out answers: 1.0 = general behaviour kept
         retention={stage: round(retention(before[GENERAL], reports[GENERAL]), 4)
                    for stage, reports in (("sft", sft_eval), ("after", after)) if GENERAL in reports})
-    (out / "summary.md").write_text((out / "summary.md").read_text(encoding="utf-8") + "\n" + "".join(
-        f"- {line}\n" for line in noise), encoding="utf-8")
+    safe_write.write_text_atomic(out / "summary.md", (out / "summary.md").read_text(encoding="utf-8") + "\n" + "".join(
+        f"- {line}\n" for line in noise))
     if not quiet:
         summary.print()
         for line in noise:

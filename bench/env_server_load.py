@@ -54,22 +54,24 @@ def _response(i: int) -> dict:
 
 async def _episodes(url: str, episodes: int, concurrency: int, searches: int) -> list[float]:
     """Every episode's requests, ``concurrency`` episodes at once over one connection pool; each request's latency.
-    The episode id travels in the ``X-Episode-Id`` header (one pool for all; a NeMo Gym agent uses a cookie)."""
+    The episode id ``/seed_session`` answers travels in the ``X-Episode-Id`` header (one pool for all; a NeMo Gym
+    agent uses a cookie)."""
     latencies: list[float] = []
     gate = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        async def post(route: str, body: dict, episode: str) -> None:
+        async def post(route: str, body: dict, episode: str | None) -> dict:
             started = time.perf_counter()
-            response = await client.post(route, json=body, headers={"X-Episode-Id": episode})
+            response = await client.post(route, json=body, headers={"X-Episode-Id": episode} if episode else {})
             latencies.append(time.perf_counter() - started)
             response.raise_for_status()
+            return response.json()
 
         async def one(i: int) -> None:
             async with gate:
-                episode = f"e{i}"
-                await post("/seed_session", {"episode_id": episode, "id": episode, "question": "暁瀬県の県庁所在地は？",
-                                             "answer": "雫ヶ丘市"}, episode)
+                seeded = await post("/seed_session", {"id": f"e{i}", "question": "暁瀬県の県庁所在地は？",
+                                                      "answer": "雫ヶ丘市"}, None)
+                episode = seeded["episode_id"]  # drawn by the server
                 for k in range(searches):
                     await post("/search", {"query": QUERIES[(i + k) % len(QUERIES)]}, episode)
                 await post("/open_doc", {"doc_id": "mwl0001"}, episode)

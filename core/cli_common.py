@@ -32,6 +32,7 @@ import typer
 from tansaku import __version__
 from tansaku.core import jsontext
 from tansaku.core.errors import TansakuError, user_error_line
+from tansaku.core.redact import redact_mapping, redact_text
 
 
 def _version(value: bool) -> None:
@@ -76,7 +77,8 @@ def friendly(fn=None, *, outputs: tuple[str, ...] = OUTPUT_OPTIONS):
             text = (str(e).strip() or type(e).__name__) if ours else user_error_line(e, given, written)
             if text is None or os.environ.get("TANSAKU_DEBUG") == "1":
                 raise
-            typer.echo(f"error: {text if ours and e.multiline else text.splitlines()[0]}", err=True)
+            # an error may quote a --llm spec or an endpoint with its user:pass@ or ?api-key= (tansaku.core.redact)
+            typer.echo(redact_text(f"error: {text if ours and e.multiline else text.splitlines()[0]}"), err=True)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -131,8 +133,8 @@ def cell(value: Any) -> str:
 
 
 def print_json(value: Any) -> None:
-    """``value`` as one JSON line on stdout, floats cleaned (``rounded``)."""
-    typer.echo(jsontext.dumps(rounded(value), default=str))
+    """``value`` as one JSON line on stdout, floats cleaned (``rounded``), secrets masked (``redact_mapping``)."""
+    typer.echo(jsontext.dumps(redact_mapping(rounded(value)), default=str))
 
 
 def _stderr_table(table) -> None:
@@ -162,6 +164,7 @@ def print_summary(title: str, summary: Mapping, *, as_json: bool = False, quiet:
     ``as_json`` (``json_value`` when given, else ``summary``)."""
     from rich.table import Table
 
+    summary = redact_mapping(summary)
     if not _quiet(quiet):
         table = Table(title=title, show_header=False)
         table.add_column("", style="bold")

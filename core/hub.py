@@ -5,9 +5,14 @@ dataset needs.
     push_to_hub("out/egov", "org/egov", private=True)
 
 What goes up: the rows, every ``manifest.json`` and ``README.md`` (the folder's and its nested datasets',
-e.g. egov's ``articles/``). What never does: build checkpoints (``.work/``, ``*.partial``), lock files, and
+e.g. egov's ``articles/``). What never does: build checkpoints (``.work/``, ``*.partial``), a killed write's
+temporary files (``.NAME.*.tmp``, core/safe_write.py), lock files, and
 the search index (``index/``, a folder holding ``tansaku_index.json``) unless ``include_index``; the index is
 rebuilt from the rows and holds machine-specific files.
+
+Nothing uploaded holds a secret (``tansaku.core.redact``): builds record manifests, cards and the rejected split's
+``detail`` redacted, and the plan redacts them again, for folders built before that (an LLM URL's
+``user:pass@`` or ``?api-key=`` in a manifest, a card, a rejected row's error text).
 
 The uploaded manifests and cards hold no absolute local path: each one becomes relative to the dataset folder
 (``articles``), or to the working directory, or else its file name; inputs keep their sha256, which is what
@@ -19,6 +24,7 @@ push without an explicit ``private`` are refused in one line; ``dry_run`` needs 
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -28,7 +34,9 @@ from huggingface_hub import DatasetCard
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError
 from tansaku.core.licenses import LICENSE_FIX
+from tansaku.core.out_folder import REJECTED
 from tansaku.core.ownership import INDEX_MARKER
+from tansaku.core.redact import redact_mapping, redact_text
 from tansaku.core.store import MANIFEST, read_manifest, validate_for_push
 from tansaku.data_cards import card_problems, nested_datasets, subset_configs
 
@@ -52,8 +60,9 @@ def _is_index(folder: Path) -> bool:
 
 
 def _skipped(rel: PurePosixPath, root: Path, include_index: bool) -> bool:
-    """Checkpoints and lock files always; a search index unless asked for."""
-    if rel.name.endswith(".lock") or any(p == ".work" or p.endswith(".partial") for p in rel.parts):
+    """Checkpoints, a killed write's temporary files and lock files always; a search index unless asked for."""
+    half_written = rel.name.startswith(".") and rel.name.endswith(".tmp")
+    if half_written or rel.name.endswith(".lock") or any(p == ".work" or p.endswith(".partial") for p in rel.parts):
         return True
     folders = [root.joinpath(*rel.parts[: i + 1]) for i in range(len(rel.parts) - 1)]
     return not include_index and any(_is_index(f) for f in folders)
@@ -114,7 +123,8 @@ def _card_for_upload(root: Path, text: str) -> str:
 
 def upload_plan(path: str | Path, include_index: bool = False) -> dict[str, Path | bytes]:
     """Every file that would upload, by its path in the repo: the local file, or the bytes of a rewritten
-    manifest/card (no absolute local paths). Checks the folder loads (``validate_for_push``) first."""
+    manifest/card (no absolute local paths, no secret) or rejected split shard (no secret in ``detail``). Checks the
+    folder loads (``validate_for_push``) first."""
     root = Path(path)
     quiet = datasets.utils.are_progress_bars_disabled()
     datasets.disable_progress_bars()  # the plan is the output: no per-split progress bars around it
@@ -131,14 +141,38 @@ def upload_plan(path: str | Path, include_index: bool = False) -> dict[str, Path
             plan[str(rel)] = f
     for rel in [r for r in plan if PurePosixPath(r).name == MANIFEST]:
         folder = root / PurePosixPath(rel).parent
-        manifest = read_manifest(folder)  # a list, 100k-deep or broken one: one line naming it, not a traceback
+        # a list, 100k-deep or broken one: one line naming it, not a traceback
+        manifest = redact_mapping(read_manifest(folder))
         names = {p: local_name(p, folder) for p in _absolute_strings(manifest)}
         plan[rel] = (jsontext.dumps(_replaced(manifest, names), indent=2) + "\n").encode()
         card_rel = str(PurePosixPath(rel).with_name(CARD))
         if card_rel in plan:
-            text = _public_text((folder / CARD).read_text(encoding="utf-8"), names)
+            text = _public_text(redact_text((folder / CARD).read_text(encoding="utf-8")), names)
             plan[card_rel] = (_card_for_upload(root, text) if card_rel == CARD else text).encode()
+    for rel, src in list(plan.items()):
+        shard = PurePosixPath(rel)
+        if shard.parent.name == "data" and shard.name.startswith(f"{REJECTED}-") and shard.suffix == ".parquet":
+            plan[rel] = _redacted_rejected(src) or src
     return plan
+
+
+def _redacted_rejected(path: Path) -> bytes | None:
+    """A rejected split's shard with its ``detail`` text redacted, as bytes; None when that changes nothing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    if "detail" not in table.column_names:
+        return None
+    details = table.column("detail").to_pylist()
+    clean = [redact_text(d) if isinstance(d, str) else d for d in details]
+    if clean == details:
+        return None
+    column = table.column_names.index("detail")
+    table = table.set_column(column, table.schema.field(column), pa.array(clean, type=table.schema.field(column).type))
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
 
 
 def push_to_hub(path: str | Path, repo_id: str, private: bool | None, include_index: bool = False,

@@ -20,13 +20,12 @@ is another recipe, refused on a rerun rather than mixed) and calls ``write`` onc
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from huggingface_hub.repocard import metadata_load
 
+from tansaku.core import safe_write
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.data_cards import HUB_LICENSES, LICENSE_NAME
 
@@ -112,9 +111,8 @@ class ChosenLicense:
             # A pipeline whose recipe does not hold the license text would otherwise swap it under its rows.
             raise InputError(f"--out {out} holds another license text in {LICENSE_FILE}; remove the folder or "
                              "choose another --out")
-        partial = target.with_name(LICENSE_FILE + ".partial")  # never uploaded (tansaku.core.hub)
-        shutil.copyfile(self.file, partial)
-        os.replace(partial, target)
+        # the file the user named (a link they made is followed), written through a fresh temp name
+        safe_write.write_bytes_atomic(target, Path(self.file).read_bytes())
         return manifest
 
 

@@ -47,9 +47,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
-from tansaku.core import jsontext
+from tansaku.core import jsontext, safe_write
 from tansaku.core.errors import InputError
 from tansaku.core.folder_locks import FolderBusyError, folder_lock, locked, still_names
+from tansaku.core.redact import redact_mapping
 
 DATASET_MARKER = "manifest.json"
 INDEX_MARKER = "tansaku_index.json"
@@ -130,6 +131,7 @@ def require_named(path: str | Path | None, option: str) -> Path:
     if text in ("", ".") or p.name in ("", ".", ".."):
         raise InputError(f"{option} {text!r} names no folder of its own (empty, the current or a parent folder); "
                          f"give a folder name, e.g. {option} runs/x")
+    safe_write.refuse_shared_folder(p, option)  # every output folder passes here, before any work
     return p
 
 
@@ -149,6 +151,9 @@ def foreign_entries(folder: Path, kind: str) -> list[str]:
             if entry.name in NESTED_WRITES and not any(entry.iterdir()):
                 continue
         if kind == "dataset" and real_dir and entry.name == ".work" and not any(entry.iterdir()):
+            continue
+        if kind == "dataset" and (safe_write.temp_of(entry.name) in DATASET_WRITES  # a killed write's temp
+                                  or real_dir and safe_write.partial_of(entry.name) == "data"):
             continue
         found.append(entry.name)
     return sorted(found)
@@ -181,6 +186,7 @@ def make_folder(folder: Path, option: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"{option} {folder}: cannot create the folder ({exc.strerror or exc})") from None
+    safe_write.refuse_shared_folder(folder, option)  # again: a link planted since the first check is refused
 
 
 @contextmanager
@@ -254,22 +260,26 @@ def refuse_unmarked(folder: str | Path | None, option: str, marker: str, kind: s
     if found == kind:
         written = _read_json(folder / marker).get("files") if marked else None
         ours = {marker, PARTIAL_MARKER, *map(str, written)} if isinstance(written, list) else None
-        if ours is not None and (added := sorted(set(os.listdir(folder)) - ours)):
+        # a killed write's temp file (tansaku.core.safe_write) of one of them is theirs too
+        if ours is not None and (added := sorted(n for n in os.listdir(folder)
+                                                 if n not in ours and safe_write.temp_of(n) not in ours)):
             raise InputError(f"{option} {folder} is a tansaku {what} with files added since ({describe(added)}), "
                              f"which replacing it would delete; move them out or choose another {option}")
         return folder
     if not folder.is_dir():
         return folder
-    if foreign := sorted(e.name for e in folder.iterdir() if not spare(e)):
+    if foreign := sorted(e.name for e in folder.iterdir() if not spare(e) and safe_write.temp_of(e.name) != marker):
         raise InputError(f"{option} {folder} is not empty and no tansaku {what} made it (it holds "
                          f"{describe(foreign)}); choose a new or empty folder for {option}")
     return folder
 
 
 def write_marker(folder: Path, marker: str, info: dict, option: str = "--out") -> None:
-    """Create ``folder`` and write ``info`` as its ``marker``: before anything else goes into it."""
+    """Create ``folder`` and write ``info`` as its ``marker``: before anything else goes into it. A marker records
+    what ran (a run's recipe copy: judge keys, --hub_token), so it is redacted (``tansaku.core.redact``)."""
     make_folder(folder, option)
-    (folder / marker).write_text(jsontext.dumps(info, indent=2, default=str), encoding="utf-8")
+    info = redact_mapping(info)
+    safe_write.write_text_atomic(folder / marker, jsontext.dumps(info, indent=2, default=str))
 
 
 _REMOTE = re.compile(r"^(https?://|opensearch:)")  # an input that names a service, not a path
@@ -355,7 +365,7 @@ def swapped_in(folder: Path, option: str | None = None) -> Iterator[Path]:
     with ExitStack() as held:
         tmp = _sibling(folder, "partial", option, held)
         held.callback(shutil.rmtree, tmp, ignore_errors=True)  # still there only when the build failed
-        (tmp / PARTIAL_MARKER).write_text(json.dumps({"of": folder.name}), encoding="utf-8")  # first: ours
+        safe_write.write_text_atomic(tmp / PARTIAL_MARKER, json.dumps({"of": folder.name}))  # first: ours
         yield tmp
         old, moved = _sibling(folder, "old", option, held), False
         try:

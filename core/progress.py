@@ -44,6 +44,7 @@ from rich.progress import (
 )
 
 from tansaku.core.errors import InputError
+from tansaku.core.redact import redact_text
 
 log = logging.getLogger("tansaku")
 
@@ -84,13 +85,21 @@ def log_every() -> float:
     return every
 
 
+class RedactingFormatter(logging.Formatter):
+    """Log lines with secrets masked (``tansaku.core.redact``): a warning may quote an LLM error that names its
+    endpoint with ``user:pass@`` or ``?api-key=``, and logs are kept and shared."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
 def ensure_log_handler() -> None:
     """Send ``tansaku`` INFO lines to stderr, unless logging is configured already (by the user, a framework,
     or an earlier call): a handler on ``tansaku`` or the root logger means someone chose where lines go."""
     if log.hasHandlers():
         return
     handler = logging.StreamHandler()  # stderr: stdout may carry a command's own output
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(name)s %(message)s", "%Y-%m-%d %H:%M:%S"))
     log.addHandler(handler)
     if log.level == logging.NOTSET:
         log.setLevel(logging.INFO)

@@ -26,6 +26,7 @@ from typing import Any
 
 from tansaku.core import jsontext
 from tansaku.core.engine import Stage, llm_identity
+from tansaku.core.redact import redact_mapping
 
 MAX_CHANGES = 6  # named in a refusal; the rest are counted
 
@@ -53,7 +54,9 @@ def build_recipe(*, pipeline: str, pipeline_version: str, config: dict, seed: in
     }
     if heldout is not None:
         recipe["heldout"] = heldout
-    return json.loads(canonical_json(recipe))
+    # Redacted as the manifest is (tansaku.core.redact): OUT/.work/recipe.json holds no secret, and a rerun
+    # compares equal to the manifest it wrote. A password or key never decides the rows anyway.
+    return json.loads(canonical_json(redact_mapping(recipe)))
 
 
 def fingerprint(recipe: dict) -> str:
@@ -72,7 +75,7 @@ def recipe_of_manifest(manifest: dict) -> dict:
     }
     if manifest.get("heldout") is not None:  # the manifest adds the row count, which is no part of the recipe
         recipe["heldout"] = {k: v for k, v in manifest["heldout"].items() if k not in ("rows", "rl_rows")}
-    return json.loads(canonical_json(recipe))
+    return json.loads(canonical_json(redact_mapping(recipe)))  # an older manifest may hold what is masked now
 
 
 def _show(value: Any) -> str:

@@ -27,9 +27,10 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from tansaku.core import jsontext
+from tansaku.core import jsontext, safe_write
 from tansaku.core.engine import Drop, Record, Stage, StageStats, instrumented
 from tansaku.core.jsonl import iter_jsonl
+from tansaku.core.redact import redact_text
 from tansaku.core.streaming import ChunkEnd, in_key_order, run_stream
 
 # progress(stats, total, final): a stage's running counts (see ``run_pipeline``)
@@ -37,23 +38,20 @@ Progress = Callable[[StageStats, int | None, bool], None]
 
 
 class _JsonlFile:
-    """A JSON-lines file written line by line under a temp name and moved into place by ``commit`` (after an
-    fsync): a chunk's output, its rejected records, a global stage's chunks. Readers never see half a file."""
+    """A JSON-lines file written line by line under a fresh temp name and moved into place by ``commit`` (after
+    an fsync; ``tansaku.core.safe_write``): a chunk's output, its rejected records, a global stage's chunks.
+    Readers never see half a file, and a link planted at the name is replaced, not written through."""
 
     def __init__(self, path: Path):
-        self.path, self.tmp = path, path.with_name(path.name + ".tmp")
-        self.file = open(self.tmp, "w", encoding="utf-8")
+        self.path, self.out = path, safe_write.AtomicFile(path)
+        self.file = self.out.file
 
     def write(self, row: Record) -> None:
         self.file.write(jsontext.dumps(row))  # a lone surrogate (from any source) is written as U+FFFD
         self.file.write("\n")
 
     def commit(self) -> Path:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-        os.replace(self.tmp, self.path)
-        return self.path
+        return self.out.commit()
 
 
 class _Rejects:
@@ -65,7 +63,10 @@ class _Rejects:
 
     def write(self, stage: str, drop: Drop) -> None:
         record = None if drop.record is None else jsontext.dumps(drop.record, default=str)
-        self.file.write({"stage": stage, "reason": drop.reason, "detail": str(drop.detail or ""), "record": record})
+        # detail is free text, often an error naming an endpoint (user:pass@, ?api-key=): the rejected split is
+        # published with the dataset. The record is the stage's input data, kept as it is.
+        detail = redact_text(str(drop.detail or ""))
+        self.file.write({"stage": stage, "reason": drop.reason, "detail": detail, "record": record})
 
     def commit(self) -> Path:
         return self.file.commit()
@@ -81,16 +82,14 @@ def _write_atomic_jsonl(path: Path, records: Iterable[Record]) -> int:
             out.write(r)
             n += 1
     except BaseException:
-        out.file.close()  # the temp file stays behind, never the final name: a rerun redoes it
+        out.out.discard()  # never the final name: a rerun redoes it
         raise
     out.commit()
     return n
 
 
 def _write_atomic_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(jsontext.dumps(obj, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    safe_write.write_text_atomic(path, jsontext.dumps(obj, indent=1))
 
 
 def _read_jsonl(path: Path) -> Iterator[Record]:
@@ -158,8 +157,7 @@ def run_pipeline(
     names = [s.name for s in stages]
     if len(set(names)) != len(names):
         raise ValueError(f"stage names must be unique, got {names}")
-    work = Path(work_dir)
-    work.mkdir(parents=True, exist_ok=True)
+    work = safe_write.ensure_dir(work_dir)
     all_stats = [StageStats(s.name) for s in stages]
     stats_by_name = {s.name: s for s in all_stats}
     resumed = 0
@@ -260,7 +258,7 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, rep
     last record is through, its rows in input order: output, rejected records, then the counts file, which is
     the commit marker. Committed chunks are read past (their records never enter the stages); ``shard(i)``
     picks the chunks this run makes."""
-    seg_dir.mkdir(parents=True, exist_ok=True)
+    safe_write.ensure_dir(seg_dir)
     seg_totals = {s.name: StageStats(s.name) for s in segment}
     running = [stats_by_name[s.name] for s in segment]
     report(running)
@@ -323,10 +321,10 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, rep
 
 
 def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False):
-    # Redo from scratch: a half-finished global stage cannot be resumed (its state is gone).
-    tmp_dir = seg_dir.with_name(seg_dir.name + ".partial")
-    shutil.rmtree(tmp_dir, ignore_errors=True)
-    tmp_dir.mkdir(parents=True)
+    # Redo from scratch: a half-finished global stage cannot be resumed (its state is gone). A fresh folder
+    # (mkdtemp), never a fixed name that a planted link could redirect.
+    safe_write.sweep_partials(seg_dir)
+    tmp_dir = safe_write.fresh_dir(seg_dir)
     st = StageStats(stage.name)
     rejects = _Rejects(tmp_dir / "rejected.jsonl") if keep_rejected else None
     report([st])
@@ -342,6 +340,8 @@ def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, repo
         i += 1
     rejected = [rejects.commit().name] if rejects is not None else []
     _write_atomic_json(tmp_dir / "done.json", {"files": names, "stats": [st.as_dict()], "rejected": rejected})
+    if seg_dir.is_symlink():  # rmtree refuses a link: remove the link itself, never what it points to
+        seg_dir.unlink()
     shutil.rmtree(seg_dir, ignore_errors=True)
     os.replace(tmp_dir, seg_dir)
     stats_by_name[stage.name].add(st.as_dict())

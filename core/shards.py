@@ -32,13 +32,11 @@ stages also spread over many endpoints within one process (``http:MODEL@URL1,URL
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tansaku.core import jsontext
+from tansaku.core import jsontext, safe_write
 from tansaku.core.engine import StageStats
 from tansaku.core.errors import InputError
 from tansaku.core.runner import run_pipeline
@@ -113,9 +111,7 @@ def write_shard_marker(work: Path, plan: ShardPlan, fingerprint: str, segment: s
     """``work/shard.json`` once the shard's chunks are all committed: its index, ``N``, the input's chunk count."""
     marker = {"shard": plan.index, "of": plan.of, "fingerprint": fingerprint, "segment": segment,
               "input_chunks": chunks, "complete": True}
-    tmp = work / (SHARD_FILE + ".tmp")
-    tmp.write_text(json.dumps(marker, indent=1), encoding="utf-8")
-    os.replace(tmp, work / SHARD_FILE)
+    safe_write.write_text_atomic(work / SHARD_FILE, json.dumps(marker, indent=1))
     return marker
 
 
@@ -161,14 +157,14 @@ def adopt_shards(work: Path, markers: list[tuple[Path, dict]]) -> int:
     seg_dir = work / segment
     if (seg_dir / "done.json").exists():  # a resumed merge: adopted already
         return 0
-    seg_dir.mkdir(parents=True, exist_ok=True)
+    safe_write.ensure_dir(seg_dir)
     files, rejected, totals = [], [], {}
     for c in range(chunks):
         folder = next(f for f, m in markers if c % m["of"] == m["shard"])
         src, stem = folder / ".work" / segment, f"chunk-{c:06d}"
         for suffix in (".jsonl", ".rejected.jsonl", ".stats.json"):  # the stats file last: it is the commit marker
-            if (src / (stem + suffix)).exists():
-                shutil.copyfile(src / (stem + suffix), seg_dir / (stem + suffix))
+            if (src / (stem + suffix)).exists():  # a linked chunk is refused, never copied through its link
+                safe_write.copy_file_atomic(src / (stem + suffix), seg_dir / (stem + suffix))
         if not (seg_dir / f"{stem}.stats.json").exists():
             raise ShardError(f"{folder}: chunk {c} of its shard is not committed; rerun that shard")
         files.append(f"{stem}.jsonl")
@@ -177,6 +173,6 @@ def adopt_shards(work: Path, markers: list[tuple[Path, dict]]) -> int:
         for stats in json.loads((seg_dir / f"{stem}.stats.json").read_text(encoding="utf-8")):
             totals.setdefault(stats["name"], StageStats(stats["name"])).add(stats)
     done = {"files": files, "stats": [t.as_dict() for t in totals.values()], "rejected": rejected}
-    (seg_dir / "done.json").write_text(jsontext.dumps(done, indent=1), encoding="utf-8")
+    safe_write.write_text_atomic(seg_dir / "done.json", jsontext.dumps(done, indent=1))
     return chunks
 

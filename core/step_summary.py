@@ -14,8 +14,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tansaku.core import jsontext
+from tansaku.core import jsontext, safe_write
 from tansaku.core.memory import RSSMeter, maxrss_mb, rss_mb
+from tansaku.core.redact import redact_mapping, redact_text
 
 SUMMARY_COLUMNS = ("step", "artifact", "numbers", "seconds", "peak RSS MB")
 
@@ -57,9 +58,10 @@ class Summary:
         data = {"steps": self.steps, **sections,
                 # getrusage's high-water marks: this process, and the largest of its (isolated) children.
                 "peak_rss_mb": {**maxrss_mb(), "sampled_tree": self.meter.peak}}
-        (folder / "summary.json").write_text(jsontext.dumps(data, indent=2, default=str) + "\n",
-                                          encoding="utf-8")
+        data = redact_mapping(data)  # a step's artifact or section may name an endpoint (tansaku.core.redact)
+        safe_write.write_text_atomic(folder / "summary.json", jsontext.dumps(data, indent=2, default=str) + "\n")
         lines = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
-        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in self.rows]
-        (folder / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        lines += ["| " + " | ".join(redact_text(cell).replace("|", "\\|") for cell in row) + " |"
+                  for row in self.rows]
+        safe_write.write_text_atomic(folder / "summary.md", "\n".join(lines) + "\n")
         return data

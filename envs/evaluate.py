@@ -21,10 +21,11 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from tansaku.core import jsontext, ownership
+from tansaku.core import jsontext, ownership, safe_write
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.llm import LLMOptions, as_client
 from tansaku.core.options import check_count, check_limit, read_system_prompt
+from tansaku.core.redact import redact_mapping
 from tansaku.core.store import read_records
 from tansaku.envs.environments import make_environment_factory, open_backend
 from tansaku.envs.retention import TASK as GENERAL_TASK
@@ -60,7 +61,7 @@ def is_correct(task, trajectory, pass_threshold: float = 1.0) -> bool:
 
 def write_trajectories(path: str | Path, trajectories) -> None:
     """One ``Trajectory.to_record()`` per line (``trajectories.jsonl``)."""
-    with open(path, "w", encoding="utf-8") as f:
+    with safe_write.open_atomic(path) as f:  # a fresh temp name renamed onto path: a planted link is replaced
         for trajectory in trajectories:
             f.write(jsontext.dumps(trajectory.to_record(), default=str) + "\n")
 
@@ -253,7 +254,9 @@ def eval_out(out_dir: str | Path | None, dataset, index) -> Path | None:
 
 def write_out(out: Path, report: dict, trajectories=None) -> None:
     """The eval marker first (a killed evaluation's folder stays provably its own), then the trajectories, then
-    ``report.json``: its presence means the evaluation finished."""
+    ``report.json``: its presence means the evaluation finished. The report names the model and judge (an
+    endpoint's user:pass@, ?api-key=): it is redacted (``tansaku.core.redact``)."""
+    report = redact_mapping(report)
     ownership.write_marker(out, ownership.EVAL_MARKER, {"kind": "eval", "task": report.get("task"),
                                                         "dataset": report.get("dataset"),
                                                         "files": ["trajectories.jsonl", "report.json"]})
@@ -261,4 +264,4 @@ def write_out(out: Path, report: dict, trajectories=None) -> None:
         write_trajectories(out / "trajectories.jsonl", trajectories)
     else:  # a retention eval has none: an earlier run's episodes must not pass for this report's
         (out / "trajectories.jsonl").unlink(missing_ok=True)
-    (out / "report.json").write_text(jsontext.dumps(report, indent=2, default=str), encoding="utf-8")
+    safe_write.write_text_atomic(out / "report.json", jsontext.dumps(report, indent=2, default=str))

@@ -8,19 +8,26 @@ with the call's arguments as the JSON body, POST ``/verify`` takes ``{"responses
 with ``reward`` and ``reward_components`` (``BaseMultiRewardVerifyResponse``: one field per component, also at
 the top level for NeMo Gym's metrics), POST ``/close_session`` ends it. The episode is the NeMo Gym agent's
 session: its cookie (``tansaku_episode``, set by ``/seed_session``; the agent keeps one cookie jar per
-rollout), or an ``X-Episode-Id`` header / ``episode_id`` field for clients without cookies.
+rollout), or, for clients without cookies, the ``episode_id`` ``/seed_session`` answers, sent back as an
+``X-Episode-Id`` header (or, for ``/verify`` and ``/close_session``, an ``episode_id`` field). The server draws
+every id (``secrets.token_urlsafe``); a caller's ``episode_id`` in ``/seed_session`` is refused (422).
 
 No second implementation: every episode is a ``SearchEnvironment`` from ``make_environment_factory`` (the one TRL
 trains with: the same description variants, call budget, caps and error texts) and ``/verify`` scores with the
 task's own reward functions and weights (``synth serve-env --config RECIPE``: the recipe's task as ``train rl``
-trains it). Episodes live in memory, at most ``max_episodes`` (the least recently used goes first) and
-``idle_seconds`` without a request. A malformed request gets a JSON error (422 from the schema, 404 for an unknown
-episode); a tool's own error (a hostile query, the budget used up) is the tool's answer, ``{"output": "{'error':
-…}"}``, as TRL shows it. Bodies are read by ``tansaku.core.jsontext.loads`` (nested too deeply: 422; a lone
-surrogate reads as U+FFFD); a field the service cannot use — an ``episode_id`` that is not text, a name TRL gives
-reward functions itself (``completions`` …), a ``/verify`` with neither an episode nor the task's columns, a
-``response.output`` that is not a list, call arguments nested deeper than a model's JSON may — is 422 ``{"error":
-…}`` too.
+trains it). A malformed request gets a JSON error (422 from the schema, 404 for an unknown episode); a tool's own
+error (a hostile query, the budget used up) is the tool's answer, ``{"output": "{'error': …}"}``, as TRL shows it.
+Bodies are read by ``tansaku.core.jsontext.loads`` (nested too deeply: 422; a lone surrogate reads as U+FFFD); a
+field the service cannot use — an ``episode_id`` that is not text, a name TRL gives reward functions itself
+(``completions`` …), a ``/verify`` with neither an episode nor the task's columns, a ``response.output`` that is
+not a list, call arguments nested deeper than a model's JSON may — is 422 ``{"error": …}`` too.
+
+Safe to expose (``docs/nemo_gym.md``, "Exposing serve-env"): bodies over ``--max-body-bytes`` are 413 and fields
+over their caps 422 (``tansaku.envs.gym_limits``, ``tansaku.envs.gym_bodies``); episodes are bounded per client and
+in total with 429/503 and ``Retry-After``, never by evicting another client's, and usable only by the client that
+seeded them (``tansaku.envs.gym_episodes``); a non-loopback ``--host`` needs a bearer token
+(``$TANSAKU_ENV_TOKEN``), then every route but ``/health`` does (401); with a judge, ``/verify`` is rate-limited
+(429).
 
     synth serve-env --task multihop_qa --index out/index --port 8010
     curl -c jar -X POST localhost:8010/seed_session -d '{"id": "q1", "question": "…", "answer": "…"}'
@@ -28,20 +35,17 @@ reward functions itself (``completions`` …), a ``/verify`` with neither an epi
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the route functions' annotations as objects.
+import math
 import sys
 import tempfile
-import threading
-import time
-import uuid
-from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel
 
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError
@@ -57,135 +61,25 @@ from tansaku.envs.environments import (
     tool_schemas,
 )
 from tansaku.envs.evaluate import load_rows
+from tansaku.envs.gym_bodies import check_row, tool_models, verify_model
+from tansaku.envs.gym_episodes import Episodes
+from tansaku.envs.gym_limits import (
+    BearerAuth,
+    BoundedJSONRoute,
+    JudgeRate,
+    Limits,
+    Refused,
+    check_exposure,
+    client_of,
+    refused_response,
+    resolve_tokens,
+)
 from tansaku.envs.rewards import reward_columns
 from tansaku.envs.tasks import Task, task_named
 from tansaku.envs.tool_interfaces import INTERFACES
 
 COOKIE = "tansaku_episode"
 HEADER = "x-episode-id"
-
-
-class SearchArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: str | dict
-    size: int | None = None
-
-
-class OpenDocArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    doc_id: str
-    offset: int = 0
-
-
-class FindArgs(BaseModel):  # tool interface 1 (tansaku.envs.tool_interfaces)
-    model_config = ConfigDict(extra="forbid")
-    keywords: list[str]
-    top_k: int | None = None
-
-
-class ReadArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    doc_id: str
-    page: int = 0
-
-
-class VerifyBody(BaseModel):
-    """NeMo Gym's ``BaseVerifyRequest``: the request and response of the rollout, plus the row's fields."""
-
-    model_config = ConfigDict(extra="allow")
-    responses_create_params: dict
-    response: dict
-
-    @field_validator("response")
-    @classmethod
-    def _output_is_a_list(cls, response: dict) -> dict:
-        """``output`` is a list, and a call's ``arguments`` text nests no deeper than a model's JSON may."""
-        output = response.get("output")
-        if output is not None and not isinstance(output, list):
-            raise ValueError(f"response.output must be a list of items, not {type(output).__name__}")
-        for i, item in enumerate(output or []):
-            arguments = item.get("arguments") if isinstance(item, dict) else None
-            if isinstance(arguments, str) and jsontext.nesting_exceeds(arguments, MAX_JSON_DEPTH):
-                raise ValueError(f"response.output[{i}].arguments nests deeper than {MAX_JSON_DEPTH} levels")
-        return response
-
-
-class _BoundedJSONRequest(Request):
-    """A request whose JSON body ``tansaku.core.jsontext.loads`` reads: nesting over ``jsontext.MAX_DEPTH`` is
-    refused (FastAPI answers 422, as for any invalid JSON) before ``json`` recurses into it, and a lone
-    surrogate (``"\\ud800"``) reads as U+FFFD, so no tool, reward or answer meets text it cannot encode."""
-
-    async def json(self):
-        if not hasattr(self, "_json"):
-            self._json = jsontext.loads(await self.body())
-        return self._json
-
-
-class _BoundedJSONRoute(APIRoute):
-    """The routes of the app: each reads its body as a :class:`_BoundedJSONRequest`."""
-
-    def get_route_handler(self):
-        handler = super().get_route_handler()
-
-        async def bounded(request: Request) -> Response:
-            return await handler(_BoundedJSONRequest(request.scope, request.receive))
-
-        return bounded
-
-
-TOOL_ARGS = {"search": SearchArgs, "open_doc": OpenDocArgs, "find": FindArgs, "read": ReadArgs}
-
-
-class Episodes:
-    """Per-episode state: environment, dataset row, last use. Bounded and expiring; safe across threads."""
-
-    def __init__(self, factory, max_episodes: int = 10_000, idle_seconds: float = 900.0):
-        self.factory, self.max_episodes, self.idle_seconds = factory, max_episodes, idle_seconds
-        self._live: OrderedDict[str, dict] = OrderedDict()
-        self._lock = threading.Lock()
-        self.started = self.expired = self.evicted = 0
-
-    def seed(self, episode_id: str, row: dict) -> dict:
-        environment = self.factory()
-        environment.reset(**row)
-        episode = {"environment": environment, "row": row, "used": time.monotonic(), "lock": threading.Lock()}
-        with self._lock:
-            self._sweep()
-            self._live[episode_id] = episode
-            self._live.move_to_end(episode_id)
-            self.started += 1
-            while len(self._live) > self.max_episodes:
-                self._live.popitem(last=False)
-                self.evicted += 1
-        return episode
-
-    def get(self, episode_id: str | None) -> dict | None:
-        with self._lock:
-            self._sweep()
-            episode = self._live.get(episode_id) if episode_id else None
-            if episode is not None:
-                episode["used"] = time.monotonic()
-                self._live.move_to_end(episode_id)
-            return episode
-
-    def close(self, episode_id: str | None) -> bool:
-        with self._lock:
-            return self._live.pop(episode_id, None) is not None if episode_id else False
-
-    def _sweep(self) -> None:
-        """Drop idle episodes (oldest first: the dict is in last-use order). Called with the lock held."""
-        cutoff = time.monotonic() - self.idle_seconds
-        while self._live:
-            key, episode = next(iter(self._live.items()))
-            if episode["used"] >= cutoff:
-                break
-            del self._live[key]
-            self.expired += 1
-
-    def stats(self) -> dict:
-        with self._lock:
-            return {"live": len(self._live), "started": self.started, "expired": self.expired,
-                    "evicted": self.evicted}
 
 
 # ---------------------------------------------------------------- Responses API → TRL completion
@@ -274,21 +168,30 @@ def nemo_gym_row(task: Task, row: dict, factory) -> dict:
 
 
 def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int = 10_000,
-              idle_seconds: float = 900.0):
-    """The FastAPI app serving ``task`` over ``index`` (see the module docstring)."""
+              idle_seconds: float = 900.0, limits: Limits | None = None, token: str | Sequence[str] | None = None):
+    """The FastAPI app serving ``task`` over ``index`` (see the module docstring). ``limits``: body and field
+    sizes, episodes per client, the judge's rate (``Limits()``'s defaults); ``token``: the bearer token(s) every
+    route but ``/health`` then needs (none: no authentication; ``serve`` refuses that off loopback)."""
+    limits = limits or Limits()
+    tokens = resolve_tokens(token, environ={})  # the caller's only: serve reads $TANSAKU_ENV_TOKEN
     factory = make_environment_factory(task, index, seed=seed, require_prompt=False)
-    episodes = Episodes(factory, max_episodes, idle_seconds)
+    episodes = Episodes(factory, max_episodes, idle_seconds, limits.max_client_episodes)
+    judge_rate = JudgeRate(limits)
     # Each (description variant, interface)'s tool schemas, made once at start (transformers reads the docstrings).
     schemas = {(v, i): tool_schemas(make_environment_factory(task, factory.backend, variant=v, interface=i)())
                for v in task_variants(task) for i in task_interfaces(task)}
     reward_functions = task.reward_functions(judge)
+    tool_args, VerifyBody = tool_models(limits), verify_model(limits)  # classes made per app: its caps
     app = FastAPI(title=f"tansaku {task.name} environment")
-    app.router.route_class = _BoundedJSONRoute  # before any route is added
-    app.state.episodes, app.state.task = episodes, task  # the served task: its reward weights are /verify's
+    app.router.route_class = BoundedJSONRoute  # before any route is added
+    app.state.episodes, app.state.task, app.state.limits = episodes, task, limits  # /verify's weights: the task's
+    app.add_exception_handler(Refused, refused_response)
+    if tokens:  # outermost: a request without the token is 401 before its body is read
+        app.add_middleware(BearerAuth, tokens=tokens)
 
     @app.exception_handler(InputError)
     def refused(_request: Request, exc: InputError) -> JSONResponse:
-        """A request the service cannot use (a field of the wrong type or name): 422 with the reason."""
+        """A request the service cannot use (a field of the wrong type, name or size): 422 with the reason."""
         return JSONResponse({"error": str(exc)}, status_code=422)
 
     def given_id(body: dict | None) -> str | None:
@@ -301,6 +204,7 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
         return request.headers.get(HEADER) or given_id(body) or request.cookies.get(COOKIE)
 
     def unknown(episode_id) -> JSONResponse:
+        # Another client's episode reads as unknown too: an id says nothing to whoever did not seed it.
         return JSONResponse({"error": f"unknown or expired episode {episode_id!r}: call /seed_session first"},
                             status_code=404)
 
@@ -311,19 +215,21 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
 
     @app.post("/seed_session")
     def seed_session(body: dict[str, Any], request: Request, response: Response) -> dict:
+        if "episode_id" in body:  # a caller's id could name, and so replace, an episode of another client's
+            raise InputError("episode_id is drawn by the server: /seed_session answers it (and sets the "
+                             f"{COOKIE} cookie); send none")
         row = body.get("task_data") if isinstance(body.get("task_data"), dict) else {
-            k: v for k, v in body.items() if k not in ("responses_create_params", "episode_id")}
+            k: v for k, v in body.items() if k != "responses_create_params"}
         reward_columns([row])  # a field TRL's reward call would collide with: refused now, not at /verify
-        episode_id = given_id(body) or request.headers.get(HEADER) or uuid.uuid4().hex
-        environment = episodes.seed(episode_id, row)["environment"]
-        response.set_cookie(COOKIE, episode_id, httponly=True)
+        episode_id, environment = episodes.seed(client_of(request), row, check_row(row, limits))
+        response.set_cookie(COOKIE, episode_id, httponly=True, samesite="strict")
         return {"episode_id": episode_id, "tool_variant": environment.tool_variant,
                 "tool_interface": environment.tool_interface,
                 "tools": schemas[environment.tool_variant, environment.tool_interface]}
 
     def tool_route(name: str, model: type[BaseModel]):
         def run(args, request: Request):
-            episode = episodes.get(episode_id_of(request))
+            episode = episodes.get(episode_id_of(request), client_of(request))
             if episode is None:
                 return unknown(episode_id_of(request))
             with episode["lock"]:  # one episode's calls in order: its budget counts each once
@@ -336,27 +242,31 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
         app.post(f"/{name}")(run)
 
     for name in dict.fromkeys(n for i in task_interfaces(task) for n in INTERFACES[i]):  # another interface's: failed
-        tool_route(name, TOOL_ARGS[name])
+        tool_route(name, tool_args[name])
 
     @app.post("/verify")
     def verify(body: VerifyBody, request: Request) -> dict:
-        payload = body.model_dump()
+        payload, client = body.model_dump(), client_of(request)
         episode_id = episode_id_of(request, payload)
-        episode = episodes.get(episode_id)
-        row = {**(episode["row"] if episode else {}), **(body.model_extra or {})}
-        row.pop("episode_id", None)
+        given = {k: v for k, v in (body.model_extra or {}).items() if k != "episode_id"}
+        check_row(given, limits, "the /verify body's row")
+        episode = episodes.get(episode_id, client)
+        row = {**(episodes.row(episode) if episode else {}), **given}
         missing = [c for c in task.columns if row.get(c) in (None, "", [])]
         if missing:
             where = "the episode's row nor the body has" if episode else "the body (no live episode) has"
             raise InputError(f"{task.name} scores against {missing}: neither {where} them")
+        if judge is not None and (wait := judge_rate.take(client)):  # the episode stays live for the retry
+            raise Refused(429, "judge calls over --judge-rate / --judge-client-rate: retry later",
+                          headers={"Retry-After": str(max(1, math.ceil(wait)))})
         completion = completion_from_response(body.response)
         scores = verify_scores(task, reward_functions, completion, row)  # InputError (422): a field named "completions"
-        episodes.close(episode_id)
+        episodes.close(episode_id, client)
         return {**payload, **scores, **{k: v for k, v in scores["reward_components"].items()}}
 
     @app.post("/close_session")
     def close_session(request: Request, body: dict[str, Any] | None = None) -> dict:
-        return {"closed": episodes.close(episode_id_of(request, body))}
+        return {"closed": episodes.close(episode_id_of(request, body), client_of(request))}
 
     return app
 
@@ -383,9 +293,12 @@ def export_rows(task: Task, index, dataset, out, split: str = "train", seed: int
 
 def serve(task: Task | str, index, *, host: str = "127.0.0.1", port: int = 8010, judge=None, seed: int = 0,
           max_episodes: int = 10_000, idle_seconds: float = 900.0, dataset=None, export=None,
-          split: str = "train", llm_options: LLMOptions | None = None) -> None:
+          split: str = "train", llm_options: LLMOptions | None = None, limits: Limits | None = None,
+          token: str | Sequence[str] | None = None) -> None:
     """``synth serve-env``: the app for ``task`` (a ``Task``, e.g. a recipe's, or a ``TASKS`` name) under uvicorn
-    until interrupted (with ``export``: the dataset as NeMo Gym JSONL). ``llm_options``: the judge client's."""
+    until interrupted (with ``export``: the dataset as NeMo Gym JSONL). ``llm_options``: the judge client's;
+    ``token``: else ``$TANSAKU_ENV_TOKEN``, needed unless ``host`` is loopback (``InputError`` before anything
+    is built)."""
     task = task_named(task) if isinstance(task, str) else task
     if export is not None:
         if dataset is None:
@@ -393,8 +306,11 @@ def serve(task: Task | str, index, *, host: str = "127.0.0.1", port: int = 8010,
         count = export_rows(task, index, dataset, export, split, seed)
         print(f"{count} rows of {dataset} ({split}) → {export}", file=sys.stderr)
         return
+    tokens = resolve_tokens(token)
+    check_exposure(host, tokens)
     app = build_app(task, index, judge=as_client(judge, llm_options=llm_options), seed=seed, max_episodes=max_episodes,
-                    idle_seconds=idle_seconds)
-    print(f"serving {task.name} over {index} at http://{host}:{port} (NeMo Gym resources-server routes)",
+                    idle_seconds=idle_seconds, limits=limits, token=tokens)
+    auth = f"{len(tokens)} bearer token(s) required" if tokens else "no token: this machine only"
+    print(f"serving {task.name} over {index} at http://{host}:{port} (NeMo Gym resources-server routes; {auth})",
           file=sys.stderr)
     uvicorn.run(app, host=host, port=port, log_level="warning", backlog=4096)

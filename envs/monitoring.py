@@ -15,7 +15,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from tansaku.core import jsontext
+from tansaku.core import jsontext, safe_write
 from tansaku.envs.zh_detect import chinese_spans
 
 _EXTRA_SERIES = ("reward", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
@@ -121,7 +121,7 @@ def dump_samples(trajectories, path: str | Path, n: int = 8, seed: int = 0) -> P
         lines.append("")
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines), encoding="utf-8")
+    safe_write.write_text_atomic(out, "\n".join(lines))
     return out
 
 

@@ -20,7 +20,9 @@ of failures served, the summed latency served (``busy_seconds``), the time of th
 ``repeated``: requests whose exact body the server had received before, and ``repeated_answered_at``: for
 each, ``[when it came again, when the server had answered it]`` (the latter is the time of the repeat when it
 never had: it was still in flight); ``GET /stats/last`` the last chat request's headers and body (auth and
-``extra_body`` tests). ``GET /v1/models`` lists the server's model with ``root`` (vLLM reports the weights
+``extra_body`` tests), where a credential header (``Authorization``, ``Cookie``, any name with ``key``, ``token``,
+``secret``…) shows only :func:`secret_fingerprint` of its value: any local user can read that route, so it never
+echoes a key. ``GET /v1/models`` lists the server's model with ``root`` (vLLM reports the weights
 path there) when the server was started with one. Run: ``python -m tansaku.testing.canned_server --port 8001 --name a``.
 
 It lives in ``tansaku.testing``, not ``tansaku.core``: it is scaffolding that stands in for a served model, and
@@ -46,6 +48,29 @@ from tansaku.core import jsontext
 
 _DIRECTIVE = re.compile(r"\b(fail|sleep|status|retry_after)=([0-9.]+)")
 _ONLY = re.compile(r"\bonly=(\w+)")
+# Header names that carry credentials: /stats/last shows a fingerprint of their values, never the values.
+_SECRET_HEADER = re.compile(r"auth|cookie|key|token|secret|passw|session|credential", re.IGNORECASE)
+
+
+def secret_fingerprint(value: str) -> str:
+    """What ``/stats/last`` shows of a credential header: enough for a test to tell which key came, not the key.
+
+    >>> secret_fingerprint("Bearer EMPTY") == secret_fingerprint("Bearer EMPTY") != secret_fingerprint("Bearer sk")
+    True
+    """
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def recorded_headers(headers) -> dict[str, str]:
+    """A request's headers as ``/stats/last`` returns them: credential values replaced by their fingerprint.
+
+    >>> recorded_headers({"Authorization": "Bearer sk-secret", "content-type": "application/json"})["content-type"]
+    'application/json'
+    >>> "sk-secret" in str(recorded_headers({"Authorization": "Bearer sk-secret", "X-Api-Key": "sk-secret"}))
+    False
+    """
+    return {name: secret_fingerprint(value) if _SECRET_HEADER.search(name) else value
+            for name, value in dict(headers).items()}
 
 
 def parse_latency(spec: str | None):
@@ -172,7 +197,7 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         body = await request.json()
-        state["last"] = {"headers": dict(request.headers), "body": body}
+        state["last"] = {"headers": recorded_headers(request.headers), "body": body}
         state["requests"] += 1
         key = jsontext.dumps(body, sort_keys=True)
         if key in state["seen"]:

@@ -17,7 +17,7 @@ from tansaku.core.shards import ShardPlan
 from tansaku.core.store import read_manifest
 from tansaku.pipelines.corpus import build_corpus
 from tansaku.pipelines.corpus_config import CorpusConfig
-from tansaku.testing.canned_server import ServerThread
+from tansaku.testing.canned_server import ServerThread, secret_fingerprint
 
 MINIWIKI = Path(__file__).resolve().parents[1] / "examples" / "miniwiki.jsonl"
 
@@ -55,7 +55,8 @@ def test_two_contexts_in_threads_keep_their_own_llm_options(monkeypatch):
 
         for i in range(2):  # sequentially: the second command never sees the first one's options
             seen, slots = ask(i)
-            assert seen["headers"]["authorization"] == f"Bearer sk-{i}" and seen["body"]["top_k"] == i
+            assert seen["headers"]["authorization"] == secret_fingerprint(f"Bearer sk-{i}")  # no key echoed
+            assert seen["body"]["top_k"] == i
             assert slots == i + 1
         with ThreadPoolExecutor(2) as pool:
             slots = sorted(s for _, s in pool.map(ask, range(2)))
@@ -65,5 +66,5 @@ def test_two_contexts_in_threads_keep_their_own_llm_options(monkeypatch):
         plain = BuildContext().client(f"http:canned@{url}")  # defaults: nothing left behind by the others
         plain.chat([ChatRequest(messages=[{"role": "user", "content": "q"}])])
         seen = _last_request(url)
-        assert seen["headers"]["authorization"] == "Bearer EMPTY" and "top_k" not in seen["body"]
+        assert seen["headers"]["authorization"] == secret_fingerprint("Bearer EMPTY") and "top_k" not in seen["body"]
         assert plain.max_concurrency == DEFAULT_SLOTS

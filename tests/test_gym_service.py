@@ -158,18 +158,23 @@ def test_concurrent_episodes_keep_their_own_state(index):
         assert health["live"] == 128 and health["started"] == 128
 
 
-def test_idle_episodes_expire_and_the_oldest_is_evicted(index):
+def test_idle_episodes_expire_and_a_full_store_pushes_back(index):
+    """A full store refuses the next seed (503, Retry-After) instead of evicting a live episode; a client without
+    cookies names its episode by the id /seed_session answered, in the X-Episode-Id header."""
     app = build_app(TASK, index, max_episodes=2, idle_seconds=1.0)
     with Served(app) as url:
-        a, b, c = Client(url), Client(url), Client(url, headers={"X-Episode-Id": "by-header"})
+        a, b = Client(url), Client(url)
         a.post("/seed_session", ROW)
-        b.post("/seed_session", ROW)
-        c.post("/seed_session", ROW)  # a third live episode: the least recently used (a) goes
-        assert a.post("/search", {"query": "雪村製菓"})[0] == 404
-        assert c.post("/search", {"query": "雪村製菓"})[0] == 200  # the header names the episode, no cookie needed
+        _, seeded = b.post("/seed_session", ROW)
+        assert a.post("/seed_session", ROW)[0] == 503  # a third live episode: refused, none evicted
+        assert a.post("/search", {"query": "雪村製菓"})[0] == 200
+        headed = Client(url, headers={"X-Episode-Id": seeded["episode_id"]})
+        headed.opener = urllib.request.build_opener()  # no cookie jar: the header alone names the episode
+        assert headed.post("/search", {"query": "雪村製菓"})[0] == 200
         time.sleep(1.2)
         assert b.post("/search", {"query": "雪村製菓"})[0] == 404  # idle too long
-        assert app.state.episodes.stats() == {"live": 0, "started": 3, "expired": 2, "evicted": 1}
+        stats = app.state.episodes.stats()
+        assert (stats["live"], stats["started"], stats["expired"], stats["refused"]) == (0, 2, 2, 1)
 
 
 def test_export_writes_nemo_gym_rows_that_seed_episodes(index, tmp_path):
@@ -221,11 +226,11 @@ def test_a_lone_surrogate_or_a_field_named_self_seeds_a_usable_episode(index):
     ("/verify", {**VERIFY, **ROW, "response": {"output": 5}}, "response.output must be a list"),
     ("/verify", {**VERIFY, **ROW, "response": {"output": [
         {"type": "function_call", "name": "search", "arguments": DEEP}]}}, "nests deeper than"),
-    ("/seed_session", {**ROW, "episode_id": {"a": 1}}, "episode_id must be a string"),
+    ("/seed_session", {**ROW, "episode_id": "mine"}, "episode_id is drawn by the server"),
     ("/close_session", {"episode_id": ["x"]}, "episode_id must be a string"),
     ("/seed_session", '{"id": ' + DEEP + "}", "nested too deeply"),
     ("/search", '{"query": ' + DEEP + "}", "nested too deeply"),
-], ids=["completions", "prompts", "no_answer", "output_int", "deep_arguments", "seed_id_dict", "close_id_list",
+], ids=["completions", "prompts", "no_answer", "output_int", "deep_arguments", "seed_id_given", "close_id_list",
         "deep_body", "deep_tool_body"])
 def test_hostile_values_get_422_with_a_json_error(index, route, body, says):
     with Served(build_app(TASK, index)) as url:

@@ -103,6 +103,7 @@ def test_dry_run_lists_exactly_the_files_that_would_upload(built, tmp_path, monk
     _give_license(folder)
     (folder / ".work").mkdir(exist_ok=True)  # a leftover checkpoint never uploads
     (folder / ".work" / "chunk.partial").write_text("x")
+    (folder / ".LICENSE.k1ll3d.tmp").write_text("x")  # a write killed before its os.replace never uploads
     result = CliRunner().invoke(synth_app, ["push", str(folder), "--repo-id", "me/egov", "--dry-run"])
     assert result.exit_code == 0, result.output
     listed = result.stdout.split()

@@ -34,7 +34,7 @@ from tansaku.core.llm.http_backend import retry_after_seconds
 from tansaku.core.llm.identity import resolve_model
 from tansaku.core.llm.settings import LLMOptions
 from tansaku.core.llm.transformers_backend import TransformersClient
-from tansaku.testing.canned_server import ServerThread
+from tansaku.testing.canned_server import ServerThread, secret_fingerprint
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +51,11 @@ def ask(text: str, **kw) -> ChatRequest:
 def last_request(url: str) -> dict:
     with urllib.request.urlopen(f"{url}/stats/last", timeout=5) as resp:
         return json.loads(resp.read())
+
+
+def auth(value: str) -> str:
+    """The Authorization header as /stats/last shows it: a fingerprint, never the key itself."""
+    return secret_fingerprint(value)
 
 
 # ----------------------------------------------------------------------- local models: identity
@@ -161,7 +166,7 @@ def test_openai_api_key_and_base_url_are_honoured(servers, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", servers[0])
     result = from_spec("http:canned", cache=False).chat([ask("hello")])[0]
     assert result.content == "a: hello"
-    assert last_request(servers[0])["headers"]["authorization"] == "Bearer sk-from-env"
+    assert last_request(servers[0])["headers"]["authorization"] == auth("Bearer sk-from-env")
 
 
 def test_per_endpoint_keys(servers, monkeypatch):
@@ -169,8 +174,9 @@ def test_per_endpoint_keys(servers, monkeypatch):
     a, b = servers
     client = from_spec(f"http:canned@{a},{b}", cache=False, api_key={f"{b}/v1": "sk-b"})
     client.chat([ask("x"), ask("y")])  # round-robin: one request to each
-    assert last_request(a)["headers"]["authorization"] == "Bearer sk-env"
-    assert last_request(b)["headers"]["authorization"] == "Bearer sk-b"
+    # a is not OPENAI_BASE_URL's endpoint (unset: api.openai.com), so the environment's key never goes there
+    assert last_request(a)["headers"]["authorization"] == auth("Bearer EMPTY")
+    assert last_request(b)["headers"]["authorization"] == auth("Bearer sk-b")
 
 
 def test_cli_options_reach_the_request(servers, tmp_path):
@@ -188,7 +194,7 @@ def test_cli_options_reach_the_request(servers, tmp_path):
     assert out.exit_code == 0, out.output
     assert json.loads(out.output) == {"content": "b: hi", "cache": True}
     seen = last_request(servers[1])
-    assert seen["headers"]["authorization"] == "Bearer sk-cli"
+    assert seen["headers"]["authorization"] == auth("Bearer sk-cli")
     assert seen["body"]["chat_template_kwargs"] == {"enable_thinking": False}
     assert seen["body"]["guided_json"] == {"type": "object"}
     (tmp_path / "body.yaml").write_text("top_k: 20\nchat_template_kwargs:\n  enable_thinking: true\n", encoding="utf-8")
@@ -197,7 +203,7 @@ def test_cli_options_reach_the_request(servers, tmp_path):
                                    "--extra-body", f"@{tmp_path / 'body.yaml'}"])
     assert out.exit_code == 0, out.output
     seen = last_request(servers[1])
-    assert seen["body"]["top_k"] == 20 and seen["headers"]["authorization"] == "Bearer sk-file"
+    assert seen["body"]["top_k"] == 20 and seen["headers"]["authorization"] == auth("Bearer sk-file")
     bad = CliRunner().invoke(app, [spec, "--extra-body", "{not json"])
     assert bad.exit_code == 2 and "extra-body" in bad.output and "Traceback" not in bad.output
 
@@ -209,7 +215,7 @@ def test_user_and_password_in_the_url(servers):
     assert "p@ss" not in json.dumps(client.describe())  # the password never reaches a manifest
     assert client.chat([ask("x")])[0].content == "a: x"
     # the URL's credentials go as HTTP basic auth (what a proxy in front of the server checks)
-    assert last_request(servers[0])["headers"]["authorization"] == "Basic " + base64.b64encode(b"user:p@ss,w").decode()
+    assert last_request(servers[0])["headers"]["authorization"] == auth("Basic " + base64.b64encode(b"user:p@ss,w").decode())
 
 
 def test_retry_after_moves_requests_to_the_other_server(servers):

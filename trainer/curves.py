@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tansaku.core import safe_write
+
 PANELS = ("reward components (mean per step)", "tool calls per episode", "failures: tool calls, repeats, judge",
           "loss / KL to the reference", "clip ratios", "policy entropy",
           "completion length (tokens)", "zero-variance group share", "sampler–trainer gap (vLLM IS correction)")
@@ -29,6 +31,15 @@ def new_figure(rows: int, cols: int, width: float = 6, height: float = 3.6):
     figure = Figure(figsize=(width * cols, height * rows), layout="constrained")
     FigureCanvasAgg(figure)
     return figure, figure.subplots(rows, cols, squeeze=False)
+
+
+def save_figure(figure, out: str | Path) -> Path:
+    """``figure`` written to ``out`` through a fresh temp name (``tansaku.core.safe_write``); the format comes
+    from ``out``'s suffix (PNG without one), since the temp name ends in ``.tmp``."""
+    out = Path(out)
+    with safe_write.atomic_path(out) as tmp:
+        figure.savefig(tmp, dpi=100, format=out.suffix[1:].lower() or "png")
+    return out
 
 
 def _plot(ax, xs, ys, label, **kwargs) -> bool:
@@ -123,8 +134,7 @@ def plot_learning_curves(output_dir: str | Path, out_png: str | Path | None = No
 
     report = report or run_report(output_dir)
     out = Path(out_png) if out_png else Path(output_dir, CURVES_FILE)
-    learning_curves_figure(report).savefig(out, dpi=100)
-    return out
+    return save_figure(learning_curves_figure(report), out)
 
 
 def plot_loss_curve(output_dir: str | Path, out_png: str | Path | None = None) -> Path:
@@ -142,5 +152,4 @@ def plot_loss_curve(output_dir: str | Path, out_png: str | Path | None = None) -
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     out = Path(out_png) if out_png else Path(output_dir, LOSS_FILE)
-    figure.savefig(out, dpi=100)
-    return out
+    return save_figure(figure, out)

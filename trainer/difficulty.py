@@ -30,7 +30,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tansaku.core import jsontext
+from tansaku.core import jsontext, safe_write
 from tansaku.core.llm import as_client
 from tansaku.core.llm.identity import weights_fingerprint
 from tansaku.envs.environments import make_environment_factory
@@ -125,11 +125,11 @@ def band_task(recipe: Recipe, spec: RLTask, task, model_path: str, client, judge
     kept, dropped = keep_rule(pass_rates, difficulty.min_pass, difficulty.max_pass)
     report = summarize(task, trajectories, difficulty.samples, task.pass_threshold)
     band = Band(spec.name, key, pass_rates, kept, dropped, report)
-    folder.mkdir(parents=True, exist_ok=True)
+    safe_write.ensure_dir(folder)
     write_trajectories(folder / "trajectories.jsonl", trajectories)
     # band.json last: its presence means a finished band (a killed run samples again)
-    (folder / BAND_FILE).write_text(jsontext.dumps({"summary": band.summary(), **asdict(band)}, indent=2,
-                                                   default=str), encoding="utf-8")
+    safe_write.write_text_atomic(folder / BAND_FILE, jsontext.dumps({"summary": band.summary(), **asdict(band)},
+                                                                    indent=2, default=str))
     return band
 
 

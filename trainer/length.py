@@ -29,7 +29,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from tansaku.core import jsontext
+from tansaku.core import jsontext, safe_write
 from tansaku.trainer.recipes import OVERLONG, RecipeError
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ def write_report(output_dir: str | Path, report: dict) -> Path:
     """``<output_dir>/tansaku_data_report.json``, and one warning line when rows were dropped or fitted."""
     path = Path(output_dir) / REPORT
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(jsontext.dumps(report, indent=2), encoding="utf-8")
+    safe_write.write_text_atomic(path, jsontext.dumps(report, indent=2))
     sources = report["sources"]
     dropped = sum(sum(s["dropped"].values()) for s in sources)
     fitted = sum(s["fitted"] for s in sources)

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tansaku.core import jsontext, ownership
+from tansaku.core import jsontext, ownership, safe_write
 from tansaku.core.errors import InputError
 
 WEIGHT_INDEX = "model.safetensors.index.json"
@@ -51,6 +52,9 @@ def weight_files(model_dir: str | Path) -> dict[str, Path]:
     index = d / WEIGHT_INDEX
     if index.is_file():
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        if outside := sorted({str(f) for f in weight_map.values() if Path(str(f)).name != f or f in ("", ".", "..")}):
+            raise MergeError(f"{index}: its weight_map names files outside {d} ({', '.join(outside[:3])}); "
+                             "a checkpoint's index names only files in its own folder")
         return {name: d / fname for name, fname in weight_map.items()}
     files = sorted(d.glob("*.safetensors")) if d.is_dir() else []
     files = [f for f in files if not f.name.startswith("adapter_")]
@@ -86,33 +90,49 @@ class _ShardWriter:
             return
         from safetensors.torch import save_file
 
-        tmp_name = f"shard-{len(self.shards):05d}.tmp"
-        save_file(self.pending, str(self.out_dir / tmp_name), metadata={"format": "pt"})
-        self.shards.append({"file": tmp_name, "names": list(self.pending), "bytes": self.pending_bytes})
+        # a fresh temp name (mkstemp), renamed in close() once the shard count, and so the names, are known
+        tmp = safe_write.temp_path(self.out_dir / f"shard-{len(self.shards):05d}")
+        save_file(self.pending, str(tmp), metadata={"format": "pt"})
+        self.shards.append({"file": tmp, "names": list(self.pending), "bytes": self.pending_bytes})
         self.pending, self.pending_bytes = {}, 0
 
     def close(self) -> None:
         self.flush()
         if len(self.shards) == 1:
-            (self.out_dir / self.shards[0]["file"]).rename(self.out_dir / "model.safetensors")
+            os.replace(self.shards[0]["file"], self.out_dir / "model.safetensors")
             return
         n, weight_map, total = len(self.shards), {}, 0
         for i, shard in enumerate(self.shards, 1):
             fname = f"model-{i:05d}-of-{n:05d}.safetensors"
-            (self.out_dir / shard["file"]).rename(self.out_dir / fname)
+            os.replace(shard["file"], self.out_dir / fname)
             weight_map.update({name: fname for name in shard["names"]})
             total += shard["bytes"]
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        (self.out_dir / WEIGHT_INDEX).write_text(json.dumps(index, indent=2), encoding="utf-8")
+        safe_write.write_text_atomic(self.out_dir / WEIGHT_INDEX, json.dumps(index, indent=2))
+
+
+def side_files(src: Path) -> list[Path]:
+    """Config, tokenizer, chat template: everything in the folder except weights and training state. MergeError
+    (one line, checked before any work) for a symbolic link among them: whatever it points to (a key, another
+    user's file) would land in the merged model. Refused, not copied as a link: a link in the merged folder
+    would still hand the target to whoever loads or uploads the model."""
+    files = [f for f in sorted(src.iterdir()) if (f.is_file() or f.is_symlink() and not f.is_dir())
+             and f.suffix != ".safetensors" and f.name not in (WEIGHT_INDEX, "training_args.bin")
+             and not f.name.startswith(("optimizer", "scheduler", "rng_state", "trainer_state", "adapter_",
+                                        "tansaku_", ".tansaku_"))]  # no other output's marker
+    if linked := [f for f in files if f.is_symlink()]:
+        raise MergeError(f"{src}: {', '.join(f.name for f in linked[:3])} is a symbolic link (to "
+                         f"{os.path.realpath(linked[0])}); train merge copies no linked file into a model, "
+                         "since its target's contents would land there: replace the link with a copy of the file")
+    return files
 
 
 def _copy_side_files(src: Path, out_dir: Path) -> None:
-    """Config, tokenizer, chat template: everything in the folder except weights and training state."""
-    for f in src.iterdir():
-        if f.is_file() and f.suffix != ".safetensors" and f.name not in (WEIGHT_INDEX, "training_args.bin") \
-                and not f.name.startswith(("optimizer", "scheduler", "rng_state", "trainer_state", "adapter_",
-                                           "tansaku_", ".tansaku_")):  # no other output's marker
-            shutil.copy2(f, out_dir / f.name)
+    """:func:`side_files` copied into ``out_dir``; opened without following links (one planted since the check
+    is refused too)."""
+    for f in side_files(src):
+        safe_write.copy_file_atomic(f, out_dir / f.name)
+        shutil.copystat(f, out_dir / f.name, follow_symlinks=False)  # times and mode, as copy2 kept them
 
 
 def check_out(out_dir: str | Path, inputs: dict[str, object]) -> Path:
@@ -133,8 +153,8 @@ def _written(out: Path, info: dict) -> Iterator[Path]:
     with ownership.claimed(out, "--out", check), ownership.swapped_in(out, "--out") as tmp:
         yield tmp
         files = sorted(p.name for p in tmp.iterdir() if p.name != ownership.PARTIAL_MARKER)  # all it may replace
-        (tmp / ownership.MODEL_MARKER).write_text(jsontext.dumps({"kind": "merge", **info, "files": files},
-                                                                 indent=2), encoding="utf-8")
+        safe_write.write_text_atomic(tmp / ownership.MODEL_MARKER,
+                                     jsontext.dumps({"kind": "merge", **info, "files": files}, indent=2))
 
 
 def merge_streaming(models: list[str | Path], combine: Callable[[str, list], object], out_dir: str | Path,
@@ -150,6 +170,7 @@ def merge_streaming(models: list[str | Path], combine: Callable[[str, list], obj
     from safetensors import safe_open
 
     out = check_out(out_dir, {"model": [str(m) for m in models], "side files from": str(side_files_from)})
+    side_files(Path(side_files_from))  # a linked side file is refused before any tensor is read
     maps = [weight_files(m) for m in models]
     names = list(maps[0])
     combined = {n for n in names if not first_only(n)}
@@ -233,6 +254,10 @@ def merge_lora(adapter: str | Path, out_dir: str | Path, base: str | None = None
         raise MergeError(f"{adapter}: no adapter_config.json (not a LoRA adapter folder)")
     base = base or PeftConfig.from_pretrained(str(adapter)).base_model_name_or_path
     out = check_out(out_dir, {"adapter": adapter, "--base": base})  # before the base model loads
+    for src in (adapter, Path(base)):  # the tokenizer folder: its files (a chat template) land in the model
+        if (src / "tokenizer_config.json").is_file():
+            side_files(src)
+            break
     model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype) if dtype else "auto")
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     with _written(out, {"method": "lora", "adapter": str(adapter), "base": base}) as tmp:

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tansaku.core import safe_write
 from tansaku.core.tiny_model import GGUF_FILE, TINY_MODEL_NAME
 
 CARD = "README.md"
@@ -64,7 +65,8 @@ def fix_card(readme: Path, base: BaseModel) -> None:
         card.text = card.text.replace(UNNAMED, f"[{base.hub_id}](https://huggingface.co/{base.hub_id})")
     else:
         card.text = card.text.replace(UNNAMED, f"`{base.name}` (a local model)")
-    card.save(readme)
+    with safe_write.atomic_path(readme) as tmp:  # a fresh temp name renamed onto README.md
+        card.save(tmp)
 
 
 def name_base_model(trainer, spec: str, resolved: str | None = None):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from tansaku.core import safe_write
 from tansaku.envs.monitoring import hacking_warnings, reward_decomposition
 from tansaku.trainer.recipe_sections import WatchSpec
 
@@ -55,5 +56,5 @@ class RewardWatchCallback(TrainerCallback):
             self.printer(line)
             if self.log_path is not None:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.log_path, "a", encoding="utf-8") as f:
+                with safe_write.open_for_append(self.log_path) as f:  # a link at the log's name is refused
                     f.write(line + "\n")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tansaku.core.errors import InputError
+from tansaku.core.llm.scripted import parse_scripted_spec
 from tansaku.core.llm.settings import parse_api_keys
 from tansaku.core.llm.vllm_engine import check_engine_options
 
@@ -71,8 +72,8 @@ class JudgeSpec:
     through it; a judge that fails, times out or answers out of range gives that completion no score (None, counted
     in ``rubric/judge_failures``), never a stopped run."""
 
-    model: str | None = None  # LLM spec: http:MODEL@URL, vllm:MODEL, transformers:PATH, scripted:FILE
-    api_key: str | None = None  # http: KEY or @FILE (default $OPENAI_API_KEY or --api-key)
+    model: str | None = None  # LLM spec: http:MODEL@URL, vllm:MODEL, transformers:PATH, scripted:FILE.jsonl|.py[:FN]
+    api_key: str | None = None  # http: KEY, URL=KEY, @FILE or env:NAME (default --api-key; see core/llm/settings)
     extra_body: dict[str, Any] | None = None  # http: merged into every request body
     concurrency: int | None = None  # http: requests in flight (a step's completions are judged at once)
     timeout: float = 120.0  # http: seconds per request before it counts as a judge failure
@@ -87,6 +88,7 @@ class JudgeSpec:
         # vLLM is imported for the names only where a vllm: judge has engine arguments
         engine_problem = self._engine_problem() if vllm and self.engine else None
         checks = [
+            (self._scripted_problem() is None, f"judge.model: {self._scripted_problem()}"),
             (http or not given, f"judge: {', '.join(given)} apply to http: judges only (judge.model is "
                                 f"{self.model!r})"),
             (vllm or self.engine is None, f"judge.engine: applies to vllm: judges only (judge.model is {self.model!r})"),
@@ -97,6 +99,17 @@ class JudgeSpec:
             (self.max_tokens > 0, f"judge.max_tokens: must be > 0 (got {self.max_tokens})"),
         ]
         return [message for ok, message in checks if not ok]
+
+    def _scripted_problem(self) -> str | None:
+        """Why a ``scripted:`` judge spec has none of the forms ``from_spec`` takes (refused with the recipe, before
+        any file is read or run)."""
+        if not (self.model or "").startswith("scripted:"):
+            return None
+        try:
+            parse_scripted_spec(self.model)
+        except InputError as exc:
+            return str(exc)
+        return None
 
     def _engine_problem(self) -> str | None:
         """Why ``engine`` names no vLLM engine arguments (a misspelt one is refused with the recipe, not on the GPU)."""

@@ -45,6 +45,7 @@ from tansaku.core.hardware import emulated_bf16_warning
 from tansaku.core.heldout import HELDOUT_SPLITS
 from tansaku.core.heldout import RL as RL_SPLIT
 from tansaku.core.llm.identity import resolve_model as resolve_local_model
+from tansaku.core.redact import redact_mapping
 from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.trainer.recipe_sections import DifficultySpec, JudgeSpec, ReadinessSpec, WatchSpec
 from tansaku.trainer.typed_config import RecipeError, section
@@ -202,10 +203,13 @@ class Recipe:
     args: list[str] = field(default_factory=list)  # the --key value overrides
 
     def record(self) -> dict:
-        """What ``tansaku_recipe.json`` holds: enough to run it again (``config`` with ``args``, or the values)."""
-        return {"kind": self.kind, "config": self.config, "args": self.args,
-                "script_args": dataclasses.asdict(self.script_args), "training_args": self.training_args.to_dict(),
-                "model_args": dataclasses.asdict(self.model_args)}
+        """What ``tansaku_recipe.json`` holds: enough to run it again (``config`` with ``args``, or the values), with
+        no secret in it (``tansaku.core.redact``): the judge's ``api_key`` and URL password, ``--hub_token …`` in
+        ``args`` are masked, as TRL's ``to_dict`` masks its own ``*_token`` fields."""
+        return redact_mapping({"kind": self.kind, "config": self.config, "args": self.args,
+                               "script_args": dataclasses.asdict(self.script_args),
+                               "training_args": self.training_args.to_dict(),
+                               "model_args": dataclasses.asdict(self.model_args)})
 
 
 def recipe_parser(kind: str):

@@ -41,8 +41,9 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from tansaku.core import jsontext
+from tansaku.core import jsontext, safe_write
 from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.redact import redact_mapping
 from tansaku.envs.monitoring import hacking_warnings, reward_decomposition, zero_variance_share
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.collapse import collapse_series, collapse_warnings
@@ -260,7 +261,8 @@ def run_report(output_dir: str | Path, weights: dict[str, float] | None = None) 
 
 
 def write_run_report(output_dir: str | Path, weights: dict[str, float] | None = None) -> dict:
-    """``run_report`` written to ``output_dir/run_report.json``; returns the dict."""
-    report = run_report(output_dir, weights)
-    Path(output_dir, REPORT_FILE).write_text(jsontext.dumps(report, indent=2), encoding="utf-8")
+    """``run_report`` written to ``output_dir/run_report.json``; returns the dict (redacted: judge errors name
+    their endpoint, ``tansaku.core.redact``)."""
+    report = redact_mapping(run_report(output_dir, weights))
+    safe_write.write_text_atomic(Path(output_dir, REPORT_FILE), jsontext.dumps(report, indent=2))
     return report

@@ -30,8 +30,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import tansaku
-from tansaku.core import jsontext, ownership
+from tansaku.core import jsontext, ownership, safe_write
 from tansaku.core.errors import InputError
+from tansaku.core.redact import redact_mapping
 from tansaku.envs.tasks import TASKS, Task
 from tansaku.trainer.recipes import RecipeError, RLTask, load_recipe
 from tansaku.trainer.report import completions_run, load_completions
@@ -168,14 +169,16 @@ def _write(out: Path, rows: list[dict], report: dict) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    report = redact_mapping(report)  # the judge it used may name its endpoint (tansaku.core.redact)
     # The marker first and listing what it writes: a later rescore proves the folder is its own.
     ownership.write_marker(out, RESCORE_MARKER, {"kind": "rescore", "files": OUTPUTS})
     (out / "rescored.parquet").unlink(missing_ok=True)  # no stale rows beside a report of none
     if rows:
         flat = [{k: jsontext.dumps(v, default=str) if k in ("prompt", "completion") else v
                  for k, v in row.items()} for row in rows]
-        pq.write_table(pa.Table.from_pylist(flat), out / "rescored.parquet")
-    (out / "rescore_report.json").write_text(jsontext.dumps(report, indent=1), encoding="utf-8")
+        with safe_write.atomic_path(out / "rescored.parquet") as tmp:
+            pq.write_table(pa.Table.from_pylist(flat), tmp)
+    safe_write.write_text_atomic(out / "rescore_report.json", jsontext.dumps(report, indent=1))
 
 
 def format_report(report: dict) -> str:

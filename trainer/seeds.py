@@ -114,7 +114,7 @@ def _names(runs: list[str | Path]) -> list[str]:
 
 def plot_seeds(result: dict, out_png: str | Path):
     """One panel per ``DRAWN`` signal, one line per run (its collapse onsets marked ×); returns the figure."""
-    from tansaku.trainer.curves import new_figure
+    from tansaku.trainer.curves import new_figure, save_figure
 
     figure, axes = new_figure(1, len(DRAWN), width=5.6, height=3.6)
     colors = [f"C{i % 10}" for i in range(len(result["runs"]))]
@@ -138,7 +138,7 @@ def plot_seeds(result: dict, out_png: str | Path):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, framealpha=0.6)
     figure.suptitle("× collapse onset; shaded: a collapse several runs share", fontsize=9)
-    figure.savefig(out_png, dpi=100)
+    save_figure(figure, out_png)
     return figure
 
 

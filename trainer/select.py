@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tansaku.core import jsontext, ownership
+from tansaku.core import jsontext, ownership, safe_write
 from tansaku.core.errors import InputError
 from tansaku.core.hardware import fast_dtype
 from tansaku.core.heldout import HELDOUT_SPLITS
 from tansaku.core.llm import from_spec
 from tansaku.core.llm.identity import weights_fingerprint
+from tansaku.core.redact import redact_mapping
 from tansaku.envs.evaluate import run_eval
 from tansaku.envs.tasks import Task, task_named
 from tansaku.trainer.run_folder import checkpoint_step
@@ -62,6 +63,7 @@ def _check_run(run: Path, split: str) -> None:
     if split in HELDOUT_SPLITS:
         raise InputError(f"--split {split}: a held-out split measures the final models; choose the RL "
                          "start on the 'rl' split (or another split the SFT data did not use)")
+    ownership.require_named(run, "--run")  # select writes into the run: a folder others may write is refused
     if not (run / RUN_MARKER).is_file():
         raise InputError(f"{run}: not a tansaku training run (no {RUN_MARKER}); train select writes into the run "
                          "folder, so it only works on one train sft made")
@@ -94,8 +96,8 @@ def select_checkpoint(run: str | Path, task: str | Task, dataset: str | Path, in
                               max_tokens=max_tokens, temperature=temperature, seed=seed, system_prompt=system_prompt)
             client.close()
             report.update(weights=fingerprint, selection_rows=rows)
-            (report_dir / "report.json").write_text(jsontext.dumps(report, indent=2, default=str),
-                                                    encoding="utf-8")
+            report = redact_mapping(report)  # what is recorded holds no secret (tansaku.core.redact)
+            safe_write.write_text_atomic(report_dir / "report.json", jsontext.dumps(report, indent=2, default=str))
         table.append({"name": name, "step": step, "path": str(folder), "weights": fingerprint,
                       "pass@1": report["pass@1"], "entropy": report.get("mean_token_entropy"),
                       "tool_calls": report["mean_tool_calls"], "reward": report["mean_total_reward"],
@@ -104,7 +106,8 @@ def select_checkpoint(run: str | Path, task: str | Task, dataset: str | Path, in
     selection = {"run": str(run), "task": task.name, "reward_weights": weights, "dataset": str(dataset), "split": split, "rows": rows, "k": k,
                  "temperature": temperature, "criterion": "max pass@1, ties to higher entropy",
                  "chosen": chosen, "checkpoints": table}
-    (run / SELECTION_FILE).write_text(jsontext.dumps(selection, indent=2), encoding="utf-8")
+    selection = redact_mapping(selection)
+    safe_write.write_text_atomic(run / SELECTION_FILE, jsontext.dumps(selection, indent=2))
     return selection
 
 

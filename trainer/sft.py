@@ -68,6 +68,10 @@ def trainer_config(recipe: Recipe, **derived):
     ``derived`` values tansaku computes (RL: the reward weights); the recipe itself stays as parsed."""
     config = copy.copy(recipe.training_args)
     config.model_init_kwargs = model_init_kwargs(recipe)
+    if not config.push_to_hub:
+        # The trainer pickles its config into every checkpoint (training_args.bin, as it is): a --hub_token it
+        # never uses (nothing is pushed) stays out of the run folder.
+        config.hub_token = None
     for key, value in derived.items():
         setattr(config, key, value)
     return config

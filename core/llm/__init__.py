@@ -8,7 +8,8 @@
 
 Specs: ``http:MODEL@URL[,URL…]`` (``http:MODEL`` → ``OPENAI_BASE_URL``), ``vllm:MODEL``,
 ``transformers:PATH`` (a folder, a Hub id ``ORG/NAME`` or ``tiny``; a bare folder or Hub id means
-``transformers:`` too), ``scripted:PATH.jsonl``. Backend modules
+``transformers:`` too), ``scripted:FILE.jsonl`` and ``scripted:FILE.py[:FUNCTION]`` (scripted responders; the
+``.py`` forms execute that file's code, like a plugin: ``tansaku.core.llm.scripted``). Backend modules
 import their heavy libraries only when used. A command's ``--no-cache`` / ``--api-key`` /
 ``--extra-body`` / ``--concurrency`` / ``--llm-option`` (vLLM engine arguments, ``vllm:`` clients) reach the
 clients it builds as one ``LLMOptions`` (``llm_options=``).
@@ -20,19 +21,18 @@ parser of it. ``parse_json`` (from there) repairs JSON by default, for teacher/j
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from pathlib import Path
 
-from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.errors import InputError
 from tansaku.core.parsing import LLMBadJSON, parse_json
 
 from .base import ChatRequest, ChatResult, LLMClient
 from .cache import ResponseCache, default_cache_path
 from .identity import is_hub_id
 from .json_calls import ask_json, checked_json, json_answer, json_answers
-from .scripted import ScriptedLLM
+from .scripted import ScriptedLLM, load_scripted
 from .settings import LLMOptions, api_base, cache_disabled, key_for
 
 # MODEL@URL where URL starts with a scheme: the first such '@' ends the model id, so URLs may carry user:pass@.
@@ -71,8 +71,8 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
         # a bare folder or ORG/NAME Hub id: what `--model` takes everywhere
         kind, rest = "transformers", spec
     if not rest:
-        raise InputError(f"LLM spec {spec!r} must look like http:MODEL@URL, vllm:MODEL, transformers:PATH "
-                         "or scripted:PATH.jsonl")
+        raise InputError(f"LLM spec {spec!r} must look like http:MODEL@URL, vllm:MODEL, transformers:PATH, "
+                         "scripted:FILE.jsonl or scripted:FILE.py[:FUNCTION]")
     if kind == "http":
         from .http_backend import HTTPClient
 
@@ -90,10 +90,8 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
         from .transformers_backend import TransformersClient
 
         return TransformersClient(rest, cache=_open_cache(cache, True, given), **options)
-    if kind == "scripted":
-        if ".py" in rest:  # scripted:FILE.py[:FUNCTION] — a Python responder (demo teachers, policies)
-            return _scripted_from_python(rest, cache=_open_cache(cache, False, given), **options)
-        return ScriptedLLM(rest, cache=_open_cache(cache, False, given), **options)
+    if kind == "scripted":  # FILE.jsonl, or FILE.py[:FUNCTION] whose code runs (the one grammar: parse_scripted_spec)
+        return load_scripted(spec, cache=_open_cache(cache, False, given), **options)
     raise InputError(f"unknown LLM backend {kind!r} in spec {spec!r} (http, vllm, transformers, scripted)")
 
 
@@ -102,8 +100,9 @@ def _http_target(spec: str, rest: str) -> tuple[str, list[str]]:
     match = _MODEL_AT_URL.match(rest)
     if match:
         model, urls = match["model"], re.split(r",(?=https?://)", match["urls"])
-    elif "@" in rest:  # MODEL@host:port without a scheme: plain http, as before
-        model, _, text = rest.rpartition("@")
+    elif "@" in rest:  # MODEL@host:port without a scheme: plain http. At the first @, so that in
+        # MODEL@user:pass@host the credentials stay in the URL (where they are sent and masked), not in the model id
+        model, _, text = rest.partition("@")
         urls = [u if "://" in u else f"http://{u}" for u in text.split(",") if u]
     elif os.environ.get("OPENAI_BASE_URL"):
         model, urls = rest, [os.environ["OPENAI_BASE_URL"]]
@@ -124,19 +123,4 @@ def as_client(spec_or_client, cache: ResponseCache | str | os.PathLike | bool | 
     if spec_or_client is None or not isinstance(spec_or_client, str):
         return spec_or_client
     return from_spec(spec_or_client, cache=cache, llm_options=llm_options, **options)
-
-
-def _scripted_from_python(target: str, cache=None, **options) -> ScriptedLLM:
-    """``FILE.py[:FUNCTION]`` → a ScriptedLLM answering with ``FUNCTION(request)`` (default ``respond``)."""
-
-    path, _, function = target.partition(".py")
-    file, name = Path(path + ".py"), function.lstrip(":") or "respond"
-    if not file.is_file():
-        raise MissingInputError(f"scripted LLM file not found: {file}")
-    spec = importlib.util.spec_from_file_location(f"tansaku_script_{file.stem}", file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not callable(getattr(module, name, None)):
-        raise InputError(f"{file} defines no function {name}(request) for a scripted LLM")
-    return ScriptedLLM(getattr(module, name), cache=cache, model=f"scripted:{file.name}:{name}", **options)
 

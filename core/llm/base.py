@@ -21,6 +21,7 @@ from tansaku.core import jsontext
 
 # Re-exported: code that reads JSON answers imports them from the LLM layer (tansaku.core.llm).
 from tansaku.core.parsing import LLMBadJSON, parse_json  # noqa: F401
+from tansaku.core.redact import redact_mapping, redact_text
 
 _STAGE = threading.local()
 
@@ -144,6 +145,15 @@ def _without_lone_surrogates(result: ChatResult) -> ChatResult:
     return replace(result, **fields) if fields else result
 
 
+def _with_redacted_error(result: ChatResult) -> ChatResult:
+    """``result`` with its error text redacted: errors name the endpoint (``http://user:pass@host``), and they end
+    up in rejected rows, trajectories and logs."""
+    if not isinstance(result, ChatResult) or not isinstance(result.error, str):
+        return result
+    error = redact_text(result.error)
+    return result if error == result.error else replace(result, error=error)
+
+
 class LLMClient:
     """Base class: cache lookup, error capture and counters around a backend's ``_generate``.
 
@@ -210,7 +220,7 @@ class LLMClient:
                 if not self.counts_in_flight_itself:
                     self._count_in_flight(-len(todo), stage)
             for i, result in zip(todo, fresh):
-                results[i] = _without_lone_surrogates(result)
+                results[i] = _with_redacted_error(_without_lone_surrogates(result))
             if identity is not None:  # tool calls a callable nested past the bound stay out (json would recurse)
                 self.cache.put_many(
                     [(keys[i], results[i].to_json()) for i in todo if keys[i] is not None and results[i].ok
@@ -249,8 +259,9 @@ class LLMClient:
             return dict(self._stats)
 
     def describe(self) -> dict:
-        return {"backend": self.backend, "model": self.model, "params": self.params,
-                "cache": str(self.cache.path) if self.cache is not None else None}
+        """The client as manifests and reports record it (no URL password, key or query: ``tansaku.core.redact``)."""
+        return redact_mapping({"backend": self.backend, "model": self.model, "params": self.params,
+                               "cache": str(self.cache.path) if self.cache is not None else None})
 
     def close(self) -> None:
         """Release connections/threads; the client is unusable afterwards."""

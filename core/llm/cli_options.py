@@ -66,8 +66,9 @@ NoCache = Annotated[bool, typer.Option(
     "--no-cache", help="Neither read nor write the LLM response cache (also TANSAKU_NO_CACHE=1).")]
 ApiKey = Annotated[list[str] | None, typer.Option(
     "--api-key", callback=_check_api_keys,
-    help="Key for http: LLM servers (default $OPENAI_API_KEY): KEY, URL=KEY for one server, @FILE to read it; "
-         "repeat for several.")]
+    help="Key for http: LLM servers: KEY, URL=KEY for one server, @FILE to read it, env:NAME to send that "
+         "environment variable; repeat for several. Without it $OPENAI_API_KEY goes only to $OPENAI_BASE_URL "
+         "(default api.openai.com); other servers get EMPTY.")]
 ExtraBody = Annotated[str | None, typer.Option(
     "--extra-body", callback=_check_extra_body,
     help="JSON object merged into every http: request body (e.g. '{\"chat_template_kwargs\": "

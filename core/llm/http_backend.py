@@ -1,10 +1,11 @@
 """OpenAI-compatible HTTP backend (vLLM / SGLang / ``transformers serve`` / any endpoint).
 
 Spec: ``http:MODEL@URL[,URL…]`` (URL is the server root or its ``/v1``; ``user:pass@host`` URLs work) or
-``http:MODEL`` (the server is ``OPENAI_BASE_URL``). Keys follow the ``openai`` client: ``OPENAI_API_KEY``
-unless ``api_key`` (one key, or one per base URL) or ``--api-key`` says otherwise. Requests go out
-concurrently through ``openai.AsyncOpenAI`` on a private event loop in a background thread, so the
-sync ``chat()`` also works when called from code that already runs an event loop.
+``http:MODEL`` (the server is ``OPENAI_BASE_URL``). Keys: ``api_key`` (one key, or one per base URL) or
+``--api-key`` as given; else ``OPENAI_API_KEY``, but only to the endpoint it pairs with in the ``openai``
+client (``OPENAI_BASE_URL``, default api.openai.com); any other endpoint gets ``EMPTY`` (``settings.key_for``).
+Requests go out concurrently through ``openai.AsyncOpenAI`` on a private event loop in a background thread,
+so the sync ``chat()`` also works when called from code that already runs an event loop.
 
 The client's CPU per request is what caps a synthesis build at hundreds of slots (``bench/llm_http.py``), so:
 the transport is the client's ``DefaultAioHttpClient`` (the ``openai[aiohttp]`` extra, which the openai
@@ -48,6 +49,7 @@ import urllib.parse
 import weakref
 
 from tansaku.core.errors import InputError
+from tansaku.core.redact import redact_text
 
 from .base import ChatRequest, ChatResult, LLMClient, current_stage
 from .settings import api_base, key_for
@@ -96,7 +98,7 @@ class HTTPClient(LLMClient):
         if max_concurrency < 1:
             raise InputError(f"max_concurrency must be at least 1, got {max_concurrency}")
         super().__init__(model, cache, params={
-            "base_urls": [_without_password(u) for u in self.base_urls], "max_concurrency": max_concurrency,
+            "base_urls": [redact_text(u) for u in self.base_urls], "max_concurrency": max_concurrency,
             "timeout": timeout, "max_retries": max_retries, "structured_output": structured_output,
             "extra_body": extra_body,
         })
@@ -181,7 +183,7 @@ class HTTPClient(LLMClient):
         answered, roots = asyncio.run_coroutine_threadsafe(self._served_roots(), self._ensure_loop()).result()
         if not answered:
             return None  # nobody to ask what is served: neither read nor write the cache this time
-        served = {"roots": roots} if roots else {"endpoints": sorted(_without_password(u) for u in self.base_urls)}
+        served = {"roots": roots} if roots else {"endpoints": sorted(redact_text(u) for u in self.base_urls)}
         return {"backend": self.backend, "model": self.model, **served, "extra_body": self.extra_body,
                 "structured_output": self.structured_output}
 
@@ -301,15 +303,6 @@ def _transport(openai, url: str, aiohttp: bool):
     ``user:pass@``: httpx sends those as basic auth in place of the key, aiohttp refuses the pair."""
     credentials = urllib.parse.urlsplit(url).username is not None
     return openai.DefaultAioHttpClient if aiohttp and not credentials else openai.DefaultAsyncHttpxClient
-
-
-def _without_password(url: str) -> str:
-    """A URL fit for manifests and logs: ``user:pass@`` becomes ``user:***@``."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
 
 
 def _short(text: str, limit: int = 300) -> str:

@@ -1,6 +1,21 @@
-"""Scripted LLM for tests and demos: answers from a function or from a JSONL file of responses.
+"""Scripted responders for tests and demos: an LLM that answers from a function or a JSONL file of responses.
 
-Spec: ``scripted:PATH.jsonl``. Each JSONL line is a response: ``{"content": ..., "reasoning": ...,
+Specs (:func:`parse_scripted_spec`, the one grammar every ``--llm`` / ``--teacher`` / ``--model`` / recipe
+``judge:`` goes through): ``scripted:FILE.jsonl`` reads responses; ``scripted:FILE.py`` and
+``scripted:FILE.py:FUNCTION`` (``FUNCTION`` a Python identifier, default ``respond``) **execute that Python
+file's code** when the client is built, like a plugin: name only files you trust. Anything else is refused
+(``scripted:answers.py.jsonl`` is a JSONL file, never the ``answers.py`` beside it).
+
+>>> parse_scripted_spec("scripted:a/answers.py.jsonl")
+ScriptedSpec(path=PosixPath('a/answers.py.jsonl'), function=None)
+>>> parse_scripted_spec("scripted:teacher.py:rewrite").function
+'rewrite'
+>>> parse_scripted_spec("scripted:teacher.py:not-a-name")
+Traceback (most recent call last):
+...
+tansaku.core.errors.InputError: scripted spec 'scripted:teacher.py:not-a-name': FUNCTION must be a Python identifier, got 'not-a-name'
+
+Each JSONL line is a response: ``{"content": ..., "reasoning": ...,
 "tool_calls": [...], "error": ...}`` plus an optional ``"match"``: a substring of the last user
 message. Lines with ``match`` answer the requests that contain it (first match wins); the other
 lines are handed out in order, cycling. A function gets the ``ChatRequest`` and returns a str, a
@@ -15,8 +30,12 @@ of the text; they are passed on as given, never normalized or repaired (``tansak
 
 from __future__ import annotations
 
+import importlib.util
+import keyword
+import re
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tansaku.core.errors import InputError, MissingInputError
@@ -28,6 +47,53 @@ _FIELDS = {"content", "server_reasoning", "server_tool_calls", "error", "finish_
 # A dict response is an OpenAI-style message: these keys are what a server's parsers would have split off.
 _MESSAGE_KEYS = {"reasoning": "server_reasoning", "reasoning_content": "server_reasoning",
                  "tool_calls": "server_tool_calls"}
+# FILE.py:FUNCTION — the file part ends in ".py" and the last ':' starts the function name.
+_PY_FUNCTION = re.compile(r"(?P<file>.+\.py):(?P<function>[^:]*)", re.DOTALL)
+_GRAMMAR = "use scripted:FILE.jsonl, scripted:FILE.py or scripted:FILE.py:FUNCTION"
+
+
+@dataclass(frozen=True)
+class ScriptedSpec:
+    """What a ``scripted:`` spec names: a JSONL file of responses (``function`` None) or a Python file and the
+    function in it that answers."""
+
+    path: Path
+    function: str | None = None
+
+
+def parse_scripted_spec(spec: str) -> ScriptedSpec:
+    """The file (and function) a ``scripted:`` spec names; an ``InputError`` for any other form.
+
+    Decided on the text alone, before any file is read, so that no spec runs a file it does not end in."""
+    rest = spec.removeprefix("scripted:")
+    if rest.endswith(".jsonl") and Path(rest).name != ".jsonl":
+        return ScriptedSpec(Path(rest))
+    if rest.endswith(".py") and Path(rest).name != ".py":
+        return ScriptedSpec(Path(rest), "respond")
+    match = _PY_FUNCTION.fullmatch(rest)
+    if match is None or Path(match["file"]).name == ".py":
+        raise InputError(f"scripted spec {spec!r}: {_GRAMMAR}")
+    name = match["function"]
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise InputError(f"scripted spec {spec!r}: FUNCTION must be a Python identifier, got {name!r}")
+    return ScriptedSpec(Path(match["file"]), name)
+
+
+def load_scripted(spec: str, cache=None, **options) -> ScriptedLLM:
+    """The client of a ``scripted:`` spec: a JSONL file's responses, or ``FUNCTION(request)`` of a Python file
+    (the file is executed here, as an import would)."""
+    target = parse_scripted_spec(spec)
+    if target.function is None:
+        return ScriptedLLM(target.path, cache=cache, **options)
+    file, name = target.path, target.function
+    if not file.is_file():
+        raise MissingInputError(f"scripted LLM file not found: {file}")
+    loader_spec = importlib.util.spec_from_file_location(f"tansaku_script_{file.stem}", file)
+    module = importlib.util.module_from_spec(loader_spec)
+    loader_spec.loader.exec_module(module)
+    if not callable(getattr(module, name, None)):
+        raise InputError(f"{file} defines no function {name}(request) for a scripted LLM")
+    return ScriptedLLM(getattr(module, name), cache=cache, model=f"scripted:{file.name}:{name}", **options)
 
 
 class ScriptedLLM(LLMClient):

@@ -7,6 +7,14 @@ Commands hand spec strings (``--llm``, ``--teacher``, ``--judge``…) down to pi
 ``as_client``. Nothing is kept per process: two builds in one process, or threads, each use their own. An
 option given to ``from_spec`` directly wins over these. ``TANSAKU_NO_CACHE=1`` also turns the cache off.
 
+Which key goes where (:func:`key_for`), following the ``openai`` client, whose ``OPENAI_API_KEY`` pairs with
+``OPENAI_BASE_URL`` (default ``https://api.openai.com/v1``): a key given explicitly — ``--api-key KEY`` (every
+endpoint of the command), ``--api-key URL=KEY`` (that endpoint), ``@FILE``, ``env:NAME`` (that environment
+variable, routed where the option says), a recipe's ``judge.api_key``, ``api_key=`` in Python — is sent as given.
+Otherwise ``OPENAI_API_KEY`` is sent only to the endpoint ``OPENAI_BASE_URL`` names (or ``api.openai.com`` when
+it is unset); any other endpoint (a self-hosted vLLM on plain http, say) gets ``EMPTY``, what vLLM accepts when it
+runs without ``--api-key``. So a key is never handed to a server just because the spec names it.
+
 >>> LLMOptions(concurrency=8).client_options("http")
 {'max_concurrency': 8}
 >>> LLMOptions(engine={"tensor_parallel_size": 8}).client_options("vllm")
@@ -14,6 +22,8 @@ option given to ``from_spec`` directly wins over these. ``TANSAKU_NO_CACHE=1`` a
 
 >>> parse_api_keys(["sk-all", "http://gpu2:8000=sk-two"])
 {'*': 'sk-all', 'http://gpu2:8000/v1': 'sk-two'}
+>>> key_for("http://gpu2:8000", {"http://gpu2:8000/v1": "sk-two"}), key_for("http://127.0.0.1:9", None)
+('sk-two', 'EMPTY')
 >>> load_extra_body('{"chat_template_kwargs": {"enable_thinking": false}}')
 {'chat_template_kwargs': {'enable_thinking': False}}
 """
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,10 +62,19 @@ class LLMOptions:
         return {k: v for k, v in given.items() if v is not None}
 
 
+OPENAI_DEFAULT_BASE = "https://api.openai.com/v1"  # the openai client's base URL when OPENAI_BASE_URL is unset
+
+
 def api_base(url: str) -> str:
-    """The OpenAI API root of a server URL (its ``/v1``)."""
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
+    """The OpenAI API root of a server URL (its ``/v1``); a query string (``?api-version=…``) stays after it.
+
+    >>> api_base("http://h:8000"), api_base("http://h/v1/"), api_base("https://h/openai?api-version=1")
+    ('http://h:8000/v1', 'http://h/v1', 'https://h/openai/v1?api-version=1')
+    """
+    parts = urllib.parse.urlsplit(url.strip())
+    path = parts.path.rstrip("/")
+    path = path if path.endswith("/v1") else path + "/v1"
+    return urllib.parse.urlunsplit(parts._replace(path=path))
 
 
 def cache_disabled(options: LLMOptions | None = None) -> bool:
@@ -72,17 +92,28 @@ def _read_value(text: str, what: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
+def _read_key(text: str) -> str:
+    """``env:NAME`` → that environment variable (the opt-in that routes an environment key to a server other than
+    ``OPENAI_BASE_URL``'s without putting it on the command line), ``@FILE`` → the file's text, else the key."""
+    if text.startswith("env:"):
+        name = text.removeprefix("env:")
+        if not os.environ.get(name, "").strip():
+            raise InputError(f"--api-key env:{name}: the environment variable {name or '(no name)'} is not set")
+        return os.environ[name].strip()
+    return _read_value(text, "API key").strip()
+
+
 def parse_api_keys(values: list[str] | None) -> dict[str, str]:
-    """``KEY`` (every endpoint) or ``URL=KEY`` (that endpoint), each possibly ``@FILE``."""
+    """``KEY`` (every endpoint) or ``URL=KEY`` (that endpoint), each possibly ``@FILE`` or ``env:NAME``."""
     keys: dict[str, str] = {}
     for value in values or []:
         if value.startswith(("http://", "https://")):
             url, eq, key = value.partition("=")
             if not eq or not key:
                 raise InputError(f"--api-key {url}: give it as URL=KEY")
-            keys[api_base(url)] = _read_value(key, "API key").strip()
+            keys[api_base(url)] = _read_key(key)
         else:
-            keys["*"] = _read_value(value, "API key").strip()
+            keys["*"] = _read_key(value)
     return keys
 
 
@@ -103,10 +134,27 @@ def load_extra_body(text: str | None) -> dict | None:
     return data
 
 
+def _endpoint(url: str) -> tuple:
+    """A base URL as compared for key routing: scheme, host, port (its default when unsaid) and API path."""
+    parts = urllib.parse.urlsplit(api_base(url.strip()))
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:  # a malformed port never matches the key's endpoint
+        port = parts.netloc
+    return scheme, parts.hostname, port, parts.path
+
+
+def env_key_endpoint() -> str:
+    """The one endpoint ``OPENAI_API_KEY`` is for: ``OPENAI_BASE_URL``'s, else OpenAI's own (the openai client's
+    pairing)."""
+    return api_base(os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_BASE)
+
+
 def key_for(base_url: str, *sources: str | dict[str, str] | None) -> str:
     """The bearer key for one endpoint from the first source that has one (each a key, or a mapping whose
-    per-endpoint key beats its ``"*"``): e.g. ``key_for(url, given, cli_keys)``; then ``OPENAI_API_KEY``, then
-    ``EMPTY`` (what vLLM accepts when it runs without ``--api-key``)."""
+    per-endpoint key beats its ``"*"``): e.g. ``key_for(url, given, cli_keys)``; then ``OPENAI_API_KEY`` only
+    where ``base_url`` is :func:`env_key_endpoint`; else ``EMPTY`` (what vLLM accepts without ``--api-key``)."""
     for source in sources:
         if isinstance(source, str):
             return source
@@ -114,4 +162,7 @@ def key_for(base_url: str, *sources: str | dict[str, str] | None) -> str:
             found = source.get(api_base(base_url)) or source.get("*")
             if found:
                 return found
-    return os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    env_key = os.environ.get("OPENAI_API_KEY")
+    if env_key and _endpoint(base_url) == _endpoint(env_key_endpoint()):
+        return env_key
+    return "EMPTY"

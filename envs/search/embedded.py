@@ -67,7 +67,7 @@ class EmbeddedBackend:
         moot: only an earlier tansaku index is ever replaced (``ownership``)."""
         # Checked before the dataset is read: an index inside its dataset would change the dataset (its hash)
         # it indexes, and a dataset given as --index is said to be one.
-        ownership.refuse_other_kind(Path(spec), "--index", "index")
+        ownership.refuse_other_kind(ownership.require_named(spec, "--index"), "--index", "index")
         ownership.refuse_overlap(spec, {"--dataset": dataset_dir}, "--index")
         return build_embedded(iter_documents(dataset_dir), spec, keyword_fields_of(dataset_dir),
                               analyzer or "char", chunk_chars, source_name=str(dataset_dir))

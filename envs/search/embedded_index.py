@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tantivy
 
-from tansaku.core import jsontext, ownership
+from tansaku.core import jsontext, ownership, safe_write
 from tansaku.core.analysis import BIGRAM_TOKENIZER, get_analyzer
 from tansaku.core.errors import InputError
 from tansaku.core.progress import progress_bar
@@ -130,5 +130,5 @@ def _write_index(rows, tmp: Path, label: str, an, analyzer: str, keyword_fields:
     meta = {"format": FORMAT, "backend": "embedded", "analyzer": analyzer, "keyword_fields": keyword_fields,
             "chunk_chars": chunk_chars, "documents": n_docs, "chunks": n_chunks, "source": source_name,
             "build_seconds": round(time.perf_counter() - t0, 3)}
-    (tmp / META_FILE).write_text(jsontext.dumps(meta, indent=2), encoding="utf-8")
+    safe_write.write_text_atomic(tmp / META_FILE, jsontext.dumps(meta, indent=2))
     return meta
