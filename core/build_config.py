@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import types
 import typing
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -35,18 +36,39 @@ from typing import Annotated, Any
 
 import typer
 
+from tansaku.core.cli_types import (
+    IndexType,
+    NumberType,
+    OptionType,
+    PathType,
+    SpecType,
+    TextType,
+    shown_bounds,
+)
 from tansaku.core.engine import llm_identity
 from tansaku.core.heldout import DEFAULT_RL_SHARE, DEFAULT_SHARE
+from tansaku.core.value_checks import INDEX, INPUT_FILE, OUTPUT_INDEX
 
 
 def option(default: Any = MISSING, *, help: str, flag: str | None = None, recipe: bool = True, llm: bool = False,
-           argument: bool = False, factory: Any = MISSING, **typer_options: Any):
+           argument: bool = False, factory: Any = MISSING, path: str | None = None, min: Any = None,
+           max: Any = None, min_open: bool = False, max_open: bool = False, builtins: tuple[str, ...] = (),
+           choices: Any = None, multiline: bool = False, split: str | None = None, **typer_options: Any):
     """A config field: ``default`` (none: required), ``help`` (the CLI's), ``flag`` (default ``--field-name``;
     ``"--x/--no-x"`` for a bool), ``recipe=False`` for a field that names where output goes rather than what
     it holds, ``llm=True`` for an LLM spec (or client), whose recipe value is its identity (``spec_identity``:
-    the server URLs are how it runs, not what it makes), ``argument=True`` for a positional argument; other
-    keywords go to ``typer.Option``."""
+    the server URLs are how it runs, not what it makes; ``builtins``: specs the build knows by name),
+    ``argument=True`` for a positional argument; other keywords go to ``typer.Option``.
+
+    How the CLI checks the value (``tansaku.core.cli_types``): ``path`` is a path field's kind
+    (``tansaku.core.value_checks.INPUT_FILE`` …; every path field declares one), ``min``/``max`` (``*_open``:
+    the bound excluded) bound a number field; every number is also checked to fit in 64 bits, or be finite.
+    A text field is checked as text (``TextType``): one line unless ``multiline`` (a prompt), non-empty, no
+    control characters, bounded; ``choices`` (a tuple, or a callable asked when a value is given) the values
+    it may take; ``split``: several values in one (``answer,about``)."""
     metadata = {"help": help, "flag": flag, "recipe": recipe, "llm": llm, "argument": argument,
+                "path": path, "bounds": {"min": min, "max": max, "min_open": min_open, "max_open": max_open},
+                "builtins": tuple(builtins), "text": {"choices": choices, "multiline": multiline, "split": split},
                 "typer": typer_options}
     if factory is not MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
@@ -55,21 +77,21 @@ def option(default: Any = MISSING, *, help: str, flag: str | None = None, recipe
 
 # The options most builds share, worded once.
 def seed_option():
-    return option(0, help="Seed for every random draw in the build.")
+    return option(0, min=0, help="Seed for every random draw in the build.")
 
 
 def limit_option(what: str = "items"):
-    return option(None, help=f"Stop after N {what} (smoke runs).")
+    return option(None, min=1, help=f"Stop after N {what} (smoke runs).")
 
 
 def heldout_share_option(what: str = "questions"):
-    return option(DEFAULT_SHARE, help=f"Share of {what} held out as the 'test' split (train on 'train', eval on "
-                                      "'test'; 0: none).")
+    return option(DEFAULT_SHARE, min=0, max=1, max_open=True,
+                  help=f"Share of {what} held out as the 'test' split (train on 'train', eval on 'test'; 0: none).")
 
 
 def rl_share_option(what: str = "questions"):
-    return option(DEFAULT_RL_SHARE, help=f"Share of {what} in the 'rl' split: train rl's prompts, never in SFT's "
-                                         "train split (0: none).")
+    return option(DEFAULT_RL_SHARE, min=0, max=1, max_open=True,
+                  help=f"Share of {what} in the 'rl' split: train rl's prompts, never in SFT's train split (0: none).")
 
 
 def license_option(default: str = "the input's license"):
@@ -78,7 +100,7 @@ def license_option(default: str = "the input's license"):
 
 
 def license_file_option():
-    return option(None, help="License text, copied into the dataset as LICENSE; needed with --license other:NAME "
+    return option(None, path=INPUT_FILE, help="License text, copied into the dataset as LICENSE; needed with --license other:NAME "
                              "unless the input folder ships a LICENSE (then carried over).")
 
 
@@ -130,10 +152,42 @@ class BuildConfig:
         return dataclasses.replace(self, **changes)
 
 
+def _value_type(annotation: Any) -> Any:
+    """The type of one value of a field: ``int`` for ``int | None``, ``Path`` for ``list[Path]``."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list, tuple) and len(set(args)) == 1:
+        return _value_type(args[0])
+    return annotation
+
+
+def field_parser(f: dataclasses.Field, annotation: Any, name: str) -> OptionType | None:
+    """The ``tansaku.core.cli_types`` type that checks field ``f``'s value on the command line (``name``: its
+    flag or argument), from what the field declares: an LLM spec, a path of its kind (an index: ``IndexType``),
+    a bounded number, text."""
+    meta, value_type = f.metadata, _value_type(annotation)
+    if meta.get("llm"):
+        return SpecType(name, meta.get("builtins", ()))
+    if meta.get("path") in (INDEX, OUTPUT_INDEX):
+        return IndexType(name, output=meta["path"] == OUTPUT_INDEX, text=value_type is str)
+    if meta.get("path"):
+        return PathType(name, meta["path"], text=value_type is str)
+    if value_type is Path:
+        raise TypeError(f"config field {f.name} is a path: declare its kind (option(path=INPUT_FILE …))")
+    if value_type in (int, float):
+        return NumberType(name, integer=value_type is int, **meta.get("bounds", {}))
+    if value_type is str:
+        return TextType(name, **meta.get("text", {}))
+    return None
+
+
 def _typer_parameter(f: dataclasses.Field, annotation: Any) -> inspect.Parameter:
     meta = f.metadata
-    info = (typer.Argument(help=meta["help"], **meta["typer"]) if meta.get("argument")
-            else typer.Option(*cli_flag(f).split(" "), help=meta["help"], **meta["typer"]))
+    name = f.name.upper() if meta.get("argument") else cli_flag(f).split("/")[0].split(" ")[0]
+    parser = field_parser(f, annotation, name)
+    checked = {"parser": parser, **shown_bounds(parser)} if parser is not None else {}  # bounds: in --help too
+    info = (typer.Argument(help=meta["help"], **checked, **meta["typer"]) if meta.get("argument")
+            else typer.Option(*cli_flag(f).split(" "), help=meta["help"], **checked, **meta["typer"]))
     if f.default is not MISSING:
         default = f.default
     elif f.default_factory is not MISSING:

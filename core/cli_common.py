@@ -15,7 +15,9 @@ digits, ``rounded``: ``0.30000000000000004`` prints as ``0.3``, a threshold of `
 ``synth`` (``tansaku.cli``) and ``train`` (``tansaku.trainer.cli``) commands are wrapped in ``friendly``: bad
 input (a ``TansakuError``, an OS error on a path the user gave, a refused connection, a full disk) ends in one line on
 stderr and exit 2; anything else is a bug and keeps its traceback (exit 1). ``TANSAKU_DEBUG=1`` shows the
-traceback of bad input too.
+traceback of bad input too. An option's value is checked by its type (``tansaku.core.cli_types``) while Typer
+parses it, refused in the same one line; ``friendly`` then refuses an output option that is, lies inside or
+holds an input option, before the command starts.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 
 from tansaku import __version__
 from tansaku.core import jsontext
+from tansaku.core.cli_types import current_context, echo_refusal, refuse_overlaps, types_of
 from tansaku.core.errors import TansakuError, user_error_line
-from tansaku.core.redact import redact_mapping, redact_text
+from tansaku.core.redact import redact_mapping
 
 
 def _version(value: bool) -> None:
@@ -65,10 +69,14 @@ def friendly(fn=None, *, outputs: tuple[str, ...] = OUTPUT_OPTIONS):
     reported against (none given: the line says the command's output could not be written)."""
     if fn is None:
         return functools.partial(friendly, outputs=outputs)
+    types: dict = {}  # its options' types (tansaku.core.cli_types), read at the first call
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            if not types:
+                types.update(types_of(fn) or {None: None})
+            refuse_overlaps({k: v for k, v in types.items() if k}, kwargs)  # an output is no input, before any work
             return fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - re-raised unless it is bad input
             given = [x for v in (*args, *kwargs.values()) for x in (v if isinstance(v, list) else [v])]
@@ -78,10 +86,48 @@ def friendly(fn=None, *, outputs: tuple[str, ...] = OUTPUT_OPTIONS):
             if text is None or os.environ.get("TANSAKU_DEBUG") == "1":
                 raise
             # an error may quote a --llm spec or an endpoint with its user:pass@ or ?api-key= (tansaku.core.redact)
-            typer.echo(redact_text(f"error: {text if ours and e.multiline else text.splitlines()[0]}"), err=True)
+            echo_refusal(naming_the_option(text if ours and e.multiline else text.splitlines()[0], kwargs))
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+def naming_the_option(text: str, values: Mapping[str, Any]) -> str:
+    """``text`` as it is when it names one of the running command's options; else led by the option(s) whose
+    given value it quotes (``--format: unknown format 'nope'``), so a refusal raised deep in a builder or reader
+    still says which option to change. One place for every command: a message need not know its option.
+
+    >>> cmd = click.Command("x", params=[click.Option(["--format"]), click.Option(["--out"])])
+    >>> with click.Context(cmd):
+    ...     naming_the_option("unknown format 'nope'", {"format": "nope", "out": "o"})
+    "--format: unknown format 'nope'"
+    """
+    ctx = current_context()  # Typer's own click (typer._click) holds the command's context, not click's
+    if ctx is None:
+        return text
+    options = [p for p in ctx.command.params if getattr(p, "param_type_name", None) == "option"]
+    flags = [flag for p in options for flag in (*p.opts, *p.secondary_opts)]
+    if any(_quotes_flag(text, flag) for flag in flags):
+        return text
+    quoted = [p.opts[-1] for p in options if p.name in values and _quotes_value(text, values[p.name])]
+    return f"{', '.join(quoted)}: {text}" if quoted else text
+
+
+def _quotes_flag(text: str, flag: str) -> bool:
+    at = text.find(flag)
+    while at != -1:  # "--out" must not count inside "--output"
+        end = at + len(flag)
+        if end == len(text) or not (text[end].isalnum() or text[end] in "-_"):
+            return True
+        at = text.find(flag, end)
+    return False
+
+
+def _quotes_value(text: str, value: Any) -> bool:
+    """Whether ``text`` quotes ``value`` (a path or text the user gave; numbers and flags are too short to tell)."""
+    items = value if isinstance(value, list | tuple) else [value]
+    shown = [str(v) for v in items if isinstance(v, str | Path) and not isinstance(v, bool)]
+    return any(len(v.strip()) >= 2 and v in text for v in shown)
 
 
 def round_sig(x: float, digits: int = 3) -> float:

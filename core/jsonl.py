@@ -40,6 +40,7 @@ import zstandard
 
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.input_files import refuse_special
 
 COMPRESSED = (".gz", ".bz2", ".zst", ".zstd")
 # What a truncated or foreign compressed file raises while it is read: the file is bad, not a line.
@@ -48,8 +49,10 @@ DECOMPRESSION_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error, zstandard.ZstdEr
 
 def open_compressed(path: str | os.PathLike):
     """``path`` opened for binary reading, decompressed as a stream by its suffix (``.gz``, ``.bz2``,
-    ``.zst``/``.zstd``; anything else as it is). Lines come out one at a time: memory stays one buffer."""
+    ``.zst``/``.zstd``; anything else as it is). Lines come out one at a time: memory stays one buffer.
+    A FIFO, device or socket is refused (``InputError``) before it is opened: reading one would block."""
     path = Path(path)
+    refuse_special(path)
     suffix = path.suffix.lower()
     if suffix == ".gz":
         return gzip.open(path, "rb")
@@ -139,6 +142,7 @@ def iter_jsonl(path: str | os.PathLike, *, on_bad: Literal["raise", "yield"] = "
     ``MissingInputError``; a folder or an unreadable compressed file raises ``error``.
     """
     path = Path(path)
+    refuse_special(path, error=error)  # looked at, not opened: a FIFO would block the read
     if path.is_dir():
         raise error(f"{path}: a folder, expected a JSON-lines file")
     if not path.is_file():

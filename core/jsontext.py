@@ -46,6 +46,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tansaku.core.input_files import special_kind
+
 REPLACEMENT = "\ufffd"
 MAX_DEPTH = 64  # bracket levels of a file's record or a request body; tansaku's own data nests under 15
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -213,6 +215,8 @@ def read_file(path: str | Path, *, max_depth: int = MAX_DEPTH) -> Any:
     ``max_depth`` or holds a number over Python's digit limit. No ``OSError`` passes through: the caller names
     the file in its own one-line message. What the value must be (an object, its keys) is the caller's check.
     """
+    if kind := special_kind(path):  # looked at, not opened: reading a FIFO would block
+        raise JSONInputError(f"cannot be read (it is {kind}, not a regular file)")
     try:
         data = Path(path).read_bytes()
     except OSError as exc:

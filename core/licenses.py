@@ -27,6 +27,7 @@ from huggingface_hub.repocard import metadata_load
 
 from tansaku.core import safe_write
 from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.folder_locks import folder_lock
 from tansaku.data_cards import HUB_LICENSES, LICENSE_NAME
 
 LICENSE_KEYS = ("license", "license_name", "license_link")
@@ -105,14 +106,18 @@ class ChosenLicense:
         target = Path(out) / LICENSE_FILE
         if self.file is None or "shard" in manifest:
             return manifest
-        if target.is_file():
-            if _sha256(target) == _sha256(self.file):
-                return manifest  # a rerun of the finished build: nothing to write
-            # A pipeline whose recipe does not hold the license text would otherwise swap it under its rows.
-            raise InputError(f"--out {out} holds another license text in {LICENSE_FILE}; remove the folder or "
-                             "choose another --out")
-        # the file the user named (a link they made is followed), written through a fresh temp name
-        safe_write.write_bytes_atomic(target, Path(self.file).read_bytes())
+        # Written after the build released --out: a rerun that finds the build finished may write it at the same
+        # time, so one at a time (the lock), and only then is a temp file left beside it a killed write's.
+        with folder_lock(Path(out), "--out"):
+            safe_write.sweep_temps(out, (LICENSE_FILE,))
+            if target.is_file():
+                if _sha256(target) == _sha256(self.file):
+                    return manifest  # a rerun of the finished build: nothing to write
+                # A pipeline whose recipe does not hold the license text would otherwise swap it under its rows.
+                raise InputError(f"--out {out} holds another license text in {LICENSE_FILE}; remove the folder or "
+                                 "choose another --out")
+            # the file the user named (a link they made is followed), written through a fresh temp name
+            safe_write.write_bytes_atomic(target, Path(self.file).read_bytes())
         return manifest
 
 

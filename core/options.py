@@ -3,7 +3,9 @@
 A bad option must fail in the first second with one line naming it, not after hours of work (an egov
 ``--limit -1`` used to fail only once articles and index were built) and never silently (``limit=-1`` once
 meant ``[:-1]``, dropping the last chain). Each ``build_*`` calls these at its top, so programmatic callers get
-the same refusal as the CLI; every check raises ``InputError`` (CLI: one line, exit 2).
+the same refusal as the CLI; every check raises ``InputError`` (CLI: one line, exit 2). The bounds are
+checked by ``tansaku.core.value_checks.check_number``, the check every number option of the CLI runs while it
+is parsed (``tansaku.core.cli_types``), so both refuse a value in the same words.
 
 >>> check_limit(None), check_limit(3)
 (None, 3)
@@ -23,13 +25,13 @@ tansaku.core.errors.InputError: --ratio must be a finite number >= 0, got nan
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from tansaku.core import store
 from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.value_checks import check_number
 
 DOCUMENT_COLUMNS = ("id", "title", "text")  # what every document dataset has (docs/contracts.md)
 
@@ -39,29 +41,20 @@ def _is_int(value) -> bool:
 
 
 def check_limit(limit, name: str = "--limit") -> int | None:
-    """``None`` (no limit) or a whole number >= 1; 0 or a negative number is refused, never sliced with."""
-    if limit is not None and (not _is_int(limit) or limit < 1):
-        raise InputError(f"{name} must be a whole number >= 1, got {limit}")
-    return limit
+    """``None`` (no limit) or a whole number >= 1 (64 bits at most); 0 or a negative number is refused, never
+    sliced with."""
+    return None if limit is None else check_number(name, limit, integer=True, low=1)
 
 
 def check_count(name: str, value, minimum: int = 1) -> int:
-    """A whole number >= ``minimum`` (tries, sizes, top-k)."""
-    if not _is_int(value) or value < minimum:
-        raise InputError(f"{name} must be a whole number >= {minimum}, got {value}")
-    return value
+    """A whole number >= ``minimum`` (tries, sizes, top-k), 64 bits at most."""
+    return check_number(name, value, integer=True, low=minimum)
 
 
 def check_fraction(name: str, value, low: float, high: float | None, high_open: bool = False) -> float:
     """A finite number in ``[low, high]`` (``[low, high)`` with ``high_open``; no upper bound if ``high`` is None).
     NaN is refused explicitly: every comparison with it is False, so a range check alone lets it through."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        bound = f">= {low}" if high is None else f"within [{low}, {high}{')' if high_open else ']'}"
-        raise InputError(f"{name} must be a finite number {bound}, got {value}")
-    return float(value)
+    return check_number(name, value, low=low, high=high, high_open=high_open)
 
 
 def check_k_m(k, m) -> None:

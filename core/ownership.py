@@ -138,8 +138,9 @@ def require_named(path: str | Path | None, option: str) -> Path:
 def foreign_entries(folder: Path, kind: str) -> list[str]:
     """Names in ``folder`` that no tansaku build provably made (sorted). For a dataset folder (``kind``:
     dataset) nested dataset/index folders are tansaku's and left alone by the build, unless they sit where
-    the build writes (``data`` …), and an empty ``.work`` is a build killed before its first write. An index
-    folder is swapped whole, so for ``kind`` index everything in it counts."""
+    the build writes (``data`` …), and a ``.work`` holding nothing (or only the temp file of its recipe) is a
+    build killed before its first write. An index folder is swapped whole, so for ``kind`` index everything in
+    it counts."""
     if not folder.is_dir():
         return []
     found = []
@@ -150,7 +151,7 @@ def foreign_entries(folder: Path, kind: str) -> list[str]:
                 continue
             if entry.name in NESTED_WRITES and not any(entry.iterdir()):
                 continue
-        if kind == "dataset" and real_dir and entry.name == ".work" and not any(entry.iterdir()):
+        if kind == "dataset" and entry.name == ".work" and _killed_before_writing(entry, "recipe.json"):
             continue
         if kind == "dataset" and (safe_write.temp_of(entry.name) in DATASET_WRITES  # a killed write's temp
                                   or real_dir and safe_write.partial_of(entry.name) == "data"):
@@ -161,11 +162,20 @@ def foreign_entries(folder: Path, kind: str) -> list[str]:
 
 def _unfinished_build(folder: Path) -> bool:
     """Whether ``folder`` holds a dataset build that was interrupted: its ``.work`` holds the recipe tansaku wrote
-    (or nothing else is there but an empty ``.work``: killed before its first write)."""
+    (or nothing else is there but a ``.work`` killed before its first write)."""
     work = folder / ".work"
     if _shaped(_read_json(work / "recipe.json"), ("pipeline", "stages")):
         return True
-    return work.is_dir() and not work.is_symlink() and not any(work.iterdir()) and os.listdir(folder) == [".work"]
+    return _killed_before_writing(work, "recipe.json") and os.listdir(folder) == [".work"]
+
+
+def _killed_before_writing(folder: Path, first: str) -> bool:
+    """Whether ``folder`` is a real folder holding nothing but, at most, the temp file of ``first``, the file a build
+    writes into it first (``tansaku.core.safe_write`` renames it into place once whole: a kill leaves the temp)."""
+    if not folder.is_dir() or folder.is_symlink():
+        return False
+    with os.scandir(folder) as entries:  # a folder under a temp file's name is no killed write's
+        return all(safe_write.temp_of(e.name) == first and not e.is_dir(follow_symlinks=False) for e in entries)
 
 
 def refuse_foreign_entries(folder: Path, option: str, error: type[Exception] = InputError) -> None:
@@ -312,22 +322,27 @@ def leftover_of(entry: Path) -> str | None:
     if match is None or entry.is_symlink() or not entry.is_dir():
         return None
     partial = _read_json(entry / PARTIAL_MARKER)
-    if not any(entry.iterdir()) or (isinstance(partial, dict) and partial.get("of") == match["of"]):
+    if _killed_before_writing(entry, PARTIAL_MARKER) or (isinstance(partial, dict) and partial.get("of") == match["of"]):
         return match["of"]
     if match["part"] == "old" and (is_index(entry) or marker_kind(entry, MODEL_MARKER) == "merge"):
         return match["of"]
     return None
 
 
-def sweep_leftovers(folder: Path) -> None:
+def sweep_leftovers(folder: Path) -> int:
     """Remove what killed builds into ``folder`` left next to it: every leftover that no live build holds
-    locked (a killed build's locks are gone: the kernel drops them, even on ``kill -9``)."""
+    locked (a killed build's locks are gone: the kernel drops them, even on ``kill -9``); returns how many
+    leftovers a live build holds (it is swapping into ``folder`` right now)."""
+    live = 0
     for entry in folder.parent.iterdir():
         if leftover_of(entry) == folder.name:
             with suppress(OSError):  # removed meanwhile, or unreadable: nothing to remove now
-                if (fd := locked(entry)) is not None:
+                if (fd := locked(entry)) is None:
+                    live += 1
+                else:
                     shutil.rmtree(entry, ignore_errors=True)
                     os.close(fd)
+    return live
 
 
 def _sibling(folder: Path, part: str, option: str | None, held: ExitStack) -> Path:
@@ -359,9 +374,11 @@ def swapped_in(folder: Path, option: str | None = None) -> Iterator[Path]:
     ``folder``'s lock alone does not prove a leftover dead: between the two renames the name is free, so a
     second build can create and lock a fresh ``folder`` and sweep. So this build holds a ``flock`` on each of its
     siblings while they are its own (``held``; once ``.old-*`` holds the replaced output, it is the folder that
-    the caller's :func:`folder_lock` holds), and :func:`sweep_leftovers` skips what it cannot lock."""
+    the caller's :func:`folder_lock` holds), and :func:`sweep_leftovers` skips what it cannot lock; a build that
+    finds such live siblings is refused (FolderBusyError): its swap would collide with the other's second rename."""
     folder = Path(os.path.realpath(folder))
-    sweep_leftovers(folder)
+    if sweep_leftovers(folder):
+        raise FolderBusyError(f"{option or ''} {folder} is being built by another process right now; run again".lstrip())
     with ExitStack() as held:
         tmp = _sibling(folder, "partial", option, held)
         held.callback(shutil.rmtree, tmp, ignore_errors=True)  # still there only when the build failed

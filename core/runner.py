@@ -55,21 +55,25 @@ class _JsonlFile:
 
 
 class _Rejects:
-    """The rejected records of one chunk (or one global stage), committed before the chunk's commit marker, so
-    a resumed chunk has them all."""
+    """The rejected records of a global stage, written as it drops them and committed before its ``done.json``
+    (a chunk's are written whole, before its commit marker), so a resumed build has them all."""
 
     def __init__(self, path: Path):
         self.file = _JsonlFile(path)
 
     def write(self, stage: str, drop: Drop) -> None:
-        record = None if drop.record is None else jsontext.dumps(drop.record, default=str)
-        # detail is free text, often an error naming an endpoint (user:pass@, ?api-key=): the rejected split is
-        # published with the dataset. The record is the stage's input data, kept as it is.
-        detail = redact_text(str(drop.detail or ""))
-        self.file.write({"stage": stage, "reason": drop.reason, "detail": detail, "record": record})
+        self.file.write(_rejected_row(stage, drop))
 
     def commit(self) -> Path:
         return self.file.commit()
+
+
+def _rejected_row(stage: str, drop: Drop) -> Record:
+    record = None if drop.record is None else jsontext.dumps(drop.record, default=str)
+    # detail is free text, often an error naming an endpoint (user:pass@, ?api-key=): the rejected split is
+    # published with the dataset. The record is the stage's input data, kept as it is.
+    detail = redact_text(str(drop.detail or ""))
+    return {"stage": stage, "reason": drop.reason, "detail": detail, "record": record}
 
 
 # ---------------------------------------------------------------- checkpoint files (JSON lines)
@@ -295,11 +299,8 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, rep
             # Sorted by key: the rows of a batch-by-batch run, in its order, however the stream finished them.
             _write_atomic_jsonl(out_path, in_key_order(rows.pop(x.chunk, [])))
             counts, drops = book.pop(x.chunk)
-            if keep_rejected:
-                rejects = _Rejects(rejected_path)
-                for stage_name, drop in drops:
-                    rejects.write(stage_name, drop)
-                rejects.commit()
+            if keep_rejected:  # a failed write (a full disk) leaves no temp file behind
+                _write_atomic_jsonl(rejected_path, (_rejected_row(name, drop) for name, drop in drops))
             chunk_stats = [s.as_dict() for s in counts]
             # The stats file is the commit marker: written after the data (and rejected) files are in place.
             _write_atomic_json(stats_path, chunk_stats)
@@ -326,6 +327,21 @@ def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, repo
     safe_write.sweep_partials(seg_dir)
     tmp_dir = safe_write.fresh_dir(seg_dir)
     st = StageStats(stage.name)
+    try:
+        names, rejected = _fill_global_segment(stage, records, tmp_dir, chunk_size, st, report, keep_rejected)
+    except BaseException:  # a stage error, a full disk: the space back now (a killed run's is swept on resume)
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    if seg_dir.is_symlink():  # rmtree refuses a link: remove the link itself, never what it points to
+        seg_dir.unlink()
+    shutil.rmtree(seg_dir, ignore_errors=True)
+    os.replace(tmp_dir, seg_dir)
+    stats_by_name[stage.name].add(st.as_dict())
+    return [seg_dir / n for n in names], [seg_dir / n for n in rejected]
+
+
+def _fill_global_segment(stage, records, tmp_dir, chunk_size, st, report, keep_rejected):
+    """The global stage's output chunks, rejected records and ``done.json``, written into ``tmp_dir``."""
     rejects = _Rejects(tmp_dir / "rejected.jsonl") if keep_rejected else None
     report([st])
     # Reported per record read too: a global stage may read everything before it yields its first record.
@@ -340,9 +356,4 @@ def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, repo
         i += 1
     rejected = [rejects.commit().name] if rejects is not None else []
     _write_atomic_json(tmp_dir / "done.json", {"files": names, "stats": [st.as_dict()], "rejected": rejected})
-    if seg_dir.is_symlink():  # rmtree refuses a link: remove the link itself, never what it points to
-        seg_dir.unlink()
-    shutil.rmtree(seg_dir, ignore_errors=True)
-    os.replace(tmp_dir, seg_dir)
-    stats_by_name[stage.name].add(st.as_dict())
-    return [seg_dir / n for n in names], [seg_dir / n for n in rejected]
+    return names, rejected

@@ -82,7 +82,9 @@ def temp_path(path: str | Path) -> Path:
     return Path(name)
 
 
-def _fsync(path: Path) -> None:
+def sync_file(path: str | Path) -> None:
+    """Flush what was written to the file ``path`` (never through a link) to the disk: a full disk that the file
+    system reports only now (delayed allocation, a network file system, a quota) raises here, not after a rename."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         os.fsync(fd)
@@ -99,7 +101,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = temp_path(path)
     try:
         yield tmp
-        _fsync(tmp)
+        sync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -217,6 +219,18 @@ def sweep_partials(path: str | Path) -> None:
     for entry in path.parent.iterdir() if path.parent.is_dir() else ():
         if partial_of(entry.name) == path.name and entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
+
+
+def sweep_temps(folder: str | Path, names: tuple[str, ...]) -> None:
+    """Remove the temporary files that killed writes of ``names`` left in ``folder`` (a link is removed itself,
+    never followed). Call it only where no live write of those names can be under way (holding the folder's
+    lock, or once nothing writes them again): a live write's temp file looks the same. Tidying only: a folder
+    that cannot be read or written (a finished dataset made read-only) keeps them."""
+    with suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            if temp_of(entry.name) in names and not entry.is_dir(follow_symlinks=False):
+                with suppress(OSError):
+                    os.unlink(entry.path)
 
 
 # ---------------------------------------------------------------- output folders other users cannot write

@@ -40,6 +40,7 @@ from tansaku.core import jsontext, safe_write
 from tansaku.core.engine import StageStats
 from tansaku.core.errors import InputError
 from tansaku.core.runner import run_pipeline
+from tansaku.core.value_checks import INT64_MAX
 
 
 class ShardError(InputError):
@@ -98,7 +99,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     (0, 4)
     """
     match = _SPEC.match(text.strip())
-    if not match or not 0 <= int(match[1]) < int(match[2]):
+    if not match or not 0 <= int(match[1]) < int(match[2]) <= INT64_MAX:  # N too fits in 64 bits, as every number
         raise InputError(f"--shard {text!r}: give I/N with 0 <= I < N (e.g. 0/4 for the first of four shards)")
     return int(match[1]), int(match[2])
 

@@ -32,6 +32,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -79,10 +80,25 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
     declared types over the inferred ones (``tansaku.core.features.declare``). An empty split gets the
     schema of the other splits, so it is one typed, empty parquet file that ``datasets`` loads.
     """
-    fixed = fixed_schemas or {}
     data_dir = Path(out_dir) / "data"
     safe_write.sweep_partials(data_dir)  # what killed builds left
     tmp_dir = safe_write.fresh_dir(data_dir)  # mkdtemp: never a fixed name that a planted link redirects
+    try:
+        version, counts = _write_splits(tmp_dir, rows_by_split, rows_per_shard, fixed_schemas or {}, column_types)
+    except BaseException:  # a failed write (a full disk): its space back now, not only at the next build
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    if data_dir.is_symlink():  # rmtree refuses a link: remove the link itself, never what it points to
+        data_dir.unlink()
+    shutil.rmtree(data_dir, ignore_errors=True)
+    os.replace(tmp_dir, data_dir)
+    return version, counts
+
+
+def _write_splits(tmp_dir: Path, rows_by_split: dict[str, Callable[[], Iterable[Record]]], rows_per_shard: int,
+                  fixed: dict[str, pa.Schema], column_types: dict[str, pa.DataType] | None) -> tuple[str, dict[str, int]]:
+    """:func:`write_rows` into the new folder ``tmp_dir``: each shard written, then synced (a full disk that the
+    file system reports only at the sync fails the build, not the rows)."""
     version = hashlib.sha256()
     counts: dict[str, int] = {}
     inferred: dict[str, list[pa.Schema]] = {}
@@ -111,17 +127,14 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
         rows = iter(rows_by_split[split]())
         for _ in range(n_shards):
             # A shard goes out a row group at a time: 100k e-Gov articles as dicts + Arrow were 1.2 GB at once
-            with pq.ParquetWriter(tmp_dir / next(names), schema) as writer:
+            with pq.ParquetWriter(shard := tmp_dir / next(names), schema) as writer:
                 left = rows_per_shard
                 while left and (group := [r for _, r in zip(range(min(ROWS_PER_GROUP, left)), rows)]):
                     writer.write_table(pa.Table.from_pylist(group, schema=schema))
                     left -= len(group)
                 if left == rows_per_shard:  # an empty split still gets its (empty, typed) file
                     writer.write_table(schema.empty_table())
-    if data_dir.is_symlink():  # rmtree refuses a link: remove the link itself, never what it points to
-        data_dir.unlink()
-    shutil.rmtree(data_dir, ignore_errors=True)
-    os.replace(tmp_dir, data_dir)
+            safe_write.sync_file(shard)
     return version.hexdigest()[:16], counts
 
 
@@ -131,6 +144,23 @@ def _write_json(path: Path, obj: Any) -> None:
 
 def write_manifest(out_dir: str | Path, manifest: dict) -> None:
     _write_json(Path(out_dir) / MANIFEST, redact_mapping(manifest))
+
+
+def _sweep_killed_writes(out: Path, finished: bool) -> None:
+    """Remove what a build killed in ``out`` left that no build writes again: the temp files of its card and
+    manifest (this build holds the lock, or the manifest is there and nothing writes them any more), what a nested
+    output swapped in whole left (egov's ``.index.old-*``: a kill after the swap, and the index is never built
+    again; a live build's leftovers are locked, and stay) and, once the manifest is there, its checkpoints
+    (``.work``: a whole copy of the rows, were it killed before removing it)."""
+    safe_write.sweep_temps(out, ("README.md", MANIFEST))
+    for nested in {ownership.leftover_of(entry) for entry in out.iterdir()} - {None}:
+        ownership.sweep_leftovers(out / nested)
+    work = out / ".work"
+    if finished and work.is_symlink():  # rmtree refuses a link: remove the link itself, never what it points to
+        with suppress(OSError):  # tidying only (a read-only folder keeps it)
+            work.unlink()
+    elif finished:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def build_dataset(
@@ -180,6 +210,7 @@ def build_dataset(
     merging = shards.check_shards(fp, context.shards.shard_folders())  # --from-shards: refused before any write
     # --out is checked before any write (a refused folder is left untouched), then locked to the build's end.
     with ownership.claimed(out, "--out", lambda: check_out(out, recipe, fp)) as finished:
+        _sweep_killed_writes(out, finished is not None)
         if finished is not None:
             return refuse_empty(finished, out, empty_hints)
         work = safe_write.ensure_dir(out / ".work")

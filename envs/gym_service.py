@@ -37,7 +37,6 @@ seeded them (``tansaku.envs.gym_episodes``); a non-loopback ``--host`` needs a b
 # No ``from __future__ import annotations``: FastAPI reads the route functions' annotations as objects.
 import math
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from tansaku.core import jsontext
+from tansaku.core import jsontext, output_files
 from tansaku.core.errors import InputError
 from tansaku.core.llm import LLMOptions, as_client
 from tansaku.core.parsing import MAX_JSON_DEPTH
@@ -272,22 +271,15 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
 
 
 def export_rows(task: Task, index, dataset, out, split: str = "train", seed: int = 0) -> int:
-    """``synth serve-env --export FILE``: the dataset's rows as NeMo Gym JSONL (``nemo_gym_row``); a new file only."""
-    out = Path(out)
-    if out.exists():
-        raise InputError(f"--export {out}: exists; give a new file (it is never overwritten)")
+    """``synth serve-env --export FILE``: the dataset's rows as NeMo Gym JSONL (``nemo_gym_row``); a new file only:
+    anything at ``out``, a link included, is refused before any work (``tansaku.core.output_files``: rows carry
+    no mark that would prove a file tansaku's)."""
+    out = output_files.check_output_file(Path(out), "--export")
     factory = make_environment_factory(task, index, seed=seed, require_prompt=False)
     rows = load_rows(dataset, split=split)
-    # A uniquely named hidden sibling (no user file can bear its name), renamed once complete.
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=out.parent, prefix=f".{out.name}.",
-                                     suffix=".partial", delete=False) as f:
-        try:
-            for row in rows:
-                f.write(jsontext.dumps(nemo_gym_row(task, row, factory), default=str) + "\n")
-        except BaseException:
-            Path(f.name).unlink(missing_ok=True)
-            raise
-    Path(f.name).replace(out)
+    with output_files.output_file(out, "--export") as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(jsontext.dumps(nemo_gym_row(task, row, factory), default=str) + "\n")
     return len(rows)
 
 

@@ -12,13 +12,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tansaku.core.build_config import BuildConfig, license_file_option, license_option, option
+from tansaku.core.value_checks import INPUT
+
+
+def format_names() -> tuple[str, ...]:
+    """What ``--format`` takes: ``auto`` and each reader's name (asked when a value is given: ``--help`` stays
+    fast)."""
+    from tansaku.pipelines.corpus_readers import FORMATS
+
+    return ("auto", *FORMATS)
 
 
 @dataclass(frozen=True)
 class CorpusConfig(BuildConfig):
-    input: Path = option(help="File or folder of documents.")
-    format: str = option("auto", help="auto | jsonl | cirrus | wac | jaquad")
-    min_chars: int = option(1, help="Drop documents shorter than this.")
+    input: Path = option(path=INPUT, help="File or folder of documents.")
+    format: str = option("auto", choices=format_names, help="auto | jsonl | cirrus | wac | jaquad")
+    min_chars: int = option(1, min=0, help="Drop documents shorter than this.")
     id_field: str = option("id", help="JSON lines: the key holding the document id.")
     title_field: str = option("title", help="JSON lines: the key holding the title.")
     text_field: str = option("text", help="JSON lines: the key holding the text.")

@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError
+from tansaku.core.input_files import regular_files
 from tansaku.core.jsonl import (
     COMPRESSED,
     DECOMPRESSION_ERRORS,
@@ -168,10 +169,10 @@ def read_wac(root: Path) -> Iterator[dict]:
     splits: dict[str, str] = {}
     for split in ("train", "dev", "test"):
         f = root / "id" / f"{split}.id"
-        if f.exists():
+        if f.is_file():  # a regular file: a FIFO there would block the read (tansaku.core.input_files)
             splits.update({line.strip(): split for line in f.read_text().splitlines() if line.strip()})
     org = root / "org" if (root / "org").is_dir() else root
-    for path in sorted(org.rglob("*.org")):
+    for path in regular_files(sorted(org.rglob("*.org"))):  # a FIFO or device named *.org is skipped, never opened
         try:
             yield _wac_document(path, splits)
         except (OSError, UnicodeDecodeError) as e:
@@ -181,7 +182,7 @@ def read_wac(root: Path) -> Iterator[dict]:
 def read_jaquad(root: Path) -> Iterator[dict]:
     """SQuAD-style ``{"data": [{"title", "paragraphs": [{"context"}…]}…]}``; a file or article of another
     shape is dropped with its reason and place, never a traceback."""
-    files = [root] if root.is_file() else sorted(root.rglob("*.json"))
+    files = [root] if root.is_file() else list(regular_files(sorted(root.rglob("*.json"))))  # never a FIFO
     for path in files:
         try:
             data = jsontext.loads(path.read_bytes())  # nesting bounded, lone surrogates read as U+FFFD

@@ -21,19 +21,20 @@ from tansaku.core.build_config import (
     option,
     seed_option,
 )
+from tansaku.core.value_checks import INPUT
 
 
 @dataclass(frozen=True)
 class GeneralConfig(BuildConfig):
-    prompts: Path = option(help="General prompts: JSONL/JSON/parquet rows with 'prompt' (text) or 'messages' "
+    prompts: Path = option(path=INPUT, help="General prompts: JSONL/JSON/parquet rows with 'prompt' (text) or 'messages' "
                                 "(ending in a user turn), optional 'id'; or a dataset folder.")
     # A spec, or a client (demo.py passes the tiny model's, loaded in bf16): the recipe records its identity.
     llm: str = option(llm=True, help="The base model you will fine-tune (its own answers): http:MODEL@URL | "
                                      "vllm:MODEL | transformers:PATH|tiny | scripted:FILE.py[:FN].")
     reasoning: bool = option(False, help="Keep the model's reasoning as it wrote it (assistant reasoning_content); "
                                          "default: the answer only.")
-    max_tokens: int = option(1024, help="Tokens per answer; an answer cut there is dropped (truncated).")
-    temperature: float = option(0.0, help="Sampling temperature (0: greedy, the model's most likely answer).")
+    max_tokens: int = option(1024, min=1, help="Tokens per answer; an answer cut there is dropped (truncated).")
+    temperature: float = option(0.0, min=0, help="Sampling temperature (0: greedy, the model's most likely answer).")
     limit: int | None = limit_option()
     seed: int = seed_option()
     heldout_share: float = heldout_share_option()
@@ -42,5 +43,5 @@ class GeneralConfig(BuildConfig):
                                       "split (default: on).")
     license: str | None = license_option()
     license_file: Path | None = license_file_option()
-    batch_size: int = option(32, help="Prompts per generate batch sent to --llm.")
-    chunk_size: int = option(64, help="Prompts per checkpoint chunk (the unit of resume).")
+    batch_size: int = option(32, min=1, help="Prompts per generate batch sent to --llm.")
+    chunk_size: int = option(64, min=1, help="Prompts per checkpoint chunk (the unit of resume).")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,8 +60,14 @@ def test_index_refuses_a_folder_with_user_files(corpus, tmp_path):
 
 def test_index_is_never_built_into_a_dataset_folder(corpus, tmp_path):
     before = snapshot(corpus)
-    refused(build_index(corpus, corpus), "dataset folder")
+    # the index would be its own input: refused while the options are parsed (tansaku.core.cli_types)
+    refused(build_index(corpus, corpus), "is the input --dataset")
     assert snapshot(corpus) == before
+    other = tmp_path / "other"  # a dataset folder that is no input: ownership refuses it by its kind
+    shutil.copytree(corpus, other)
+    before = snapshot(other)
+    refused(build_index(corpus, other), "dataset folder")
+    assert snapshot(other) == before
 
 
 def test_index_refuses_an_existing_file(corpus, tmp_path):

@@ -189,7 +189,7 @@ def test_a_full_disk_is_never_reported_against_the_index_a_command_reads(command
     index, run, rows = tmp_path / "ix", tmp_path / "run", ENV_FIXTURES / "multihop.jsonl"
     index.mkdir()
     common = ["--task", "multihop_qa", "--dataset", str(rows), "--index", str(index)]
-    args = ["eval", *common, "--model", "scripted:x"] if command == "eval" else ["select", "--run", str(run), *common]
+    args = ["eval", *common, "--model", "scripted:x.jsonl"] if command == "eval" else ["select", "--run", str(run), *common]
     result = CliRunner().invoke(train_app, args)
     assert result.exit_code == 2 and "Traceback" not in result.output + result.stderr, result.stderr
     (line,) = [line for line in result.stderr.strip().splitlines() if line.strip()]

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -137,15 +138,17 @@ def test_jemhopqa_triples_spill_with_their_source_question(tmp_path):
     ["build", "egov", "--laws", EXAMPLES / "laws"],
     ["build", "multihop", "--triples", "{triples}", "--until", "chains"],
     ["import", "jemhopqa", "{triples}"],
-    ["build", "trajectories", "--dataset", "{corpus}", "--index", "x", "--teacher", f"{TEACHER}:respond"],
-    ["build", "deepresearch", "--corpus", "{corpus}", "--index", "x", "--llm", "scripted:deepresearch"],
+    ["build", "trajectories", "--dataset", "{copy}", "--index", "x", "--teacher", f"{TEACHER}:respond"],
+    ["build", "deepresearch", "--corpus", "{copy}", "--index", "x", "--llm", "scripted:deepresearch"],
     ["build", "general", "--prompts", EXAMPLES / "general_prompts.jsonl", "--llm", f"{TEACHER}:respond"],
 ], ids=["egov", "multihop", "jemhopqa", "trajectories", "deepresearch", "general"])
 def test_a_build_into_another_pipelines_dataset_is_refused_untouched(corpus, tmp_path, command):
     triples = tmp_path / "j.json"
     triples.write_text(json.dumps(JEMHOP, ensure_ascii=False), encoding="utf-8")
+    # an input that is not --out: one that is (the corpus itself) is refused as its own input, before this check
+    shutil.copytree(corpus, tmp_path / "copy")
     before = snapshot(corpus)
-    args = [str(a).replace("{triples}", str(triples)).replace("{corpus}", str(corpus)) for a in command]
+    args = [str(a).replace("{triples}", str(triples)).replace("{copy}", str(tmp_path / "copy")) for a in command]
     line = one_error_line(*run(*args, "--out", corpus))
     assert "holds a tansaku corpus dataset" in line
     assert snapshot(corpus) == before and not (corpus / "articles").exists() and not (corpus / "index").exists()

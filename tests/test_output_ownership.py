@@ -135,13 +135,13 @@ def test_merge_refuses_a_users_folder_and_its_own_inputs(checkpoints, tmp_path):
     assert train("merge", "soup", a, b, "--out", merged).exit_code == 0
     before = snapshot(tmp_path)
     refused(train("merge", "soup", a, b, "--out", mine), str(mine), "README.md")
-    refused(train("merge", "chat-vector", a, b, c, "--out", a), str(a), "model.safetensors")  # a user's model
+    refused(train("merge", "chat-vector", a, b, c, "--out", a), str(a), "is the input")  # a user's model, an input
     refused(train("merge", "chat-vector", merged, b, c, "--out", merged), "is the input")  # its own input
     refused(train("merge", "soup", merged, b, "--out", merged / "again"), "inside")  # --out inside an input
     assert snapshot(tmp_path) == before
     shutil.copytree(c, merged / "inner")  # a merge's folder with files put there since: replacing it loses them
     before = snapshot(tmp_path)
-    refused(train("merge", "soup", merged / "inner", b, "--out", merged), "added", "inner")
+    refused(train("merge", "soup", a, b, "--out", merged), "added", "inner")  # (as an input: "holds the input")
     assert snapshot(tmp_path) == before
 
 
@@ -271,7 +271,7 @@ def test_corpus_out_inside_its_input_folder_is_refused_before_any_work(tmp_path)
     (built / "src.jsonl").write_bytes(MINIWIKI.read_bytes())
     before = snapshot(tmp_path)
     refused(synth("build", "corpus", "--input", jq, "--out", jq / "out", "-q"), "inside", "--input")
-    refused(synth("build", "corpus", "--input", jq, "--out", jq, "-q"), str(jq), "a.json")
+    refused(synth("build", "corpus", "--input", jq, "--out", jq, "-q"), str(jq), "is the input")
     refused(synth("build", "corpus", "--input", built / "src.jsonl", "--out", built, "-q"), "holds", "--input")
     assert snapshot(tmp_path) == before
 

@@ -191,7 +191,7 @@ def test_cli_caps_and_license_options(tmp_path):
     runner = CliRunner()
     bad = runner.invoke(app, ["build", "multihop", "--out", str(tmp_path / "o"), "--triples", "x.jsonl",
                               "--max-per-subject", "-1"])
-    assert bad.exit_code == 2 and "--max-per-subject -1" in bad.output
+    assert bad.exit_code == 2 and "--max-per-subject must be a whole number >= 0, got -1" in bad.output
     path = tmp_path / "triples.jsonl"
     path.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in _star_triples(5)), encoding="utf-8")
     ok = runner.invoke(app, ["build", "multihop", "--out", str(tmp_path / "mh"), "--triples", str(path), "--until",

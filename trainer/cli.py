@@ -25,8 +25,18 @@ from typing import Annotated
 import typer
 
 from tansaku.core.cli_common import Quiet, Version, friendly, print_summary, print_table
+from tansaku.core.cli_types import ModelRefType, NumberType, PathType, SpecType, argument, option
 from tansaku.core.errors import InputError
 from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, LlmOption, NoCache, llm_options
+from tansaku.core.value_checks import (
+    INDEX,
+    INPUT,
+    INPUT_FILE,
+    INPUT_FOLDER,
+    OUTPUT_FILE,
+    OUTPUT_FOLDER,
+)
+from tansaku.envs.tool_interfaces import N_INTERFACES
 
 train_app = typer.Typer(help="Train (SFT, GRPO/GSPO), evaluate and merge models.", no_args_is_help=True,
                         pretty_exceptions_enable=False)
@@ -37,15 +47,15 @@ def _train(version: Version = False) -> None:
     """Train (SFT, GRPO/GSPO), evaluate and merge models."""
 
 
-Limit = Annotated[int | None, typer.Option("--limit", help="Stop after N items (smoke runs).")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed for every random draw.")]
-Recipe = Annotated[Path, typer.Option("--config", "-c", help="YAML recipe (see trainer/recipes/, docs/recipes.md); "
+Limit = Annotated[int | None, option("--limit", parser=NumberType("--limit", min=1), help="Stop after N items (smoke runs).")]
+Seed = Annotated[int, option("--seed", parser=NumberType("--seed", min=0), help="Seed for every random draw.")]
+Recipe = Annotated[Path, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="YAML recipe (see trainer/recipes/, docs/recipes.md); "
                                       "any other --KEY VALUE overrides a recipe key, as TRL's scripts take it.")]
 # The arguments a command does not declare (--learning_rate 1e-5 …) reach it in ctx.args, for TRL's parser.
 TRL_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
-MaxTokens = Annotated[int, typer.Option("--max-tokens", min=1, help="New tokens per turn.")]
+MaxTokens = Annotated[int, option("--max-tokens", parser=NumberType("--max-tokens", min=1), help="New tokens per turn.")]
 SystemPrompt = Annotated[str | None, typer.Option("--system-prompt", help="Text (or @FILE) instead of the task's system prompt: the one the model was trained under.")]
-InterfaceVariants = Annotated[int | None, typer.Option("--interface-variants", help="Tool interfaces drawn per episode: 1 = search/open_doc, 2 = find/read too (default: the task's own).")]
+InterfaceVariants = Annotated[int | None, option("--interface-variants", parser=NumberType("--interface-variants", min=1, max=N_INTERFACES), help="Tool interfaces drawn per episode: 1 = search/open_doc, 2 = find/read too (default: the task's own).")]
 TrainQuiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary table on stderr, TRL's bars included (--disable_tqdm true unless given); TANSAKU_QUIET=1 does the same but for TRL's bars.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the whole result (report, selection, comparison …) as one JSON value on stdout; without it stdout holds no JSON.")]
 TQDM_FLAGS = ("--disable_tqdm", "--disable-tqdm")
@@ -104,7 +114,7 @@ def train_rl(
     ctx: typer.Context,
     config: Recipe,
     skip_readiness: Annotated[bool, typer.Option("--skip-readiness", help="Start even when the pre-flight check says the task is not learnable yet.")] = False,
-    judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch); replaces the recipe's judge.model.")] = None,
+    judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"), help="LLM spec of the rubric judge (deepresearch); replaces the recipe's judge.model.")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None, llm_option: LlmOption = None,
     quiet: TrainQuiet = False,
@@ -128,18 +138,18 @@ def train_rl(
 @train_app.command("eval")
 @friendly
 def train_eval(
-    model: Annotated[str, typer.Option("--model", help="LLM spec, or a model folder (= transformers:FOLDER).")],
+    model: Annotated[str, option("--model", parser=SpecType("--model"), help="LLM spec, or a model folder (= transformers:FOLDER).")],
     task: Annotated[str | None, typer.Option("--task", help="multihop_qa | multihop_qa_compact (small models) | egov_mcq | "
                                              "deepresearch | general (retention); with --config: which of the recipe's tasks (needed when it has several).")] = None,
-    dataset: Annotated[Path | None, typer.Option("--dataset", help="Dataset folder or JSONL of rows (with --config: default the recipe task's data).")] = None,
-    index: Annotated[str | None, typer.Option("--index", help="Search index the agent uses (not for general; with --config: default the recipe task's index).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="A train rl recipe: evaluate its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
+    dataset: Annotated[Path | None, option("--dataset", parser=PathType("--dataset", INPUT), help="Dataset folder or JSONL of rows (with --config: default the recipe task's data).")] = None,
+    index: Annotated[str | None, option("--index", parser=PathType("--index", INDEX, text=True), help="Search index the agent uses (not for general; with --config: default the recipe task's index).")] = None,
+    config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="A train rl recipe: evaluate its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
     split: Annotated[str, typer.Option("--split", help="Dataset split to evaluate: the held-out 'test' by default.")] = "test",
-    k: Annotated[int, typer.Option("--k", min=1, help="Samples per question (pass@k).")] = 4,
+    k: Annotated[int, option("--k", parser=NumberType("--k", min=1), help="Samples per question (pass@k).")] = 4,
     limit: Limit = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Folder for report.json and trajectories.jsonl.")] = None,
+    out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for report.json and trajectories.jsonl.")] = None,
     max_tokens: MaxTokens = 1024,
-    judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
+    judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"), help="LLM spec of the rubric judge (deepresearch).")] = None,
     system_prompt: SystemPrompt = None,
     interface_variants: InterfaceVariants = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
@@ -178,15 +188,15 @@ def train_eval(
 @train_app.command("select")
 @friendly(outputs=("run",))  # it writes into the run folder (checkpoint_selection.json, selection/)
 def train_select(
-    run: Annotated[Path, typer.Option("--run", help="A train sft output_dir with checkpoint-* folders.")],
+    run: Annotated[Path, option("--run", parser=PathType("--run", INPUT_FOLDER), help="A train sft output_dir with checkpoint-* folders.")],
     task: Annotated[str | None, typer.Option("--task", help="The task RL will train (multihop_qa, egov_mcq, …); with --config: which of the recipe's tasks.")] = None,
-    dataset: Annotated[Path | None, typer.Option("--dataset", help="Dataset folder with the validation split (with --config: default the recipe task's data).")] = None,
-    index: Annotated[str | None, typer.Option("--index", help="Search index the agent uses (with --config: default the recipe task's index).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="The train rl recipe the start is for: its task as train rl trains it (system prompt, abstention, tools, reward weights) chooses.")] = None,
+    dataset: Annotated[Path | None, option("--dataset", parser=PathType("--dataset", INPUT), help="Dataset folder with the validation split (with --config: default the recipe task's data).")] = None,
+    index: Annotated[str | None, option("--index", parser=PathType("--index", INDEX, text=True), help="Search index the agent uses (with --config: default the recipe task's index).")] = None,
+    config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="The train rl recipe the start is for: its task as train rl trains it (system prompt, abstention, tools, reward weights) chooses.")] = None,
     split: Annotated[str, typer.Option("--split", help="Validation split: 'rl' (never 'test', kept for the final comparison).")] = "rl",
-    rows: Annotated[int, typer.Option("--rows", min=1, help="Questions evaluated per checkpoint (the first N).")] = 32,
-    k: Annotated[int, typer.Option("--k", min=1, help="Samples per question (with --temperature > 0).")] = 1,
-    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = 0.0,
+    rows: Annotated[int, option("--rows", parser=NumberType("--rows", min=1), help="Questions evaluated per checkpoint (the first N).")] = 32,
+    k: Annotated[int, option("--k", parser=NumberType("--k", min=1), help="Samples per question (with --temperature > 0).")] = 1,
+    temperature: Annotated[float, option("--temperature", parser=NumberType("--temperature", integer=False, min=0), help="0 = greedy.")] = 0.0,
     max_tokens: MaxTokens = 1024,
     system_prompt: SystemPrompt = None,
     seed: Seed = 0,
@@ -216,11 +226,11 @@ def train_select(
 @train_app.command("rescore")
 @friendly
 def train_rescore(
-    completions: Annotated[Path, typer.Option("--completions", help="A train rl run's completions folder (or the run).")],
+    completions: Annotated[Path, option("--completions", parser=PathType("--completions", INPUT_FOLDER), help="A train rl run's completions folder (or the run).")],
     task: Annotated[str | None, typer.Option("--task", help="The task whose rewards score them (multihop_qa, egov_mcq, …); default: the run's recipe task (its tansaku_recipe.json), or which of its tasks.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="A train rl recipe whose task (reward weights, abstention, tools) scores them, instead of the run's own recipe copy.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Folder for rescored.parquet and rescore_report.json.")] = None,
-    judge: Annotated[str | None, typer.Option("--judge", help="LLM spec of the rubric judge (deepresearch).")] = None,
+    config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="A train rl recipe whose task (reward weights, abstention, tools) scores them, instead of the run's own recipe copy.")] = None,
+    out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for rescored.parquet and rescore_report.json.")] = None,
+    judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"), help="LLM spec of the rubric judge (deepresearch).")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None, llm_option: LlmOption = None,
     quiet: Quiet = False,
@@ -247,12 +257,12 @@ def train_rescore(
 @train_app.command("compare")
 @friendly
 def train_compare(
-    a: Annotated[Path | None, typer.Argument(help="Eval report A: report.json or a train eval --out folder.")] = None,
-    b: Annotated[Path | None, typer.Argument(help="Eval report B (deltas are B − A).")] = None,
-    completions: Annotated[Path | None, typer.Option("--completions", help="Instead: a train rl run (or its completions folder) whose samples to compare across --steps.")] = None,
-    steps: Annotated[tuple[int, int] | None, typer.Option("--steps", help="With --completions: steps A B; the prompts both sampled, side by side.")] = None,
+    a: Annotated[Path | None, argument(PathType("A", INPUT), help="Eval report A: report.json or a train eval --out folder.")] = None,
+    b: Annotated[Path | None, argument(PathType("B", INPUT), help="Eval report B (deltas are B − A).")] = None,
+    completions: Annotated[Path | None, option("--completions", parser=PathType("--completions", INPUT_FOLDER), help="Instead: a train rl run (or its completions folder) whose samples to compare across --steps.")] = None,
+    steps: Annotated[tuple[int, int] | None, option("--steps", parser=NumberType("--steps", min=0), help="With --completions: steps A B; the prompts both sampled, side by side.")] = None,
     limit: Limit = None,
-    width: Annotated[int, typer.Option("--width", min=20, help="With --completions: characters of each completion shown in the table (the JSON has all).")] = 400,
+    width: Annotated[int, option("--width", parser=NumberType("--width", min=20), help="With --completions: characters of each completion shown in the table (the JSON has all).")] = 400,
     quiet: Quiet = False,
     as_json: AsJson = False,
 ):
@@ -283,13 +293,13 @@ def train_compare(
 @train_app.command("report")
 @friendly
 def train_report(
-    run: Annotated[list[Path], typer.Argument(help="A run's output_dir; with --runs, two or more runs (seeds).")],
+    run: Annotated[list[Path], argument(PathType("RUN", INPUT_FOLDER), help="A run's output_dir; with --runs, two or more runs (seeds).")],
     runs: Annotated[bool, typer.Option("--runs", help="Overlay the runs given and flag collapses that recur at the same step.")] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="PNG to write: one run's learning curves, or the --runs overlay (none without it).")] = None,
-    lookback: Annotated[int, typer.Option("--lookback", min=1, help="--runs: a collapse is a drop below (1 − drop) × the peak of this many previous steps.")] = 5,
-    drop: Annotated[float, typer.Option("--drop", help="--runs: relative drop from that peak, 0 < drop < 1.")] = 0.5,
-    within: Annotated[int, typer.Option("--within", min=0, help="--runs: onsets this many steps apart or closer coincide.")] = 1,
-    min_runs: Annotated[int, typer.Option("--min-runs", min=2, help="--runs: runs that must share a collapse.")] = 2,
+    out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FILE), help="PNG to write: one run's learning curves, or the --runs overlay (none without it).")] = None,
+    lookback: Annotated[int, option("--lookback", parser=NumberType("--lookback", min=1), help="--runs: a collapse is a drop below (1 − drop) × the peak of this many previous steps.")] = 5,
+    drop: Annotated[float, option("--drop", parser=NumberType("--drop", integer=False, min=0, max=1, min_open=True, max_open=True), help="--runs: relative drop from that peak, 0 < drop < 1.")] = 0.5,
+    within: Annotated[int, option("--within", parser=NumberType("--within", min=0), help="--runs: onsets this many steps apart or closer coincide.")] = 1,
+    min_runs: Annotated[int, option("--min-runs", parser=NumberType("--min-runs", min=2), help="--runs: runs that must share a collapse.")] = 2,
     quiet: Quiet = False,
     as_json: AsJson = False,
 ):
@@ -305,7 +315,7 @@ def train_report(
 
         result = compare_seeds(run, lookback=lookback, drop=drop, within=within, min_runs=min_runs)
         if out is not None:
-            plot_seeds(result, out)
+            plot_seeds(result, out, option="--out")
         print_table(seeds_table(result), {**result, "png": str(out) if out else None}, as_json=as_json, quiet=quiet)
         return
     if len(run) != 1:
@@ -318,7 +328,7 @@ def train_report(
     report = run_report(run[0])
     if not report["per_step"]:
         raise InputError(f"{run[0]}: no trainer_state.json log history and no completions/*.parquet to read")
-    png = str(plot_learning_curves(run[0], out, report=report)) if out is not None else None
+    png = str(plot_learning_curves(run[0], out, report=report, option="--out")) if out is not None else None
     summary = {"output_dir": report["output_dir"], "steps": report["steps"], "ok": report["ok"],
                "failed checks": [c["name"] for c in report["checks"] if not c["ok"]], "png": png}
     print_summary("train report", summary, as_json=as_json, quiet=quiet, json_value={**report, "png": png})
@@ -328,11 +338,11 @@ def train_report(
 @friendly
 def train_merge(
     method: Annotated[str, typer.Argument(help="soup | chat-vector | lora")],
-    models: Annotated[list[str], typer.Argument(help="soup: checkpoints; chat-vector: TARGET INSTRUCT BASE; lora: ADAPTER")],
-    out: Annotated[Path, typer.Option("--out", help="Folder for the merged model.")],
-    weights: Annotated[list[float] | None, typer.Option("--weight", help="soup: one weight per model (repeat).")] = None,
-    scale: Annotated[float, typer.Option("--scale", help="chat-vector: θ + scale·(θ_instruct − θ_base).")] = 1.0,
-    base: Annotated[str | None, typer.Option("--base", help="lora: the base model the adapter was trained on.")] = None,
+    models: Annotated[list[str], argument(PathType("MODELS", INPUT_FOLDER, text=True), help="soup: checkpoints; chat-vector: TARGET INSTRUCT BASE; lora: ADAPTER")],
+    out: Annotated[Path, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for the merged model.")],
+    weights: Annotated[list[float] | None, option("--weight", parser=NumberType("--weight", integer=False), help="soup: one weight per model (repeat).")] = None,
+    scale: Annotated[float, option("--scale", parser=NumberType("--scale", integer=False), help="chat-vector: θ + scale·(θ_instruct − θ_base).")] = 1.0,
+    base: Annotated[str | None, option("--base", parser=ModelRefType("--base"), help="lora: the base model the adapter was trained on.")] = None,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="chat-vector: tensor names to keep from TARGET (e.g. embed_tokens).")] = None,
     quiet: Quiet = False,
     as_json: AsJson = False,

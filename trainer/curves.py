@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tansaku.core import safe_write
+from tansaku.core import output_files, safe_write
 
 PANELS = ("reward components (mean per step)", "tool calls per episode", "failures: tool calls, repeats, judge",
           "loss / KL to the reference", "clip ratios", "policy entropy",
@@ -33,12 +33,16 @@ def new_figure(rows: int, cols: int, width: float = 6, height: float = 3.6):
     return figure, figure.subplots(rows, cols, squeeze=False)
 
 
-def save_figure(figure, out: str | Path) -> Path:
+def save_figure(figure, out: str | Path, option: str | None = None) -> Path:
     """``figure`` written to ``out`` through a fresh temp name (``tansaku.core.safe_write``); the format comes
-    from ``out``'s suffix (PNG without one), since the temp name ends in ``.tmp``."""
+    from ``out``'s suffix (PNG without one), since the temp name ends in ``.tmp``. A PNG carries tansaku's mark,
+    so that a rerun may draw it again. ``option``: ``out`` is a file the user named with it, not one inside a
+    folder tansaku claimed: it is written only where nothing else is (``tansaku.core.output_files``)."""
     out = Path(out)
-    with safe_write.atomic_path(out) as tmp:
-        figure.savefig(tmp, dpi=100, format=out.suffix[1:].lower() or "png")
+    fmt = out.suffix[1:].lower() or "png"
+    mark = {"metadata": output_files.PNG_METADATA} if fmt == "png" else {}  # svg, pdf: fixed metadata keys only
+    with safe_write.atomic_path(out) if option is None else output_files.output_file(out, option) as tmp:
+        figure.savefig(tmp, dpi=100, format=fmt, **mark)
     return out
 
 
@@ -127,14 +131,14 @@ def learning_curves_figure(report: dict):
 
 
 def plot_learning_curves(output_dir: str | Path, out_png: str | Path | None = None,
-                         report: dict | None = None) -> Path:
+                         report: dict | None = None, option: str | None = None) -> Path:
     """``learning_curves_figure`` of ``report`` (default: ``run_report(output_dir)``) as a PNG (default
-    ``output_dir/learning_curves.png``)."""
+    ``output_dir/learning_curves.png``); ``option``: ``out_png`` is the user's (``save_figure``)."""
     from tansaku.trainer.report import CURVES_FILE, run_report
 
     report = report or run_report(output_dir)
     out = Path(out_png) if out_png else Path(output_dir, CURVES_FILE)
-    return save_figure(learning_curves_figure(report), out)
+    return save_figure(learning_curves_figure(report), out, option)
 
 
 def plot_loss_curve(output_dir: str | Path, out_png: str | Path | None = None) -> Path:

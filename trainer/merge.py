@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tansaku.core import jsontext, ownership, safe_write
+from tansaku.core.cli_types import is_model_path
 from tansaku.core.errors import InputError
 
 WEIGHT_INDEX = "model.safetensors.index.json"
@@ -215,7 +216,8 @@ def soup(models: list[str | Path], out_dir: str | Path, weights: list[float] | N
     if not all(math.isfinite(w) for w in weights):  # NaN/inf would write NaN tensors
         raise MergeError(f"soup: every --weight must be a finite number, got {weights}")
     if len(weights) != len(models) or sum(weights) == 0:
-        raise MergeError(f"soup: need one weight per model ({len(models)}) with a non-zero sum, got {weights}")
+        raise MergeError(f"soup: --weight needs one weight per model ({len(models)}) with a non-zero sum, "
+                         f"got {weights}")
     norm = [w / sum(weights) for w in weights]
 
     def average(_name, tensors):
@@ -252,7 +254,11 @@ def merge_lora(adapter: str | Path, out_dir: str | Path, base: str | None = None
     adapter = Path(adapter)
     if not (adapter / "adapter_config.json").is_file():
         raise MergeError(f"{adapter}: no adapter_config.json (not a LoRA adapter folder)")
+    given = base
     base = base or PeftConfig.from_pretrained(str(adapter)).base_model_name_or_path
+    if not base or is_model_path(base) and not Path(base).expanduser().is_dir():  # found before it loads
+        raise MergeError(f"--base {base or '(none)'}: no such model folder" + (
+            "" if given else f" (the base_model_name_or_path of {adapter}/adapter_config.json; give --base)"))
     out = check_out(out_dir, {"adapter": adapter, "--base": base})  # before the base model loads
     for src in (adapter, Path(base)):  # the tokenizer folder: its files (a chat template) land in the model
         if (src / "tokenizer_config.json").is_file():
@@ -281,6 +287,9 @@ def run_merge(method: str, models: list[str], output_dir: str, weights: list[flo
     method = method.replace("-", "_")
     if method not in METHODS:
         raise MergeError(f"method must be one of {', '.join(METHODS)} (got {method!r})")
+    for model in models:  # before any file is read: a missing one would surface as an OSError naming no input
+        if not Path(model).expanduser().is_dir():
+            raise MergeError(f"MODELS {model}: no such {'adapter' if method == 'lora' else 'model'} folder")
     if method == "soup":
         return soup(models, output_dir, weights, dtype)
     if method == "chat_vector":

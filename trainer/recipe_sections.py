@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tansaku.core.errors import InputError
-from tansaku.core.llm.scripted import parse_scripted_spec
 from tansaku.core.llm.settings import parse_api_keys
+from tansaku.core.llm.spec import check_spec
 from tansaku.core.llm.vllm_engine import check_engine_options
 
 
@@ -88,7 +88,7 @@ class JudgeSpec:
         # vLLM is imported for the names only where a vllm: judge has engine arguments
         engine_problem = self._engine_problem() if vllm and self.engine else None
         checks = [
-            (self._scripted_problem() is None, f"judge.model: {self._scripted_problem()}"),
+            (self._spec_problem() is None, self._spec_problem()),
             (http or not given, f"judge: {', '.join(given)} apply to http: judges only (judge.model is "
                                 f"{self.model!r})"),
             (vllm or self.engine is None, f"judge.engine: applies to vllm: judges only (judge.model is {self.model!r})"),
@@ -100,13 +100,14 @@ class JudgeSpec:
         ]
         return [message for ok, message in checks if not ok]
 
-    def _scripted_problem(self) -> str | None:
-        """Why a ``scripted:`` judge spec has none of the forms ``from_spec`` takes (refused with the recipe, before
-        any file is read or run)."""
-        if not (self.model or "").startswith("scripted:"):
+    def _spec_problem(self) -> str | None:
+        """Why ``model`` is no spec ``from_spec`` takes (``check_spec``, the check of every ``--judge``/``--llm``:
+        ``http:m@``, an unknown backend, a ``scripted:`` file of no known form …), refused with the recipe, before
+        any file is read or run; ``judge.model: …``."""
+        if self.model is None:
             return None
         try:
-            parse_scripted_spec(self.model)
+            check_spec(self.model, "judge.model")
         except InputError as exc:
             return str(exc)
         return None

@@ -65,7 +65,7 @@ from tansaku.trainer.recipes import (
 )
 from tansaku.trainer.report import plot_learning_curves, write_run_report
 from tansaku.trainer.rl_rewards import build_rewards, environment_name, rl_task
-from tansaku.trainer.run_folder import check_output_dir
+from tansaku.trainer.run_folder import check_output_dir, claimed_output_dir, full_disk_named
 from tansaku.trainer.sft import (
     check_reporters,
     peft_config,
@@ -350,30 +350,31 @@ def run_rl(config_path: str | os.PathLike, args: list[str] | None = None, skip_r
     made_judge = judge is None or isinstance(judge, str)
     judge = judge_client(recipe, judge, llm_options)
     check_recipe(recipe, judge)  # before the index build and the rollouts below: nothing here needs a model
-    write_recipe_copy(recipe)  # first: from now on the folder is provably this run's
-    ensure_indexes(recipe)
-    for spec in script_args.tasks:  # each opened once: a damaged index is one line, before any model loads
-        require_index(spec.index)
-    resume = resume_checkpoint(recipe)
-    model_path = resolve_model(recipe.model_args.model_name_or_path)
-    bands = None
-    if script_args.difficulty.samples:  # banding samples every candidate: it is the readiness check too
-        bands = band_prompts(recipe, model_path, {t.name: rl_task(t) for t in script_args.tasks}, judge)
-        readiness = []
-    else:
-        readiness = [] if skip_readiness or resume else check_readiness(recipe, model_path, judge)
-    trainer = build_rl_trainer(recipe, judge=judge, bands=bands)
-    try:
-        result = trainer.train(resume_from_checkpoint=resume)
-    finally:
-        if made_judge and judge is not None:  # made here from the recipe's spec: its connections end with the run
-            judge.close()
-    trainer.save_model(output_dir)
-    trainer.save_state()
-    watch = next(cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "RewardWatchCallback")
-    weights = dict(zip(trainer.reward_func_names, trainer.args.reward_weights or []))
-    report = write_run_report(output_dir, weights)  # run_report.json + learning_curves.png
-    plot_learning_curves(output_dir, report=report)
+    with claimed_output_dir(recipe), full_disk_named(output_dir):  # one run at a time into output_dir
+        write_recipe_copy(recipe)  # first: from now on the folder is provably this run's
+        ensure_indexes(recipe)
+        for spec in script_args.tasks:  # each opened once: a damaged index is one line, before any model loads
+            require_index(spec.index)
+        resume = resume_checkpoint(recipe)
+        model_path = resolve_model(recipe.model_args.model_name_or_path)
+        bands = None
+        if script_args.difficulty.samples:  # banding samples every candidate: it is the readiness check too
+            bands = band_prompts(recipe, model_path, {t.name: rl_task(t) for t in script_args.tasks}, judge)
+            readiness = []
+        else:
+            readiness = [] if skip_readiness or resume else check_readiness(recipe, model_path, judge)
+        trainer = build_rl_trainer(recipe, judge=judge, bands=bands)
+        try:
+            result = trainer.train(resume_from_checkpoint=resume)
+        finally:
+            if made_judge and judge is not None:  # made here from the recipe's spec: its connections end with it
+                judge.close()
+        trainer.save_model(output_dir)
+        trainer.save_state()
+        watch = next(cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "RewardWatchCallback")
+        weights = dict(zip(trainer.reward_func_names, trainer.args.reward_weights or []))
+        report = write_run_report(output_dir, weights)  # run_report.json + learning_curves.png
+        plot_learning_curves(output_dir, report=report)
     return {"output_dir": output_dir, "global_step": trainer.state.global_step,
             "training_loss": result.training_loss, "readiness": readiness, "warnings": watch.warnings,
             "difficulty": [band.summary() for band in (bands or {}).values()],

@@ -112,8 +112,9 @@ def _names(runs: list[str | Path]) -> list[str]:
     return [name if short.count(name) == 1 else str(run) for name, run in zip(short, runs)]
 
 
-def plot_seeds(result: dict, out_png: str | Path):
-    """One panel per ``DRAWN`` signal, one line per run (its collapse onsets marked ×); returns the figure."""
+def plot_seeds(result: dict, out_png: str | Path, option: str | None = None):
+    """One panel per ``DRAWN`` signal, one line per run (its collapse onsets marked ×); returns the figure.
+    ``option``: ``out_png`` is a file the user named with it (``tansaku.trainer.curves.save_figure``)."""
     from tansaku.trainer.curves import new_figure, save_figure
 
     figure, axes = new_figure(1, len(DRAWN), width=5.6, height=3.6)
@@ -138,7 +139,7 @@ def plot_seeds(result: dict, out_png: str | Path):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, framealpha=0.6)
     figure.suptitle("× collapse onset; shaded: a collapse several runs share", fontsize=9)
-    save_figure(figure, out_png)
+    save_figure(figure, out_png, option)
     return figure
 
 

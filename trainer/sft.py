@@ -32,7 +32,13 @@ from tansaku.trainer.length import apply_overlong, write_report
 from tansaku.trainer.model_card import name_base_model
 from tansaku.trainer.recipes import Recipe, RecipeError, load_recipe, require_model, resolve_model
 from tansaku.trainer.report import plot_loss_curve
-from tansaku.trainer.run_folder import check_output_dir
+from tansaku.trainer.run_folder import (
+    check_output_dir,
+    claimed_output_dir,
+    complete_checkpoint,
+    full_disk_named,
+    latest_checkpoint,
+)
 
 # What installs a report_to logger, where it is not the package of the logger's name.
 REPORTER_PACKAGES = {"trackio": "'tansaku[track]'", "azure_ml": "azureml-core", "flyte": "flytekit"}
@@ -89,15 +95,17 @@ def resume_checkpoint(recipe: Recipe) -> str | None:
     value, output_dir = recipe.training_args.resume_from_checkpoint, recipe.training_args.output_dir
     if value is None:
         return None
-    if value == "latest":
-        from transformers.trainer_utils import get_last_checkpoint
-
-        found = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    if value == "latest":  # the newest whole one: a save killed or stopped by a full disk is passed over
+        found = latest_checkpoint(output_dir) if Path(output_dir).is_dir() else None
         if found is None:
-            raise RecipeError(f"resume_from_checkpoint latest: no checkpoint-* folder in {output_dir}")
-        return found
+            raise RecipeError(f"resume_from_checkpoint latest: no complete checkpoint-* folder in {output_dir}")
+        return str(found)
     if not Path(value).is_dir():
         raise RecipeError(f"resume_from_checkpoint: {value} is not a checkpoint folder")
+    if not complete_checkpoint(value):
+        raise RecipeError(f"resume_from_checkpoint: {value} is an unfinished checkpoint (no readable "
+                          "trainer_state.json, which is saved last: its save was killed or ran out of disk); "
+                          "resume from an earlier checkpoint-* folder, or give latest")
     return value
 
 
@@ -170,11 +178,12 @@ def run_sft(config_path: str | os.PathLike, args: list[str] | None = None) -> di
     resume = resume_checkpoint(recipe)
     sft_config(recipe)  # before anything is written or loaded
     require_model(recipe.model_args.model_name_or_path)
-    write_recipe_copy(recipe)  # first: from now on the folder is provably this run's
-    trainer = build_sft_trainer(recipe)
-    result = trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(output_dir)
-    trainer.save_state()
-    plot_loss_curve(output_dir)  # output_dir/loss_curve.png
+    with claimed_output_dir(recipe), full_disk_named(output_dir):  # one run at a time into output_dir
+        write_recipe_copy(recipe)  # first: from now on the folder is provably this run's
+        trainer = build_sft_trainer(recipe)
+        result = trainer.train(resume_from_checkpoint=resume)
+        trainer.save_model(output_dir)
+        trainer.save_state()
+        plot_loss_curve(output_dir)  # output_dir/loss_curve.png
     return {"output_dir": output_dir, "global_step": trainer.state.global_step,
             "training_loss": result.training_loss, "metrics": result.metrics}

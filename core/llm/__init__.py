@@ -9,8 +9,9 @@
 Specs: ``http:MODEL@URL[,URL…]`` (``http:MODEL`` → ``OPENAI_BASE_URL``), ``vllm:MODEL``,
 ``transformers:PATH`` (a folder, a Hub id ``ORG/NAME`` or ``tiny``; a bare folder or Hub id means
 ``transformers:`` too), ``scripted:FILE.jsonl`` and ``scripted:FILE.py[:FUNCTION]`` (scripted responders; the
-``.py`` forms execute that file's code, like a plugin: ``tansaku.core.llm.scripted``). Backend modules
-import their heavy libraries only when used. A command's ``--no-cache`` / ``--api-key`` /
+``.py`` forms execute that file's code, like a plugin: ``tansaku.core.llm.scripted``), all read by the one
+parser ``parse_spec`` (``tansaku.core.llm.spec``), which every spec option also runs while it is parsed.
+Backend modules import their heavy libraries only when used. A command's ``--no-cache`` / ``--api-key`` /
 ``--extra-body`` / ``--concurrency`` / ``--llm-option`` (vLLM engine arguments, ``vllm:`` clients) reach the
 clients it builds as one ``LLMOptions`` (``llm_options=``).
 
@@ -22,7 +23,6 @@ parser of it. ``parse_json`` (from there) repairs JSON by default, for teacher/j
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from tansaku.core.errors import InputError
@@ -30,17 +30,15 @@ from tansaku.core.parsing import LLMBadJSON, parse_json
 
 from .base import ChatRequest, ChatResult, LLMClient
 from .cache import ResponseCache, default_cache_path
-from .identity import is_hub_id
 from .json_calls import ask_json, checked_json, json_answer, json_answers
 from .scripted import ScriptedLLM, load_scripted
 from .settings import LLMOptions, api_base, cache_disabled, key_for
-
-# MODEL@URL where URL starts with a scheme: the first such '@' ends the model id, so URLs may carry user:pass@.
-_MODEL_AT_URL = re.compile(r"^(?P<model>.+?)@(?P<urls>https?://.+)$")
+from .spec import bare_model_problem, parse_spec
 
 __all__ = [
     "ChatRequest", "ChatResult", "LLMBadJSON", "LLMClient", "LLMOptions", "ResponseCache", "ScriptedLLM", "as_client",
     "ask_json", "checked_json", "default_cache_path", "from_spec", "json_answer", "json_answers", "parse_json",
+    "parse_spec",
 ]
 
 
@@ -66,17 +64,20 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
     ``max_concurrency=32``, ``batch_size=4``, ``tensor_parallel_size=8``).
     """
     given = llm_options or LLMOptions()
-    kind, _, rest = spec.partition(":")
-    if not rest and (Path(spec).expanduser().exists() or (spec.count("/") == 1 and is_hub_id(spec))):
-        # a bare folder or ORG/NAME Hub id: what `--model` takes everywhere
-        kind, rest = "transformers", spec
-    if not rest:
-        raise InputError(f"LLM spec {spec!r} must look like http:MODEL@URL, vllm:MODEL, transformers:PATH, "
-                         "scripted:FILE.jsonl or scripted:FILE.py[:FUNCTION]")
+    kind, parts = parse_spec(spec)  # the one grammar (tansaku.core.llm.spec), read before anything is built
+    if kind == "model":  # a bare folder or ORG/NAME Hub id: what `--model` takes everywhere
+        if problem := bare_model_problem(spec):
+            raise InputError(problem)
+        kind, parts = "transformers", (spec,)
     if kind == "http":
         from .http_backend import HTTPClient
 
-        model, urls = _http_target(spec, rest)
+        model, urls = parts[0], list(parts[1])
+        if not urls:
+            if not os.environ.get("OPENAI_BASE_URL"):
+                raise InputError(f"http spec {spec!r} names no server: use http:MODEL@URL[,URL…] or set "
+                                 "OPENAI_BASE_URL")
+            urls = [os.environ["OPENAI_BASE_URL"]]
         if given.api_keys:  # a key given here wins over the command's, per endpoint
             options["api_key"] = {api_base(u): key_for(u, options.get("api_key"), given.api_keys) for u in urls}
         options = {**given.client_options("http"), **options}
@@ -85,33 +86,13 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
         from .vllm_backend import VLLMClient
 
         options = {**given.client_options("vllm"), **options}  # an engine argument given here wins, as for http
-        return VLLMClient(rest, cache=_open_cache(cache, True, given), **options)
+        return VLLMClient(parts[0], cache=_open_cache(cache, True, given), **options)
     if kind == "transformers":
         from .transformers_backend import TransformersClient
 
-        return TransformersClient(rest, cache=_open_cache(cache, True, given), **options)
-    if kind == "scripted":  # FILE.jsonl, or FILE.py[:FUNCTION] whose code runs (the one grammar: parse_scripted_spec)
-        return load_scripted(spec, cache=_open_cache(cache, False, given), **options)
-    raise InputError(f"unknown LLM backend {kind!r} in spec {spec!r} (http, vllm, transformers, scripted)")
-
-
-def _http_target(spec: str, rest: str) -> tuple[str, list[str]]:
-    """``MODEL@URL[,URL…]`` → (model, URLs); ``MODEL`` alone → the ``OPENAI_BASE_URL`` server."""
-    match = _MODEL_AT_URL.match(rest)
-    if match:
-        model, urls = match["model"], re.split(r",(?=https?://)", match["urls"])
-    elif "@" in rest:  # MODEL@host:port without a scheme: plain http. At the first @, so that in
-        # MODEL@user:pass@host the credentials stay in the URL (where they are sent and masked), not in the model id
-        model, _, text = rest.partition("@")
-        urls = [u if "://" in u else f"http://{u}" for u in text.split(",") if u]
-    elif os.environ.get("OPENAI_BASE_URL"):
-        model, urls = rest, [os.environ["OPENAI_BASE_URL"]]
-    else:
-        raise InputError(f"http spec {spec!r} names no server: use http:MODEL@URL[,URL…] or set OPENAI_BASE_URL")
-    urls = [u.strip() for u in urls if u.strip()]
-    if not model or not urls:
-        raise InputError(f"http spec {spec!r} must be http:MODEL@URL[,URL…]")
-    return model, urls
+        return TransformersClient(parts[0], cache=_open_cache(cache, True, given), **options)
+    # scripted: FILE.jsonl, or FILE.py[:FUNCTION] whose code runs (parse_spec has read which)
+    return load_scripted(spec, cache=_open_cache(cache, False, given), **options)
 
 
 def as_client(spec_or_client, cache: ResponseCache | str | os.PathLike | bool | None = "default",

@@ -1,10 +1,11 @@
 """The command-line options every command that names an LLM shares: ``--no-cache``, ``--api-key``,
 ``--extra-body``, ``--concurrency``, ``--llm-option`` (vLLM engine arguments), and ``llm_options`` that turns
 their values into the one ``LLMOptions`` the command hands to its pipeline (nothing is stored per process: two
-commands in one process, or one after another, never see each other's options). A malformed value is refused
-before the command starts, with Typer's usage box and exit 2 (as for any option Typer validates): the
-callbacks check the values (an ``--llm-option`` name against vLLM's ``EngineArgs``,
-``tansaku.core.llm.vllm_engine``), ``llm_options`` parses them.
+commands in one process, or one after another, never see each other's options). A value that is never usable
+is refused while Typer parses the command line, before any model loads or server starts, in one
+``error: --option: …`` line (exit 2): each option's ``LLMOptionType`` reads its value as ``llm_options`` will
+(the grammar is ``tansaku.core.llm.option_values``; an ``--llm-option`` name is checked against vLLM's
+``EngineArgs``, ``tansaku.core.llm.vllm_engine``), and ``llm_options`` parses them for the command.
 
     @app.command()
     def run(llm: str, no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
@@ -18,32 +19,39 @@ from typing import Annotated
 
 import typer
 
+from tansaku.core.cli_types import NumberType, OptionType, option, refuse
+from tansaku.core.errors import InputError, TansakuError
+
 from .settings import LLMOptions, load_extra_body, parse_api_keys
 from .vllm_engine import check_engine_options, parse_engine_options
 
 
-def _check_api_keys(values):
-    try:
-        parse_api_keys(values)
-        return values
-    except Exception as exc:  # noqa: BLE001 - shown as click's one "Invalid value" line
-        raise typer.BadParameter(str(exc)) from None
+class LLMOptionType(OptionType):
+    """One value of an LLM option, checked by ``read``: the function ``llm_options`` reads it with, so the parse
+    accepts exactly what the command will use (``option_values``' grammar: a key an HTTP header carries, a body
+    JSON can send, an engine argument with finite numbers and no control character). A refusal is one
+    ``error: --option: …`` line (exit 2) before any work; the value itself is kept as given."""
 
+    def __init__(self, option: str, read):
+        super().__init__(option)
+        self.read = read
 
-def _check_extra_body(value):
-    try:
-        load_extra_body(value)
+    def check(self, value):
+        try:
+            self.read(value)
+        except (TansakuError, OSError, ValueError, RecursionError) as exc:  # any way a value fails: one line
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(text if text.startswith(self.option) else f"{self.option}: {text}") from None
         return value
-    except Exception as exc:  # noqa: BLE001 - shown as click's one "Invalid value" line
-        raise typer.BadParameter(str(exc)) from None
 
 
-def _check_engine_options(values):
-    try:  # the names too, so a misspelt one is refused before any work (not when vLLM starts, on the GPU)
-        check_engine_options(parse_engine_options(values))
-        return values
-    except Exception as exc:  # noqa: BLE001 - shown as click's one "Invalid value" line
-        raise typer.BadParameter(str(exc)) from None
+def _check_engine_list(values):
+    """The ``--llm-option`` values together: one name given twice with different values is refused."""
+    try:
+        parse_engine_options(values)
+    except InputError as exc:
+        refuse(InputError(f"--llm-option: {exc}"))
+    return values
 
 
 def llm_options(no_cache: bool = False, api_key: dict[str, str] | list[str] | None = None,
@@ -64,20 +72,21 @@ def llm_options(no_cache: bool = False, api_key: dict[str, str] | list[str] | No
 
 NoCache = Annotated[bool, typer.Option(
     "--no-cache", help="Neither read nor write the LLM response cache (also TANSAKU_NO_CACHE=1).")]
-ApiKey = Annotated[list[str] | None, typer.Option(
-    "--api-key", callback=_check_api_keys,
+ApiKey = Annotated[list[str] | None, option(
+    "--api-key", parser=LLMOptionType("--api-key", lambda value: parse_api_keys([value])),
     help="Key for http: LLM servers: KEY, URL=KEY for one server, @FILE to read it, env:NAME to send that "
          "environment variable; repeat for several. Without it $OPENAI_API_KEY goes only to $OPENAI_BASE_URL "
          "(default api.openai.com); other servers get EMPTY.")]
-ExtraBody = Annotated[str | None, typer.Option(
-    "--extra-body", callback=_check_extra_body,
+ExtraBody = Annotated[str | None, option(
+    "--extra-body", parser=LLMOptionType("--extra-body", load_extra_body),
     help="JSON object merged into every http: request body (e.g. '{\"chat_template_kwargs\": "
          "{\"enable_thinking\": false}}'), or @FILE.yaml.")]
-Concurrency = Annotated[int | None, typer.Option(
-    "--concurrency", min=1,
+Concurrency = Annotated[int | None, option(
+    "--concurrency", parser=NumberType("--concurrency", min=1),
     help="Requests in flight per http: endpoint (its slots; default 64): LLM stages keep slots × endpoints "
          "records in flight. Set it to what one server serves at once (vLLM --max-num-seqs).")]
-LlmOption = Annotated[list[str] | None, typer.Option(
-    "--llm-option", metavar="KEY=VALUE", callback=_check_engine_options,
+LlmOption = Annotated[list[str] | None, option(
+    "--llm-option", metavar="KEY=VALUE", callback=_check_engine_list,
+    parser=LLMOptionType("--llm-option", lambda value: check_engine_options(parse_engine_options([value]))),
     help="vLLM engine argument for vllm: LLM specs (tensor_parallel_size=8, max_model_len=16384, "
          "gpu_memory_utilization=0.85 …); repeat for several. Checked against vLLM's EngineArgs.")]

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.value_checks import repo_id_problem
 
 # Small files that change the rendered prompt or the generation defaults: hashed whole.
 _PROMPT_FILES = ("*.json", "*.jinja")
@@ -42,16 +43,11 @@ def hub_cache_dir() -> Path:
 
 
 def is_hub_id(name: str) -> bool:
-    """``org/name`` (or ``name``) as the Hub validates repo ids, and not a path-looking string."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
+    """``org/name`` (or ``name``) as the Hub validates repo ids (``tansaku.core.value_checks.repo_id_problem``,
+    the one check every repo-id option runs), and not a path-looking string."""
     if name.startswith((".", "/", "~")) or name.endswith("/") or os.sep + os.sep in name:
         return False
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
+    return repo_id_problem(name) is None
 
 
 def cached_snapshot(repo_id: str) -> Path | None:

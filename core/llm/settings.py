@@ -39,6 +39,9 @@ from typing import Any
 
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.input_files import refuse_special
+
+from .option_values import MAX_BODY_CHARS, MAX_KEY_CHARS, key_problem, value_problem
 
 
 @dataclass(frozen=True)
@@ -82,14 +85,26 @@ def cache_disabled(options: LLMOptions | None = None) -> bool:
         os.environ.get("TANSAKU_NO_CACHE", "").lower() in {"1", "true", "yes"}
 
 
-def _read_value(text: str, what: str) -> str:
-    """``@FILE`` → the file's text (keeps secrets out of ``ps`` and shell history), else the text itself."""
+def _read_value(text: str, what: str, limit: int) -> str:
+    """``@FILE`` → the file's text (keeps secrets out of ``ps`` and shell history), else the text itself; a file
+    over ``limit`` bytes is refused unread (a key or a body is small: a large file is the wrong one)."""
     if not text.startswith("@"):
         return text
+    if not text[1:].strip():
+        raise InputError(f"{what} @: name the file after the @ (@FILE)")
     path = Path(text[1:]).expanduser()
+    refuse_special(path, what)  # a FIFO named here would block the read: refused before it is opened
+    if path.is_dir():
+        raise InputError(f"{what} file {path} is a folder, not a file")
     if not path.is_file():
         raise MissingInputError(f"{what} file not found: {path}")
-    return path.read_text(encoding="utf-8")
+    try:
+        if path.stat().st_size > limit:
+            raise InputError(f"{what} file {path} is {path.stat().st_size} bytes, over the {limit} it may have")
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:  # unreadable, or not UTF-8 text: one line, not a traceback
+        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc.strerror or type(exc).__name__
+        raise InputError(f"{what} file {path} cannot be read ({reason})") from None
 
 
 def _read_key(text: str) -> str:
@@ -98,9 +113,20 @@ def _read_key(text: str) -> str:
     if text.startswith("env:"):
         name = text.removeprefix("env:")
         if not os.environ.get(name, "").strip():
-            raise InputError(f"--api-key env:{name}: the environment variable {name or '(no name)'} is not set")
+            raise InputError(f"--api-key: env:{name}: the environment variable {name or '(no name)'} is not set")
         return os.environ[name].strip()
-    return _read_value(text, "API key").strip()
+    return _read_value(text, "--api-key: key", MAX_KEY_CHARS).strip()
+
+
+def _checked_key(text: str, url: str | None = None) -> str:
+    """The key ``text`` gives (:func:`_read_key`), refused when no HTTP header could carry it
+    (``option_values.key_problem``); the refusal names where the key came from, never the key."""
+    key = _read_key(text)
+    if problem := key_problem(key):
+        source = text if text.startswith(("@", "env:")) else ""  # a file or variable name, not a secret
+        where = "".join(f"{part}: " for part in (url, source) if part)  # "--api-key X" would read as a secret
+        raise InputError(f"--api-key: {where}{problem}")
+    return key
 
 
 def parse_api_keys(values: list[str] | None) -> dict[str, str]:
@@ -110,27 +136,35 @@ def parse_api_keys(values: list[str] | None) -> dict[str, str]:
         if value.startswith(("http://", "https://")):
             url, eq, key = value.partition("=")
             if not eq or not key:
-                raise InputError(f"--api-key {url}: give it as URL=KEY")
-            keys[api_base(url)] = _read_key(key)
+                raise InputError(f"--api-key: {url}: give it as URL=KEY")
+            keys[api_base(url)] = _checked_key(key, url)
         else:
-            keys["*"] = _read_key(value)
+            keys["*"] = _checked_key(value)
     return keys
 
 
 def load_extra_body(text: str | None) -> dict | None:
-    """``--extra-body``: a JSON object, or ``@FILE`` with a YAML/JSON mapping."""
-    if text is None or not text.strip():
+    """``--extra-body``: a JSON object, or ``@FILE`` with a YAML/JSON mapping; None for None. Refused: empty text,
+    over ``MAX_BODY_CHARS``, and what JSON cannot send (``option_values.value_problem``: NaN, Infinity …)."""
+    if text is None:
         return None
     import yaml
 
-    source = _read_value(text.strip(), "--extra-body")
+    if not text.strip():
+        raise InputError("--extra-body is empty: give a JSON object (e.g. '{\"top_k\": 20}') or @FILE.yaml")
+    source = _read_value(text.strip(), "--extra-body", MAX_BODY_CHARS)
+    if len(source) > MAX_BODY_CHARS:
+        raise InputError(f"--extra-body is {len(source)} characters, over the {MAX_BODY_CHARS} a request body "
+                         "may add")
     try:
         data = jsontext.loads(source) if not text.startswith("@") else yaml.safe_load(source)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).splitlines()[0]
+    except (json.JSONDecodeError, yaml.YAMLError, RecursionError) as exc:  # YAML's parser recurses per level
+        first = str(exc).splitlines()[0] if str(exc).strip() else "nested too deeply"
         raise InputError(f"--extra-body is not valid {'JSON' if not text.startswith('@') else 'YAML'}: {first}") from None
     if not isinstance(data, dict):
         raise InputError(f"--extra-body must be a mapping (e.g. '{{\"top_k\": 20}}'), got {type(data).__name__}")
+    if problem := value_problem(data, json_only=True):
+        raise InputError(f"--extra-body {problem}")
     return data
 
 

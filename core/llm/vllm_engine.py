@@ -24,6 +24,8 @@ from typing import Any
 
 from tansaku.core.errors import InputError
 
+from .option_values import MAX_ENGINE_DEPTH, engine_text_problem, shown, value_problem
+
 # EngineArgs fields of every recent vLLM (0.8 … 0.11): what the options are checked against without vLLM.
 COMMON_ENGINE_ARGS = frozenset({
     "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel",
@@ -59,6 +61,8 @@ def check_engine_options(options: dict[str, Any] | None) -> dict[str, Any]:
     installed = installed_engine_args()
     known = installed[1] if installed else COMMON_ENGINE_ARGS
     for name in sorted(options):
+        if name in known and (problem := value_problem(options[name], controls=True, max_depth=MAX_ENGINE_DEPTH)):
+            raise InputError(f"vLLM engine option {name}: the value {problem}")  # vLLM would fail on it, later
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
             hint = f" (did you mean {' or '.join(close)}?)" if close else ""
@@ -86,11 +90,14 @@ def parse_engine_options(values: list[str] | None) -> dict[str, Any]:
         key, eq, raw = text.partition("=")
         key = key.strip().replace("-", "_")
         if not eq or not key:
-            raise InputError(f"{text!r}: give an engine option as KEY=VALUE (e.g. tensor_parallel_size=8)")
+            raise InputError(f"{shown(text)}: give an engine option as KEY=VALUE (e.g. tensor_parallel_size=8)")
+        if problem := engine_text_problem(text):  # before YAML reads it: its parser recurses per level
+            raise InputError(f"engine option {shown(text)} {problem}")
         try:
             value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError as exc:
-            raise InputError(f"{text!r}: the value is not valid YAML ({str(exc).splitlines()[0]})") from None
+        except (yaml.YAMLError, RecursionError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc).strip() else "nested too deeply"
+            raise InputError(f"{shown(text)}: the value is not valid YAML ({reason})") from None
         if key in found and found[key] != value:
             raise InputError(f"engine option {key} given twice ({found[key]!r} and {value!r})")
         found[key] = value

@@ -91,7 +91,7 @@ def backend_for(spec: str | Path, backend: str | None = None) -> type[Backend]:
     # opensearch-py), and a search worker (workers.py) that imports this package starts fast.
     if backend == "embedded":
         if is_opensearch_spec(spec):
-            raise InputError(f"{spec} names an OpenSearch index; pass --backend opensearch")
+            raise InputError(f"--index {spec} names an OpenSearch index; pass --backend opensearch")
         from .embedded import EmbeddedBackend
 
         return EmbeddedBackend

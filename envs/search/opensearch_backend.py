@@ -16,13 +16,12 @@ Japanese analysis: ``kuromoji`` (analysis-kuromoji plugin, bundled with most dis
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from urllib.parse import urlparse
 
 from tansaku.core.errors import InputError
+from tansaku.core.index_target import index_name_problem, parse_service
 
 from .base import Hit, SearchResult, highlight_texts, make_snippet
 from .documents import iter_chunks, iter_documents, keyword_fields_of
@@ -41,29 +40,17 @@ JA_ANALYSIS = {
 }
 
 
-# What an index name may not hold or start with: these would make the one index a search across several
-# (``a,b``, ``logs-*``, ``_all``) or a path, and OpenSearch refuses them in an index name anyway.
-_BAD_NAME = re.compile(r'[\\/*?"<>|,#:\s]|^[_\-+]|^\.\.?$')
-
-
 def parse_spec(spec: str | Path) -> tuple[str | None, str]:
     """(cluster URL, or None for $OPENSEARCH_URL; index name) of ``opensearch:NAME``, ``http(s)://host:port/NAME``
-    or a bare ``NAME`` (``--backend opensearch``). InputError, one line, for a spec that names no one index."""
+    (``tansaku.core.index_target``'s grammar, the one every ``--index`` option is checked by) or a bare ``NAME``
+    (``--backend opensearch``). InputError, one line, for a spec that names no one index."""
     spec = str(spec)
-    url = None
-    if spec.startswith("opensearch:"):
-        name = spec.split(":", 1)[1]
-    elif spec.startswith(("http://", "https://")):
-        u = urlparse(spec)
-        name, url = u.path.strip("/"), f"{u.scheme}://{u.netloc}"
-        if not u.netloc or not name or "/" in name:
-            raise InputError(f"{spec}: give the index as the URL path, e.g. https://host:9200/my-index")
-    else:
-        name = spec
-    if not name or _BAD_NAME.search(name):
-        raise InputError(f"{spec!r} names no one OpenSearch index: an index name has no * , / \\ # : or spaces "
-                         "and does not start with _ - +, e.g. opensearch:my-index")
-    return url, name
+    service = parse_service(spec)
+    if service is not None:
+        return service
+    if problem := index_name_problem(spec):
+        raise InputError(f"{spec!r} {problem}")
+    return None, spec
 
 
 def client_from_env(url: str | None = None):

@@ -46,7 +46,7 @@ from tansaku.envs.search import open_index, require_index
 from tansaku.envs.tasks import DeepResearch, Task
 from tansaku.pipelines.deepresearch import PROMPTS
 from tansaku.pipelines.deepresearch.clarify import make_clarify_stage_fn, select_for_clarification
-from tansaku.pipelines.deepresearch.config import KEYWORD_FIELDS, DeepResearchConfig
+from tansaku.pipelines.deepresearch.config import DEMO_SPEC, KEYWORD_FIELDS, DeepResearchConfig
 from tansaku.pipelines.deepresearch.demo_llm import demo_llm
 from tansaku.pipelines.deepresearch.instructions import make_instruction_stage_fn, make_single_page_stage_fn
 from tansaku.pipelines.deepresearch.keywords import keyword_groups
@@ -65,7 +65,6 @@ COLUMN_TYPES = {**QUESTION_COLUMNS, "dialogue": PROMPT, "rubric": pa.list_(_RUBR
                 "quality_score": pa.float64(), "quality_scores": pa.list_(pa.float64()),
                 **{name: STRINGS for name in ("entities", "supporting_doc_ids", "searched_doc_ids",
                                               "unconfirmed_doc_ids", "search_queries")}}
-DEMO_SPEC = "scripted:deepresearch"
 
 
 # What fixes a build that kept no instruction, per stage (tansaku.core.out_folder.refuse_empty).

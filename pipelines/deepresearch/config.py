@@ -31,12 +31,14 @@ from tansaku.core.build_config import (
     option,
     seed_option,
 )
+from tansaku.core.value_checks import DATASET, INDEX
 
 MIN_SOURCES, MAX_TURNS, SEARCH_TOP_K = 2, 6, 5
 QUALITY_THRESHOLD, QUALITY_FLOOR = 3.5, 2.0
 MIN_SPECIFIC, MAX_GENERIC_SHARE = 2, 0.5
 SINGLE_PAGE_CHARS, RUBRIC_CHARS = 3000, 600
 BATCH_SIZE, CHUNK_SIZE = 16, 64
+DEMO_SPEC = "scripted:deepresearch"  # the built-in demo script (demo_llm), a spec no file backs
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,10 @@ class KeywordConfig:
 
 @dataclass(frozen=True)
 class DeepResearchConfig(BuildConfig):
-    corpus: Path = option(help="Document dataset (synth build corpus).")
-    index: str = option(help="Search index over that corpus.")
-    llm: str = option(llm=True, help="LLM spec (http:…, vllm:…, transformers:…, scripted:…).")
-    clarify_share: float = option(0.5, help="Share of instructions with clarifying Q/A (a seeded draw per instruction).")
+    corpus: Path = option(path=DATASET, help="Document dataset (synth build corpus).")
+    index: str = option(path=INDEX, help="Search index over that corpus.")
+    llm: str = option(llm=True, builtins=(DEMO_SPEC,), help="LLM spec (http:…, vllm:…, transformers:…, scripted:…).")
+    clarify_share: float = option(0.5, min=0, max=1, help="Share of instructions with clarifying Q/A (a seeded draw per instruction).")
     limit: int | None = limit_option("keyword groups")
     seed: int = seed_option()
     heldout_share: float = heldout_share_option("instructions")
@@ -78,39 +80,39 @@ class DeepResearchConfig(BuildConfig):
     license_file: Path | None = license_file_option()
     name: str | None = option(None, recipe=False, help="Dataset name (default: deepresearch).")
     # The writer agent (instructions.py).
-    max_turns: int = option(MAX_TURNS, help="Turns of the instruction writer's search episode.")
-    min_sources: int = option(MIN_SOURCES, help="Supporting articles the writer must confirm through search.")
-    search_top_k: int = option(SEARCH_TOP_K, help="Hits per search call of the instruction writer.")
+    max_turns: int = option(MAX_TURNS, min=1, help="Turns of the instruction writer's search episode.")
+    min_sources: int = option(MIN_SOURCES, min=1, help="Supporting articles the writer must confirm through search.")
+    search_top_k: int = option(SEARCH_TOP_K, min=1, help="Hits per search call of the instruction writer.")
     # The judges (instructions.py, quality.py, rubric.py).
-    single_page_chars: int = option(SINGLE_PAGE_CHARS, help="Characters of each supporting article the "
+    single_page_chars: int = option(SINGLE_PAGE_CHARS, min=1, help="Characters of each supporting article the "
                                                             "single-page judge reads.")
-    quality_threshold: float = option(QUALITY_THRESHOLD, help="Keep instructions whose mean quality score "
+    quality_threshold: float = option(QUALITY_THRESHOLD, min=0, help="Keep instructions whose mean quality score "
                                                               "(1–5) reaches this.")
-    quality_floor: float = option(QUALITY_FLOOR, help="… and whose every quality criterion scores at least this.")
-    min_specific: int = option(MIN_SPECIFIC, help="Rubric criteria that must name an entity of the instruction.")
-    max_generic_share: float = option(MAX_GENERIC_SHARE, help="Most rubric weight on criteria that name none.")
-    rubric_chars: int = option(RUBRIC_CHARS, help="Characters of each supporting article the rubric writer reads.")
+    quality_floor: float = option(QUALITY_FLOOR, min=0, help="… and whose every quality criterion scores at least this.")
+    min_specific: int = option(MIN_SPECIFIC, min=0, help="Rubric criteria that must name an entity of the instruction.")
+    max_generic_share: float = option(MAX_GENERIC_SHARE, min=0, max=1, help="Most rubric weight on criteria that name none.")
+    rubric_chars: int = option(RUBRIC_CHARS, min=1, help="Characters of each supporting article the rubric writer reads.")
     # The keyword groups (keywords.py): KeywordConfig's fields, its defaults.
-    keyword_min_df: int = option(KeywordConfig.min_df, help="A keyword must occur in at least this many articles …")
-    keyword_max_df_ratio: float = option(KeywordConfig.max_df_ratio,
+    keyword_min_df: int = option(KeywordConfig.min_df, min=1, help="A keyword must occur in at least this many articles …")
+    keyword_max_df_ratio: float = option(KeywordConfig.max_df_ratio, min=0, max=1,
                                          help="… and in at most this share of the corpus …")
-    keyword_max_df_floor: int = option(KeywordConfig.max_df_floor,
+    keyword_max_df_floor: int = option(KeywordConfig.max_df_floor, min=0,
                                        help="… but that bound is never below this many articles.")
-    keyword_min_chars: int = option(KeywordConfig.min_chars, help="Shortest keyword (characters).")
-    keyword_max_chars: int = option(KeywordConfig.max_chars, help="Longest keyword (characters).")
-    keyword_min_compound_chars: int = option(KeywordConfig.min_compound_chars,
+    keyword_min_chars: int = option(KeywordConfig.min_chars, min=1, help="Shortest keyword (characters).")
+    keyword_max_chars: int = option(KeywordConfig.max_chars, min=1, help="Longest keyword (characters).")
+    keyword_min_compound_chars: int = option(KeywordConfig.min_compound_chars, min=1,
                                              help="A compound of common nouns only is a keyword from this length on.")
-    keyword_group_size: int = option(KeywordConfig.group_size, help="Keywords per group (the seed included).")
-    keyword_min_cooccur: int = option(KeywordConfig.min_cooccur,
+    keyword_group_size: int = option(KeywordConfig.group_size, min=2, help="Keywords per group (the seed included).")
+    keyword_min_cooccur: int = option(KeywordConfig.min_cooccur, min=1,
                                       help="Articles a group's seed and each member must share.")
-    keyword_min_articles: int = option(KeywordConfig.min_articles, help="Articles a group must span.")
-    keyword_max_overlap: float = option(KeywordConfig.max_overlap,
+    keyword_min_articles: int = option(KeywordConfig.min_articles, min=1, help="Articles a group must span.")
+    keyword_max_overlap: float = option(KeywordConfig.max_overlap, min=0, max=1,
                                         help="Skip a group this similar (Jaccard) to a better one.")
-    keyword_max_groups: int | None = option(KeywordConfig.max_groups,
+    keyword_max_groups: int | None = option(KeywordConfig.max_groups, min=1,
                                             help="Stop grouping after this many groups (none: all).")
-    keyword_max_per_doc: int = option(KeywordConfig.max_per_doc, help="Keywords per article, most specific first.")
-    batch_size: int = option(BATCH_SIZE, help="Records per LLM stage call.")
-    chunk_size: int = option(CHUNK_SIZE, help="Records per checkpoint chunk (documents, then keyword groups; "
+    keyword_max_per_doc: int = option(KeywordConfig.max_per_doc, min=1, help="Keywords per article, most specific first.")
+    batch_size: int = option(BATCH_SIZE, min=1, help="Records per LLM stage call.")
+    chunk_size: int = option(CHUNK_SIZE, min=1, help="Records per checkpoint chunk (documents, then keyword groups; "
                                               "the unit of resume and of --shard).")
 
     def keyword_config(self) -> KeywordConfig:

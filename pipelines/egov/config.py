@@ -21,6 +21,7 @@ from tansaku.core.build_config import (
     rl_share_option,
     seed_option,
 )
+from tansaku.core.value_checks import INDEX, INPUT
 
 # Defaults the stage modules share: here, so `synth --help` reads them without importing pyarrow.
 LAWS_PER_CHUNK = 50  # law files per checkpoint of the article build (and the unit a --shard takes)
@@ -30,10 +31,10 @@ QUESTIONS_PER_CHUNK = 200
 
 @dataclass(frozen=True)
 class EgovConfig(BuildConfig):
-    laws: list[Path] = option(help="Folder or zip of e-Gov law XML files (repeat the option for several).")
+    laws: list[Path] = option(path=INPUT, help="Folder or zip of e-Gov law XML files (repeat the option for several).")
     llm: str | None = option(None, llm=True, help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | "
                                                   "transformers:PATH|tiny | scripted:FILE.jsonl")
-    index: Path | None = option(None, help="Search index for the retrieval-rank signal.")
+    index: Path | None = option(None, path=INDEX, help="Search index for the retrieval-rank signal.")
     limit: int | None = limit_option()
     seed: int = seed_option()
     heldout_share: float = heldout_share_option()
@@ -41,23 +42,23 @@ class EgovConfig(BuildConfig):
     keep_rejected: bool = option(True, flag="--keep-rejected/--no-keep-rejected",
                                  help="Also write every dropped question (and article) with its stage and reason "
                                       "as the 'rejected' split (cheap: a few thousand small rows).")
-    per_article: int = option(2, help="Without --llm: rule-based questions per article, at most.")
-    min_article_chars: int = option(MIN_ARTICLE_CHARS, help="With --llm: articles shorter than this get no "
+    per_article: int = option(2, min=1, help="Without --llm: rule-based questions per article, at most.")
+    min_article_chars: int = option(MIN_ARTICLE_CHARS, min=0, help="With --llm: articles shorter than this get no "
                                                             "question (too little to ask about).")
-    judge_threshold: float = option(0.75, help="With --llm: keep questions the LLM judge's rubric scores at least "
+    judge_threshold: float = option(0.75, min=0, max=1, help="With --llm: keep questions the LLM judge's rubric scores at least "
                                                "this (0–1).")
-    dedup_threshold: float = option(0.85, help="Drop a question whose char-3-gram Jaccard similarity (question + "
+    dedup_threshold: float = option(0.85, min=0, max=1, help="Drop a question whose char-3-gram Jaccard similarity (question + "
                                                "answer) to one kept before it is at least this (0–1).")
     retrieval: bool = option(True, flag="--retrieval/--no-retrieval",
                              help="Rank each question's source article in a search for the question "
                                   "(retrieval_rank; the index is built at --out/index unless --index names "
                                   "one, which turns it on).")
-    retrieval_k: int = option(20, help="Search hits the retrieval rank looks through (beyond: no rank).")
-    max_retrieval_rank: int | None = option(None, help="Drop questions whose source article is not in the top N "
+    retrieval_k: int = option(20, min=1, help="Search hits the retrieval rank looks through (beyond: no rank).")
+    max_retrieval_rank: int | None = option(None, min=1, help="Drop questions whose source article is not in the top N "
                                                        "hits for the question (default: keep every question).")
-    laws_per_chunk: int = option(LAWS_PER_CHUNK, help="Law files per checkpoint chunk of the article build (the "
+    laws_per_chunk: int = option(LAWS_PER_CHUNK, min=1, help="Law files per checkpoint chunk of the article build (the "
                                                       "unit of resume and of --shard).")
-    chunk_size: int = option(QUESTIONS_PER_CHUNK, help="Articles per checkpoint chunk of the question build (the "
+    chunk_size: int = option(QUESTIONS_PER_CHUNK, min=1, help="Articles per checkpoint chunk of the question build (the "
                                                        "unit of resume).")
     license: str | None = license_option()
     license_file: Path | None = license_file_option()

@@ -20,6 +20,7 @@ from tansaku.core.build_config import (
     seed_option,
 )
 from tansaku.core.heldout import DEFAULT_RL_SHARE, DEFAULT_SHARE
+from tansaku.core.value_checks import DATASET, INDEX, INPUT_FILE
 
 # Defaults the stage modules share (chains.Caps, cardinality): here, so `synth --help` reads them without
 # importing polars.
@@ -28,52 +29,66 @@ DEFAULT_THRESHOLD = 0.9
 LLM_SPEC = "LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl"
 
 
+def stage_names() -> tuple[str, ...]:
+    """What ``--until`` takes (the build's stages; imported when a value is given: polars is not for --help)."""
+    from tansaku.pipelines.multihop.build import STAGES
+
+    return STAGES
+
+
+def phrasing_families() -> tuple[str, ...]:
+    """What ``--heldout-phrasing`` takes: the template frames' final forms (``questions.PHRASING_FAMILIES``)."""
+    from tansaku.pipelines.multihop.questions import PHRASING_FAMILIES
+
+    return tuple(PHRASING_FAMILIES)
+
+
 @dataclass(frozen=True)
 class MultihopConfig(BuildConfig):
-    corpus: Path | None = option(None, help="Document dataset (synth build corpus).")
-    triples: Path | None = option(None, help="JSONL triples or JEMHopQA JSON to start from instead of the corpus.")
-    index: Path | None = option(None, help="Search index for the solvability checks (default: the corpus, "
+    corpus: Path | None = option(None, path=DATASET, help="Document dataset (synth build corpus).")
+    triples: Path | None = option(None, path=INPUT_FILE, help="JSONL triples or JEMHopQA JSON to start from instead of the corpus.")
+    index: Path | None = option(None, path=INDEX, help="Search index for the solvability checks (default: the corpus, "
                                            "indexed into the work folder).")
     llm: str | None = option(None, llm=True, help=LLM_SPEC + " (questions and the quality loop; none: templates).")
     policy: str | None = option(None, llm=True, help="LLM spec of the agent that must solve each question.")
-    k: int = option(4, help="Agent tries per question.")
-    m: int | None = option(None, help="Keep questions solved at least m of k times, instead of --min-pass-rate "
+    k: int = option(4, min=1, help="Agent tries per question.")
+    m: int | None = option(None, min=0, help="Keep questions solved at least m of k times, instead of --min-pass-rate "
                                       "(not both).")
-    min_pass_rate: float | None = option(None, help="Keep questions solved in at least this share of the k tries "
+    min_pass_rate: float | None = option(None, min=0, max=1, help="Keep questions solved in at least this share of the k tries "
                                                     "(default 0.5: solved stably).")
-    max_pass_rate: float = option(1.0, help="Keep questions solved in at most this share (1.0 keeps the "
+    max_pass_rate: float = option(1.0, min=0, max=1, help="Keep questions solved in at most this share (1.0 keeps the "
                                             "always-solved; e.g. 0.75 for RL, whose always-solved questions "
                                             "teach nothing).")
-    until: str | None = option(None, help="Stop after this stage and write the records (triples, link, "
+    until: str | None = option(None, choices=stage_names, help="Stop after this stage and write the records (triples, link, "
                                           "cardinality, chains, questions, quality, prefilter, solve).")
     limit: int | None = limit_option("chains")
     seed: int = seed_option()
-    heldout_share: float = option(DEFAULT_SHARE, help="Share of bridge entities whose questions form the 'test' "
+    heldout_share: float = option(DEFAULT_SHARE, min=0, max=1, max_open=True, help="Share of bridge entities whose questions form the 'test' "
                                                       "split (0: none).")
-    rl_share: float = option(DEFAULT_RL_SHARE, help="Share of bridge entities whose questions form the 'rl' "
+    rl_share: float = option(DEFAULT_RL_SHARE, min=0, max=1, max_open=True, help="Share of bridge entities whose questions form the 'rl' "
                                                     "split: train rl's prompts, never in SFT's train split.")
     heldout_phrasing: list[str] = option(
-        factory=list, help="Phrasing families held out of every split but 'test_phrasing' (repeat the option or "
+        factory=list, choices=phrasing_families, split=",", help="Phrasing families held out of every split but 'test_phrasing' (repeat the option or "
                            "separate by commas): ask, wh, answer, about (the template frames' final forms); each "
                            "'test' chain is asked again in one of them. Template questions only (not with --llm).")
     keep_rejected: bool = option(False, flag="--keep-rejected/--no-keep-rejected",
                                  help="Also write every dropped record (stage, reason, record) as the "
                                       "'rejected' split (most drops are triples, many on a full Wikipedia).")
-    max_per_subject: int = option(MAX_PER_SUBJECT, help="Chains kept per subject entity (0 = no cap).")
-    max_per_bridge: int = option(MAX_PER_BRIDGE, help="Chains kept per bridge entity (0 = no cap).")
-    max_per_relation_pair: int = option(MAX_PER_RELATION_PAIR,
+    max_per_subject: int = option(MAX_PER_SUBJECT, min=0, help="Chains kept per subject entity (0 = no cap).")
+    max_per_bridge: int = option(MAX_PER_BRIDGE, min=0, help="Chains kept per bridge entity (0 = no cap).")
+    max_per_relation_pair: int = option(MAX_PER_RELATION_PAIR, min=0,
                                         help="Chains kept per (hop-1, hop-2) relation pair (0 = no cap).")
-    relations: Path | None = option(None, help="JSON table merged over the built-in relation names and phrasings "
+    relations: Path | None = option(None, path=INPUT_FILE, help="JSON table merged over the built-in relation names and phrasings "
                                                "(pipelines/multihop/relations.json).")
-    cardinality_threshold: float = option(DEFAULT_THRESHOLD, help="A relation is 1:1 / N:1 when this share of its "
+    cardinality_threshold: float = option(DEFAULT_THRESHOLD, min=0, max=1, help="A relation is 1:1 / N:1 when this share of its "
                                                                   "subjects has one object.")
-    min_support: int = option(3, help="Unique-looking relations seen on fewer subjects are checked by the LLM "
+    min_support: int = option(3, min=1, help="Unique-looking relations seen on fewer subjects are checked by the LLM "
                                       "(or dropped without one).")
-    max_rounds: int = option(2, help="Quality loop: judge → fix rounds per question.")
-    min_natural: int = option(3, help="Quality judge's naturalness bar (1–5).")
-    question_temperature: float = option(0.7, help="Sampling temperature of the LLM question writer.")
-    prefilter_size: int = option(10, help="Top hits searched per hop in the retrievability prefilter.")
-    chunk_size: int = option(1000, help="Records per checkpoint chunk (the unit of resume and of --shard).")
+    max_rounds: int = option(2, min=0, help="Quality loop: judge → fix rounds per question.")
+    min_natural: int = option(3, min=1, max=5, help="Quality judge's naturalness bar (1–5).")
+    question_temperature: float = option(0.7, min=0, help="Sampling temperature of the LLM question writer.")
+    prefilter_size: int = option(10, min=1, help="Top hits searched per hop in the retrievability prefilter.")
+    chunk_size: int = option(1000, min=1, help="Records per checkpoint chunk (the unit of resume and of --shard).")
     license: str | None = license_option("the corpus card's, else Wikipedia's cc-by-sa-4.0")
     license_file: Path | None = license_file_option()
 

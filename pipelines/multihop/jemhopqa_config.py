@@ -20,11 +20,12 @@ from tansaku.core.build_config import (
     option,
     seed_option,
 )
+from tansaku.core.value_checks import INPUT_FILE
 
 
 @dataclass(frozen=True)
 class JemhopqaImportConfig(BuildConfig):
-    path: Path = option(argument=True, help="JEMHopQA JSON file (e.g. corpus_ver1.2/dev_ver1.2.json).")
+    path: Path = option(argument=True, path=INPUT_FILE, help="JEMHopQA JSON file (e.g. corpus_ver1.2/dev_ver1.2.json).")
     seed: int = seed_option()
     heldout_share: float = heldout_share_option()
     license: str | None = license_option()

@@ -1,0 +1,145 @@
+"""The one grammar of LLM specs: :func:`parse_spec` reads a spec's text (and nothing else: no file, no network,
+no environment) into its backend and parts; ``from_spec`` builds clients from what it returns, and
+:func:`check_spec` validates every option that takes a spec (``--llm``, ``--teacher``, ``--translator``,
+``--policy``, ``--judge``, ``--model``, a recipe's ``judge.model``) while the command line is parsed, before
+any work.
+
+    http:MODEL@URL[,URL…]   an OpenAI-compatible server (``http:MODEL`` alone: the OPENAI_BASE_URL server)
+    vllm:MODEL              vLLM in this process
+    transformers:PATH       a local folder, a Hub id or ``tiny``
+    scripted:FILE.jsonl     answers read from a file; scripted:FILE.py[:FUNCTION] runs that file's code
+    PATH or ORG/NAME        a bare model folder or Hub id: transformers:
+
+>>> parse_spec("http:Qwen/Qwen3-8B@http://gpu1:8000,http://gpu2:8000")
+('http', ('Qwen/Qwen3-8B', ('http://gpu1:8000', 'http://gpu2:8000')))
+>>> parse_spec("http:m@gpu1:8000"), parse_spec("vllm:Qwen/Qwen3-8B"), parse_spec("runs/sft")
+(('http', ('m', ('http://gpu1:8000',))), ('vllm', ('Qwen/Qwen3-8B',)), ('model', ('runs/sft',)))
+>>> parse_spec("http:m@ftp://h")
+Traceback (most recent call last):
+...
+tansaku.core.errors.InputError: http spec 'http:m@ftp://h': ftp://h is not an http:// or https:// URL
+>>> parse_spec("gpt:x")
+Traceback (most recent call last):
+...
+tansaku.core.errors.InputError: unknown LLM backend 'gpt' in spec 'gpt:x' (http, vllm, transformers, scripted)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.value_checks import INPUT_FILE, check_path
+
+from .scripted import parse_scripted_spec
+
+BACKENDS = ("http", "vllm", "transformers", "scripted")
+GRAMMAR = ("http:MODEL@URL, vllm:MODEL, transformers:PATH, scripted:FILE.jsonl or scripted:FILE.py[:FUNCTION]")
+# MODEL@URL where URL starts with a scheme: the first such '@' ends the model id, so URLs may carry user:pass@.
+_MODEL_AT_URL = re.compile(r"^(?P<model>.+?)@(?P<urls>https?://.+)$")
+
+
+def _url_problem(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number in range
+    except ValueError:
+        return "is not a URL with a valid host and port"
+    if parts.scheme not in ("http", "https"):
+        return "is not an http:// or https:// URL"
+    if not parts.hostname:
+        return "names no host"
+    return None
+
+
+def _http_parts(spec: str, rest: str) -> tuple[str, tuple[str, ...]]:
+    """``MODEL@URL[,URL…]`` → (model, URLs); ``MODEL`` alone → (model, ()): the OPENAI_BASE_URL server."""
+    match = _MODEL_AT_URL.match(rest)
+    if match:
+        model, urls = match["model"], re.split(r",(?=https?://)", match["urls"])
+    elif "@" in rest:  # MODEL@host:port without a scheme: plain http. At the first @, so that in
+        # MODEL@user:pass@host the credentials stay in the URL (where they are sent and masked), not in the model id
+        model, _, text = rest.partition("@")
+        urls = [u if "://" in u else f"http://{u}" for u in (u.strip() for u in text.split(",")) if u]
+    else:
+        model, urls = rest, []
+    urls = tuple(u.strip() for u in urls if u.strip())
+    if not model.strip():
+        raise InputError(f"http spec {spec!r} names no model: use http:MODEL@URL[,URL…]")
+    if "@" in rest and not urls:
+        raise InputError(f"http spec {spec!r} names no server after '@': use http:MODEL@URL[,URL…]")
+    for url in urls:
+        if problem := _url_problem(url):
+            raise InputError(f"http spec {spec!r}: {url} {problem}")
+    return model, urls
+
+
+def parse_spec(spec: str) -> tuple[str, tuple]:
+    """``(backend, parts)`` of an LLM spec, from its text alone; ``InputError`` (one line) for any other form.
+
+    ``http`` → ``(model, urls)`` (``()``: the OPENAI_BASE_URL server), ``vllm`` / ``transformers`` →
+    ``(model,)``, ``scripted`` → ``(file, function)`` (``None`` for a JSONL file), ``model`` (a bare folder or
+    Hub id, which ``from_spec`` reads as ``transformers:``) → ``(text,)``."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError(f"the LLM spec is empty; use {GRAMMAR}")
+    if any(c in spec for c in "\0\n\r"):
+        raise InputError(f"LLM spec {spec!r} holds a NUL byte or a line break")
+    kind, colon, rest = spec.partition(":")
+    if not colon:
+        return "model", (spec,)
+    if kind not in BACKENDS:
+        raise InputError(f"unknown LLM backend {kind!r} in spec {spec!r} ({', '.join(BACKENDS)})")
+    if kind == "http":
+        return kind, _http_parts(spec, rest)
+    if kind == "scripted":
+        target = parse_scripted_spec(spec)
+        return kind, (target.path, target.function)
+    if not rest.strip():
+        raise InputError(f"LLM spec {spec!r} names no model: use {kind}:MODEL")
+    return kind, (rest,)
+
+
+def bare_model_problem(spec: str) -> str | None:
+    """Why a spec without a backend is no model ``from_spec`` can load (neither a folder nor an ORG/NAME Hub
+    id), or None."""
+    from .identity import is_hub_id
+
+    if Path(spec).expanduser().exists() or (spec.count("/") == 1 and is_hub_id(spec)):
+        return None
+    return f"LLM spec {spec!r} must look like {GRAMMAR} (or be a model folder or an ORG/NAME Hub id)"
+
+
+def _scripted_file_problem(path: Path) -> str | None:
+    """Why a ``scripted:`` spec's file cannot be read, or None: looked at with ``stat`` only (never opened, never
+    run), as any input file (``value_checks.check_path``: a FIFO, a folder, a name that is not UTF-8 …), and it
+    must exist: nothing a command does makes it."""
+    try:
+        found = check_path(str(path), INPUT_FILE, "scripted")
+    except (InputError, MissingInputError) as exc:  # MissingInputError: a dangling link
+        return str(exc)
+    return None if found.exists() else f"scripted file {found} not found"
+
+
+def check_spec(spec: str, option: str, builtins: tuple[str, ...] = (), files: bool = False) -> str:
+    """``spec`` when :func:`parse_spec` reads it and ``from_spec`` could build it (a bare name is a folder or
+    Hub id, ``http:MODEL`` has OPENAI_BASE_URL to go to); ``InputError`` naming ``option`` otherwise.
+    ``builtins``: specs a command knows by name (``scripted:deepresearch``); ``files``: a ``scripted:`` file must
+    be there too (a command line's spec, checked before any work: a command whose first step loads a model
+    would otherwise meet it only after that)."""
+    if spec in builtins:
+        return spec
+    try:
+        kind, parts = parse_spec(spec)
+        problem = bare_model_problem(spec) if kind == "model" else None
+        if kind == "http" and not parts[1] and not os.environ.get("OPENAI_BASE_URL"):
+            problem = f"http spec {spec!r} names no server: use http:MODEL@URL[,URL…] or set OPENAI_BASE_URL"
+        if kind == "scripted" and files:
+            problem = _scripted_file_problem(parts[0])
+    except InputError as exc:
+        problem = str(exc)
+    if problem:
+        raise InputError(f"{option}: {problem}")
+    return spec
