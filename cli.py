@@ -22,19 +22,29 @@ import typer
 
 from tansaku.core.cli_common import AsJson, Quiet, Version, friendly, print_json, print_summary
 from tansaku.core.cli_common import print_manifest as _print_manifest
-from tansaku.core.cli_types import NumberType, PathType, RepoIdType, SpecType, argument, option
+from tansaku.core.cli_types import (
+    IndexType,
+    NumberType,
+    PathType,
+    RepoIdType,
+    SpecType,
+    TextType,
+    argument,
+    option,
+)
 from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, LlmOption, NoCache, llm_options
 from tansaku.core.value_checks import (
     DATASET,
-    INDEX,
     INPUT,
     INPUT_FILE,
     OUTPUT_FILE,
     OUTPUT_FOLDER,
-    OUTPUT_INDEX,
 )
 from tansaku.pipelines.cli import LLM, IndexTarget, Seed, build_app, import_app
-from tansaku.trainer.cli import train_app  # noqa: F401 - console script `train` = tansaku.cli:train_app
+from tansaku.trainer.cli import (  # train_app: console script `train` = tansaku.cli:train_app
+    task_names,
+    train_app,
+)
 
 synth_app = typer.Typer(help="Synthesize datasets, build search indexes, query them, publish datasets.",
                         no_args_is_help=True, pretty_exceptions_enable=False)
@@ -70,14 +80,29 @@ def prepare_tiny(dir: Annotated[Path | None, option("--dir", parser=PathType("--
 # ---------------------------------------------------------------- synth build
 
 
+def _backend_names() -> tuple[str, ...]:
+    """What ``--backend`` takes (imported when a value is given: ``synth --help`` loads no search engine)."""
+    from tansaku.envs.search.backend import BACKEND_NAMES
+
+    return BACKEND_NAMES
+
+
+def _analyzer_names() -> tuple[str, ...]:
+    """What ``--analyzer`` takes with some backend (which one goes with which: ``build_index_cli``)."""
+    from tansaku.envs.search.backend import ANALYZER_NAMES
+
+    return tuple(dict.fromkeys(name for names in ANALYZER_NAMES.values() for name in names))
+
+
 @index_app.command("build")
 @friendly(outputs=("index",))  # the index is what it writes
 def index_build(
     dataset: Annotated[Path, option("--dataset", parser=PathType("--dataset", DATASET), help="Document dataset folder (synth build corpus).")],
-    index: Annotated[str, option("--index", parser=PathType("--index", OUTPUT_INDEX, text=True), help="Index folder; with opensearch an index name or URL/NAME.")],
-    backend: Annotated[str, typer.Option("--backend", help="embedded | opensearch")] = "embedded",
-    analyzer: Annotated[str | None, typer.Option(
-        "--analyzer", help="embedded: char (default) | sudachi; opensearch: auto | kuromoji | sudachi")] = None,
+    index: Annotated[str, option("--index", parser=IndexType("--index", output=True), help="Index folder; with opensearch an index name or URL/NAME.")],
+    backend: Annotated[str, option("--backend", parser=TextType("--backend", choices=_backend_names), help="embedded | opensearch")] = "embedded",
+    analyzer: Annotated[str | None, option(
+        "--analyzer", parser=TextType("--analyzer", choices=_analyzer_names),
+        help="embedded: char (default) | sudachi; opensearch: auto | kuromoji | sudachi")] = None,
     quiet: Quiet = False,
     as_json: AsJson = False,
 ):
@@ -96,7 +121,7 @@ def index_build(
 @synth_app.command("search")
 @friendly
 def search(
-    query: Annotated[str, typer.Argument(help="Plain text or a JSON OpenSearch query (validated subset).")],
+    query: Annotated[str, argument(TextType("QUERY", multiline=True), help="Plain text or a JSON OpenSearch query (validated subset).")],
     index: IndexTarget,
     size: Annotated[int | None, option("--size", parser=NumberType("--size", min=1), help="Number of hits (default 10, or the query's size).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help='Print {"hits": [...], "took_ms": ...}.')] = False,
@@ -114,16 +139,16 @@ def search(
 @synth_app.command("serve-env")
 @friendly
 def serve_env(
-    task: Annotated[str | None, typer.Option("--task", help="multihop_qa, multihop_qa_compact, egov_mcq or deepresearch; with --config: which of the recipe's tasks (needed when it has several).")] = None,
-    index: Annotated[str | None, option("--index", parser=PathType("--index", INDEX, text=True), help="Index folder, opensearch:NAME or https://host:9200/NAME (with --config: default the recipe task's index).")] = None,
+    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=task_names), help="multihop_qa, multihop_qa_compact, egov_mcq or deepresearch; with --config: which of the recipe's tasks (needed when it has several).")] = None,
+    index: Annotated[str | None, option("--index", parser=IndexType("--index"), help="Index folder, opensearch:NAME or https://host:9200/NAME (with --config: default the recipe task's index).")] = None,
     config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="A train rl recipe: serve its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
-    host: Annotated[str, typer.Option("--host", help="Interface to listen on (0.0.0.0: every one; any but loopback needs a token).")] = "127.0.0.1",
+    host: Annotated[str, option("--host", parser=TextType("--host"), help="Interface to listen on (0.0.0.0: every one; any but loopback needs a token).")] = "127.0.0.1",
     port: Annotated[int, option("--port", parser=NumberType("--port", min=1, max=65535))] = 8010,
     judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"), help="LLM spec of the rubric judge (deepresearch).")] = None,
     max_episodes: Annotated[int, option("--max-episodes", parser=NumberType("--max-episodes", min=1), help="Live episodes in all; a seed past it is 503.")] = 10_000,
     max_client_episodes: Annotated[int, option("--max-client-episodes", parser=NumberType("--max-client-episodes", min=1), help="Live episodes of one client (its token, else its address); past it 429.")] = 4_096,
     idle_seconds: Annotated[float, option("--idle-seconds", parser=NumberType("--idle-seconds", integer=False, min=1), help="An idle episode expires after.")] = 900.0,
-    token: Annotated[list[str] | None, typer.Option("--token", envvar="TANSAKU_ENV_TOKEN", show_default=False, help="Bearer token every route but /health then needs (repeat for several clients); prefer the variable: a command line is visible to other users.")] = None,
+    token: Annotated[list[str] | None, option("--token", parser=TextType("--token", max_chars=4096), envvar="TANSAKU_ENV_TOKEN", show_default=False, help="Bearer token every route but /health then needs (repeat for several clients); prefer the variable: a command line is visible to other users.")] = None,
     max_body_bytes: Annotated[int, option("--max-body-bytes", parser=NumberType("--max-body-bytes", min=1), help="Largest request body; larger is 413.")] = 4 << 20,
     max_text_chars: Annotated[int, option("--max-text-chars", parser=NumberType("--max-text-chars", min=1), help="Longest string in a body (query, doc id, a row's field); longer is 422.")] = 16_384,
     max_row_bytes: Annotated[int, option("--max-row-bytes", parser=NumberType("--max-row-bytes", min=1), help="Largest row as compact JSON (what a live episode keeps); larger is 422.")] = 64 << 10,
@@ -132,7 +157,7 @@ def serve_env(
     judge_client_rate: Annotated[float, option("--judge-client-rate", parser=NumberType("--judge-client-rate", integer=False, min=0.001), help="The same, per client.")] = 10.0,
     export: Annotated[Path | None, option("--export", parser=PathType("--export", OUTPUT_FILE), help="Write --dataset as NeMo Gym JSONL here; no server.")] = None,
     dataset: Annotated[Path | None, option("--dataset", parser=PathType("--dataset", INPUT), help="Rows for --export.")] = None,
-    split: Annotated[str, typer.Option("--split", help="Split for --export.")] = "train",
+    split: Annotated[str, option("--split", parser=TextType("--split"), help="Split for --export.")] = "train",
     seed: Seed = 0,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None, llm_option: LlmOption = None,

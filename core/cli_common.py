@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 
 from tansaku import __version__
@@ -97,10 +96,14 @@ def naming_the_option(text: str, values: Mapping[str, Any]) -> str:
     given value it quotes (``--format: unknown format 'nope'``), so a refusal raised deep in a builder or reader
     still says which option to change. One place for every command: a message need not know its option.
 
+    >>> import click
     >>> cmd = click.Command("x", params=[click.Option(["--format"]), click.Option(["--out"])])
     >>> with click.Context(cmd):
     ...     naming_the_option("unknown format 'nope'", {"format": "nope", "out": "o"})
     "--format: unknown format 'nope'"
+    >>> with click.Context(cmd):
+    ...     naming_the_option("out/ds: No space left on device", {"format": "nope", "out": "out/ds"})
+    '--out out/ds: No space left on device'
     """
     ctx = current_context()  # Typer's own click (typer._click) holds the command's context, not click's
     if ctx is None:
@@ -109,8 +112,14 @@ def naming_the_option(text: str, values: Mapping[str, Any]) -> str:
     flags = [flag for p in options for flag in (*p.opts, *p.secondary_opts)]
     if any(_quotes_flag(text, flag) for flag in flags):
         return text
-    quoted = [p.opts[-1] for p in options if p.name in values and _quotes_value(text, values[p.name])]
-    return f"{', '.join(quoted)}: {text}" if quoted else text
+    quoted = []  # the longest quoted values first: --split "test" inside an --out path quotes nothing
+    for p in sorted(options, key=lambda p: -len(str(values.get(p.name, "")))):
+        if p.name in values and _quotes_value(text, values[p.name]) and \
+                not any(str(values[p.name]) in str(values[q.name]) for q in quoted):
+            quoted.append(p)
+    if len(quoted) == 1 and text.startswith(str(values[quoted[0].name])):  # "PATH: …" → "--out PATH: …"
+        return f"{quoted[0].opts[-1]} {text}"
+    return f"{', '.join(p.opts[-1] for p in quoted)}: {text}" if quoted else text
 
 
 def _quotes_flag(text: str, flag: str) -> bool:

@@ -202,18 +202,22 @@ class TextType(OptionType):
     """Text (``tansaku.core.text_values.check_text``): one line unless ``multiline`` (a prompt, a query), never a
     lone surrogate, NUL or other control character, at most ``max_chars``; ``required``: not empty;
     ``choices``: the values it may take (a callable: asked only when a value is given, so ``--help`` imports
-    nothing); ``split``: several values in one (``answer,about``), each checked."""
+    nothing); ``split``: several values in one (``answer,about``), each checked; ``grammar``: a callable that
+    raises ``InputError`` for a value of the wrong form (``--shard``'s ``parse_shard``)."""
 
     def __init__(self, option: str, *, choices=None, required: bool = True, multiline: bool = False,
-                 max_chars: int | None = None, split: str | None = None):
+                 max_chars: int | None = None, split: str | None = None, grammar: Callable | None = None):
         super().__init__(option)
         self.choices, self.required, self.multiline = choices, required, multiline
-        self.max_chars, self.split = max_chars, split
+        self.max_chars, self.split, self.grammar = max_chars, split, grammar
 
     def check(self, value):
         choices = self.choices() if callable(self.choices) else self.choices
-        return check_text(value, self.option, choices=choices, required=self.required, multiline=self.multiline,
-                          max_chars=self.max_chars, split=self.split)
+        value = check_text(value, self.option, choices=choices, required=self.required, multiline=self.multiline,
+                           max_chars=self.max_chars, split=self.split)
+        if self.grammar is not None:
+            self.grammar(value)
+        return value
 
 
 def shown_bounds(parser: OptionType | None) -> dict:

@@ -135,7 +135,7 @@ def check_shards(fingerprint: str, shard_dirs: list[Path]) -> list[tuple[Path, d
         try:
             marker = json.loads(marker_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            raise ShardError(f"{folder}: not a finished shard (no readable .work/{SHARD_FILE}); "
+            raise ShardError(f"--from-shards {folder}: not a finished shard (no readable .work/{SHARD_FILE}); "
                              "run its --shard build to the end") from None
         if not isinstance(marker, dict) or marker.get("fingerprint") != fingerprint:
             raise ShardError(f"{folder}: a shard of another recipe (inputs, config or seed differ from this build)")

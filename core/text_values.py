@@ -39,12 +39,19 @@ def shown(text: str, limit: int = 60) -> str:
     return quoted if len(quoted) <= limit else f"{quoted[:40]}…' ({len(text)} characters)"
 
 
-def text_problem(text: str, multiline: bool = False) -> str | None:
-    """Why ``text`` can never be used (a lone surrogate, a NUL byte, a control character; ``multiline``: line
-    breaks and tabs allowed), or None."""
+def holds_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: no UTF-8 encoder (a file, an engine, a socket) writes it."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
+        return True
+    return False
+
+
+def text_problem(text: str, multiline: bool = False) -> str | None:
+    """Why ``text`` can never be used (a lone surrogate, a NUL byte, a control character; ``multiline``: line
+    breaks and tabs allowed), or None."""
+    if holds_surrogate(text):
         return "holds a lone surrogate (bytes that are not UTF-8); pass it as UTF-8 text"
     if "\0" in text:
         return "holds a NUL byte"

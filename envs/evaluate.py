@@ -153,7 +153,7 @@ def load_rows(dataset: str | Path, split: str = "test", limit: int | None = None
     No fallback to another split: evaluating on rows the model trained on would overstate it."""
 
     if Path(dataset).is_dir() and not any((Path(dataset) / "data").glob(f"{split}-*.parquet")):
-        raise InputError(f"{dataset} has no '{split}' split: rebuild it with --heldout-share > 0 for a held-out "
+        raise InputError(f"--dataset {dataset} has no '{split}' split: rebuild it with --heldout-share > 0 for a held-out "
                          "'test' split, or name an existing split with --split")
     rows = read_records(dataset, split=split)
     return rows[:limit] if limit else rows

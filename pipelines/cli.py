@@ -22,9 +22,9 @@ import typer
 from tansaku.core.build_config import command_from_config
 from tansaku.core.cli_common import friendly
 from tansaku.core.cli_common import print_manifest as _print_manifest
-from tansaku.core.cli_types import NumberType, PathType, SpecType, option
+from tansaku.core.cli_types import IndexType, NumberType, PathType, SpecType, TextType, option
 from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, LlmOption, NoCache, llm_options
-from tansaku.core.value_checks import INDEX, INPUT_FOLDER, OUTPUT_FOLDER
+from tansaku.core.value_checks import INPUT_FOLDER, OUTPUT_FOLDER
 from tansaku.pipelines.corpus_config import CorpusConfig
 from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.egov.config import EgovConfig
@@ -37,13 +37,20 @@ build_app = typer.Typer(help="Build a versioned dataset (parquet + manifest + da
                         no_args_is_help=True)
 import_app = typer.Typer(help="Import public datasets into the store.", no_args_is_help=True)
 
+def shard_form(text: str) -> None:
+    """``--shard``'s value has the form I/N (``tansaku.core.shards.parse_shard``, imported when it is given)."""
+    from tansaku.core.shards import parse_shard
+
+    parse_shard(text)
+
+
 Out = Annotated[Path, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Dataset folder to write (rerun with the same folder to resume).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress: no bars on a terminal, no log lines off it "
                                                            "(every TANSAKU_LOG_EVERY s, default 10).")]
 Seed = Annotated[int, option("--seed", parser=NumberType("--seed", min=0), help="Seed for every random draw in the build.")]
 LLM = Annotated[str | None, option("--llm", parser=SpecType("--llm"), help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
-Shard = Annotated[str | None, typer.Option("--shard", help="Build shard I of N (I/N): its part of the build's first record-local stages, into its own --out; merge with --from-shards.")]
-IndexTarget = Annotated[str, option("--index", parser=PathType("--index", INDEX, text=True), help="Index folder, opensearch:NAME or https://host:9200/NAME.")]
+Shard = Annotated[str | None, option("--shard", parser=TextType("--shard", grammar=shard_form), help="Build shard I of N (I/N): its part of the build's first record-local stages, into its own --out; merge with --from-shards.")]
+IndexTarget = Annotated[str, option("--index", parser=IndexType("--index"), help="Index folder, opensearch:NAME or https://host:9200/NAME.")]
 Json = Annotated[bool, typer.Option("--json", help="Also print the manifest as JSON on stdout.")]
 FromShards = Annotated[list[Path] | None, option("--from-shards", parser=PathType("--from-shards", INPUT_FOLDER, guarded=False), help="Finished shards (0 … N-1) of this same build, merged and finished here: the folder holding them, or each shard folder (repeat the option).")]
 

@@ -227,7 +227,7 @@ def detect_format(path: Path) -> str:
         return "cirrus" if _first_line(path).lstrip().startswith('{"index"') else "jsonl"
     if name.endswith(".json"):
         return "jaquad"
-    raise CorpusInputError(f"{path}: cannot tell the format; pass --format one of {', '.join(FORMATS)}")
+    raise CorpusInputError(f"--input {path}: cannot tell the format; pass --format one of {', '.join(FORMATS)}")
 
 
 def read_documents(path: str | Path, fmt: str = "auto", fields: JsonlFields = JsonlFields()) -> Iterator[dict]:

@@ -325,4 +325,5 @@ def test_os_error_on_the_users_out_is_one_line(tmp_path, monkeypatch, error):
     result = CliRunner().invoke(synth_app, ["build", "corpus", "--input", str(tmp_path / "d.jsonl"), "--out",
                                             str(tmp_path / "out")])
     assert result.exit_code == 2, (result.stderr, result.exception)
-    assert result.stderr.strip() == f"error: {tmp_path / 'out' / '.work'}: {error.strerror}"
+    # named by the option it lies in (tansaku.core.cli_common.naming_the_option)
+    assert result.stderr.strip() == f"error: --out {tmp_path / 'out' / '.work'}: {error.strerror}"

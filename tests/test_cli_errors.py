@@ -156,7 +156,9 @@ def test_eval_of_a_dataset_without_a_heldout_split_names_split(tmp_path):
     rows = [{"qid": f"q{i}", "question": f"問{i}", "answer": "a"} for i in range(5)]
     build_dataset(out=tmp_path / "ds", name="ds", pipeline="p", pipeline_version="1", config={}, seed=0, inputs=[],
                   source=rows, stages=[map_stage("keep", lambda r: r)], context=BuildContext(quiet=True), heldout=HeldOut(0, "qid"))
+    (tmp_path / "x.jsonl").write_text('{"content": "x"}\n', encoding="utf-8")  # a scripted: file must exist
     result = CliRunner().invoke(train_app, ["eval", "--task", "multihop_qa", "--dataset", str(tmp_path / "ds"),
-                                            "--model", "scripted:x.jsonl", "--index", str(tmp_path / "ix")])
+                                            "--model", f"scripted:{tmp_path / 'x.jsonl'}", "--index",
+                                            str(tmp_path / "ix")])
     _one_line_exit_2(result)
     assert "no 'test' split" in result.stderr and "--split" in result.stderr

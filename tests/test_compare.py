@@ -60,6 +60,7 @@ def test_compare_and_general_eval_errors_are_one_line(tmp_path):
                                           "--model", "http:m@http://127.0.0.1:9"])
     assert http.exit_code == 2 and len(http.stderr.strip().splitlines()) == 1
     assert "use transformers:PATH or a model folder, not http: specs" in http.stderr
+    (tmp_path / "x.jsonl").write_text('{"content": "x"}\n', encoding="utf-8")  # a scripted: file must exist
     no_index = CliRunner().invoke(train_app, ["eval", "--task", "multihop_qa", "--dataset",
-                                              str(tmp_path / "rows.jsonl"), "--model", "scripted:x.jsonl"])
+                                              str(tmp_path / "rows.jsonl"), "--model", f"scripted:{tmp_path / 'x.jsonl'}"])
     assert no_index.exit_code == 2 and "give --index" in no_index.stderr

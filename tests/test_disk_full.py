@@ -16,6 +16,7 @@ import errno
 import io
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -82,7 +83,7 @@ def _one_line_naming(result, path: Path) -> None:
     assert result.exit_code == 2, (result.exit_code, result.stderr, result.exception)
     assert "Traceback" not in result.output + result.stderr
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"error: {path}") and FULL in lines[0], result.stderr
+    assert len(lines) == 1 and re.match(rf"error: (--[\w-]+ )?{re.escape(str(path))}", lines[0]) and FULL in lines[0], result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +175,8 @@ def test_a_real_file_size_limit_is_one_line(tmp_path, command, index_dir):
                           preexec_fn=_limited(2048))
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {out}") and "File too large" in lines[0], proc.stderr
+    assert len(lines) == 1 and re.match(rf"error: (--[\w-]+ )?{re.escape(str(out))}", lines[0]), proc.stderr
+    assert "File too large" in lines[0], proc.stderr
 
 
 @pytest.mark.parametrize("command", ["eval", "select"])
@@ -189,12 +191,13 @@ def test_a_full_disk_is_never_reported_against_the_index_a_command_reads(command
     index, run, rows = tmp_path / "ix", tmp_path / "run", ENV_FIXTURES / "multihop.jsonl"
     index.mkdir()
     common = ["--task", "multihop_qa", "--dataset", str(rows), "--index", str(index)]
-    args = ["eval", *common, "--model", "scripted:x.jsonl"] if command == "eval" else ["select", "--run", str(run), *common]
+    (tmp_path / "x.jsonl").write_text('{"content": "{{A}}"}\n', encoding="utf-8")
+    args = ["eval", *common, "--model", f"scripted:{tmp_path / 'x.jsonl'}"] if command == "eval" else ["select", "--run", str(run), *common]
     result = CliRunner().invoke(train_app, args)
     assert result.exit_code == 2 and "Traceback" not in result.output + result.stderr, result.stderr
     (line,) = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert FULL in line and str(index) not in line, line
     if command == "select":
-        assert line.startswith(f"error: {run}: ")
+        assert re.match(rf"error: (--[\w-]+ )?{re.escape(str(run))}: ", line)
     else:
         assert line.startswith("error: No space left on device") and "output could not be written" in line

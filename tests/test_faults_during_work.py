@@ -142,7 +142,8 @@ def synth(args: list[str], out: Path):
 def check_full(result, out: Path, args: list[str], ref: dict, finished: dict[str, dict]) -> None:
     """One line naming ``out``, exit 2, no temp file left, what was finished intact; then the next run finishes."""
     assert result.exit_code == 2, (result.exit_code, result.stderr, result.exception)
-    assert one_line(result.stderr) is not None and one_line(result.stderr).startswith(f"error: {out}"), result.stderr
+    line = one_line(result.stderr)  # named by the option the path lies in (cli_common.naming_the_option), or not
+    assert line is not None and line.startswith((f"error: {out}", f"error: --out {out}")), result.stderr
     assert FULL in result.stderr and temps_left(out) == []
     for sub, state in finished.items():
         assert dataset_state(out / sub) == state, f"the finished {sub} changed"

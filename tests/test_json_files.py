@@ -92,7 +92,7 @@ def test_keyword_fields_of_a_broken_manifest_is_one_line(tmp_path, name):
                                                 "--index", str(tmp_path / "ix")])
         assert result.exit_code == 2 and "Traceback" not in result.output, result.output
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"error: {folder / 'manifest.json'}: "), result.stderr
+        assert len(lines) == 1 and lines[0].startswith(f"error: --dataset {folder / 'manifest.json'}: "), result.stderr
 
 
 @pytest.mark.parametrize("data", [*BROKEN.values(), b"{"])

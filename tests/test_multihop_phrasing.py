@@ -171,11 +171,13 @@ def test_train_eval_reads_the_phrasing_split(held):
 
 
 @pytest.mark.parametrize("bad, message", [
-    (["--heldout-phrasing", "question"], "--heldout-phrasing 'question': choose from ask, wh, answer, about"),
-    (["--heldout-phrasing", "answer", "--llm", "scripted:x.jsonl"], "--llm writes the questions itself"),
+    (["--heldout-phrasing", "question"], "--heldout-phrasing 'question': choose one of ask, wh, answer, about"),
+    (["--heldout-phrasing", "answer", "--llm", "scripted:{tmp}/x.jsonl"], "--llm writes the questions itself"),
     (["--heldout-phrasing", "answer", "--heldout-share", "0"], "give --heldout-share > 0"),
 ])
 def test_bad_options_are_one_line_and_exit_2(corpus, tmp_path, bad, message):
+    (tmp_path / "x.jsonl").write_text('{"content": "x"}\n', encoding="utf-8")  # a scripted: file must exist
+    bad = [a.replace("{tmp}", str(tmp_path)) for a in bad]
     done = CliRunner().invoke(synth_app, ["build", "multihop", "--corpus", str(corpus), "-q",
                                           "--out", str(tmp_path / "bad"), *bad])
     lines = done.stderr.strip().splitlines()

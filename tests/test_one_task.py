@@ -137,14 +137,16 @@ def test_with_reward_weights_refuses_what_build_rewards_refused():
 
 def test_conflicts_with_the_recipe_are_one_line(tmp_path, envs_index):
     config = write_recipe(tmp_path, envs_index)
-    model = ["--model", "scripted:x.jsonl"]
+    (tmp_path / "x.jsonl").write_text('{"content": "x"}\n', encoding="utf-8")  # a scripted: file must exist
+    model = ["--model", f"scripted:{tmp_path / 'x.jsonl'}"]
     cases = [
         (train_app, ["eval", "--config", str(config), "--task", "egov_mcq", *model], "--task egov_mcq is not a task of"),
         (train_app, ["eval", "--config", str(config), "--system-prompt", "x", *model], "--system-prompt and --config"),
         (train_app, ["eval", "--config", str(config), "--interface-variants", "2", *model],
          "--interface-variants and --config"),
         (train_app, ["eval", *model], "give --task and --dataset, or --config"),
-        (synth_app, ["serve-env", "--config", str(config), "--task", "nope"], "--task nope is not a task of"),
+        (synth_app, ["serve-env", "--config", str(config), "--task", "egov_mcq"], "--task egov_mcq is not a task of"),
+        (synth_app, ["serve-env", "--config", str(config), "--task", "nope"], "--task 'nope': choose one of"),
         (synth_app, ["serve-env", "--task", "multihop_qa"], "give --task and --index, or --config"),
     ]
     auto = tmp_path / "auto"

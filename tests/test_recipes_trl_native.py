@@ -88,9 +88,11 @@ def test_unknown_keys_fail_in_one_line_naming_the_key(tmp_path):
         assert "\n" not in str(err.value) and "did you mean" in str(err.value)
 
 
-def test_train_passes_trl_arguments_through_and_keeps_its_own_options(monkeypatch):
+def test_train_passes_trl_arguments_through_and_keeps_its_own_options(monkeypatch, tmp_path):
     from tansaku.trainer import rl, sft
 
+    monkeypatch.chdir(tmp_path)  # the --judge scripted: file must exist (checked while parsing)
+    (tmp_path / "j.jsonl").write_text('{"content": "x"}\n', encoding="utf-8")
     seen = {}
     monkeypatch.setattr(sft, "run_sft", lambda config, args: seen.update(sft=(str(config), args)) or {})
     monkeypatch.setattr(rl, "run_rl", lambda config, args, **kw: seen.update(rl=(str(config), args, kw)) or {})

@@ -187,6 +187,8 @@ def test_a_world_writable_out_of_another_user_is_refused_by_the_cli_in_one_line(
 def test_train_merge_refuses_a_group_writable_out_of_another_user(tmp_path, monkeypatch):
     out = _shared(tmp_path / "shared", 0o770)
     _foreign(monkeypatch, out)
+    (tmp_path / "a").mkdir()  # a model folder that exists: the --out check is what refuses
+    (tmp_path / "a" / "config.json").write_text("{}", encoding="utf-8")
     result = CliRunner().invoke(train_app, ["merge", "soup", str(tmp_path / "a"), "--out", str(out)])
     assert result.exit_code == 2 and "writable by other users" in result.stderr, (result.stderr, result.exception)
 

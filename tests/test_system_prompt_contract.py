@@ -119,7 +119,7 @@ def test_the_cli_takes_text_or_a_file_and_refuses_a_missing_one(inputs, tmp_path
         assert result.exit_code == 2 and len(lines) == 1 and says in lines[0], result.stderr
         assert not (tmp_path / "t").exists()
     result = CliRunner().invoke(train_app, ["eval", "--task", "multihop_qa", "--dataset", str(inputs / "multihop"),
-                                            "--model", "scripted:x.jsonl", "--index", str(inputs / "index"),
+                                            "--model", f"scripted:{SCRIPT}", "--index", str(inputs / "index"),
                                             "--system-prompt", f"@{tmp_path / 'missing.txt'}"])
     assert result.exit_code == 2 and "no such file" in result.stderr
 

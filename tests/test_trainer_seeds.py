@@ -59,7 +59,7 @@ def test_compare_steps_errors_are_one_line(tmp_path):
     runner = CliRunner()
     missing = runner.invoke(train_app, ["compare", "--completions", str(tmp_path), "--steps", "1", "7"])
     assert missing.exit_code == 2 and len(missing.stderr.strip().splitlines()) == 1
-    assert missing.stderr.startswith("error: step 7 is not in") and "logged steps: 1, 3" in missing.stderr
+    assert missing.stderr.startswith("error: --steps: step 7 is not in") and "logged steps: 1, 3" in missing.stderr
     (tmp_path / "empty").mkdir()
     empty = runner.invoke(train_app, ["compare", "--completions", str(tmp_path / "empty"), "--steps", "1", "2"])
     assert empty.exit_code == 2 and "no completions/completions_*.parquet" in empty.stderr

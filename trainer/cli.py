@@ -25,11 +25,19 @@ from typing import Annotated
 import typer
 
 from tansaku.core.cli_common import Quiet, Version, friendly, print_summary, print_table
-from tansaku.core.cli_types import ModelRefType, NumberType, PathType, SpecType, argument, option
+from tansaku.core.cli_types import (
+    IndexType,
+    ModelRefType,
+    NumberType,
+    PathType,
+    SpecType,
+    TextType,
+    argument,
+    option,
+)
 from tansaku.core.errors import InputError
 from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, LlmOption, NoCache, llm_options
 from tansaku.core.value_checks import (
-    INDEX,
     INPUT,
     INPUT_FILE,
     INPUT_FOLDER,
@@ -54,11 +62,20 @@ Recipe = Annotated[Path, option("--config", "-c", parser=PathType("--config", IN
 # The arguments a command does not declare (--learning_rate 1e-5 …) reach it in ctx.args, for TRL's parser.
 TRL_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 MaxTokens = Annotated[int, option("--max-tokens", parser=NumberType("--max-tokens", min=1), help="New tokens per turn.")]
-SystemPrompt = Annotated[str | None, typer.Option("--system-prompt", help="Text (or @FILE) instead of the task's system prompt: the one the model was trained under.")]
+SystemPrompt = Annotated[str | None, option("--system-prompt", parser=TextType("--system-prompt", multiline=True), help="Text (or @FILE) instead of the task's system prompt: the one the model was trained under.")]
 InterfaceVariants = Annotated[int | None, option("--interface-variants", parser=NumberType("--interface-variants", min=1, max=N_INTERFACES), help="Tool interfaces drawn per episode: 1 = search/open_doc, 2 = find/read too (default: the task's own).")]
 TrainQuiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary table on stderr, TRL's bars included (--disable_tqdm true unless given); TANSAKU_QUIET=1 does the same but for TRL's bars.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the whole result (report, selection, comparison …) as one JSON value on stdout; without it stdout holds no JSON.")]
 TQDM_FLAGS = ("--disable_tqdm", "--disable-tqdm")
+
+
+def task_names(general: bool = False) -> tuple[str, ...]:
+    """What ``--task`` takes: ``tansaku.envs.tasks.TASKS`` (and ``general``, retention, for ``train eval``); asked
+    when a value is given, so that ``train --help`` imports no task."""
+    from tansaku.envs.retention import TASK as GENERAL_TASK
+    from tansaku.envs.tasks import TASKS
+
+    return (*TASKS, GENERAL_TASK) if general else tuple(TASKS)
 
 
 def trl_args(args: list[str], quiet: bool) -> list[str]:
@@ -139,12 +156,12 @@ def train_rl(
 @friendly
 def train_eval(
     model: Annotated[str, option("--model", parser=SpecType("--model"), help="LLM spec, or a model folder (= transformers:FOLDER).")],
-    task: Annotated[str | None, typer.Option("--task", help="multihop_qa | multihop_qa_compact (small models) | egov_mcq | "
+    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=lambda: task_names(general=True)), help="multihop_qa | multihop_qa_compact (small models) | egov_mcq | "
                                              "deepresearch | general (retention); with --config: which of the recipe's tasks (needed when it has several).")] = None,
     dataset: Annotated[Path | None, option("--dataset", parser=PathType("--dataset", INPUT), help="Dataset folder or JSONL of rows (with --config: default the recipe task's data).")] = None,
-    index: Annotated[str | None, option("--index", parser=PathType("--index", INDEX, text=True), help="Search index the agent uses (not for general; with --config: default the recipe task's index).")] = None,
+    index: Annotated[str | None, option("--index", parser=IndexType("--index"), help="Search index the agent uses (not for general; with --config: default the recipe task's index).")] = None,
     config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="A train rl recipe: evaluate its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
-    split: Annotated[str, typer.Option("--split", help="Dataset split to evaluate: the held-out 'test' by default.")] = "test",
+    split: Annotated[str, option("--split", parser=TextType("--split"), help="Dataset split to evaluate: the held-out 'test' by default.")] = "test",
     k: Annotated[int, option("--k", parser=NumberType("--k", min=1), help="Samples per question (pass@k).")] = 4,
     limit: Limit = None,
     out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for report.json and trajectories.jsonl.")] = None,
@@ -189,11 +206,11 @@ def train_eval(
 @friendly(outputs=("run",))  # it writes into the run folder (checkpoint_selection.json, selection/)
 def train_select(
     run: Annotated[Path, option("--run", parser=PathType("--run", INPUT_FOLDER), help="A train sft output_dir with checkpoint-* folders.")],
-    task: Annotated[str | None, typer.Option("--task", help="The task RL will train (multihop_qa, egov_mcq, …); with --config: which of the recipe's tasks.")] = None,
+    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=task_names), help="The task RL will train (multihop_qa, egov_mcq, …); with --config: which of the recipe's tasks.")] = None,
     dataset: Annotated[Path | None, option("--dataset", parser=PathType("--dataset", INPUT), help="Dataset folder with the validation split (with --config: default the recipe task's data).")] = None,
-    index: Annotated[str | None, option("--index", parser=PathType("--index", INDEX, text=True), help="Search index the agent uses (with --config: default the recipe task's index).")] = None,
+    index: Annotated[str | None, option("--index", parser=IndexType("--index"), help="Search index the agent uses (with --config: default the recipe task's index).")] = None,
     config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="The train rl recipe the start is for: its task as train rl trains it (system prompt, abstention, tools, reward weights) chooses.")] = None,
-    split: Annotated[str, typer.Option("--split", help="Validation split: 'rl' (never 'test', kept for the final comparison).")] = "rl",
+    split: Annotated[str, option("--split", parser=TextType("--split"), help="Validation split: 'rl' (never 'test', kept for the final comparison).")] = "rl",
     rows: Annotated[int, option("--rows", parser=NumberType("--rows", min=1), help="Questions evaluated per checkpoint (the first N).")] = 32,
     k: Annotated[int, option("--k", parser=NumberType("--k", min=1), help="Samples per question (with --temperature > 0).")] = 1,
     temperature: Annotated[float, option("--temperature", parser=NumberType("--temperature", integer=False, min=0), help="0 = greedy.")] = 0.0,
@@ -227,7 +244,7 @@ def train_select(
 @friendly
 def train_rescore(
     completions: Annotated[Path, option("--completions", parser=PathType("--completions", INPUT_FOLDER), help="A train rl run's completions folder (or the run).")],
-    task: Annotated[str | None, typer.Option("--task", help="The task whose rewards score them (multihop_qa, egov_mcq, …); default: the run's recipe task (its tansaku_recipe.json), or which of its tasks.")] = None,
+    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=task_names), help="The task whose rewards score them (multihop_qa, egov_mcq, …); default: the run's recipe task (its tansaku_recipe.json), or which of its tasks.")] = None,
     config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="A train rl recipe whose task (reward weights, abstention, tools) scores them, instead of the run's own recipe copy.")] = None,
     out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for rescored.parquet and rescore_report.json.")] = None,
     judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"), help="LLM spec of the rubric judge (deepresearch).")] = None,
@@ -337,13 +354,13 @@ def train_report(
 @train_app.command("merge")
 @friendly
 def train_merge(
-    method: Annotated[str, typer.Argument(help="soup | chat-vector | lora")],
+    method: Annotated[str, argument(TextType("METHOD", choices=("soup", "chat-vector", "chat_vector", "lora")), help="soup | chat-vector | lora")],
     models: Annotated[list[str], argument(PathType("MODELS", INPUT_FOLDER, text=True), help="soup: checkpoints; chat-vector: TARGET INSTRUCT BASE; lora: ADAPTER")],
     out: Annotated[Path, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for the merged model.")],
     weights: Annotated[list[float] | None, option("--weight", parser=NumberType("--weight", integer=False), help="soup: one weight per model (repeat).")] = None,
     scale: Annotated[float, option("--scale", parser=NumberType("--scale", integer=False), help="chat-vector: θ + scale·(θ_instruct − θ_base).")] = 1.0,
     base: Annotated[str | None, option("--base", parser=ModelRefType("--base"), help="lora: the base model the adapter was trained on.")] = None,
-    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="chat-vector: tensor names to keep from TARGET (e.g. embed_tokens).")] = None,
+    exclude: Annotated[list[str] | None, option("--exclude", parser=TextType("--exclude", max_chars=1024), help="chat-vector: tensor names to keep from TARGET (e.g. embed_tokens).")] = None,
     quiet: Quiet = False,
     as_json: AsJson = False,
 ):

@@ -96,7 +96,7 @@ def step_samples(run: str | Path, step_a: int, step_b: int, limit: int | None = 
     logged = sorted({int(row["step"]) for row in rows})
     for step in (step_a, step_b):
         if step not in logged:
-            raise InputError(f"step {step} is not in {folder}/completions (logged steps: {_ranges(logged)})")
+            raise InputError(f"--steps: step {step} is not in {folder}/completions (logged steps: {_ranges(logged)})")
     components = reward_columns(rows)
     groups: dict[int, dict[str, list[dict]]] = {step_a: {}, step_b: {}}
     prompts: dict[str, object] = {}

@@ -159,7 +159,7 @@ def load_extra_body(text: str | None) -> dict | None:
     try:
         data = jsontext.loads(source) if not text.startswith("@") else yaml.safe_load(source)
     except (json.JSONDecodeError, yaml.YAMLError, RecursionError) as exc:  # YAML's parser recurses per level
-        first = str(exc).splitlines()[0] if str(exc).strip() else "nested too deeply"
+        first = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0]
         raise InputError(f"--extra-body is not valid {'JSON' if not text.startswith('@') else 'YAML'}: {first}") from None
     if not isinstance(data, dict):
         raise InputError(f"--extra-body must be a mapping (e.g. '{{\"top_k\": 20}}'), got {type(data).__name__}")

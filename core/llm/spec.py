@@ -117,10 +117,10 @@ def _scripted_file_problem(path: Path) -> str | None:
     run), as any input file (``value_checks.check_path``: a FIFO, a folder, a name that is not UTF-8 …), and it
     must exist: nothing a command does makes it."""
     try:
-        found = check_path(str(path), INPUT_FILE, "scripted")
+        check_path(str(path), INPUT_FILE, "scripted")
     except (InputError, MissingInputError) as exc:  # MissingInputError: a dangling link
         return str(exc)
-    return None if found.exists() else f"scripted file {found} not found"
+    return None if path.exists() else f"scripted file {path} not found"  # as the loader opens it: no ~ expanded
 
 
 def check_spec(spec: str, option: str, builtins: tuple[str, ...] = (), files: bool = False) -> str:

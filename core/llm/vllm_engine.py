@@ -96,7 +96,7 @@ def parse_engine_options(values: list[str] | None) -> dict[str, Any]:
         try:
             value = yaml.safe_load(raw) if raw.strip() else None
         except (yaml.YAMLError, RecursionError) as exc:
-            reason = str(exc).splitlines()[0] if str(exc).strip() else "nested too deeply"
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0]
             raise InputError(f"{shown(text)}: the value is not valid YAML ({reason})") from None
         if key in found and found[key] != value:
             raise InputError(f"engine option {key} given twice ({found[key]!r} and {value!r})")

@@ -17,7 +17,7 @@ from pathlib import Path
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError, MissingInputError
 
-from .backend import Backend, backend_for
+from .backend import ANALYZER_NAMES, Backend, backend_for, is_opensearch_spec
 from .base import Hit, SearchResult
 from .dsl import Limits, QueryError
 
@@ -53,6 +53,9 @@ def build_index_cli(dataset: str, index: str, backend: str = "embedded", analyze
 
     Returns the index metadata to print. Raises MissingInputError/InputError for a missing or bad dataset.
     """
+    engine = backend if backend is not None else ("opensearch" if is_opensearch_spec(index) else "embedded")
+    if analyzer is not None and analyzer not in ANALYZER_NAMES.get(engine, (analyzer,)):  # before any work
+        raise InputError(f"--analyzer {analyzer!r}: the {engine} backend takes {' or '.join(ANALYZER_NAMES[engine])}")
     if not Path(dataset).exists():
         raise MissingInputError(f"dataset folder {dataset} does not exist")
     # Imported here, as build_index's: a search worker (workers.py) imports this package and starts 3× faster

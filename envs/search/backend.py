@@ -24,6 +24,9 @@ from .dsl import Limits
 # A spec that starts with one of these names an OpenSearch index; anything else is an index folder.
 OPENSEARCH_PREFIXES = ("opensearch:", "http://", "https://")
 BACKEND_NAMES = ("embedded", "opensearch")  # what --backend accepts
+# What --analyzer accepts per engine: core.analysis.ANALYZERS (embedded; not imported here: it loads tantivy and
+# Sudachi) and the OpenSearch plugins (opensearch_backend.JA_ANALYSIS, or "auto": sudachi when the cluster has it).
+ANALYZER_NAMES = {"embedded": ("char", "sudachi"), "opensearch": ("auto", "kuromoji", "sudachi")}
 
 
 @runtime_checkable

@@ -38,6 +38,7 @@ import re
 from dataclasses import dataclass
 
 from tansaku.core.errors import InputError
+from tansaku.core.text_values import holds_surrogate
 
 LEAF_CLAUSES = ("match", "match_phrase", "multi_match", "term", "terms", "match_all")
 CLAUSES = LEAF_CLAUSES + ("bool",)
@@ -141,6 +142,8 @@ class _Validator:
         v = str(v)
         if not v.strip():
             self.fail(path, "query text is empty")
+        if holds_surrogate(v):  # JSON's "\ud800": no engine can encode it (a traceback, not a refusal)
+            self.fail(path, "query text holds a lone surrogate (not UTF-8 text)")
         if len(v) > self.limits.max_text_chars:
             self.fail(path, f"query text has {len(v)} characters; the limit is {self.limits.max_text_chars}")
         return v
@@ -272,6 +275,8 @@ class _Validator:
             return str(v).lower()
         if isinstance(v, str) or _is_number(v):
             v = str(v)
+            if holds_surrogate(v):
+                self.fail(path, "a keyword value holds a lone surrogate (not UTF-8 text)")
             if len(v) > MAX_KEYWORD_CHARS:
                 self.fail(path, f"a keyword value has {len(v)} characters; the limit is {MAX_KEYWORD_CHARS}")
             return v

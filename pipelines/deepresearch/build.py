@@ -70,9 +70,15 @@ COLUMN_TYPES = {**QUESTION_COLUMNS, "dialogue": PROMPT, "rubric": pa.list_(_RUBR
 # What fixes a build that kept no instruction, per stage (tansaku.core.out_folder.refuse_empty).
 EMPTY_HINTS = {
     "input": "the corpus has no documents",
-    "keywords": "the corpus gave no keyword group spanning several articles: use a larger corpus",
+    "keywords": "the corpus gave no keyword group spanning several articles: use a larger corpus, or loosen "
+                "--keyword-min-df, --keyword-max-df-ratio, --keyword-max-df-floor, --keyword-min-cooccur, "
+                "--keyword-min-articles",
     "instructions": "the writer confirmed no instruction through search: check --llm and that --index indexes "
                     "--corpus",
+    "quality": "the judge scored no instruction at --quality-threshold with every criterion at --quality-floor: "
+               "check --llm, or lower them",
+    "rubric": "no rubric had --min-specific criteria naming an entity with at most --max-generic-share of its "
+              "weight on generic ones: check --llm, or loosen them",
 }
 
 
@@ -133,8 +139,8 @@ def check_config(c: DeepResearchConfig) -> None:
             ("--keyword-min-articles", c.keyword_min_articles, 1), ("--keyword-max-per-doc", c.keyword_max_per_doc, 1)):
         check_count(flag, value, minimum)
     check_limit(c.keyword_max_groups, "--keyword-max-groups")
-    check_fraction("--quality-threshold", c.quality_threshold, 0, None)
-    check_fraction("--quality-floor", c.quality_floor, 0, None)
+    check_fraction("--quality-threshold", c.quality_threshold, 0, 5)  # the judge scores 1–5
+    check_fraction("--quality-floor", c.quality_floor, 0, 5)
     check_fraction("--max-generic-share", c.max_generic_share, 0, 1)
     check_fraction("--keyword-max-df-ratio", c.keyword_max_df_ratio, 0, 1)
     check_fraction("--keyword-max-overlap", c.keyword_max_overlap, 0, 1)

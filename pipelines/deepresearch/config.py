@@ -86,9 +86,10 @@ class DeepResearchConfig(BuildConfig):
     # The judges (instructions.py, quality.py, rubric.py).
     single_page_chars: int = option(SINGLE_PAGE_CHARS, min=1, help="Characters of each supporting article the "
                                                             "single-page judge reads.")
-    quality_threshold: float = option(QUALITY_THRESHOLD, min=0, help="Keep instructions whose mean quality score "
+    quality_threshold: float = option(QUALITY_THRESHOLD, min=0, max=5, help="Keep instructions whose mean quality score "
                                                               "(1–5) reaches this.")
-    quality_floor: float = option(QUALITY_FLOOR, min=0, help="… and whose every quality criterion scores at least this.")
+    quality_floor: float = option(QUALITY_FLOOR, min=0, max=5, help="… and whose every quality criterion scores at least "
+                                                                  "this (1–5).")
     min_specific: int = option(MIN_SPECIFIC, min=0, help="Rubric criteria that must name an entity of the instruction.")
     max_generic_share: float = option(MAX_GENERIC_SHARE, min=0, max=1, help="Most rubric weight on criteria that name none.")
     rubric_chars: int = option(RUBRIC_CHARS, min=1, help="Characters of each supporting article the rubric writer reads.")

@@ -47,7 +47,7 @@ from tansaku.core.options import check_count, check_fraction, check_limit
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.provenance import describe_input
 from tansaku.core.store import build_dataset, iter_rows
-from tansaku.envs.search import build_index, open_index
+from tansaku.envs.search import build_index, open_index, require_index
 from tansaku.envs.tasks import EgovMCQ, Task
 from tansaku.pipelines.egov import cloze, generate, leak, provisions, statements
 from tansaku.pipelines.egov.config import EgovConfig
@@ -242,8 +242,12 @@ def build_egov(config: EgovConfig, out="out/egov", context: BuildContext | None 
     laws, index = c.laws, c.index
     if missing := [str(p) for p in laws if not p.exists()]:  # a typo must not build an empty dataset
         raise MissingInputError(f"--laws {', '.join(missing)}: no such file or folder")
+    if files := [str(p) for p in laws if p.is_file() and p.suffix.lower() not in (".xml", ".zip")]:
+        raise InputError(f"--laws {', '.join(files)}: a file given is a law XML (*.xml) or a zip of them (*.zip)")
     if not any(isinstance(s, str) for s in list_law_sources(laws)):  # names only: cheap
         raise InputError(f"--laws {', '.join(map(str, laws))}: no law XML files (*.xml, or *.xml inside a zip)")
+    if index is not None:  # a missing or damaged one is refused now, not after the articles are built
+        require_index(index, "build it with `synth index build`, or leave --index out to index the articles")
     out = precheck_out(out, pipeline="egov_mcq", inputs={  # before out/articles and out/index are written into it
         "--laws": laws, "--index": index, "--license-file": c.license_file})
     articles_dir = out / "articles"

@@ -114,6 +114,7 @@ def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: Build
     c = config
     _check(c)
     system_prompt = read_system_prompt(c.system_prompt)  # @FILE: a missing file is refused before any work
+    catalog_data = load_catalog(c.catalog)  # an input's shape, checked before the out folder is claimed
     out = precheck_out(out, pipeline="trajectories", inputs={  # before the questions are read
         "--dataset": c.dataset, "--index": c.index, "--general": c.general, "--catalog": c.catalog,
         "--license-file": c.license_file})
@@ -134,7 +135,6 @@ def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: Build
         task.answer_reward()  # correct-only needs an automatic answer reward (no rubric judge)
     except ValueError as exc:
         raise InputError(f"task {task.name!r} cannot filter trajectories: {exc}") from None
-    catalog_data = load_catalog(c.catalog)
     general_rows = read_chat_rows(c.general) if c.general else None
     teacher = context.client(c.teacher)
     rewriter = context.client(c.translator) if c.translator is not None else teacher

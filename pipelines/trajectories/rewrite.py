@@ -105,15 +105,24 @@ def load_catalog(path: str | Path | None = None) -> dict:
     path = Path(path) if path else CATALOG_PATH
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise CatalogError(f"cannot read scenario catalog {path}: {exc}") from exc
-    scenarios = (data or {}).get("scenarios")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise CatalogError(f"cannot read scenario catalog {path}: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):  # a plain string, a list, a number: no catalog (YAML reads any text)
+        raise CatalogError(f"{path}: a scenario catalog is a mapping with a 'scenarios' list, got "
+                           f"{type(data).__name__ if data is not None else 'an empty file'}")
+    scenarios = data.get("scenarios")
     if not isinstance(scenarios, list) or not scenarios:
         raise CatalogError(f"{path}: needs a non-empty 'scenarios' list")
     seen = set()
     for s in scenarios:
-        if not isinstance(s, dict) or not s.get("id") or not s.get("guide"):
-            raise CatalogError(f"{path}: every scenario needs an id and a guide, got {s!r:.100}")
+        if not isinstance(s, dict) or not isinstance(s.get("id"), str) or not s["id"] \
+                or not isinstance(s.get("guide"), str) or not s["guide"]:
+            raise CatalogError(f"{path}: every scenario needs an id and a guide (text), got {s!r:.100}")
+        weight = s.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise CatalogError(f"{path}: scenario {s['id']!r} needs a number as its weight, got {weight!r:.40}")
+        if not isinstance(s.get("requires") or {}, dict):
+            raise CatalogError(f"{path}: scenario {s['id']!r}: requires is a mapping of check: value")
         if s["id"] in seen:
             raise CatalogError(f"{path}: duplicate scenario id {s['id']!r}")
         seen.add(s["id"])
@@ -121,6 +130,9 @@ def load_catalog(path: str | Path | None = None) -> dict:
         if unknown:
             raise CatalogError(f"{path}: scenario {s['id']!r} requires unknown {sorted(unknown)}; "
                                f"known: {sorted(SCENARIO_CHECKS)}")
+        for check, value in (s.get("requires") or {}).items():  # what the check reads it as, at each trajectory
+            if check.startswith("min_") and (isinstance(value, bool) or not isinstance(value, int)):
+                raise CatalogError(f"{path}: scenario {s['id']!r}: requires {check} takes a whole number")
         if not float(s.get("weight", 1)) > 0:
             raise CatalogError(f"{path}: scenario {s['id']!r} needs a positive weight")
     return {"version": data.get("version", 1), "path": str(path), "scenarios": scenarios}
