@@ -26,6 +26,8 @@ from tansaku.core.progress import BuildProgress, ensure_log_handler, log_every, 
 from tansaku.core.runner import run_pipeline
 from tansaku.pipelines.corpus import build_corpus
 from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.egov.build import build_egov
+from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.multihop.build import build_multihop
 from tansaku.pipelines.multihop.config import MultihopConfig
 
@@ -94,8 +96,13 @@ def test_multihop_build_one_line_series_per_stage_with_its_own_total(tmp_path, c
             assert totals == {str(before["kept"])}, (stage["name"], totals)
 
 
-def test_quiet_logs_nothing_at_info(tmp_path, caplog, every_update):
-    build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki.jsonl"), tmp_path / "corpus", BuildContext(quiet=True))
+@pytest.mark.parametrize("build", ["corpus", "egov"])  # egov: its index is built between its two builds
+def test_quiet_logs_nothing_at_info(tmp_path, caplog, every_update, build):
+    if build == "corpus":
+        build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki.jsonl"), tmp_path / "corpus", BuildContext(quiet=True))
+    else:
+        config = EgovConfig(laws=EXAMPLES / "laws", llm=f"scripted:{EXAMPLES / 'stand_in_llm.py'}", limit=2)
+        build_egov(config, tmp_path / "egov", BuildContext(quiet=True))
     assert not [r for r in caplog.records if r.name == "tansaku" and r.levelno <= logging.INFO]
 
 

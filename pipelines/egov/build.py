@@ -45,6 +45,7 @@ from tansaku.core.heldout import HeldOut
 from tansaku.core.licenses import choose_license
 from tansaku.core.options import check_count, check_fraction, check_limit
 from tansaku.core.out_folder import precheck_out
+from tansaku.core.progress import quiet_loops
 from tansaku.core.provenance import describe_input
 from tansaku.core.store import build_dataset, iter_rows
 from tansaku.envs.search import build_index, open_index, require_index
@@ -261,7 +262,8 @@ def build_egov(config: EgovConfig, out="out/egov", context: BuildContext | None 
     if c.retrieval or index is not None:
         index_path = str(index) if index is not None else str(out / "index")
         if index is None and not ownership.is_index(out / "index"):  # missing, or a build killed while writing it
-            build_index(articles_dir, out / "index")
+            with quiet_loops(context.quiet):  # between the two builds: -q holds here too
+                build_index(articles_dir, out / "index")
         backend = open_index(index_path)
 
     def retrieval_stage(batch: list[dict]) -> list:
