@@ -76,7 +76,8 @@ def made_by_tansaku(path: str | Path) -> bool:
         return stat.S_ISREG(st.st_mode) and owned_by_me(st) and _png_marked(f)
 
 
-def _problem(exc: OSError) -> str:
+def stat_problem(exc: OSError) -> str:
+    """Why a path given to an option cannot be looked at, worded once for inputs and outputs alike."""
     if exc.errno == errno.ENOTDIR:
         return "lies under a file, not a folder"
     if exc.errno == errno.ELOOP:
@@ -101,7 +102,7 @@ def _ours_there(path: Path, option: str) -> bool:
         raise InputError(f"{option} {path}: its folder {parent} does not exist; create it or choose another "
                          f"{option}") from None
     except OSError as exc:
-        raise InputError(f"{option} {path}: its folder {parent} {_problem(exc)}") from None
+        raise InputError(f"{option} {path}: its folder {parent} {stat_problem(exc)}") from None
     if not stat.S_ISDIR(folder.st_mode):
         raise InputError(f"{option} {path}: {parent} is a file, not a folder to write it in")
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -111,7 +112,7 @@ def _ours_there(path: Path, option: str) -> bool:
     except FileNotFoundError:
         return False
     except OSError as exc:
-        raise InputError(f"{option} {path} {_problem(exc)}") from None
+        raise InputError(f"{option} {path} {stat_problem(exc)}") from None
     if stat.S_ISLNK(st.st_mode):
         raise InputError(f"{option} {path} is a symbolic link (to {os.readlink(path)}): tansaku neither replaces "
                          f"a link nor writes through one; {again}")

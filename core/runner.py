@@ -18,7 +18,6 @@ deterministic for the same input; take randomness from :func:`rng_for`.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sized
@@ -332,10 +331,7 @@ def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, repo
     except BaseException:  # a stage error, a full disk: the space back now (a killed run's is swept on resume)
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
-    if seg_dir.is_symlink():  # rmtree refuses a link: remove the link itself, never what it points to
-        seg_dir.unlink()
-    shutil.rmtree(seg_dir, ignore_errors=True)
-    os.replace(tmp_dir, seg_dir)
+    safe_write.replace_dir(tmp_dir, seg_dir)
     stats_by_name[stage.name].add(st.as_dict())
     return [seg_dir / n for n in names], [seg_dir / n for n in rejected]
 

@@ -204,6 +204,15 @@ def ensure_dir(path: str | Path) -> Path:
     return path
 
 
+def replace_dir(fresh: Path, target: Path) -> None:
+    """Put the folder ``fresh`` (written beside ``target``) in place of ``target``, whatever was there: a link
+    planted at ``target`` is removed itself (rmtree refuses links), never what it points to."""
+    if target.is_symlink():
+        target.unlink()
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(fresh, target)
+
+
 def fresh_dir(path: str | Path) -> Path:
     """A new empty folder beside ``path`` (``NAME.XXXXXXXX.partial``, made by ``mkdtemp``: never an existing
     name or a link), with the mode ``mkdir`` would give it, to fill and ``os.replace`` onto ``path``."""

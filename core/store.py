@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -88,10 +87,7 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
     except BaseException:  # a failed write (a full disk): its space back now, not only at the next build
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
-    if data_dir.is_symlink():  # rmtree refuses a link: remove the link itself, never what it points to
-        data_dir.unlink()
-    shutil.rmtree(data_dir, ignore_errors=True)
-    os.replace(tmp_dir, data_dir)
+    safe_write.replace_dir(tmp_dir, data_dir)
     return version, counts
 
 

@@ -56,7 +56,7 @@ from pathlib import Path
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.index_target import parse_service
 from tansaku.core.input_files import kind_of_mode
-from tansaku.core.output_files import check_output_file
+from tansaku.core.output_files import check_output_file, stat_problem
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -183,14 +183,6 @@ def _expanded(text: str, option: str) -> Path:
     return path
 
 
-def _stat_problem(exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
-        return "is a symbolic link loop"
-    if exc.errno == errno.ENOTDIR:
-        return "lies under a file, not a folder"
-    return f"cannot be looked at ({exc.strerror or os.strerror(exc.errno or 0)})"
-
-
 def _check_input(path: Path, kind: str, option: str) -> None:
     try:
         st = os.stat(path)
@@ -200,7 +192,7 @@ def _check_input(path: Path, kind: str, option: str) -> None:
                                     "exist") from None
         return  # missing: the command says what would make it
     except OSError as exc:
-        raise InputError(f"{option} {path} {_stat_problem(exc)}") from None
+        raise InputError(f"{option} {path} {stat_problem(exc)}") from None
     if special := kind_of_mode(st.st_mode):  # looked at, never opened: a reader would block on it
         raise InputError(f"{option} {path} is {special}, not a regular file: reading it could block forever")
     folder = stat.S_ISDIR(st.st_mode)
@@ -229,11 +221,11 @@ def _check_output(path: Path, kind: str, option: str) -> None:
                     return
                 parent = parent.parent
             except OSError as exc:
-                raise InputError(f"{option} {path}: {parent} {_stat_problem(exc)}") from None
+                raise InputError(f"{option} {path}: {parent} {stat_problem(exc)}") from None
     except OSError as exc:
         if exc.errno == errno.ENOTDIR:
             raise InputError(f"{option} {path}: cannot create it, a folder above it is a file") from None
-        raise InputError(f"{option} {path} {_stat_problem(exc)}") from None
+        raise InputError(f"{option} {path} {stat_problem(exc)}") from None
     if special := kind_of_mode(st.st_mode):
         raise InputError(f"{option} {path} is {special}, not a {'file' if kind in _FILES else 'folder'} to write")
     if kind in _FILES and stat.S_ISDIR(st.st_mode):
