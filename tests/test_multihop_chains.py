@@ -118,7 +118,6 @@ def test_cardinality_keeps_only_unique_answers(mini):
     stats = relation_stats(mini["triples"])
     assert stats["出生地"]["class"] == "N:1"
     assert stats["出演者"]["class"] in ("1:N", "N:N")
-    assert mini["hop_drops"]["relation_1:N"] + mini["hop_drops"]["relation_N:N"] >= 2
     assert not any(h["relation"] == "出演者" for h in mini["hops"])
     rows = [make_triple("甲", "色", o, source="t") for o in ("赤", "青")] + \
            [make_triple("乙", "色", "赤", source="t"), make_triple("丙", "色", "白", source="t"),
@@ -207,9 +206,9 @@ def test_jemhopqa_compositional_chains_are_rebuilt_from_their_derivations():
     # Linking + join alone: only the rule drops and one annotation without a shared bridge are lost.
     assert join_only["recall"] >= 0.99
     assert set(join_only["misses"]) <= {"chain:same_relation", "chain:answer_in_question", "no_shared_bridge"}
-    # With the cardinality rule (unique answers only) the misses are hops whose relation is multi-valued
-    # in the data itself (所属事業者, 職業, 在籍チーム …) — rejected by design, each class named.
-    assert report["recall"] >= 0.94
+    # With the cardinality rule (unique answers only) the misses are hops whose subject has several values in
+    # the data itself, or whose relation the table calls set-valued (子供, メンバー) — by design, each named.
+    assert report["recall"] >= 0.95
     assert all(c.startswith(("cardinality:", "chain:", "no_shared_bridge")) for c in report["misses"])
 
 

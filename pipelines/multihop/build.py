@@ -46,8 +46,10 @@ from tansaku.pipelines.multihop.relations import Relations
 
 # 2: prompt column, derivations as structs, typed quality; 3: hops judged in input order; 4: ``k`` column, and
 # the solve stage keeps solved >= half of k by default (was: once); 5: the config is MultihopConfig's fields;
-# 6: ``frame`` and ``phrasing_family`` columns, the test_phrasing split (--heldout-phrasing)
-PIPELINE_VERSION = "6"
+# 6: ``frame`` and ``phrasing_family`` columns, the test_phrasing split (--heldout-phrasing); 7: cardinality
+# judged per subject where the data cannot judge the relation, set-valued relations, derivations in the
+# source's relation spelling
+PIPELINE_VERSION = "7"
 # What fixes a build that kept no question, per stage[:reason] (tansaku.core.out_folder.refuse_empty).
 EMPTY_HINTS = {
     "triples:no_triples": "the documents gave no triples (no infobox links): pass --llm SPEC to extract triples "
@@ -138,9 +140,13 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
     check_count("--chunk-size", c.chunk_size)
     check_count("--prefilter-size", c.prefilter_size)
     check_count("--max-per-relation-pair", c.max_per_relation_pair, 0)
-    check_count("--min-support", c.min_support, 1)
+    if c.min_support is not None:
+        check_count("--min-support", c.min_support, 1)
     check_fraction("--question-temperature", c.question_temperature, 0, None)
     check_fraction("--cardinality-threshold", c.cardinality_threshold, 0, 1)
+    if not 0 < check_fraction("--cardinality-confidence", c.cardinality_confidence, 0, 1, high_open=True):
+        raise InputError(f"--cardinality-confidence {c.cardinality_confidence}: give a number between 0 and 1, "
+                         "both excluded (e.g. 0.95)")
     caps = c.caps()
     families = phrasing.check_options(c.heldout_phrasing, c.llm, c.heldout_share)
     heldout = HeldOut(c.heldout_share, "bridge", c.seed, c.rl_share,
@@ -202,12 +208,14 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
 
     all_stages = {
         "triples": first,
-        "link": map_stage("link", lambda t: sources.link_triple({**t, "relation": table.canonical(t["relation"])},
-                                                                article_index),
+        "link": map_stage("link", lambda t: sources.link_stage_triple(t, article_index, table),
                           params={"relations_version": table.version}),
         "cardinality": global_stage("cardinality", lambda ts: cardinality.filter_unique_hops(
-            ts, c.cardinality_threshold, llm=llm, min_support=c.min_support, seed=seed),
-            params=c.pick("cardinality_threshold", "min_support"), llm=llm),
+            ts, c.cardinality_threshold, llm=llm, min_support=c.resolved_min_support(), seed=seed,
+            confidence=c.cardinality_confidence, set_valued=table.set_valued()),
+            params={**c.pick("cardinality_threshold", "cardinality_confidence"),
+                    "min_support": c.resolved_min_support(),
+                    "rule": cardinality.RULE, "set_valued_relations": sorted(table.set_valued())}, llm=llm),
         "chains": global_stage("chains", lambda ts: chains.chain_stage(ts, caps, seed, c.limit,
                                                                      require_linked_bridge=True),
                                params={**c.pick("max_per_subject", "max_per_bridge", "max_per_relation_pair",
@@ -256,8 +264,9 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
               "pretty_name": f"tansaku multihop: {Path(out).name}", "task_categories": ["question-answering"],
               **chosen.card,
               "limitations": [
-                  "Only hops whose answer is unique in the triple statistics (1:1, N:1) are kept; relations that "
-                  "are 1:N in the world but look unique in a small corpus can still give ambiguous questions.",
+                  "Only hops whose subject has one value in the data are kept (and none of a relation the data "
+                  "shows to be 1:N or N:N, or the relation table calls set-valued); a value missing from the "
+                  "corpus can still make a question ambiguous in the world.",
                   "Template questions (no --llm) come from 12 fixed frames chosen per relation pair "
                   "(relations.json); the LLM generator and judge vary and smooth them.",
                   *([f"`{TEST_PHRASING}` asks the `test` chains again in the held-out phrasing families "

@@ -1,32 +1,44 @@
-"""Stage 2: relation cardinality from triple statistics, keeping only hops whose answer is unique.
+"""Stage 2: keep only hops whose answer is unique, judged per relation where the data can tell, per subject
+where it cannot.
 
-For each relation, over its distinct (subject, object) pairs:
+For each relation, over its distinct (subject, value) pairs:
 
-* ``subject_to_one`` — share of subjects with exactly one distinct object,
-* ``object_to_one`` — share of objects with exactly one distinct subject.
+* ``subject_to_one`` — share of subjects with exactly one distinct value,
+* ``object_to_one`` — share of values with exactly one distinct subject.
 
 A share ≥ ``threshold`` counts as "one" on that side, which gives 1:1, N:1 (many subjects share one
-object: 出身地), 1:N (one subject, many objects: 出演者) or N:N. A hop is kept when its relation is
-1:1 or N:1 *and* its own (subject, relation) has exactly one object; drops are counted as
-``relation_1:N``, ``relation_N:N`` and ``multi_valued``. Objects nested in each other (大阪府 /
-大阪府大阪市) are one value at two granularities: one hop is kept, the others become ``object_aliases``. Relations seen on fewer than ``min_support``
-subjects have weak statistics; with an LLM they are confirmed (``llm_not_single_valued`` otherwise).
+object: 出身地), 1:N (one subject, many objects: 出演者) or N:N. Whether the answer of a hop is unique
+depends on the subject side only, and a share measured on a handful of subjects says little: the relation
+is judged as a whole only when it is seen on at least ``min_support`` subjects (default :func:`min_support_for`
+the threshold: 50 at 0.9) *and* the Wilson interval of
+``subject_to_one`` at ``confidence`` lies wholly on one side of ``threshold`` (``judged: relation``). Then
+a 1:N / N:N relation drops every hop (``relation_1:N``, ``relation_N:N``: a film with one performer listed
+still has more), a 1:1 / N:1 one keeps each subject's single value. Everywhere else (``judged:
+per_subject``: a small KB, a rare relation) a hop is kept when its subject has exactly one value for the
+relation in the data, so "X's spouse's birthplace" is asked when X has one spouse in the data. Either way a
+subject with several values is dropped whole (``multi_valued``), and a relation the relation table marks
+``set_valued`` (出演者, メンバー …) is never a hop (``relation_set_valued``). Objects nested in each other
+(大阪府 / 大阪府大阪市) are one value at two granularities: one hop is kept, the others become
+``object_aliases``. With an LLM, the relations judged per subject are confirmed
+(``llm_not_single_valued`` otherwise).
 
 Run alone: ``python -m tansaku.pipelines.multihop.cardinality TRIPLES.jsonl`` prints the table.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from statistics import NormalDist
 
 import polars as pl
 
 from tansaku.core.engine import Drop
 from tansaku.core.llm import ChatRequest, ask_json
 from tansaku.pipelines.multihop import spill
-from tansaku.pipelines.multihop.config import DEFAULT_THRESHOLD
+from tansaku.pipelines.multihop.config import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
 from tansaku.pipelines.multihop.triples import index_from_triples, link_triple, read_triples_file
 
 CARDINALITY_SCHEMA = {"type": "object", "properties": {"single_valued": {"type": "boolean"}},
@@ -54,10 +66,56 @@ def value_classes(triples: list[dict]) -> dict[tuple[str, str, str], str]:
     return classes
 
 
+# The rule in one line, for the manifest's cardinality stage (its thresholds are the stage's other params).
+RULE = ("relation-level class where min_support subjects and the Wilson interval of subject_to_one at "
+        "cardinality_confidence lie on one side of cardinality_threshold (1:N, N:N dropped); else per subject: "
+        "kept when the subject has one value; set_valued relations of the table never kept")
 GROUP = ["subject_key", "relation"]
-REASONS = pl.Enum(["relation_1:N", "relation_N:N", "multi_valued", "llm_not_single_valued", "duplicate_triple",
-                   "granularity_variant"])
-CLASSES = pl.Enum(["1:1", "N:1", "1:N", "N:N"])
+REASONS = pl.Enum(["relation_1:N", "relation_N:N", "relation_set_valued", "multi_valued", "llm_not_single_valued",
+                   "duplicate_triple", "granularity_variant"])
+# A kept hop's ``cardinality``: its relation's class when the relation was judged as a whole, else per_subject.
+CLASSES = pl.Enum(["1:1", "N:1", "1:N", "N:N", "per_subject"])
+
+
+def wilson_interval(share: float, n: int, confidence: float) -> tuple[float, float]:
+    """The Wilson score interval of a share measured on ``n`` subjects (it stays inside [0, 1] and is honest
+    at shares near 1 and small n, where the normal approximation is not).
+
+    >>> [round(x, 3) for x in wilson_interval(1.0, 5, 0.95)]   # 5 of 5 subjects single: could be 0.57
+    [0.566, 1.0]
+    >>> [round(x, 3) for x in wilson_interval(0.98, 400, 0.95)]
+    [0.961, 0.99]
+    """
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def min_support_for(threshold: float) -> int:
+    """Subjects needed before a relation's class is read off the data: enough to expect five subjects with
+    several values at the threshold share (the textbook n·(1 − p) ≥ 5 for a share's normal interval).
+
+    >>> min_support_for(0.9), min_support_for(0.8), min_support_for(1.0)
+    (50, 25, 1000000)
+    """
+    return 1_000_000 if threshold >= 1 else math.ceil(5 / (1 - threshold) - 1e-9)
+
+
+DEFAULT_MIN_SUPPORT = min_support_for(DEFAULT_THRESHOLD)
+
+
+def judged_as(subjects: int, share: float, threshold: float, confidence: float, min_support: int) -> str:
+    """``relation`` when the data can tell the relation's class (enough subjects and the share's interval on
+    one side of the threshold), else ``per_subject``.
+
+    >>> judged_as(400, 0.6, 0.9, 0.95, 50), judged_as(80, 0.875, 0.9, 0.95, 50), judged_as(12, 0.5, 0.9, 0.95, 50)
+    ('relation', 'per_subject', 'per_subject')
+    """
+    if subjects < min_support:
+        return "per_subject"
+    low, high = wilson_interval(share, subjects, confidence)
+    return "relation" if high < threshold or low >= threshold else "per_subject"
 
 
 def judged_columns(source: Path | pl.DataFrame, seed: int = 0) -> pl.DataFrame:
@@ -96,8 +154,10 @@ def with_values(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(value.alias("value"))
 
 
-def relation_stats(triples: list[dict] | pl.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> dict[str, dict]:
-    """Per relation: counts, the two to-one shares and the class (``1:1``, ``N:1``, ``1:N``, ``N:N``).
+def relation_stats(triples: list[dict] | pl.DataFrame, threshold: float = DEFAULT_THRESHOLD,
+                   confidence: float = DEFAULT_CONFIDENCE, min_support: int = DEFAULT_MIN_SUPPORT) -> dict[str, dict]:
+    """Per relation: counts, the two to-one shares, the class (``1:1``, ``N:1``, ``1:N``, ``N:N``) and how
+    its hops are judged (``judged``: ``relation`` or ``per_subject``, :func:`judged_as`).
     ``triples``: dicts, or a frame from :func:`with_values`."""
 
     frame = triples if isinstance(triples, pl.DataFrame) else with_values(hop_frame(triples))
@@ -119,7 +179,9 @@ def relation_stats(triples: list[dict] | pl.DataFrame, threshold: float = DEFAUL
         right = "1" if row["subject_to_one"] >= threshold else "N"
         stats[row["r"]] = {"subjects": row["subjects"], "objects": row["objects"],
                            "subject_to_one": round(row["subject_to_one"], 4),
-                           "object_to_one": round(row["object_to_one"], 4), "class": f"{left}:{right}"}
+                           "object_to_one": round(row["object_to_one"], 4), "class": f"{left}:{right}",
+                           "judged": judged_as(row["subjects"], row["subject_to_one"], threshold, confidence,
+                                               min_support)}
     return stats
 
 
@@ -137,34 +199,51 @@ def confirm_with_llm(relations: list[str], llm, seed: int = 0) -> dict[str, bool
     return verdicts
 
 
-def verdicts(frame: pl.DataFrame, stats: dict[str, dict], confirmed: dict[str, bool | None] | None = None
-             ) -> tuple[pl.DataFrame, dict[int, list[str]]]:
-    """Per row of ``frame`` (from :func:`with_values`), in order: ``reason`` (null = kept) and ``cls`` (its
-    relation's class); and, by row number, the ``aliases`` of each kept hop that has any (the other spellings
-    of its value).
+def relation_verdict(stat: dict, set_valued: bool, llm_no: bool) -> str | None:
+    """Why every hop of a relation is dropped, or None when its hops are judged one subject at a time.
 
-    A (subject, relation) group is dropped whole when its relation is 1:N or N:N, when it has several values,
-    or when the LLM said the relation has several; otherwise one hop is kept — a linked spelling first (it can
-    be a bridge), else the longest, then the smallest seeded id hash — and the others are ``duplicate_triple``
-    (the same key) or ``granularity_variant`` (another spelling of the value). Most groups are one row:
-    only the repeated ones are ranked."""
+    >>> relation_verdict({"class": "1:N", "judged": "relation"}, False, False)
+    'relation_1:N'
+    >>> relation_verdict({"class": "1:N", "judged": "per_subject"}, False, False) is None
+    True
+    >>> relation_verdict({"class": "N:1", "judged": "relation"}, True, False)
+    'relation_set_valued'
+    """
+    if set_valued:
+        return "relation_set_valued"
+    if stat["judged"] == "relation" and stat["class"] in ("1:N", "N:N"):
+        return f"relation_{stat['class']}"
+    return "llm_not_single_valued" if llm_no else None
+
+
+def verdicts(frame: pl.DataFrame, stats: dict[str, dict], confirmed: dict[str, bool | None] | None = None,
+             set_valued: frozenset[str] = frozenset()) -> tuple[pl.DataFrame, dict[int, list[str]]]:
+    """Per row of ``frame`` (from :func:`with_values`), in order: ``reason`` (null = kept) and ``cls`` (its
+    relation's class, or ``per_subject``); and, by row number, the ``aliases`` of each kept hop that has any
+    (the other spellings of its value).
+
+    A (subject, relation) group is dropped whole when its relation is dropped (:func:`relation_verdict`) or
+    when it has several values; otherwise one hop is kept — a linked spelling first (it can be a bridge),
+    else the longest, then the smallest seeded id hash — and the others are ``duplicate_triple`` (the same
+    key) or ``granularity_variant`` (another spelling of the value). Most groups are one row: only the
+    repeated ones are ranked."""
     confirmed = confirmed or {}
-    table = pl.DataFrame({"relation": list(stats), "cls": [v["class"] for v in stats.values()],
-                          "llm_no": [confirmed.get(r) is False for r in stats]},
-                         schema={"relation": pl.String, "cls": CLASSES, "llm_no": pl.Boolean}
+    table = pl.DataFrame({"relation": list(stats),
+                          "cls": [v["class"] if v["judged"] == "relation" else "per_subject" for v in stats.values()],
+                          "dropped": [relation_verdict(v, r in set_valued, confirmed.get(r) is False)
+                                      for r, v in stats.items()]},
+                         schema={"relation": pl.String, "cls": CLASSES, "dropped": pl.String}
                          ).cast({"relation": frame.schema["relation"]})
     by_relation = frame.select("relation").join(table, on="relation", how="left", maintain_order="left")
     cls = by_relation.get_column("cls")
-    reason = by_relation.select(
-        pl.when(pl.col("cls").is_in(["1:N", "N:N"])).then(pl.concat_str(pl.lit("relation_"), pl.col("cls").cast(pl.String)))
-        .when(pl.col("llm_no")).then(pl.lit("llm_not_single_valued")).cast(REASONS)).to_series()
+    reason = by_relation.get_column("dropped").cast(REASONS)
     at = _repeated_groups(frame)
     if not len(at):
         return pl.DataFrame({"reason": reason, "cls": cls}), {}
     rank = [pl.col("unlinked"), pl.col("object_len"), pl.col("triple_hash")]
     best_first = dict(descending=[False, True, False])
     groups = frame[at].with_columns(_row=at, _reason=reason.gather(at)).with_columns(
-        # the relation's class first, then several values, then the LLM's word
+        # the relation's verdict first, then several values, then the LLM's word
         group_reason=pl.when(pl.col("_reason").cast(pl.String).str.starts_with("relation_"))
         .then(pl.col("_reason").cast(pl.String))
         .when(pl.col("value").n_unique().over(GROUP) > 1).then(pl.lit("multi_valued"))
@@ -200,18 +279,20 @@ def relation_buckets(frame: pl.DataFrame) -> list[pl.Series]:
     return [at for b in range(k) if len(at := (bucket == b).arg_true())]
 
 
-def judge_hops(rows: list[dict], stats: dict[str, dict], confirmed: dict[str, bool | None] | None = None
-               ) -> Iterator[tuple[dict, str | None]]:
+def judge_hops(rows: list[dict], stats: dict[str, dict], confirmed: dict[str, bool | None] | None = None,
+               set_valued: frozenset[str] = frozenset()) -> Iterator[tuple[dict, str | None]]:
     """``(triple, None)`` for each kept hop (annotated), ``(triple, reason)`` for each dropped one, in order."""
-    judged, aliases = verdicts(with_values(hop_frame(rows)), stats, confirmed)
+    judged, aliases = verdicts(with_values(hop_frame(rows)), stats, confirmed, set_valued)
     for k, (t, (reason, cls)) in enumerate(zip(rows, judged.iter_rows())):
         yield ({**t, "cardinality": cls, "object_aliases": aliases.get(k, [])}, None) if reason is None else (t, reason)
 
 
 def filter_unique_hops(triples: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, llm=None,
-                       min_support: int = 3, seed: int = 0) -> Iterator[dict | Drop]:
+                       min_support: int = DEFAULT_MIN_SUPPORT, seed: int = 0, confidence: float = DEFAULT_CONFIDENCE,
+                       set_valued: frozenset[str] = frozenset()) -> Iterator[dict | Drop]:
     """The global stage: annotate each triple with its relation's class and drop non-unique hops, in input
-    order. The triples are spilled to parquet (``tansaku.pipelines.multihop.spill``) and judged on a
+    order. ``set_valued``: relation names whose hops are never kept (the relation table's ``set_valued``).
+    The triples are spilled to parquet (``tansaku.pipelines.multihop.spill``) and judged on a
     dictionary-encoded frame of seven columns; the records are read back a row group at a time."""
     with spill.spilled(triples, "tansaku-hops-") as path:
         frame = judged_columns(path, seed)
@@ -220,18 +301,19 @@ def filter_unique_hops(triples: Iterable[dict], threshold: float = DEFAULT_THRES
         value = frame.get_column("object_key").alias("value")  # each bucket's value classes, kept for the verdicts
         for at in buckets:
             part = with_values(frame[at])
-            stats |= relation_stats(part, threshold)
+            stats |= relation_stats(part, threshold, confidence, min_support)
             value = value.scatter(at, part.get_column("value"))
         frame = frame.with_columns(value)
         confirmed: dict[str, bool | None] = {}
         if llm is not None:
-            weak = sorted(r for r, s in stats.items() if s["subjects"] < min_support and s["class"] in ("1:1", "N:1"))
+            # the relations the data cannot judge, that the table does not already call set-valued
+            weak = sorted(r for r, s in stats.items() if s["judged"] == "per_subject" and r not in set_valued)
             confirmed = confirm_with_llm(weak, llm, seed) if weak else {}
         reason, cls = pl.repeat(None, frame.height, dtype=REASONS, eager=True), pl.repeat(None, frame.height,
                                                                                          dtype=CLASSES, eager=True)
         aliases: dict[int, list[str]] = {}
         for at in buckets:
-            part, found = verdicts(frame[at], stats, confirmed)
+            part, found = verdicts(frame[at], stats, confirmed, set_valued)
             reason, cls = reason.scatter(at, part.get_column("reason")), cls.scatter(at, part.get_column("cls"))
             aliases |= {at[row]: objects for row, objects in found.items()}
         judged = pl.DataFrame({"reason": reason, "cls": cls})
@@ -250,7 +332,8 @@ def main(argv: list[str]) -> None:
     index = index_from_triples(triples)
     stats = relation_stats([link_triple(t, index) for t in triples])
     for r, s in sorted(stats.items(), key=lambda kv: -kv[1]["subjects"])[:50]:
-        print(f"{s['class']:4} {s['subjects']:6} {s['objects']:6} {s['subject_to_one']:.2f} {s['object_to_one']:.2f} {r}")
+        print(f"{s['class']:4} {s['judged']:11} {s['subjects']:6} {s['objects']:6} {s['subject_to_one']:.2f} "
+              f"{s['object_to_one']:.2f} {r}")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from tansaku.core.features import derivation_lists
 from tansaku.pipelines.multihop import spill
 from tansaku.pipelines.multihop.config import MAX_PER_BRIDGE, MAX_PER_RELATION_PAIR, MAX_PER_SUBJECT
 
-TRIPLE_COLUMNS = ("triple_id", "subject", "relation", "object", "subject_key", "object_key", "subject_id",
+TRIPLE_COLUMNS = ("triple_id", "subject", "relation", "relation_text", "object", "subject_key", "object_key", "subject_id",
                   "object_id", "subject_title", "object_title", "doc_id", "source", "evidence")
 RULES = ("cycle", "same_relation", "answer_in_question", "bridge_not_linked")
 CAP_RULES = ("cap_subject", "cap_bridge", "cap_relation_pair")
@@ -222,7 +222,8 @@ def derivations_of(record: dict) -> list:
     return derivation_lists(json.loads(value) if isinstance(value, str) else value)
 
 
-CHAIN_RECORD_COLUMNS = ("chain_id", "subject_1", "relation_1", "object_1", "subject_title_1", "object_title_1",
+CHAIN_RECORD_COLUMNS = ("chain_id", "subject_1", "relation_1", "relation_text_1", "relation_text_2", "object_1",
+                        "subject_title_1", "object_title_1",
                         "subject_id_1", "object_id_1", "doc_id_1", "source_1", "evidence_1", "relation_2",
                         "object_2", "subject_title_2", "subject_id_2", "object_aliases_2", "doc_id_2", "source_2",
                         "evidence_2")
@@ -234,8 +235,9 @@ def chain_record(row: dict) -> dict:
     bridge = row["subject_title_2"] or row["object_title_1"] or row["object_1"]
     return {
         "chain_id": row["chain_id"],
-        "derivations": jsontext.dumps([[subject, row["relation_1"], [row["object_1"]]],
-                                       [bridge, row["relation_2"], [row["object_2"]]]]),
+        # the source's spelling of each relation (JEMHopQA's own 生年月日, not the canonical 生年)
+        "derivations": jsontext.dumps([[subject, row.get("relation_text_1") or row["relation_1"], [row["object_1"]]],
+                                       [bridge, row.get("relation_text_2") or row["relation_2"], [row["object_2"]]]]),
         "subject": subject, "bridge": bridge, "answer": row["object_2"],
         "answer_aliases": list(row["object_aliases_2"] or []),
         "relations": [row["relation_1"], row["relation_2"]],

@@ -26,6 +26,7 @@ from tansaku.core.value_checks import DATASET, INDEX, INPUT_FILE
 # importing polars.
 MAX_PER_SUBJECT, MAX_PER_BRIDGE, MAX_PER_RELATION_PAIR = 3, 10, 50
 DEFAULT_THRESHOLD = 0.9
+DEFAULT_CONFIDENCE = 0.95  # of the interval that decides whether a relation's class can be told from the data
 LLM_SPEC = "LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl"
 
 
@@ -82,8 +83,15 @@ class MultihopConfig(BuildConfig):
                                                "(pipelines/multihop/relations.json).")
     cardinality_threshold: float = option(DEFAULT_THRESHOLD, min=0, max=1, help="A relation is 1:1 / N:1 when this share of its "
                                                                   "subjects has one object.")
-    min_support: int = option(3, min=1, help="Unique-looking relations seen on fewer subjects are checked by the LLM "
-                                      "(or dropped without one).")
+    cardinality_confidence: float = option(DEFAULT_CONFIDENCE, min=0, max=1, min_open=True, max_open=True,
+                                           help="A relation is judged as a whole only when the interval of its "
+                                                "one-object share at this confidence lies on one side of "
+                                                "--cardinality-threshold; otherwise each subject's hop is kept when "
+                                                "it has one object in the data.")
+    min_support: int | None = option(None, min=1, help="Relations seen on fewer subjects are judged per subject (and confirmed "
+                                               "by the LLM when there is one); default 5 / (1 − "
+                                               "--cardinality-threshold), 50 at 0.9: enough subjects to expect five "
+                                               "exceptions at the threshold.")
     max_rounds: int = option(2, min=0, help="Quality loop: judge → fix rounds per question.")
     min_natural: int = option(3, min=1, max=5, help="Quality judge's naturalness bar (1–5).")
     question_temperature: float = option(0.7, min=0, help="Sampling temperature of the LLM question writer.")
@@ -97,6 +105,12 @@ class MultihopConfig(BuildConfig):
         given = [self.heldout_phrasing] if isinstance(self.heldout_phrasing, str) else self.heldout_phrasing or []
         names = [n.strip() for value in given for n in str(value).split(",") if n.strip()]
         object.__setattr__(self, "heldout_phrasing", sorted(set(names)))  # a set: one recipe for any order
+
+    def resolved_min_support(self) -> int:
+        """``min_support``, or the one the threshold implies (``cardinality.min_support_for``)."""
+        from tansaku.pipelines.multihop.cardinality import min_support_for  # polars: not at `synth --help`
+
+        return self.min_support or min_support_for(self.cardinality_threshold)
 
     def caps(self):
         """The diversity caps (``chains.Caps``; 0 = no cap)."""

@@ -133,7 +133,7 @@ def summary(out: Path, splits: dict, families: tuple[str, ...], relations: Relat
     for split, n in splits.items():
         if split != "rejected" and n:
             for row in iter_rows(out, split, columns=["derivations"]):  # finished rows or, with --until, records
-                pairs.add(tuple(relation for _, relation, _ in derivations_of(row)[:2]))
+                pairs.add(tuple(relations.canonical(relation) for _, relation, _ in derivations_of(row)[:2]))
     without: dict[str, list[str]] = {"phrasing_pair_without_holdout": [], "phrasing_no_heldout_frame": []}
     for r1, r2 in sorted(pairs):
         reason = pair_frames(r1, r2, families, relations).reason

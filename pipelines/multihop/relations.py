@@ -62,7 +62,8 @@ def _well_formed(entry) -> bool:
         return False
     of, ask, variants = entry.get("of"), entry.get("ask"), entry.get("variants", [])
     return (entry.get("kind") in KINDS and isinstance(of, str) and "{S}" in of and isinstance(ask, str)
-            and "{S}" in ask and isinstance(variants, list) and all(isinstance(v, str) for v in variants))
+            and "{S}" in ask and isinstance(variants, list) and all(isinstance(v, str) for v in variants)
+            and isinstance(entry.get("set_valued", False), bool))
 
 
 class Relations:
@@ -74,7 +75,8 @@ class Relations:
         for name, entry in self.table.items():
             if not _well_formed(entry):
                 raise InputError(f"relation table: {name!r} needs kind (one of {', '.join(KINDS)}), 'of' / 'ask' "
-                                 "phrasings that contain {S}, and variants as a list of strings")
+                                 "phrasings that contain {S}, variants as a list of strings, and set_valued (if "
+                                 "given) true or false")
             for spelling in (name, *entry.get("variants", [])):
                 self.canonical_of[spelling] = name
         self.version = hashlib.sha256(jsontext.dumps(self.table, sort_keys=True).encode()).hexdigest()[:12]
@@ -94,6 +96,10 @@ class Relations:
 
     def canonical(self, relation: str) -> str:
         return self.canonical_of.get(relation, relation)
+
+    def set_valued(self) -> frozenset[str]:
+        """Canonical names of the relations marked ``set_valued`` (their hops never have a unique answer)."""
+        return frozenset(name for name, entry in self.table.items() if entry.get("set_valued"))
 
     def phrase(self, relation: str) -> Phrase:
         entry = self.table.get(self.canonical(relation))

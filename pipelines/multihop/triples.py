@@ -33,6 +33,7 @@ from tansaku.core.errors import InputError
 from tansaku.core.jsonl import iter_jsonl
 from tansaku.core.llm import ChatRequest, ask_json
 from tansaku.pipelines.multihop.entities import ArticleIndex, display_name, entity_key, exact_key
+from tansaku.pipelines.multihop.relations import Relations
 
 PROMPTS = Path(__file__).with_name("prompts")
 EXTRACT_PROMPT = "extract_triples.v1.md"
@@ -261,6 +262,13 @@ def index_from_triples(triples) -> ArticleIndex:
     for t in triples:
         index.add(t.get("subject_id") or f"subject:{exact_key(t['subject'])}", t["subject"])
     return index
+
+
+def link_stage_triple(triple: dict, index: ArticleIndex, relations: Relations) -> dict:
+    """What the build's ``link`` stage does to a triple: statistics and joins read the relation's canonical
+    name (``relation``), the derivations keep the source's own spelling (``relation_text``)."""
+    return link_triple({**triple, "relation": relations.canonical(triple["relation"]),
+                        "relation_text": triple["relation"]}, index)
 
 
 def link_triple(triple: dict, index: ArticleIndex) -> dict:
