@@ -12,7 +12,10 @@ tests: deterministic (the answer depends only on the request), no model, no GPU.
 - the rubric judge of ``train rl`` (``tansaku.envs.rubric_reward.judge_messages``): one score per criterion, its top
   points when the report holds at least half of the criterion's names and numbers (a doc id for a doc_id
   criterion), else 0 — a deterministic stand-in, not a judge of quality;
-- trajectories: the teacher (requests with tools) and the rewriter are ``examples/teacher_script.py``.
+- trajectories: the teacher (requests with tools) and the rewriter are ``examples/teacher_script.py``; on a
+  deepresearch row (the report agent's system prompt) the teacher is ``research``: it searches each subject the
+  user's first turn names, opens each one's article and writes a report (a table of what it read, following the
+  clarifying answer when the row has one) — the stand-in rubric judge above scores it.
 
 Serve it over HTTP (the way ``bench/llm_throughput.py`` does) with
 ``python -m tansaku.testing.canned_server --responder tansaku.examples.stand_in_llm:respond
@@ -92,11 +95,66 @@ def _rubric_verdict(prompt: str) -> str:
     return _json({"scores": scores + [0] * (count - len(scores))})
 
 
+def _subjects(request_text: str) -> list[str]:
+    """The subjects a report request names: what precedes 「について」, split at 「、」 (the deepresearch demo's
+    requests and instructions open so), else the text's first clause."""
+    head = request_text.split("について", 1)[0] if "について" in request_text else re.split(r"[。、]", request_text)[0]
+    return [s.strip() for s in head.split("、") if s.strip()][:6]
+
+
+def _hits(text: str) -> list[tuple[str, str, str]]:
+    """``(doc_id, title, snippet)`` of a search result's hits."""
+    return [(d, t.split(" | ")[0].strip(), b) for d, t, b in teacher_script.HIT.findall(text.replace("【", "").replace("】", ""))]
+
+
+def research(request) -> dict:
+    """The next turn of the stand-in report agent: search every subject, open each one's article, then report.
+
+    Reasoning in English (the translation pass has work), one tool call per turn, in the episode's tool
+    interface (``search``/``open_doc`` or ``find``/``read``)."""
+    turns = [m for m in request.messages if m.get("role") in ("user", "assistant")]
+    first = next(m["content"] for m in turns if m["role"] == "user")
+    # A clarifying exchange before the research: [user request, assistant question, user answer].
+    exchange = turns[:3] if len(turns) >= 3 and turns[1]["role"] == "assistant" and not turns[1].get("tool_calls")         else []
+    subjects, tools = _subjects(first), teacher_script._tool_names(request)
+    history = teacher_script._history(request.messages)
+    searched = {teacher_script._query({"name": n, "arguments": a}): r for n, a, r in history if n in ("search", "find")}
+    opened = {a.get("doc_id"): r for n, a, r in history if n in ("open_doc", "read")}
+    for subject in subjects:
+        if subject not in searched:
+            return teacher_script._search(tools, f"I need sources on {subject}; I search for it.", subject)
+    pages = {}
+    for subject in subjects:
+        hits = _hits(searched[subject])
+        own = next((h for h in hits if h[1] == subject), hits[0] if hits else None)
+        if own is None:
+            continue
+        if own[0] not in opened:
+            return teacher_script._call(tools[1], f"The hit {own[0]} is about {subject}; I open it to read the "
+                                                  "whole article.", doc_id=own[0])
+        pages[subject] = (own[0], opened[own[0]].partition("\n")[2].replace("[end of document]", "").strip())
+    names = "、".join(subjects)
+    lines = [f"# {names}の調査レポート", ""]
+    if exchange:
+        lines.append(f"ご回答いただいた観点（{exchange[2]['content'][:120]}）を中心に、各対象の概要と他の対象との"
+                     "関わりを説明します。")
+    else:
+        lines.append("各対象の概要と他の対象との関わりを、検索で読んだ記事に基づいて説明します。")
+    lines += ["", "| 対象 | 概要 | 根拠 |", "|---|---|---|"]
+    for subject, (doc_id, body) in pages.items():
+        lines.append(f"| {subject} | {body[:300].replace('|', '／')} | {doc_id} |")
+    lines += ["", f"以上の表で{names}を比較しました。各対象の記述は上の根拠文書（doc_id）によります。"]
+    return {"reasoning": f"I have read the articles on {len(pages)} of {len(subjects)} subjects; I write the report "
+                         "with a comparison table.", "content": "\n".join(lines)}
+
+
 def respond(request) -> str | dict:
     """The stand-in answer to one ``ChatRequest`` (see the module docstring)."""
     system = next((m["content"] for m in request.messages if m["role"] == "system"), "")
     if system.startswith("# deepresearch/"):
         return deepresearch_respond(request)
+    if request.tools and "調査エージェント" in system:  # the deepresearch task's report agent
+        return research(request)
     if request.tools:
         return teacher_script.respond(request)
     prompt = next((m["content"] for m in reversed(request.messages) if m["role"] == "user"), "")

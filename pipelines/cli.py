@@ -122,7 +122,8 @@ build_command(build_app, "multihop", MultihopConfig, "tansaku.pipelines.multihop
 
 build_command(build_app, "trajectories", TrajectoriesConfig,
               "tansaku.pipelines.trajectories.build:build_trajectories",
-              summary="Teacher rollouts → correct only → Japanese reasoning → scenario rewrites → mixed SFT chat set.",
+              summary="Teacher rollouts → correct only → reasoning translated, refined, then rewritten to a scenario "
+                      "(three passes) → mixed SFT chat set.",
               example="synth build trajectories --dataset out/multihop --index out/index --out out/sft "
                       "--teacher scripted:examples/teacher_script.py "
                       "--translator scripted:examples/teacher_script.py:rewrite --n 1",
@@ -137,14 +138,14 @@ build_command(build_app, "general", GeneralConfig, "tansaku.pipelines.general:bu
 
 
 build_command(build_app, "deepresearch", DeepResearchConfig, "tansaku.pipelines.deepresearch.build:build_deepresearch",
-              summary="Multi-article report instructions, confirmed by search, with a rubric each and clarifying Q/A.",
+              summary="Multi-article report instructions, confirmed by search, with a rubric each and a clarifying exchange.",
               example="synth build deepresearch --corpus out/corpus --index out/index --out out/deepresearch "
                       "--llm scripted:deepresearch --limit 4", llm=True, shardable=True)
 
 
 build_command(import_app, "jemhopqa", JemhopqaImportConfig,
               "tansaku.pipelines.multihop.jemhopqa:import_jemhopqa",
-              summary="JEMHopQA JSON → a multihop_qa dataset ('train' + held-out 'test'; the dev file: "
-                      "'validation').",
+              summary="JEMHopQA JSON → a multihop_qa evaluation dataset: every question in 'test' (the dev file: "
+                      "'validation'); --as-train: 'train' + held-out 'test', with a warning.",
               example="synth import jemhopqa ../shared/data/jemhopqa/corpus_ver1.2/train_ver1.2.json "
                       "--out out/jemhopqa")

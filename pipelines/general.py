@@ -4,7 +4,7 @@ general prompts, as SFT chat rows with no system prompt.
     from tansaku.pipelines.general import GeneralConfig, build_general
     build_general(GeneralConfig(prompts="examples/general_prompts.jsonl", llm="transformers:tiny", max_tokens=256),
                   out="out/general")
-    # CLI: synth build general --prompts FILE --llm SPEC --out DIR [--reasoning] [--max-tokens N]
+    # CLI: synth build general --prompts FILE|hf:OWNER/NAME --llm SPEC --out DIR [--reasoning] [--max-tokens N]
     #      [--temperature T] [--limit N] [--seed S] [--heldout-share F] [--license ID] [-q]
     # (every option is a GeneralConfig field: tansaku.pipelines.general_config)
 
@@ -17,15 +17,20 @@ and its answer becomes the assistant turn. ``synth build trajectories --general 
 split in; ``train sft`` reads it as a data source; ``train eval --task general --dataset DIR`` scores the
 held-out ``test`` split (prompts SFT never saw) for retention.
 
-Input (``--prompts``): a ``.jsonl`` / ``.json`` (list) / ``.parquet`` file or a dataset folder (its ``train``
-split); each row has ``prompt`` (text, or TRL's conversational list of messages) or ``messages`` (a
-conversation of user/assistant turns; trailing assistant turns are dropped, so a chat set's reference answers
-are replaced by the base model's own), and an optional ``id`` (default: a hash of the prompt). A row with a
-system message is dropped: the general half is generated and trained without one.
+Input (``--prompts``): a ``.jsonl`` / ``.json`` (list) / ``.parquet`` file, a dataset folder (its ``train``
+split), or a Hub dataset ``hf:OWNER/NAME[:CONFIG][@REVISION][#SPLIT]`` read from the local HF cache, never
+downloaded (``tansaku.core.chat_sources``: the manifest's ``inputs`` and ``hub_inputs`` and the card
+record its commit sha; its card's license is the default). Each row is mapped from the common chat columns
+(``chat_sources.chat_messages``): ``messages``, ``conversations`` (ShareGPT ``from``/``value``), ``prompt``
+(text, or TRL's list of messages) [+ ``response``/``completion``], ``instruction`` [+ ``input``] [+
+``output``]; trailing assistant turns are dropped, so a chat set's reference answers are replaced by the base
+model's own. An optional ``id`` names the prompt (default: a hash of its turns). A row with a system message
+is dropped: the general half is generated and trained without one.
 
-Stages and drop reasons: ``prompts`` (``bad_prompt``: not an object, no prompt, a system or tool message,
-an empty user turn, a bad JSON line — one record, not the build), ``dedup`` (``duplicate_id``), ``generate``
-(``llm_error``, ``truncated``: the backend stopped at ``max_tokens``, ``empty_answer``). Row of both splits::
+Stages and drop reasons: ``prompts`` (``unmappable``: none of those columns; ``bad_prompt``: not an object,
+a malformed column, a system or tool message, an empty user turn, a bad JSON line — one record, not the
+build), ``dedup`` (``duplicate_id``), ``generate`` (``llm_error``, ``truncated``: the backend stopped at
+``max_tokens``, ``empty_answer``). Row of both splits::
 
     {id: "general-<prompt_id>", prompt_id, kind: "general", finish_reason,
      messages: [{role, content, reasoning_content}, …, {role: "assistant", content: answer,
@@ -35,12 +40,22 @@ an empty user turn, a bad JSON line — one record, not the build), ``dedup`` (`
 from __future__ import annotations
 
 import hashlib
-import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
 from tansaku.core import jsontext
+from tansaku.core.chat_sources import (
+    FORMATS,
+    HubData,
+    UnusableRow,
+    chat_messages,
+    load_hub_rows,
+    parse_hub_source,
+    repo_id_hint,
+    snapshot,
+)
 from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop, batch_stage, global_stage, map_stage
 from tansaku.core.errors import InputError, MissingInputError
@@ -58,7 +73,9 @@ from tansaku.pipelines.general_config import GeneralConfig
 PIPELINE = "general"
 # 2: the config is GeneralConfig's fields (prompts, llm, seed, heldout_share, keep_rejected, license_file,
 # batch_size, chunk_size join reasoning/max_tokens/temperature/limit/license)
-PIPELINE_VERSION = "2"
+# 3: rows are mapped from the common chat columns (chat_sources.chat_messages: messages first, then
+# conversations, prompt, instruction); a row with none of them is dropped as `unmappable`
+PIPELINE_VERSION = "3"
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()), ("reasoning_content", pa.string())])
 COLUMN_TYPES = {"messages": pa.list_(MESSAGE), "prompt_id": pa.string(), "kind": pa.string(),
                 "finish_reason": pa.string()}
@@ -74,40 +91,57 @@ EMPTY_HINTS = {
 }
 
 
-def read_prompt_rows(path: str | Path) -> list[dict]:
-    """``[{"row": value, "where": "FILE:LINE"} | {"bad": "FILE:LINE: why", "where": …}]`` of a prompt file or
-    dataset folder. A bad JSON line is a ``bad`` record (dropped later); a file of another type, a folder that
-    is no dataset or a missing path raises (one line, exit 2)."""
-    p = Path(path)
+@dataclass
+class Prompts:
+    """The prompt rows of ``--prompts`` and what the build records about where they came from."""
+
+    records: list[dict]  # {"row": value, "where": …} | {"bad": why, "where": …}
+    name: str  # the dataset's name: general-<this>
+    input: dict  # the manifest's inputs entry
+    folder: Path | None  # the input folder (its card's license is the default; --out never goes in it)
+    hub: HubData | None = None
+
+
+def read_prompts(value: str | Path) -> Prompts:
+    """The rows of a prompt file, dataset folder (its ``train`` split) or Hub dataset (``hf:…``, read from the
+    local cache; ``tansaku.core.chat_sources``). A bad JSON line is a ``bad`` record (dropped later); a
+    file of another type, a folder that is no dataset, a missing path or an uncached Hub dataset raises (one
+    line, exit 2)."""
+    source = parse_hub_source(value, "--prompts")
+    if source is not None:
+        hub = load_hub_rows(source, "--prompts")
+        records = [{"row": row, "where": f"{hub.text()} row {i}"} for i, row in enumerate(hub.rows)]
+        return Prompts(records, source.repo_id.split("/")[-1], hub.input(), hub.folder, hub)
+    p = Path(value)
     if not p.exists():
-        raise MissingInputError(f"--prompts {p}: no such file or dataset folder")
+        raise MissingInputError(f"--prompts {p}: no such file or dataset folder{repo_id_hint(value)}")
     if p.is_file() and ".jsonl" in p.suffixes:  # line by line: one bad line costs that line only
-        return [{"bad": value.where, "where": value.where} if isinstance(value, BadLine) else
-                {"row": value, "where": f"{p}:{number}"}
-                for number, value in iter_jsonl(p, on_bad="yield", objects=False)]
-    try:
-        rows = read_records(p, split="train")
-    except StoreError as exc:
-        raise InputError(f"--prompts: {exc}") from None
-    return [{"row": row, "where": f"{p} row {i}"} for i, row in enumerate(rows)]
-
-
-def _messages(value, key: str = "messages") -> list | str:
-    """A prompt's messages (from the row's ``key``), or why there are none."""
-    if isinstance(value, str):
+        records = [{"bad": line.where, "where": line.where} if isinstance(line, BadLine) else
+                   {"row": line, "where": f"{p}:{number}"}
+                   for number, line in iter_jsonl(p, on_bad="yield", objects=False)]
+    else:
         try:
-            value = jsontext.loads(value)
-        except json.JSONDecodeError:
-            return f"'{key}' is a string that is not JSON"
-    if not isinstance(value, list):
-        return f"'{key}' must be text or a list of {{role, content}}, not {type(value).__name__}"
+            rows = read_records(p, split="train")
+        except StoreError as exc:
+            raise InputError(f"--prompts: {exc}") from None
+        records = [{"row": row, "where": f"{p} row {i}"} for i, row in enumerate(rows)]
+    return Prompts(records, p.name.split(".")[0], describe_input(p, len(records)), p if p.is_dir() else None)
+
+
+def read_prompt_rows(path: str | Path) -> list[dict]:
+    """``read_prompts(path).records``: ``[{"row": value, "where": "FILE:LINE"} | {"bad": …, "where": …}]``."""
+    return read_prompts(path).records
+
+
+def _messages(value: list, key: str) -> list | str:
+    """A prompt's messages (from the row's ``key`` column, mapped by ``chat_messages``), or why there are none."""
     out = []
     for i, message in enumerate(value):
         role = message.get("role") if isinstance(message, dict) else None
         if role == "system":
             return f"message {i} is a system message: the general half has none (the agentic rows carry it)"
         if role not in ROLES or not isinstance(message.get("content"), str):
-            return f"message {i} needs a role in {ROLES} and text content, got {str(message)[:80]!r}"
+            return f"'{key}' message {i} needs a role in {ROLES} and text content, got {str(message)[:80]!r}"
         out.append({"role": role, "content": message["content"], "reasoning_content": None})
     while out and out[-1]["role"] == "assistant":  # the reference answer: the base model writes its own
         out.pop()
@@ -117,21 +151,17 @@ def _messages(value, key: str = "messages") -> list | str:
 
 
 def parse_prompt(record: dict) -> dict | Drop:
-    """``{prompt_id, messages}`` of one input row, or ``Drop("bad_prompt")`` naming where and why."""
+    """``{prompt_id, messages}`` of one input row, or the reason it is dropped (``unmappable``: none of the
+    chat columns ``chat_messages`` reads; ``bad_prompt``: naming where and why)."""
     where = record["where"]
     if "bad" in record:
         return Drop("bad_prompt", detail=record["bad"])
     row = record["row"]
-    if not isinstance(row, dict):
-        return Drop("bad_prompt", detail=f"{where}: not a JSON object")
-    if isinstance(row.get("prompt"), str):
-        messages = _messages([{"role": "user", "content": row["prompt"]}])
-    elif row.get("prompt") is not None:  # TRL's conversational prompt: a list of messages
-        messages = _messages(row["prompt"], "prompt")
-    elif row.get("messages") is not None:
-        messages = _messages(row["messages"])
-    else:
-        messages = f"no 'prompt' or 'messages' (keys: {', '.join(map(str, row)) or 'none'})"
+    try:
+        key, mapped = chat_messages(row)
+    except UnusableRow as exc:
+        return Drop("unmappable" if exc.reason == "unmappable" else "bad_prompt", detail=f"{where}: {exc.detail}")
+    messages = _messages(mapped, key)
     if isinstance(messages, str):
         return Drop("bad_prompt", detail=f"{where}: {messages}")
     given = row.get("id")
@@ -182,6 +212,16 @@ def generate_fn(client, max_tokens: int, temperature: float, seed: int, keep_rea
     return run
 
 
+def _from_hub(hub: HubData | None) -> str:
+    """The card's words on a Hub dataset's prompts: which dataset, at which commit, and its license."""
+    if hub is None:
+        return ""
+    license = f", license `{hub.license}` (its card)" if hub.license else ", no license on its card"
+    return (f" Prompts: the Hub dataset [{hub.source.repo_id}](https://huggingface.co/datasets/{hub.source.repo_id})"
+            f" (config `{hub.config}`, split `{hub.split}`, revision `{hub.revision}`{license}); its reference "
+            "answers, if any, were replaced by the model's own.")
+
+
 def _first_problem(records: list[dict]) -> str | None:
     """None when some record is a usable prompt; else the first record's problem (all are unusable)."""
     problems = []
@@ -203,7 +243,8 @@ def build_general(config: GeneralConfig, out: str | Path = "out/general",
     model's reasoning (``<think>`` text or the server's ``reasoning_content``) in the assistant message's
     ``reasoning_content``; otherwise only the answer. ``heldout_share`` of the prompt ids form the ``test``
     split (``tansaku.core.heldout``). ``limit``: the first N prompt rows. ``license``: the card's license
-    (default: the prompt folder's card license, else ``other`` until ``--license`` names one). ``chunk_size``:
+    (default: the license the prompt folder's or Hub dataset's card declares, else ``other`` until
+    ``--license`` names one). ``chunk_size``:
     prompts per checkpoint. ``context``: LLM options and progress (``BuildContext``; this build does not shard)."""
     context = context or BuildContext()
     c = config
@@ -213,34 +254,38 @@ def build_general(config: GeneralConfig, out: str | Path = "out/general",
     check_count("--batch-size", c.batch_size)
     check_count("--chunk-size", c.chunk_size)
     heldout = HeldOut(c.heldout_share, "prompt_id", c.seed)
-    prompts = c.prompts
-    out = precheck_out(out, pipeline=PIPELINE, inputs={"--prompts": prompts, "--license-file": c.license_file})
-    chosen = choose_license(c.license, c.license_file, prompts if Path(prompts).is_dir() else None)
-    records = read_prompt_rows(prompts)
+    hub = parse_hub_source(c.prompts, "--prompts")  # a malformed hf: value: refused before --out is looked at
+    given = snapshot(hub, "--prompts")[0] if hub is not None else c.prompts  # a Hub dataset: its cached snapshot
+    out = precheck_out(out, pipeline=PIPELINE, inputs={"--prompts": given, "--license-file": c.license_file})
+    prompts = read_prompts(c.prompts)
+    chosen = choose_license(c.license, c.license_file, prompts.folder)
+    records = prompts.records
     if not records:
-        raise InputError(f"--prompts {prompts} holds no prompts")
+        raise InputError(f"--prompts {c.prompts} holds no prompts")
     problem = _first_problem(records[:c.limit])
     if problem is not None:
-        raise InputError(f"--prompts {prompts}: no usable prompt ({problem}); each row needs 'prompt' (text) or "
-                         "'messages' (a conversation ending in a user turn)")
+        needs = "" if FORMATS in problem else f"; each row needs {FORMATS}, the conversation ending in a user turn"
+        raise InputError(f"--prompts {c.prompts}: no usable prompt ({problem}){needs}")
     client = context.client(c.llm)
     manifest = build_dataset(
-        out=out, name=f"general-{Path(prompts).name.split('.')[0]}", pipeline=PIPELINE,
+        out=out, name=f"general-{prompts.name}", pipeline=PIPELINE,
         pipeline_version=PIPELINE_VERSION, config={**c.recipe(), **chosen.recipe()}, seed=c.seed,
-        inputs=[describe_input(prompts, len(records))], source=records[:c.limit], llm=client,
+        inputs=[prompts.input], source=records[:c.limit], llm=client,
         chunk_size=c.chunk_size, context=context, keep_rejected=c.keep_rejected,
         stages=[map_stage("prompts", parse_prompt), global_stage("dedup", unique_ids),
                 batch_stage("generate", generate_fn(client, c.max_tokens, c.temperature, c.seed, c.reasoning),
                             c.batch_size, params=c.pick("max_tokens", "temperature", "reasoning"), llm=client)],
         heldout=heldout, column_types=COLUMN_TYPES, empty_hints=EMPTY_HINTS,
+        summarize=(lambda manifest: {"hub_inputs": [prompts.hub.record()]}) if prompts.hub else None,
         card={"pretty_name": "tansaku general chat (the base model's own answers)", **chosen.card,
               "task_categories": ["text-generation"], "tags": ["sft", "general-chat", "system-prompt-switch"],
               "description": "General prompts answered by the base model itself (the manifest's `llm`), with no "
                              "system prompt: the general half of the system-prompt switch. Mix the `train` split "
                              "into agentic SFT (`synth build trajectories --general DIR`, or a `train sft` data "
                              "source); score retention on the held-out `test` split (`train eval --task general`)."
-                             + (" Assistant turns keep the model's reasoning in `reasoning_content`."
-                                if c.reasoning else " Assistant turns hold the answer only (no reasoning)."),
+                             + _from_hub(prompts.hub)
+                             + (" Assistant turns keep the model's reasoning in `reasoning_content`." if c.reasoning
+                                else " Assistant turns hold the answer only (no reasoning)."),
               "limitations": ["Answers are what the model wrote, unchecked: their quality is the base model's.",
                               "Answers cut at max_tokens are dropped (`truncated`), so long answers are "
                               "under-represented unless max_tokens is large."]})

@@ -26,8 +26,10 @@ from tansaku.core.value_checks import INPUT
 
 @dataclass(frozen=True)
 class GeneralConfig(BuildConfig):
-    prompts: Path = option(path=INPUT, help="General prompts: JSONL/JSON/parquet rows with 'prompt' (text) or 'messages' "
-                                "(ending in a user turn), optional 'id'; or a dataset folder.")
+    prompts: Path = option(path=INPUT, help="General prompts: a JSONL/JSON/parquet file or dataset folder, or a Hub dataset "
+                                "hf:OWNER/NAME (optionally :CONFIG, @REVISION, #SPLIT) read from the local HF cache "
+                                "(never downloaded). Rows: 'messages', 'conversations' (ShareGPT), 'prompt' or "
+                                "'instruction' (+ 'input'); a trailing answer is replaced; optional 'id'.")
     # A spec, or a client (demo.py passes the tiny model's, loaded in bf16): the recipe records its identity.
     llm: str = option(llm=True, help="The base model you will fine-tune (its own answers): http:MODEL@URL | "
                                      "vllm:MODEL | transformers:PATH|tiny | scripted:FILE.py[:FN].")

@@ -66,10 +66,9 @@ def test_corpus_jsonl(tmp_path):
 
 def test_jemhopqa_json(tmp_path):
     (tmp_path / "j.json").write_text(JEMHOP, encoding="utf-8")
-    code, stderr, exc = run(synth_app, "import", "jemhopqa", tmp_path / "j.json", "--out", tmp_path / "o",
-                            "--heldout-share", "0", "-q")
+    code, stderr, exc = run(synth_app, "import", "jemhopqa", tmp_path / "j.json", "--out", tmp_path / "o", "-q")
     assert code == 0, (stderr, exc)
-    rows = read_rows(tmp_path / "o")
+    rows = read_rows(tmp_path / "o", "test")  # an evaluation set: every question in 'test'
     assert len(rows) == 1 and "\ufffd出身地" in rows[0]["question"]
     assert_no_surrogate(rows)
 

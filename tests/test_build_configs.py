@@ -112,7 +112,8 @@ CASES: dict[str, Case] = {
         "index": _index, "llm": ScriptedLLM(lambda request: "{}", model="scripted:a"),
         "policy": ScriptedLLM(lambda request: "{{x}}", model="scripted:b"), "m": 2, "min_pass_rate": 0.75,
         "until": "chains", "limit": 5, "relations": lambda root: _written(root / "relations.json", "{}"),
-        "license": "cc0-1.0", "license_file": _copy(MINIWIKI, "LICENSE.txt"), "heldout_phrasing": ["answer"]}),
+        "license": "cc0-1.0", "license_file": _copy(MINIWIKI, "LICENSE.txt"), "heldout_phrasing": ["answer"],
+        "min_support": 20}),
     # other builds' cases below (one entry each)
     "trajectories": Case("tansaku.pipelines.trajectories.config:TrajectoriesConfig", lambda cls, root: cls(
         dataset=_question_dataset(root), index=str(root / "index"),
@@ -123,6 +124,7 @@ CASES: dict[str, Case] = {
         "index": lambda root: _question_dataset(root) and _copy(root / "index", "index-copy")(root),
         "teacher": f"scripted:{FIXTURES.parent.parent / 'examples' / 'teacher_script.py'}:respond_compact",
         "translator": f"scripted:{FIXTURES.parent.parent / 'examples' / 'teacher_script.py'}:rewrite",
+        "judge": f"scripted:{FIXTURES.parent.parent / 'examples' / 'stand_in_llm.py'}",
         "general": FIXTURES / "sft" / "general.jsonl", "limit": 5, "task": "multihop_qa_compact",
         "system_prompt": "日本語で考え、検索してから答えてください。", "interface_variants": 2,
         "catalog": FIXTURES.parent.parent / "pipelines" / "trajectories" / "scenarios.yaml",

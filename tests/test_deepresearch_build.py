@@ -1,7 +1,8 @@
 """End-to-end ``build_deepresearch`` over the fictional mini-wiki with the demo scripted LLM.
 
 One clean run, and one run whose script misbehaves on purpose per keyword group (single-page
-instruction, hallucinated and unseen doc ids, low quality, malformed / generic / badly weighted rubrics).
+instruction, hallucinated and unseen doc ids, low quality, malformed / generic / badly weighted rubrics); the
+clarifying exchange: two calls in order (the answer call sees the question), each filtered by rules and a judge.
 """
 
 from __future__ import annotations
@@ -127,7 +128,121 @@ def test_clarifying_share_respected(clean):
             assert r["clarify_status"] == "ok" and r["clarify_question"].endswith(("？", "?", "。"))
             assert [m["role"] for m in r["dialogue"]] == ["user", "assistant", "user"]
         else:
-            assert r["clarify_question"] is None and len(r["dialogue"]) == 1
+            assert r["clarify_question"] is None and r["clarify_request"] is None and len(r["dialogue"]) == 1
+            assert r["dialogue"][0]["content"] == r["instruction"] and r["clarify_status"] == "not_selected"
+
+
+def recording(responder=respond):
+    """The demo script, logging every call as ``(prompt kind, user message, answer)`` in call order."""
+    calls = []
+
+    def answer(request):
+        system = request.messages[0]["content"]
+        kind = system.split("/", 1)[1].split(" ", 1)[0] if system.startswith("# deepresearch/") else ""
+        reply = responder(request)
+        calls.append((kind, request.messages[-1]["content"], reply))
+        return reply
+
+    return answer, calls
+
+
+CLARIFY_CALLS = ["clarify_question", "clarify_question_judge", "clarify_answer", "clarify_answer_judge"]
+
+
+def _clarify_run(responder, corpus_and_index, tmp_path_factory, name):
+    from tansaku.pipelines.deepresearch.build import build_deepresearch
+
+    corpus, index = corpus_and_index
+    out = tmp_path_factory.mktemp(name) / "out"
+    manifest = build_deepresearch(DeepResearchConfig(corpus=corpus, index=index, llm=demo_llm(responder),
+                                                     clarify_share=1.0), out, BuildContext(quiet=True))
+    return manifest, read_rows(out)
+
+
+def test_clarifying_exchange_is_two_calls_in_order(corpus_and_index, tmp_path_factory):
+    """Question (given the instruction), then the user's answer (given the instruction it holds, its own initial
+    request and the question the first call wrote); dialogue = [initial request, question, answer] and the report
+    instruction kept whole in ``instruction``."""
+    responder, calls = recording()
+    manifest, rows = _clarify_run(responder, corpus_and_index, tmp_path_factory, "exchange")
+    stages = [s["name"] for s in manifest["stages"]]
+    assert stages.index("quality") < stages.index("clarify_question") == stages.index("clarify_answer") - 1
+    params = {s["name"]: s["params"] for s in manifest["stages"]}
+    assert params["clarify_question"]["prompts"] == ["clarify_question.v1.md", "clarify_question_judge.v1.md"]
+    assert params["clarify_answer"]["prompts"] == ["clarify_answer.v1.md", "clarify_answer_judge.v1.md"]
+    assert manifest["config"]["prompts"]["clarify_answer"] == "clarify_answer.v1.md"
+    assert rows
+    for r in rows:
+        assert r["clarify_status"] == "ok" and r["clarify_detail"] is None
+        mine = [(i, kind, user, reply) for i, (kind, user, reply) in enumerate(calls)
+                if f"【指示】\n{r['instruction']}\n" in user and kind.startswith("clarify")]
+        assert [kind for _, kind, _, _ in mine] == CLARIFY_CALLS  # one of each, in this order
+        (_, _, asked, wrote), _, (_, _, answer_call, answered), _ = mine
+        written = json.loads(wrote)
+        assert "【確認の質問】" not in asked  # the first call has no question yet
+        assert (written["request"], written["question"]) == (r["clarify_request"], r["clarify_question"])
+        # the answer call sees the question the first call wrote, and the instruction the user holds
+        assert f"【確認の質問】\n{r['clarify_question']}" in answer_call
+        assert f"【最初の依頼】\n{r['clarify_request']}" in answer_call
+        assert json.loads(answered)["answer"] == r["clarify_answer"]
+        assert r["dialogue"] == [{"role": "user", "content": r["clarify_request"]},
+                                 {"role": "assistant", "content": r["clarify_question"]},
+                                 {"role": "user", "content": r["clarify_answer"]}]
+        # vaguer than the report instruction, which the row keeps (the rubric and its judge read it)
+        assert len(r["clarify_request"]) < len(r["instruction"]) and r["instruction"].startswith(
+            "、".join(r["entities"]))
+        assert r["prompt"][0]["role"] == "system" and r["prompt"][1:] == r["dialogue"]
+
+
+def _seed_of(user: str) -> str:
+    """The first entity of the instruction a clarify call is about (the demo's instructions open with them)."""
+    return user.split("【指示】\n", 1)[1].split("、", 1)[0]
+
+
+# (call, first entity) → how that call misbehaves; (status, detail prefix) each row must end with.
+FAULTS = {("clarify_question", "翠嶺鉄道"): json.dumps({"request": "翠嶺鉄道について調べて。",
+                                                      "question": "翠嶺鉄道について調べます。"}, ensure_ascii=False),
+          ("clarify_question_judge", "蒼井町"): json.dumps({"request_ok": True, "question_ok": False,
+                                                          "reason": "答えを先取りしている"}, ensure_ascii=False),
+          ("clarify_answer", "白鷺駅"): json.dumps({"answer": "どの観点がよいと思いますか？"}, ensure_ascii=False),
+          ("clarify_answer_judge", "潮見町"): json.dumps({"answer_ok": False, "reason": "指示と矛盾"},
+                                                        ensure_ascii=False),
+          ("clarify_answer", "蒼井川"): "歴史を中心にお願いします。"}  # prose, no JSON object
+EXPECTED_STATUS = {"翠嶺鉄道": ("question_rejected", "rules: question is not a short question"),
+                   "蒼井町": ("question_rejected", "judge: question_ok (答えを先取りしている)"),
+                   "白鷺駅": ("answer_rejected", "rules: answer is empty, too long, or another question"),
+                   "潮見町": ("answer_rejected", "judge: answer_ok (指示と矛盾)"),
+                   "蒼井川": ("answer_llm_bad_json", "")}
+
+
+def test_each_clarify_call_is_filtered_by_rules_then_judge(corpus_and_index, tmp_path_factory):
+    def faulty(request):
+        system = request.messages[0]["content"]
+        kind = system.split("/", 1)[1].split(" ", 1)[0]
+        if kind.startswith("clarify"):
+            fault = FAULTS.get((kind, _seed_of(request.messages[-1]["content"])))
+            if fault is not None:
+                return fault
+        return respond(request)
+
+    responder, calls = recording(faulty)
+    manifest, rows = _clarify_run(responder, corpus_and_index, tmp_path_factory, "clarify-faults")
+    assert all(not s["dropped"] for s in manifest["stages"])  # a failed exchange never drops the instruction
+    by_seed = {r["keywords"][0]: r for r in rows}
+    assert set(EXPECTED_STATUS) <= set(by_seed)
+    for seed, r in by_seed.items():
+        status, detail = EXPECTED_STATUS.get(seed, ("ok", None))
+        assert r["clarify_status"] == status, (seed, r["clarify_status"], r["clarify_detail"])
+        assert (r["clarify_detail"] or "").startswith(detail or "") and (detail is None) == (r["clarify_detail"] is None)
+        if status != "ok":  # the instruction alone, and no text a later stage could take for an exchange
+            assert r["dialogue"] == [{"role": "user", "content": r["instruction"]}]
+            assert r["clarify_request"] is r["clarify_question"] is r["clarify_answer"] is None
+            assert not any("確認の回答" in c["criterion"] for c in r["rubric"])
+    # a question the rules or the judge refused is never answered: the answer call is not paid for
+    answered = {_seed_of(user) for kind, user, _ in calls if kind == "clarify_answer"}
+    assert not {"翠嶺鉄道", "蒼井町"} & answered and {"白鷺駅", "潮見町", "蒼井川"} <= answered
+    judged = {_seed_of(user) for kind, user, _ in calls if kind == "clarify_question_judge"}
+    assert "翠嶺鉄道" not in judged and "蒼井町" in judged  # rules first, the judge only on what they passed
 
 
 def test_rubrics_valid_and_usable_by_reward(clean):

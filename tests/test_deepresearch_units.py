@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tansaku.pipelines.deepresearch.clarify import rule_problem, select_for_clarification
+from tansaku.pipelines.deepresearch.clarify import (
+    answer_rule_problem,
+    question_rule_problem,
+    select_for_clarification,
+)
 from tansaku.pipelines.deepresearch.keywords import (
     KeywordConfig,
     document_frequency,
@@ -133,9 +137,18 @@ def test_clarify_selection_is_a_seeded_draw_per_record(share):
 
 
 def test_clarify_rules():
-    instruction = "蒼井焼と東雲窯の関係を調べてください。"
-    assert rule_problem(instruction, "どの時代を中心に調べればよいですか？", "明治以降でお願いします。") is None
-    assert rule_problem(instruction, "蒼井焼について調べます。", "はい。") is not None  # not a question
-    assert rule_problem(instruction, "どの時代を中心にしますか？", "どの時代がいいですか？") is not None
-    assert rule_problem(instruction, "doc_id: dr0010 を見ますか？", "はい、お願いします。") is not None
-    assert rule_problem(instruction, "Which era should I focus on?", "Meiji era please.") is not None
+    record = {"instruction": "蒼井焼と東雲窯の関係を、明治以降の歴史に絞って調べ、年表にまとめてください。",
+              "entities": ["蒼井焼", "東雲窯"]}
+    request, question = "蒼井焼と東雲窯について調べてください。", "どの時代を中心に調べればよいですか？"
+    assert question_rule_problem(record, request, question) is None
+    assert question_rule_problem(record, request, "蒼井焼について調べます。")  # not a question
+    assert question_rule_problem(record, record["instruction"], question)  # the request is not vaguer
+    assert question_rule_problem(record, "焼き物について調べてください。", question)  # the subject is lost
+    assert question_rule_problem(record, request, "doc_id: dr0010 を見ますか？")  # tool output leaked
+    assert question_rule_problem(record, "【指示】蒼井焼と東雲窯", question)  # a prompt label copied
+    assert question_rule_problem(record, "Aoi ware 蒼井焼", "Which era should I focus on?") == "not Japanese"
+    answer = "明治以降に絞って、年表にしてください。"
+    assert answer_rule_problem(record, request, question, answer) is None
+    assert answer_rule_problem(record, request, question, "どの時代がいいですか？")  # another question
+    assert answer_rule_problem(record, request, question, record["instruction"]) == "echo"  # pasted, not answered
+    assert answer_rule_problem(record, request, question, "Meiji era please.") == "not Japanese"

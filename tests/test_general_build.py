@@ -123,11 +123,13 @@ def test_bad_answers_and_rows_are_dropped_with_their_reason(files, tmp_path):
     out = tmp_path / "general"
     build_general(GeneralConfig(prompts=prompts, llm=files["llm"], heldout_share=0), out, BuildContext(quiet=True))
     stages = {s["name"]: s["dropped"] for s in read_manifest(out)["stages"]}
-    assert stages == {"prompts": {"bad_prompt": 4}, "dedup": {"duplicate_id": 1},
+    assert stages == {"prompts": {"bad_prompt": 3, "unmappable": 1}, "dedup": {"duplicate_id": 1},
                       "generate": {"empty_answer": 1, "truncated": 1, "llm_error": 1}}
     assert [r["prompt_id"] for r in read_rows(out)] == ["ok"]
     details = {r["detail"] for r in read_rows(out, "rejected")}
-    assert any(d.endswith("p.jsonl:5: no 'prompt' or 'messages' (keys: id, question)") for d in details)
+    assert any(d.endswith("p.jsonl:5: none of 'messages', 'conversations' (ShareGPT from/value), 'prompt' [+ "
+                          "'response'/'completion'] or 'instruction' [+ 'input'] [+ 'output'] (keys: id, question)")
+               for d in details)
     assert any("p.jsonl:6: not valid JSON" in d for d in details)
     assert any("system message" in d for d in details) and "RuntimeError: backend down" in details
 

@@ -173,11 +173,11 @@ def test_jemhopqa_import(tmp_path):
              {"qid": "q2", "type": "comparison", "question": "", "answer": "x", "derivations": []}]
     path = tmp_path / "jem.json"
     path.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
-    manifest = import_jemhopqa(JemhopqaImportConfig(path=path, heldout_share=0), tmp_path / "eval", BuildContext(quiet=True))
-    rows = read_rows(tmp_path / "eval")
+    manifest = import_jemhopqa(JemhopqaImportConfig(path=path), tmp_path / "eval", BuildContext(quiet=True))
+    rows = read_rows(tmp_path / "eval", "test")  # an evaluation set: every question in 'test'
     check_gold(TASKS["multihop_qa"], rows)
     assert [r["qid"] for r in rows] == ["q1"] and rows[0]["derivations"][1]["objects"] == ["朝霧市"]
-    assert manifest["stages"][0]["dropped"] == {"missing_question": 1}
+    assert manifest["stages"][0]["dropped"] == {"missing_question": 1} and manifest["splits"] == {"test": 1}
 
 
 def test_heldout_split_keeps_each_bridge_on_one_side(built, corpus, tmp_path):
@@ -204,7 +204,7 @@ def test_jemhopqa_import_holds_out_a_share_of_questions(tmp_path):
               "derivations": [], "page_ids": [], "time_dependent": False} for i in range(50)]
     path = tmp_path / "jem.json"
     path.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
-    manifest = import_jemhopqa(JemhopqaImportConfig(path=path, heldout_share=0.3, seed=1), tmp_path / "eval", BuildContext(quiet=True))
+    manifest = import_jemhopqa(JemhopqaImportConfig(path=path, as_train=True, heldout_share=0.3, seed=1), tmp_path / "eval", BuildContext(quiet=True))
     test = {r["qid"] for r in read_rows(tmp_path / "eval", "test")}
     assert test == {f"q{i}" for i in range(50) if heldout_split(f"q{i}", 0.3, 1) == "test"}
     assert 5 <= len(test) <= 25 and manifest["heldout"]["rows"] == len(test)

@@ -154,7 +154,7 @@ def test_cli_build_rebuilds_a_jemhopqa_style_file_in_its_own_spelling(tmp_path):
     assert report["gold_chains"] == 17 and report["recall"] == report["recall_same_relations"] == round(15 / 17, 4)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text(encoding="utf-8"))
     stage = next(s for s in manifest["stages"] if s["name"] == "cardinality")
-    assert stage["params"]["min_support"] == 50 and stage["params"]["cardinality_confidence"] == 0.95
+    assert stage["params"]["min_support_applied"] == 50 and stage["params"]["cardinality_confidence"] == 0.95
     assert "per subject" in stage["params"]["rule"] and "出演者" in stage["params"]["set_valued_relations"]
     assert stage["dropped"] == {"multi_valued": 2, "duplicate_triple": 2}  # the comparison item repeats q0
 

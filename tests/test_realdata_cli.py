@@ -9,7 +9,7 @@ The chain: WikipediaAnnotatedCorpus (the folder, and its derived JSON lines with
 index → multihop (the stand-in LLM of ``examples/stand_in_llm.py`` extracts triples and writes questions, its
 scripted agent solves them) → trajectories (scripted teacher and rewriter) and deepresearch (scripted LLM);
 JaQuAD → corpus; JEMHopQA train → multihop (up to chains, and with templates as far as triples alone go) and
-the importer; 民法 + 行政手続法 → egov. About 2 minutes on 2 cores.
+the importer (all 'test' by default, and with --as-train); 民法 + 行政手続法 → egov. About 2 minutes on 2 cores.
 
     pytest tests/test_realdata_cli.py -q -m realdata
 """
@@ -75,7 +75,8 @@ def built(tmp_path_factory) -> Built:
     b = Built(tmp_path_factory.mktemp("realdata"))
     b.build("jemhopqa-chains", "build", "multihop", "--triples", JEMHOPQA, "--until", "chains")
     b.build("jemhopqa-templates", "build", "multihop", "--triples", JEMHOPQA, "--until", "quality")
-    b.build("jemhopqa-import", "import", "jemhopqa", JEMHOPQA)
+    b.build("jemhopqa-import", "import", "jemhopqa", JEMHOPQA)  # an evaluation set: all 'test'
+    b.build("jemhopqa-import-as-train", "import", "jemhopqa", JEMHOPQA, "--as-train")
     b.build("jaquad", "build", "corpus", "--input", JAQUAD)
     b.build("egov", "build", "egov", "--laws", LAWS)
     for corpus, source in (("wac", ("--input", WAC)),
@@ -94,7 +95,7 @@ def built(tmp_path_factory) -> Built:
     return b
 
 
-OUTPUTS = ["jemhopqa-chains", "jemhopqa-templates", "jemhopqa-import", "jaquad", "egov", "egov/articles", "wac",
+OUTPUTS = ["jemhopqa-chains", "jemhopqa-templates", "jemhopqa-import", "jemhopqa-import-as-train", "jaquad", "egov", "egov/articles", "wac",
            "wacjsonl", "wac-multihop", "wacjsonl-multihop", "wac-deepresearch", "wacjsonl-deepresearch",
            "wac-trajectories", "wacjsonl-trajectories"]
 
@@ -125,9 +126,11 @@ def test_a_rerun_is_a_no_op(built, name):
 
 
 def test_the_heldout_question_builds_have_a_test_split(built):
-    for name in ("jemhopqa-templates", "jemhopqa-import", "egov", "wac-multihop", "wac-deepresearch"):
+    for name in ("jemhopqa-templates", "jemhopqa-import-as-train", "egov", "wac-multihop", "wac-deepresearch"):
         splits = json.loads((built.root / name / "manifest.json").read_text(encoding="utf-8"))["splits"]
         assert splits["train"] > splits["test"] > 0, (name, splits)
+    imported = json.loads((built.root / "jemhopqa-import" / "manifest.json").read_text(encoding="utf-8"))["splits"]
+    assert list(imported) == ["test"] and imported["test"] > 0, imported  # JEMHopQA: an evaluation set
 
 
 def test_the_derived_jsonl_without_its_field_names_is_one_line_exit_2(tmp_path):

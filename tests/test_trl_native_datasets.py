@@ -59,7 +59,8 @@ def datasets(tmp_path_factory) -> dict[str, tuple[Path, str]]:
                                           heldout_share=0), root / "deepresearch", BuildContext(quiet=True))
     jem = root / "train_ver1.2.json"
     jem.write_text(json.dumps(JEM_ITEMS, ensure_ascii=False), encoding="utf-8")
-    import_jemhopqa(JemhopqaImportConfig(path=jem, heldout_share=0.3), root / "jemhopqa", BuildContext(quiet=True))
+    # --as-train: the import a trainer would read (by default JEMHopQA is all 'test': tests/test_jemhopqa_import.py)
+    import_jemhopqa(JemhopqaImportConfig(path=jem, as_train=True, heldout_share=0.3), root / "jemhopqa", BuildContext(quiet=True))
     return {"multihop": (root / "multihop", "multihop_qa"), "egov": (root / "egov", "egov_mcq"),
             "deepresearch": (root / "deepresearch", "deepresearch"), "jemhopqa": (root / "jemhopqa", "multihop_qa")}
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from tansaku.core import jsontext
+from tansaku.core.chat_sources import is_hub_source, read_chat_source
 from tansaku.core.parsing import to_wire
 from tansaku.core.store import StoreError, read_records
 from tansaku.trainer.recipes import DataSource, RecipeError
@@ -48,8 +49,11 @@ ROLES = ("system", "user", "assistant", "tool")
 
 
 def read_source(path: str | Path, split: str = "train") -> list[dict]:
-    """All rows of one source (store folder, .jsonl, .json list, .parquet)."""
+    """All rows of one source (store folder, .jsonl, .json list, .parquet, or a Hub chat set
+    ``hf:OWNER/NAME[:CONFIG][@REVISION][#SPLIT]`` from the local HF cache: ``tansaku.core.chat_sources``)."""
 
+    if is_hub_source(path):
+        return read_chat_source(path, split, "data source")
     try:
         return read_records(path, split)
     except (StoreError, FileNotFoundError) as exc:

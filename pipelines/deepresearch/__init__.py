@@ -2,7 +2,9 @@
 
 Stages (see ``build.py``): keyword groups from the corpus (``keywords``) → an agent with the search tool
 writes an instruction and confirms its supporting articles (``instructions``) → single-page judge →
-quality judge (``quality``) → clarifying Q/A for a share of rows (``clarify``) → rubric (``rubric``).
+quality judge (``quality``) → for a share of rows a clarifying exchange, two calls each filtered by rules and a
+judge (``clarify``: the user's vaguer initial request and the assistant's question, then the user's answer) →
+rubric (``rubric``).
 
 Shared here: the versioned prompt files and :func:`ask_json`, which puts a prompt file in front of
 :func:`tansaku.core.llm.ask_json` (every failure a named :class:`~tansaku.core.engine.Drop`).
@@ -28,8 +30,10 @@ PROMPTS = {
     "instruction": "instruction.v1.md",
     "single_page": "single_page.v1.md",
     "quality": "quality.v1.md",
-    "clarify": "clarify.v1.md",
-    "clarify_judge": "clarify_judge.v1.md",
+    "clarify_question": "clarify_question.v1.md",
+    "clarify_question_judge": "clarify_question_judge.v1.md",
+    "clarify_answer": "clarify_answer.v1.md",
+    "clarify_answer_judge": "clarify_answer_judge.v1.md",
     "rubric": "rubric.v1.md",
 }
 

@@ -13,7 +13,10 @@
 2. ``instructions``: the search agent writes an instruction and confirms its articles (``instructions.py``).
 3. ``single_page``: drop instructions one supporting article answers alone.
 4. ``quality``: LLM judge with a written rubric, ``quality_threshold`` and ``quality_floor``.
-5. ``select_clarify`` + ``clarify``: clarifying Q/A for about ``clarify_share`` of the rows (a seeded draw each).
+5. ``select_clarify`` + ``clarify_question`` + ``clarify_answer``: a clarifying exchange for about
+   ``clarify_share`` of the rows (a seeded draw each): the user's initial request, vaguer than the instruction,
+   and the assistant's clarifying question (one call), then the user's answer supplying the detail (a second
+   call that sees the question); each call filtered by rules, then a judge (``clarify.py``).
 6. ``rubric``: per-instruction rubric validated against ``rubric.RUBRIC_SCHEMA``.
 7. ``finish``: the task's (``DeepResearch.finalize``): the ``id``, ``task`` and TRL ``prompt`` columns, and the
    gold check (a rubric the task's reward can read).
@@ -23,10 +26,12 @@ bounds, ``keyword_thresholds``) and each stage's ``params`` read it, and the LLM
 ``llm``: all in the resume fingerprint. Dropped instructions are kept in the ``rejected`` split
 (``keep_rejected``, on by default).
 
-Output row: ``id, instruction, dialogue, clarify_question, clarify_answer, clarify_status,
-needs_clarification, entities, report_format, supporting_doc_ids, searched_doc_ids, unconfirmed_doc_ids,
+Output row: ``id, instruction, dialogue, clarify_request, clarify_question, clarify_answer, clarify_status,
+clarify_detail, needs_clarification, entities, report_format, supporting_doc_ids, searched_doc_ids, unconfirmed_doc_ids,
 search_queries, agent_turns, single_page_checked, quality_score, quality_scores, rubric, keywords, group_id,
-doc_ids, titles, keyword_df, task, prompt``. The ``deepresearch`` task reads ``instruction`` and ``rubric``.
+doc_ids, titles, keyword_df, task, prompt``. The ``deepresearch`` task reads ``instruction`` (the report
+instruction, which the rubric and its judge read) and ``rubric``; ``dialogue`` holds the turns before the report:
+``[user initial request, assistant clarifying question, user answer]`` or ``[user instruction]``.
 """
 
 from __future__ import annotations
@@ -45,7 +50,11 @@ from tansaku.core.store import build_dataset, iter_rows
 from tansaku.envs.search import open_index, require_index
 from tansaku.envs.tasks import DeepResearch, Task
 from tansaku.pipelines.deepresearch import PROMPTS
-from tansaku.pipelines.deepresearch.clarify import make_clarify_stage_fn, select_for_clarification
+from tansaku.pipelines.deepresearch.clarify import (
+    make_answer_stage_fn,
+    make_question_stage_fn,
+    select_for_clarification,
+)
 from tansaku.pipelines.deepresearch.config import DEMO_SPEC, KEYWORD_FIELDS, DeepResearchConfig
 from tansaku.pipelines.deepresearch.demo_llm import demo_llm
 from tansaku.pipelines.deepresearch.instructions import make_instruction_stage_fn, make_single_page_stage_fn
@@ -53,15 +62,17 @@ from tansaku.pipelines.deepresearch.keywords import keyword_groups
 from tansaku.pipelines.deepresearch.quality import make_quality_stage_fn
 from tansaku.pipelines.deepresearch.rubric import make_rubric_stage_fn
 
-PIPELINE_VERSION = "4"  # 2: prompt and task columns, declared column types; 3: the config is DeepResearchConfig's
+PIPELINE_VERSION = "5"  # 2: prompt and task columns, declared column types; 3: the config is DeepResearchConfig's
 # fields (keyword settings flat, every stage setting in it), the finish stage is the task's (gold check);
-# 4: clarifying Q/A drawn per record (no global barrier before clarify)
+# 4: clarifying Q/A drawn per record (no global barrier before clarify); 5: the clarifying exchange is two calls
+# (a vaguer initial request + the question, then the user's answer), stages clarify_question and clarify_answer
 _RUBRIC_ITEM = pa.struct([("id", pa.string()), ("criterion", pa.string()), ("weight", pa.float64()),
                           ("scale", pa.string()), ("kind", pa.string()), ("entities", STRINGS),
                           ("source_doc_ids", STRINGS)])
 # Columns whose inferred type would depend on the rows (no clarification drawn, no unconfirmed doc…).
 COLUMN_TYPES = {**QUESTION_COLUMNS, "dialogue": PROMPT, "rubric": pa.list_(_RUBRIC_ITEM),
-                "clarify_question": pa.string(), "clarify_answer": pa.string(), "clarify_status": pa.string(),
+                "clarify_request": pa.string(), "clarify_question": pa.string(), "clarify_answer": pa.string(),
+                "clarify_status": pa.string(), "clarify_detail": pa.string(),
                 "quality_score": pa.float64(), "quality_scores": pa.list_(pa.float64()),
                 **{name: STRINGS for name in ("entities", "supporting_doc_ids", "searched_doc_ids",
                                               "unconfirmed_doc_ids", "search_queries")}}
@@ -116,7 +127,10 @@ def deepresearch_stages(c: DeepResearchConfig, llm, backend, task: Task) -> list
                     params=c.pick("quality_threshold", "quality_floor"), llm=llm),
         map_stage("select_clarify", select_for_clarification(c.clarify_share, c.seed),
                   params=c.pick("clarify_share")),
-        batch_stage("clarify", make_clarify_stage_fn(llm), c.batch_size, llm=llm),
+        batch_stage("clarify_question", make_question_stage_fn(llm), c.batch_size, llm=llm,
+                    params={"prompts": [PROMPTS["clarify_question"], PROMPTS["clarify_question_judge"]]}),
+        batch_stage("clarify_answer", make_answer_stage_fn(llm), c.batch_size, llm=llm,
+                    params={"prompts": [PROMPTS["clarify_answer"], PROMPTS["clarify_answer_judge"]]}),
         batch_stage("rubric", make_rubric_stage_fn(llm, backend, c.min_specific, c.max_generic_share, c.rubric_chars),
                     c.batch_size, params=c.pick("min_specific", "max_generic_share", "rubric_chars"), llm=llm),
         batch_stage("finish", finish, c.batch_size, params={"task": task.name, "task_version": task.version}),
@@ -184,14 +198,16 @@ def build_deepresearch(config: DeepResearchConfig, out="out/deepresearch", conte
         card={"pretty_name": "tansaku deepresearch instructions", **chosen.card,
               "task_categories": ["text-generation"], "tags": ["deep-research", "rubric"],
               "description": "Japanese report instructions that need several articles of the corpus, each with "
-                             "the supporting doc ids its writer confirmed through search, an optional "
-                             "clarifying question and user answer (`dialogue`), and a per-instruction rubric "
+                             "the supporting doc ids its writer confirmed through search, for a share of the rows a "
+                             "clarifying exchange before the report (`dialogue`: the user's initial request, "
+                             "vaguer than the instruction, the assistant's clarifying question and the user's "
+                             "answer supplying the detail), and a per-instruction rubric "
                              "(`rubric`: criteria with id, weight summing to 1, scale, kind coverage/fact/"
                              "format/other, entities, source_doc_ids) for `tansaku.envs.rubric_reward.make_rubric_reward`.",
               "limitations": ["Instructions, judgements and rubrics are LLM-written; the manifest's `llm` names "
                               "the model (the demo script `scripted:deepresearch` writes templates).",
                               "Single-page and quality filters are LLM judges and can be wrong both ways.",
-                              "Rows whose clarifying Q/A failed its filters keep the instruction without it "
-                              "(`clarify_status`)."]},
+                              "Rows whose clarifying exchange failed its filters keep the instruction without it "
+                              "(`clarify_status`, `clarify_detail`)."]},
     )
     return chosen.write(out, manifest)

@@ -77,19 +77,35 @@ def _quality(user: str) -> str:
     return _as_json({"scores": scores, "comment": f"{named} 個の対象を明記、根拠記事 {n_docs} 件"})
 
 
-def _clarify(user: str) -> str:
+def _clarify_question(user: str) -> str:
+    """The initial request names the entities and leaves out the instruction's viewpoint and format; the
+    question asks for them."""
     entities = _names(user, "対象") or ["対象"]
-    other = entities[1] if len(entities) > 1 else entities[0]
+    names = "、".join(entities)
     return _as_json({
-        "question": f"{entities[0]}について、歴史的な経緯と現在の様子のどちらを中心に調べればよいですか？"
-                    "表に入れたい項目があれば教えてください。",
-        "answer": f"歴史的な経緯を中心にお願いします。表には{entities[0]}と{other}の始まった年を入れてください。"})
+        "request": f"{names}について調べて、レポートにまとめてください。",
+        "question": f"{entities[0]}などについて、どのような観点を中心に調べればよいですか？"
+                    "まとめ方に希望があれば教えてください。"})
 
 
-def _clarify_judge(user: str) -> str:
-    question, answer = _block(user, "確認の質問"), _block(user, "ユーザーの回答")
-    return _as_json({"question_ok": "？" in question or "?" in question,
-                     "answer_ok": bool(answer) and not answer.endswith(("？", "?")), "reason": "形式を確認"})
+def _clarify_answer(user: str) -> str:
+    """The user holds the instruction: its part after 「について、」 is what the initial request left out."""
+    instruction = _block(user, "指示")
+    detail = instruction.split("について、", 1)[-1].strip()
+    if detail.endswith("ください。"):
+        detail = detail[: -len("ください。")] + "ほしいです。"
+    return _as_json({"answer": f"{detail}特に歴史的な経緯を中心にお願いします。"})
+
+
+def _clarify_question_judge(user: str) -> str:
+    instruction, request, question = _block(user, "指示"), _block(user, "最初の依頼"), _block(user, "確認の質問")
+    return _as_json({"request_ok": bool(request) and len(request) < len(instruction),
+                     "question_ok": "？" in question or "?" in question, "reason": "形式を確認"})
+
+
+def _clarify_answer_judge(user: str) -> str:
+    answer = _block(user, "ユーザーの回答")
+    return _as_json({"answer_ok": bool(answer) and not answer.endswith(("？", "?")), "reason": "形式を確認"})
 
 
 def _rubric(user: str) -> str:
@@ -123,8 +139,9 @@ def respond(request) -> str | dict:
     if kind == "instruction":
         return _writer(messages)
     user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
-    answers = {"single_page": _single_page, "quality": _quality, "clarify": _clarify,
-               "clarify_judge": _clarify_judge, "rubric": _rubric}
+    answers = {"single_page": _single_page, "quality": _quality, "clarify_question": _clarify_question,
+               "clarify_question_judge": _clarify_question_judge, "clarify_answer": _clarify_answer,
+               "clarify_answer_judge": _clarify_answer_judge, "rubric": _rubric}
     if kind not in answers:
         raise ValueError(f"demo LLM has no script for prompt kind {kind!r}")
     return answers[kind](user)

@@ -213,8 +213,8 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
         "cardinality": global_stage("cardinality", lambda ts: cardinality.filter_unique_hops(
             ts, c.cardinality_threshold, llm=llm, min_support=c.resolved_min_support(), seed=seed,
             confidence=c.cardinality_confidence, set_valued=table.set_valued()),
-            params={**c.pick("cardinality_threshold", "cardinality_confidence"),
-                    "min_support": c.resolved_min_support(),
+            params={**c.pick("cardinality_threshold", "cardinality_confidence", "min_support"),
+                    "min_support_applied": c.resolved_min_support(),  # the default derives from the threshold
                     "rule": cardinality.RULE, "set_valued_relations": sorted(table.set_valued())}, llm=llm),
         "chains": global_stage("chains", lambda ts: chains.chain_stage(ts, caps, seed, c.limit,
                                                                      require_linked_bridge=True),

@@ -3,8 +3,10 @@
 * :func:`import_jemhopqa` — ``synth import jemhopqa PATH --out DIR``: a JEMHopQA JSON file (list of
   ``{qid, type, question, answer, derivations, page_ids, time_dependent}``) becomes a dataset for the
   ``multihop_qa`` task, one row per question, the original fields kept (``derivations`` as
-  ``{subject, relation, objects}`` structs) plus TRL's ``prompt``. The dev file (``dev_*.json``) is the
-  ``validation`` split; any other file is ``train`` plus a held-out ``test``. License: CC BY-SA 4.0.
+  ``{subject, relation, objects}`` structs) plus TRL's ``prompt``. JEMHopQA is an evaluation set: every
+  question of the dev file (``dev_*.json``) is in the ``validation`` split, of any other file in ``test``;
+  no ``train`` split unless ``--as-train`` (``as_train``) asks for one: then ``train`` plus a held-out
+  ``test`` (``--heldout-share``), a warning on stderr, and the card and manifest say so. License: CC BY-SA 4.0.
   In Python: ``import_jemhopqa(JemhopqaImportConfig(path=PATH), out=DIR)`` (every setting: the config).
 * :func:`chain_recall` — feed every derivation of a file as input triples through linking, cardinality
   and the chain join, then check that each compositional question's (hop 1, hop 2) comes out as a
@@ -16,6 +18,7 @@ prints the recall report.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections import Counter
 from pathlib import Path
@@ -29,22 +32,31 @@ from tansaku.core.heldout import HeldOut
 from tansaku.core.licenses import choose_license, license_card
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.provenance import describe_input
-from tansaku.core.store import StoreError, build_dataset, read_records
+from tansaku.core.store import StoreError, build_dataset, iter_rows, read_records
 from tansaku.envs.tasks import MultihopQA, Task
 from tansaku.pipelines.multihop.build import COLUMN_TYPES
 from tansaku.pipelines.multihop.cardinality import judge_hops, relation_stats
-from tansaku.pipelines.multihop.chains import Caps, join_chains, triples_frame
+from tansaku.pipelines.multihop.chains import Caps, derivations_of, join_chains, triples_frame
+from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.multihop.entities import display_name, entity_key, exact_key
 from tansaku.pipelines.multihop.jemhopqa_config import JemhopqaImportConfig
-from tansaku.pipelines.multihop.triples import index_from_triples, link_triple, read_triples_file
+from tansaku.pipelines.multihop.relations import Relations
+from tansaku.pipelines.multihop.triples import index_from_triples, link_stage_triple, read_triples_file
 
 # 2: derivations as structs, prompt column, dev file → validation; 3: the config is JemhopqaImportConfig's
-# fields, and the task's finalize stage adds task + prompt and drops a question whose gold cannot score
-IMPORT_VERSION = "3"
+# fields, and the task's finalize stage adds task + prompt and drops a question whose gold cannot score;
+# 4: JEMHopQA is an evaluation set: a file other than dev goes wholly to 'test' (was 'train' + held-out 'test'),
+# 'train' only with as_train (--as-train), warned and named in the card
+IMPORT_VERSION = "4"
 JEMHOPQA_LICENSE = "cc-by-sa-4.0"
 FIELDS = ("qid", "type", "question", "answer", "derivations", "page_ids", "time_dependent")
 # Declared Features: the multihop ones, for the columns JEMHopQA shares with them.
 IMPORT_TYPES = {name: COLUMN_TYPES[name] for name in (*FIELDS, "task", "generator", "prompt")}
+AS_TRAIN_WARNING = ("import jemhopqa --as-train: JEMHopQA is an evaluation set, yet %d of its questions are in the "
+                    "'train' split of %s (%d held out in 'test', share %s); a model trained on them cannot be "
+                    "evaluated on JEMHopQA as unseen questions")
+
+log = logging.getLogger(__name__)
 
 
 class JEMHopQAError(InputError):
@@ -90,15 +102,41 @@ def to_eval_row(item: dict) -> dict | Drop:
 
 
 def is_dev_file(path: str | Path) -> bool:
-    """JEMHopQA's dev file (``dev_ver1.2.json``): its questions are the ``validation`` split."""
+    """JEMHopQA's dev file (``dev_ver1.2.json``): its questions are the ``validation`` split (any other file's
+    the ``test`` split; ``import_jemhopqa``)."""
     return Path(path).stem.lower().startswith("dev")
+
+
+def import_split(config: JemhopqaImportConfig) -> str:
+    """Where an import puts the questions: ``train+test`` with ``as_train``, else ``validation`` (the dev
+    file) or ``test``: JEMHopQA is an evaluation set, so it holds no ``train`` split unless asked."""
+    if config.as_train:
+        return "train+test"
+    return "validation" if is_dev_file(config.path) else "test"
+
+
+def import_description(config: JemhopqaImportConfig, task_name: str) -> str:
+    """The card's description: what was imported, and in words where the questions went and why."""
+    if config.as_train:
+        where = ("Imported as training data on request (`--as-train`), although JEMHopQA is an evaluation set: "
+                 f"the questions are in `train`, except a held-out share ({config.heldout_share}, by `qid`) in "
+                 "`test`. A model trained on `train` cannot be evaluated on JEMHopQA as unseen questions.")
+    else:
+        split = import_split(config)
+        where = (f"JEMHopQA is an evaluation set: every question is in the `{split}` split "
+                 f"(`train eval --dataset DIR{'' if split == 'test' else ' --split ' + split}`); there is no `train` "
+                 "split (`synth import jemhopqa --as-train` makes one).")
+    return (f"JEMHopQA (Ishii et al.) questions imported for the {task_name} task. {where} "
+            "License: CC BY-SA 4.0 (see the original repository).")
 
 
 def import_jemhopqa(config: JemhopqaImportConfig, out: str | Path = "out/jemhopqa",
                     context: BuildContext | None = None, task: Task = MultihopQA()) -> dict:
-    """Write the JEMHopQA file ``config.path`` as a ``task`` (``multihop_qa``) dataset into ``out``: the dev
-    file is the ``validation`` split; of any other file ``heldout_share`` of the questions (key ``qid``;
-    ``tansaku.core.heldout``) form the ``test`` split, the rest ``train``. ``license``: the card's license id
+    """Write the JEMHopQA file ``config.path`` as a ``task`` (``multihop_qa``) dataset into ``out``. JEMHopQA is
+    an evaluation set: every question of the dev file is in the ``validation`` split, of any other file in
+    ``test``. ``as_train``: a ``train`` split instead, ``heldout_share`` of the questions (key ``qid``;
+    ``tansaku.core.heldout``) held out as ``test`` — logged as a warning, and named in the card's description
+    and the manifest's ``config`` (``as_train``, ``split``). ``license``: the card's license id
     (default: JEMHopQA's CC BY-SA 4.0). The last stage is the task's ``finalize`` (``task`` and TRL's
     ``prompt`` columns, and the gold check: a question whose answer cannot score 1.0 is dropped, as it could
     never be passed in an eval). ``context``: progress (``BuildContext``; this import does not shard)."""
@@ -107,21 +145,23 @@ def import_jemhopqa(config: JemhopqaImportConfig, out: str | Path = "out/jemhopq
     heldout = HeldOut(c.heldout_share, "qid", c.seed)  # checks the share before anything is read
     out = precheck_out(out, pipeline="import-jemhopqa", inputs={"PATH": c.path, "--license-file": c.license_file})
     chosen = choose_license(c.license, c.license_file, default=license_card(JEMHOPQA_LICENSE))
-    dev = is_dev_file(c.path)
+    split = import_split(c)
     items = load_items(c.path)
     stages = [map_stage("to_eval_row", to_eval_row),
               batch_stage("finalize", task.finalize, batch_size=256,
                           params={"task": task.name, "task_version": task.version})]
-    return chosen.write(out, build_dataset(
+    manifest = chosen.write(out, build_dataset(
         out=out, name=f"jemhopqa-{Path(c.path).stem}", pipeline="import-jemhopqa", pipeline_version=IMPORT_VERSION,
-        config={**c.recipe(), "task": task.name, "split": "validation" if dev else "train+test", **chosen.recipe()},
+        config={**c.recipe(), "task": task.name, "split": split, **chosen.recipe()},
         seed=c.seed, inputs=[describe_input(c.path, len(items))], source=items, stages=stages,
-        card={"description": f"JEMHopQA (Ishii et al.) questions imported for evaluation with the {task.name} "
-                             "task. License: CC BY-SA 4.0 (see the original repository).",
-              "pretty_name": f"JEMHopQA {Path(c.path).stem}", **chosen.card,
-              "task_categories": ["question-answering"]},
+        card={"description": import_description(c, task.name), "pretty_name": f"JEMHopQA {Path(c.path).stem}",
+              **chosen.card, "task_categories": ["question-answering"]},
         context=context, column_types=IMPORT_TYPES,
-        **({"split_of": lambda row: "validation"} if dev else {"heldout": heldout})))
+        **({"heldout": heldout} if c.as_train else {"split_of": lambda row: split})))
+    if c.as_train:  # once the train split exists (a refused build wrote none), with what it holds
+        splits = manifest.get("splits", {})
+        log.warning(AS_TRAIN_WARNING, splits.get("train", 0), out, splits.get("test", 0), c.heldout_share)
+    return manifest
 
 
 # ---------------------------------------------------------------- recall of the chain stage
@@ -143,15 +183,21 @@ def gold_chain(item: dict) -> tuple[list, list] | None:
     return None
 
 
-def chain_recall(path: str | Path, caps=None, seed: int = 0, filter_cardinality: bool = True) -> dict:
+def chain_recall(path: str | Path, caps=None, seed: int = 0, filter_cardinality: bool = True,
+                 config: MultihopConfig | None = None) -> dict:
     """Recall of compositional JEMHopQA chains rebuilt from the file's own derivations, with every miss
     classified by where it was lost (``cardinality:<reason>``, ``chain:<rule>``, ``no_shared_bridge``).
+    Linking and cardinality are the build's (``synth build multihop --triples``: canonical relation names,
+    the relation table's set-valued relations, ``config``'s thresholds); a chain counts when its subject,
+    bridge and answer match, as the same fact may be kept under another spelling of its relation.
     ``filter_cardinality=False`` measures the linking and join alone (every hop kept)."""
 
     caps = caps if caps is not None else Caps(None, None, None)
+    config = config or MultihopConfig(triples=Path(path))
+    table = Relations.load(config.relations)
     raw = list(read_triples_file(path))
     index = index_from_triples(raw)
-    linked = [link_triple(t, index) for t in raw]
+    linked = [link_stage_triple(t, index, table) for t in raw]
 
     def join_key(name: str) -> str:  # the join key linking gives a name (keeps "(歌手)" of a linked title)
         hit = index.link(name)
@@ -159,9 +205,12 @@ def chain_recall(path: str | Path, caps=None, seed: int = 0, filter_cardinality:
 
     hop_reason: dict[tuple, str] = {}
     kept = []
-    verdicts = judge_hops(linked, relation_stats(linked)) if filter_cardinality else ((t, None) for t in linked)
+    stats = relation_stats(linked, config.cardinality_threshold, config.cardinality_confidence,
+                           config.resolved_min_support())
+    verdicts = (judge_hops(linked, stats, set_valued=table.set_valued()) if filter_cardinality
+                else ((t, None) for t in linked))
     for triple, reason in verdicts:
-        ident = (triple["subject_key"], triple["relation"], entity_key(triple["object"]))
+        ident = (triple["subject_key"], entity_key(triple["object"]))
         if reason is None:
             kept.append(triple)
             hop_reason[ident] = "kept"
@@ -173,7 +222,7 @@ def chain_recall(path: str | Path, caps=None, seed: int = 0, filter_cardinality:
                             "object_aliases_2", "drop").iter_rows():
         s, r1, b, r2, answer, aliases, drop = row
         for a in [answer, *(aliases or [])]:
-            key = (s, r1, b, r2, entity_key(a))
+            key = (s, b, entity_key(a))
             if outcome.get(key) != "kept":
                 outcome[key] = drop or "kept"
     misses: Counter = Counter()
@@ -185,12 +234,12 @@ def chain_recall(path: str | Path, caps=None, seed: int = 0, filter_cardinality:
             cls = "no_shared_bridge"
         else:
             (s1, r1, o1), (s2, r2, o2s) = gold
-            keys = [(join_key(s1), display_name(r1), join_key(o1[0]), display_name(r2), entity_key(o)) for o in o2s]
+            keys = [(join_key(s1), join_key(o1[0]), entity_key(o)) for o in o2s]
             found = [outcome[k] for k in keys if k in outcome]
             if "kept" in found:
                 continue
-            hop1 = hop_reason.get((join_key(s1), display_name(r1), entity_key(o1[0])), "missing")
-            hop2 = [hop_reason.get((join_key(s2), display_name(r2), entity_key(o)), "missing") for o in o2s]
+            hop1 = hop_reason.get((join_key(s1), entity_key(o1[0])), "missing")
+            hop2 = [hop_reason.get((join_key(s2), entity_key(o)), "missing") for o in o2s]
             if hop1 != "kept":
                 cls = f"cardinality:hop1:{hop1}"
             elif "kept" not in hop2:
@@ -204,6 +253,27 @@ def chain_recall(path: str | Path, caps=None, seed: int = 0, filter_cardinality:
             "recall": round((n - sum(misses.values())) / n, 4) if n else 0.0,
             "misses": dict(misses.most_common()), "examples": examples,
             "triples": len(raw), "hops_kept": len(kept), "chains_kept": int(pairs["drop"].is_null().sum())}
+
+
+def build_recall(path: str | Path, dataset: str | Path) -> dict:
+    """Recall of JEMHopQA's compositional chains in a dataset that ``synth build multihop --triples PATH
+    --until chains`` wrote: a question counts when a chain has its subject, bridge and answer (``recall``)
+    and, stricter, also both relations as JEMHopQA spells them (``recall_same_relations``)."""
+    facts, spelled = set(), set()
+    for row in iter_rows(dataset, "train", columns=["derivations", "answer", "answer_aliases"]):
+        (s, r1, (b, *_)), (_, r2, _) = derivations_of(row)[:2]
+        for a in [row["answer"], *(row["answer_aliases"] or [])]:
+            facts.add((entity_key(s), entity_key(b), entity_key(a)))
+            spelled.add((entity_key(s), r1, entity_key(b), r2, entity_key(a)))
+    golds = [g for g in map(gold_chain, (i for i in load_items(path) if i.get("type") == "compositional")) if g]
+    found = same = 0
+    for (s1, r1, o1), (_, r2, o2s) in golds:
+        found += any((entity_key(s1), entity_key(o1[0]), entity_key(o)) in facts for o in o2s)
+        same += any((entity_key(s1), display_name(r1), entity_key(o1[0]), display_name(r2), entity_key(o)) in spelled
+                    for o in o2s)  # display_name: how the triples stage writes a relation (NFKC, spaces)
+    n = len(golds)
+    return {"gold_chains": n, "recall": round(found / n, 4) if n else 0.0,
+            "recall_same_relations": round(same / n, 4) if n else 0.0}
 
 
 def main(argv: list[str]) -> None:

@@ -1,5 +1,7 @@
-"""``synth build trajectories``: teacher rollouts → correct only → Japanese reasoning → scenario rewrite →
-verify → HF chat rows → mixed SFT set, as stages on the pipeline engine, into one versioned dataset.
+"""``synth build trajectories``: teacher rollouts → correct only → the reasoning rewritten in three passes
+(``translate`` to Japanese → ``refine`` → ``scenario``, each its own LLM call, prompt and language check, each fed
+what the pass before it wrote) → verify → HF chat rows → mixed SFT set, as stages on the pipeline engine, into
+one versioned dataset.
 
     from tansaku.pipelines.trajectories.build import build_trajectories
     from tansaku.pipelines.trajectories.config import TrajectoriesConfig
@@ -12,9 +14,17 @@ Splits: ``train`` (the SFT set: agentic rows under the agentic system prompt + g
 record`` with the whole trajectory record as JSON text; its own card config, so ``load_dataset(OUT)`` gives
 ``train`` only). The manifest's ``stages`` is the trajectory funnel (per stage: params, received, kept,
 dropped by reason) and ``trajectories`` holds the scenario distribution, rejections by stage/reason,
-teacher/translator models, prompt versions and ratios; the card shows both. ``translator=None`` reuses
-the teacher for translation and rewriting. The config (``TrajectoriesConfig``, every setting) is the
-manifest's, with ``task`` and ``system_prompt`` as they came to (the task's name, the prompt's text).
+teacher/translator/judge models, prompt versions and ratios; the card shows both. ``translator=None`` reuses
+the teacher for translation and rewriting.
+
+A deepresearch ``--dataset`` (``synth build deepresearch``) needs ``--judge``: correct-only scores each report
+against its row's rubric (``--min-reward``, e.g. the task's pass threshold 0.5). A row with a clarifying
+exchange is the teacher's prompt as RL shows it (``DeepResearch.build_prompt``): the user's initial request, the
+assistant's clarifying question, the user's answer; so its trajectory's ``messages`` open with that exchange
+(the question an assistant turn, trained on like every assistant turn; the answer a user turn) before the
+research, and the rewrite passes leave those turns as they are.
+
+The config (``TrajectoriesConfig``, every setting) is the manifest's, with ``task`` and ``system_prompt`` as they came to (the task's name, the prompt's text).
 
 Demo (no GPU): ``--teacher scripted:examples/teacher_script.py --translator scripted:examples/teacher_script.py:rewrite``.
 """
@@ -24,6 +34,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from tansaku.core.chat_sources import describe_source
 from tansaku.core.context import BuildContext
 from tansaku.core.errors import InputError
 from tansaku.core.licenses import choose_license
@@ -37,14 +48,22 @@ from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.pipelines.trajectories.filter import correct_only_stage
 from tansaku.pipelines.trajectories.format import COLUMN_TYPES, format_stage
 from tansaku.pipelines.trajectories.mix import mix_stage, read_chat_rows
-from tansaku.pipelines.trajectories.rewrite import CATALOG_PATH, PROMPTS, load_catalog, rewrite_stage
+from tansaku.pipelines.trajectories.rewrite import (
+    CATALOG_PATH,
+    PROMPTS,
+    REWRITE_PASSES,
+    load_catalog,
+    rewrite_stage,
+)
 from tansaku.pipelines.trajectories.teacher import guess_task, make_tools, teacher_stage
 from tansaku.pipelines.trajectories.verify import verify_stage
 
-PIPELINE_VERSION = "5"  # 2: failed trajectories go to the engine's rejected split (was a failures split);
+PIPELINE_VERSION = "6"  # 2: failed trajectories go to the engine's rejected split (was a failures split);
 # 3: `answer` is a typed struct (was JSON text); agentic rows carry their task's system prompt (the one RL and eval use)
 # 4: a `tool_interface` column (the episode's tool interface, tansaku.envs.tool_interfaces; 0 before)
 # 5: the config is TrajectoriesConfig's fields (the rewriter's settings and min_reward too); mix's ratio always
+# 6: rewrite prompts v2 (the clarifying exchange shown as `dialogue`; scenario keeps the refined facts); a judge
+#    for judged answer rewards (deepresearch), whose prompt turns (the clarifying exchange) are never rewritten
 REWRITE_SETTINGS = ("result_chars", "rewrite_max_tokens", "rewrite_temperature", "min_japanese_share",
                     "min_chinese_chars")
 
@@ -77,7 +96,7 @@ def _empty_hints(rewriter_is_teacher: bool) -> dict[str, str]:
                        "calls another interface's tools is dropped as wrong_interface: the rejected split)",
             "correct_only": "no teacher rollout reached the gold answer: check --teacher and that --index holds "
                             "the documents the questions come from, or raise --n",
-            **{stage: rewrite for stage in ("translate", "refine", "scenario")},
+            **{stage: rewrite for stage in REWRITE_PASSES},
             "verify": "every rewrite changed the tool calls or results: check --translator"}
 
 
@@ -131,22 +150,25 @@ def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: Build
         task = task.with_system_prompt(system_prompt)
     if c.interface_variants is not None:
         task = task.with_tools(interface_variants=c.interface_variants)
-    try:
-        task.answer_reward()  # correct-only needs an automatic answer reward (no rubric judge)
-    except ValueError as exc:
-        raise InputError(f"task {task.name!r} cannot filter trajectories: {exc}") from None
+    if c.judge is None:  # correct-only needs an answer reward: an automatic one, or a rubric and --judge
+        try:
+            task.answer_reward()
+        except ValueError as exc:
+            raise InputError(f"task {task.name!r} cannot filter trajectories: {exc}") from None
     general_rows = read_chat_rows(c.general) if c.general else None
     teacher = context.client(c.teacher)
     rewriter = context.client(c.translator) if c.translator is not None else teacher
+    judge = context.client(c.judge) if c.judge is not None else None
     tools = make_tools(task, c.index, seed=c.seed)
     rewrites = c.pick(*REWRITE_SETTINGS)
 
     stages = [
         teacher_stage(teacher, task, tools, seed=c.seed, **c.pick("n", "temperature", "max_tokens")),
-        correct_only_stage(task, **c.pick("min_reward")),
-        rewrite_stage("translate", rewriter, seed=c.seed, **rewrites),
-        rewrite_stage("refine", rewriter, seed=c.seed, **rewrites),
-        rewrite_stage("scenario", rewriter, seed=c.seed, catalog=catalog_data, **rewrites),
+        correct_only_stage(task, judge=judge, **c.pick("min_reward")),
+        # The seed's passes, in its order, one stage each: translate, then refine the translation, then rewrite
+        # the refined reasoning into a drawn scenario (each stage's prompt and language check its own).
+        *(rewrite_stage(kind, rewriter, seed=c.seed, catalog=catalog_data if kind == "scenario" else None, **rewrites)
+          for kind in REWRITE_PASSES),
         verify_stage(tools).configured({"tools_config": tools.config.to_dict()}),
         format_stage(task),
         mix_stage(general_rows, c.ratio, c.seed),
@@ -158,10 +180,11 @@ def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: Build
         **chosen.recipe(),  # another license is another recipe: a rerun refuses it, never mixes
     }
     # Full descriptions for the card; the fingerprint holds only their identities (the stages' llm).
-    models = {"teacher": _describe(teacher), "translator": _describe(rewriter)}
+    models = {"teacher": _describe(teacher), "translator": _describe(rewriter),
+              "judge": _describe(judge) if judge is not None else None}
     inputs = [describe_input(c.dataset), describe_input(c.catalog or CATALOG_PATH), describe_input(c.index)]
     if c.general:
-        inputs.append(describe_input(c.general, len(general_rows)))
+        inputs.append(describe_source(c.general, len(general_rows), option="--general"))  # hf:…: the commit read
 
     def summarize(manifest: dict) -> dict:
         train = list(iter_rows(out, split="train", columns=["kind", "scenario", "question_id"]))
@@ -183,7 +206,8 @@ def summary(train: list[dict], rejected: list[dict], config: dict, models: dict,
     agentic = sum(1 for r in train if r["kind"] == "agentic")
     general = len(train) - agentic
     return {
-        "teacher": models["teacher"], "translator": models["translator"], "prompts": config["prompts"],
+        "teacher": models["teacher"], "translator": models["translator"], "judge": models.get("judge"),
+        "prompts": config["prompts"],
         "scenario_distribution": dict(Counter(r["scenario"] for r in train if r["kind"] == "agentic").most_common()),
         "failure_reasons": dict(Counter(f"{r['stage']}/{r['reason']}" for r in rejected).most_common()),
         "questions_with_a_kept_trajectory": len({r["question_id"] for r in train if r["kind"] == "agentic"}),
@@ -203,11 +227,14 @@ def trajectory_card(manifest: dict) -> dict:
         "SFT trajectories for a Japanese agentic-search model: teacher rollouts with real search tool calls, "
         f"kept only when the final answer scores at least {manifest['config']['min_reward']} under the "
         "task's answer reward, each step's reasoning "
-        "translated to Japanese, refined and rewritten to follow a drawn scenario, with tool calls and tool "
+        "translated to Japanese, then refined, then rewritten to follow a drawn scenario (three LLM passes, "
+        "each checked to be Japanese), with tool calls and tool "
         "results verified byte-identical and replayed against the index. Train with `train sft` "
         "(assistant-only loss: tool results are masked).\n\n"
         f"- **Teacher:** `{t['teacher'].get('backend')}` `{t['teacher'].get('model')}`; "
-        f"**rewriter:** `{t['translator'].get('backend')}` `{t['translator'].get('model')}`; prompts "
+        f"**rewriter:** `{t['translator'].get('backend')}` `{t['translator'].get('model')}`; "
+        + (f"**judge:** `{t['judge'].get('backend')}` `{t['judge'].get('model')}`; " if t.get("judge") else "")
+        + "prompts "
         + ", ".join(f"`{v}`" for v in t["prompts"].values()) + "\n"
         f"- **Mix:** {mix['agentic_rows']} agentic rows (agentic system prompt) + {mix['general_rows']} general rows "
         f"(no system prompt); ratio requested {mix['ratio_requested']}, reached {mix['ratio_actual']}\n"

@@ -47,12 +47,17 @@ def task_names() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class TrajectoriesConfig(BuildConfig):
-    dataset: Path = option(path=DATASET, help="Question dataset (synth build multihop / egov).")
+    dataset: Path = option(path=DATASET, help="Question dataset (synth build multihop / egov / deepresearch).")
     teacher: str = option(llm=True, help="LLM spec of the teacher (also scripted:FILE.py[:FN]).")
     index: str = option(path=INDEX, help="Search index the teacher's tool searches.")
     translator: str | None = option(None, llm=True,
-                                    help="LLM spec for translate/refine/rewrite (default: the teacher).")
-    general: Path | None = option(None, path=INPUT, help="General chat set (JSONL/parquet/store folder with messages).")
+                                    help="LLM spec for the rewrite passes, translate, refine and scenario "
+                                         "(default: the teacher).")
+    judge: str | None = option(None, llm=True, help="LLM spec of the judge a judged answer reward asks: "
+                                                    "deepresearch's rubric (needed for a deepresearch --dataset; "
+                                                    "its rows' clarifying exchange opens each trajectory).")
+    general: Path | None = option(None, path=INPUT, help="General chat set (JSONL/parquet/store folder with messages, or "
+                                  "hf:OWNER/NAME, optionally :CONFIG, @REVISION, #SPLIT, from the local HF cache).")
     ratio: float = option(0.5, min=0, help="General rows per agentic row.")
     n: int = option(4, min=1, help="Teacher tries per question.")
     limit: int | None = limit_option()
@@ -69,7 +74,8 @@ class TrajectoriesConfig(BuildConfig):
     temperature: float = option(0.7, min=0, help="Sampling temperature of the teacher.")
     max_tokens: int = option(1024, min=1, help="Tokens per teacher turn (a turn cut there ends its episode: max_tokens).")
     min_reward: float = option(1.0, min=0, max=1, help="Keep trajectories whose answer reward is at least this (1.0: the "
-                                         "gold answer only).")
+                                         "gold answer only; a rubric score for deepresearch, whose pass "
+                                         "threshold is 0.5).")
     catalog: Path | None = option(None, path=INPUT_FILE, help="Scenario catalog YAML (default: pipelines/trajectories/"
                                              "scenarios.yaml).")
     result_chars: int = option(RESULT_CHARS, min=1, help="Characters of each tool result the rewriter is shown (the "

@@ -15,7 +15,11 @@ task, question_id, try_index, scenario, answer, reward`` (failed trajectories ar
 ``answer`` is the question's gold as one declared struct (``GOLD``) for every task, so its type never depends on
 which task or rows a build holds and datasets of two tasks concatenate: ``{answer, aliases}`` filled for
 multihop_qa, ``{answer, answer_index, choices}`` for egov_mcq, the other fields null; general rows: null.
-(deepresearch has no automatic answer reward, so it never reaches this pipeline and needs no rubric field.)
+deepresearch rows (correct-only with ``--judge``) have no gold answer: their ``answer`` is all nulls (the rubric
+stays in the source dataset), and their ``messages`` open with the row's clarifying exchange when it has one:
+``[system, user initial request, assistant clarifying question, user answer, assistant step, tool, …]`` (the
+question, an assistant turn without reasoning, is trained on like every assistant turn; the answer, a user turn,
+is not).
 """
 
 from __future__ import annotations

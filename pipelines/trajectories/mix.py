@@ -7,7 +7,7 @@ it (general chat) it keeps its old behaviour. ``ratio`` is general rows per agen
 (capped at what the general set holds; the card reports the ratio actually reached), then the two are
 shuffled together with the same seed. Failed trajectories never get here: earlier stages dropped them.
 
-    rows = read_chat_rows("data/general.jsonl")      # JSONL, JSON list, parquet, or a dataset folder
+    rows = read_chat_rows("data/general.jsonl")      # JSONL, JSON list, parquet, a dataset folder, hf:ORG/NAME
     stage = mix_stage(rows, ratio=0.5, seed=0)
 """
 
@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from tansaku.core import jsontext
+from tansaku.core.chat_sources import is_hub_source, read_chat_source
 from tansaku.core.engine import global_stage, rng_for
 from tansaku.core.errors import InputError
 from tansaku.core.store import StoreError, read_records
@@ -24,12 +25,14 @@ from tansaku.pipelines.trajectories.format import general_row
 
 
 def read_chat_rows(path: str | Path) -> list[dict]:
-    """Rows with ``messages`` from a JSONL/JSON/parquet file or a dataset folder (split ``train``),
-    normalized to the trajectory row columns (``kind="general"``, leading system message removed)."""
+    """Rows with ``messages`` from a JSONL/JSON/parquet file or a dataset folder (split ``train``), or a Hub
+    chat set ``hf:OWNER/NAME[:CONFIG][@REVISION][#SPLIT]`` from the local HF cache (its columns mapped to
+    ``messages``: ``tansaku.core.chat_sources``), normalized to the trajectory row columns (``kind="general"``,
+    leading system message removed)."""
 
     p = Path(path)
     try:
-        raw = read_records(p, split="train")
+        raw = read_chat_source(path, option="--general") if is_hub_source(path) else read_records(p, split="train")
     except StoreError as exc:
         raise InputError(f"general chat set: {exc}") from None
     rows = []

@@ -1,17 +1,28 @@
-"""Rewrite each step's reasoning with an LLM: translate to Japanese, refine, follow a drawn scenario.
+"""Rewrite each step's reasoning with an LLM, in passes: translate to Japanese, refine, follow a drawn scenario.
 
-Only assistant ``reasoning_content`` changes. The LLM sees the steps (reasoning, tool calls, tool
-results cut to ``result_chars``) and answers ``{"steps": [{"reasoning", "tool_calls"}, …]}``; it must
-echo every tool call unchanged. The new reasoning is put back into the teacher's own messages, and the
+The seed's order (出力の修正: 和訳する → 自然で洗練されたものにする → シナリオパターンに従ってアレンジする), each
+pass its own engine stage, LLM call, versioned prompt and checks: ``translate`` turns the teacher's reasoning
+into Japanese; ``refine`` cleans up the translated reasoning (natural, coherent, faithful to the tool results);
+``scenario`` rewrites the *refined* reasoning into the drawn scenario pattern (the stages run in that order on
+the same record, so each pass is shown what the pass before it wrote). None is optional and none is folded into
+another.
+
+Only assistant ``reasoning_content`` changes, and only in the episode's own steps: the prompt's turns
+(``record["n_prompt"]``: system, user, and for a deepresearch row with a clarifying exchange the assistant's
+question and the user's answer, shown to the rewriter as ``dialogue``) are left as they are. The LLM sees the
+steps (reasoning, tool calls, tool results cut to ``result_chars``) and answers
+``{"steps": [{"reasoning", "tool_calls"}, …]}``; it must echo every tool call unchanged. The new reasoning is put back into the teacher's own messages, and the
 result is checked with ``verify.identity_violation`` so tool calls and results stay byte-identical;
 anything else is dropped with a reason (``llm_error``, ``llm_bad_json``, ``step_count_changed``,
 ``tool_call_altered``, ``empty_reasoning`` …). Every rewritten step must then be Japanese (``language``:
 ``reasoning_has_chinese``, ``reasoning_not_japanese``; thresholds ``min_japanese_share``, ``min_chinese_chars``
-in the stage params), so all three rewrite stages drop a Chinese or English rewrite the same way.
+in the stage params), so all three rewrite stages drop a Chinese or English rewrite the same way, each under
+its own stage name (``translate``/``refine``/``scenario``, with the step in the detail).
 
 Scenarios come from ``scenarios.yaml``; one is drawn per trajectory with ``rng_for(seed, "scenario", id)``
 among those whose ``requires`` hold for what the trajectory really did. Prompts are versioned files in
-``prompts/`` (``translate.v1.md`` …); their file names go into the dataset manifest.
+``prompts/`` (``translate.v2.md`` …; each stage's ``prompt`` param and the recipe's ``prompts``); their file
+names go into the dataset manifest.
 
     stage = rewrite_stage("translate", client, seed=0)       # a batch_stage for the engine (config defaults)
     scenario = draw_scenario(load_catalog(), messages, seed=0, key="q1-t0")
@@ -49,7 +60,10 @@ from tansaku.pipelines.trajectories.verify import (
 
 HERE = Path(__file__).resolve().parent
 CATALOG_PATH = HERE / "scenarios.yaml"
-PROMPTS = {"translate": "translate.v1.md", "refine": "refine.v1.md", "scenario": "scenario.v1.md"}
+# v2: the payload may hold the clarifying exchange before the episode (`dialogue`); scenario is told its input is
+# the refined reasoning, whose facts it keeps.
+PROMPTS = {"translate": "translate.v2.md", "refine": "refine.v2.md", "scenario": "scenario.v2.md"}
+REWRITE_PASSES = ("translate", "refine", "scenario")  # the stages, in the order they run
 REWRITE_SCHEMA = {
     "type": "object",
     "required": ["steps"],
@@ -159,11 +173,12 @@ def load_prompt(kind: str) -> tuple[str, str]:
     return (HERE / "prompts" / name).read_text(encoding="utf-8"), name
 
 
-def steps_payload(messages: list[dict], result_chars: int = RESULT_CHARS) -> list[dict]:
-    """The assistant steps as the rewriter sees them (tool results cut to ``result_chars``)."""
+def steps_payload(messages: list[dict], result_chars: int = RESULT_CHARS, start: int = 0) -> list[dict]:
+    """The assistant steps from message ``start`` on, as the rewriter sees them (tool results cut to
+    ``result_chars``)."""
     steps = []
     for i, message in enumerate(messages):
-        if message.get("role") != "assistant":
+        if i < start or message.get("role") != "assistant":
             continue
         results = []
         for result in tool_results_after(messages, i):
@@ -186,13 +201,34 @@ def _loads_or_text(arguments: str):
         return arguments
 
 
+def prompt_length(record: dict) -> int:
+    """How many of ``record["messages"]`` are the episode's prompt (never rewritten)."""
+    return int(record.get("n_prompt") or 0)
+
+
+def exchange(record: dict) -> list[dict] | None:
+    """The prompt's turns after the system prompt when they are a clarifying exchange (an assistant turn among
+    them: ``[user request, assistant question, user answer]``), else None."""
+    turns = [m for m in record["messages"][:prompt_length(record)] if m.get("role") != "system"]
+    if not any(m.get("role") == "assistant" for m in turns):
+        return None
+    return [{"role": m["role"], "content": m.get("content") or ""} for m in turns]
+
+
 def rewrite_request(kind: str, record: dict, scenario: dict | None = None, *, result_chars: int = RESULT_CHARS,
                     max_tokens: int = REWRITE_MAX_TOKENS, temperature: float = REWRITE_TEMPERATURE):
-    """The ChatRequest asking the LLM to rewrite ``record["messages"]``' reasoning (greedy by default, cached)."""
+    """The ChatRequest asking the LLM to rewrite ``record["messages"]``' reasoning (greedy by default, cached).
+
+    With a clarifying exchange in the prompt the payload's ``question`` is the user's first turn and ``dialogue``
+    the exchange: what the agent was told, so its rewritten reasoning knows no more than that."""
 
     text, version = load_prompt(kind)
-    payload = {"task": kind, "prompt_version": version, "question": record.get("question", ""),
-               "steps": steps_payload(record["messages"], result_chars)}
+    dialogue = exchange(record)
+    payload = {"task": kind, "prompt_version": version,
+               "question": dialogue[0]["content"] if dialogue else record.get("question", "")}
+    if dialogue:
+        payload["dialogue"] = dialogue
+    payload["steps"] = steps_payload(record["messages"], result_chars, prompt_length(record))
     if scenario is not None:
         payload["scenario"] = {"id": scenario["id"], "name": scenario.get("name", ""), "guide": scenario["guide"]}
     body = "```json\n" + jsontext.dumps(payload, indent=1) + "\n```"
@@ -200,15 +236,16 @@ def rewrite_request(kind: str, record: dict, scenario: dict | None = None, *, re
                        max_tokens=max_tokens, temperature=temperature, json_schema=REWRITE_SCHEMA)
 
 
-def apply_rewrite(messages: list[dict], text: str) -> list[dict] | tuple[str, str]:
-    """``messages`` with each assistant step's reasoning replaced by the LLM's, or ``(reason, detail)``."""
+def apply_rewrite(messages: list[dict], text: str, start: int = 0) -> list[dict] | tuple[str, str]:
+    """``messages`` with each assistant step's reasoning (from message ``start`` on) replaced by the LLM's, or
+    ``(reason, detail)``."""
 
     try:
         data = parse_json(text, REWRITE_SCHEMA)
     except LLMBadJSON as exc:
         return "llm_bad_json", str(exc)
     steps = data.get("steps")
-    assistant_at = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    assistant_at = [i for i, m in enumerate(messages) if i >= start and m.get("role") == "assistant"]
     if not isinstance(steps, list) or len(steps) != len(assistant_at):
         got = len(steps) if isinstance(steps, list) else type(steps).__name__
         return "step_count_changed", f"{len(assistant_at)} steps -> {got}"
@@ -238,7 +275,8 @@ def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = No
                   result_chars: int = RESULT_CHARS, rewrite_max_tokens: int = REWRITE_MAX_TOKENS,
                   rewrite_temperature: float = REWRITE_TEMPERATURE, min_japanese_share: float = MIN_JAPANESE_SHARE,
                   min_chinese_chars: int = MIN_CHINESE_CHARS):
-    """A batch stage rewriting live records' reasoning with ``client``; ``kind="scenario"`` also draws and
+    """A batch stage rewriting live records' reasoning with ``client`` (one pass: ``translate``, ``refine`` or
+    ``scenario``, each given the reasoning the record holds when it arrives); ``kind="scenario"`` also draws and
     records the scenario (a trajectory no scenario applies to fails with ``no_scenario_applies``).
     ``result_chars``, ``rewrite_max_tokens``, ``rewrite_temperature``: what the rewriter is shown and how it
     answers; ``min_japanese_share``/``min_chinese_chars``: the language check on every rewritten step
@@ -269,12 +307,14 @@ def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = No
             if result.error:
                 outs[k] = fail(record, "llm_error", result.error)
                 continue
-            rewritten = apply_rewrite(record["messages"], result.content)
+            start = prompt_length(record)
+            rewritten = apply_rewrite(record["messages"], result.content, start)
             if isinstance(rewritten, tuple):
                 outs[k] = fail(record, *rewritten)
                 continue
-            problem = identity_violation(record["messages"], rewritten) or language_violation(
-                rewritten, kind, min_japanese_share, min_chinese_chars)
+            # This pass's own checks, on what it wrote: tool calls and results unchanged, every step Japanese.
+            problem = identity_violation(record["messages"], rewritten, start) or language_violation(
+                rewritten[start:], kind, min_japanese_share, min_chinese_chars)
             outs[k] = fail(record, *problem) if problem else {**record, "messages": rewritten}
         return outs
 

@@ -37,13 +37,18 @@ def tool_calls_of(message: dict) -> list[tuple[str, str]]:
     return calls
 
 
-def identity_violation(original: list[dict], rewritten: list[dict]) -> tuple[str, str] | None:
+def identity_violation(original: list[dict], rewritten: list[dict],
+                       prompt_messages: int = 0) -> tuple[str, str] | None:
     """``(reason, detail)`` when ``rewritten`` is not ``original`` with only assistant reasoning changed;
     None when it is.
 
     Reasons (checked per message, first difference wins): ``message_count_changed``, ``role_changed``,
     ``tool_call_altered``, ``tool_result_altered``, ``content_altered`` (user/system text or the
     assistant's visible content), ``empty_reasoning`` (an assistant step lost its reasoning).
+
+    The first ``prompt_messages`` messages are the episode's prompt (a deepresearch row's clarifying exchange
+    holds an assistant turn there: the question the row's dialogue asked, never rewritten): each stays exactly as
+    it was, reasoning included, and needs none.
     """
     if len(original) != len(rewritten):
         return "message_count_changed", f"{len(original)} -> {len(rewritten)}"
@@ -57,7 +62,10 @@ def identity_violation(original: list[dict], rewritten: list[dict]) -> tuple[str
                 return "tool_call_altered", f"{where}: {tool_calls_of(before)} -> {tool_calls_of(after)}"[:300]
             if (before.get("content") or "") != (after.get("content") or ""):
                 return "content_altered", where
-            if not str(after.get("reasoning_content") or "").strip():
+            if i < prompt_messages:
+                if (before.get("reasoning_content") or "") != (after.get("reasoning_content") or ""):
+                    return "content_altered", f"{where} (a prompt turn)"
+            elif not str(after.get("reasoning_content") or "").strip():
                 return "empty_reasoning", where
         elif role == "tool":
             if before.get("content") != after.get("content") or before.get("name") != after.get("name"):
@@ -128,7 +136,7 @@ def verify_stage(tools):
     from ``tools`` (an environment factory, ``teacher.make_tools``)."""
 
     def check(record: dict) -> dict:
-        problem = identity_violation(record["teacher_messages"], record["messages"])
+        problem = identity_violation(record["teacher_messages"], record["messages"], record.get("n_prompt") or 0)
         if problem is None:
             problem = replay_violation(record["messages"], tools, record.get("row"))
         return fail(record, *problem) if problem else record
