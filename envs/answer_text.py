@@ -86,7 +86,7 @@ def choice_index(value) -> int | None:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isdecimal():  # "２" yes, "²" no (isdigit: int() refuses it)
         return int(value.strip())
     return None
 
@@ -172,7 +172,7 @@ _LABEL = re.compile(r"^(?:選択肢|選択|no\.?)?\(?([0-9]{1,2}|[a-j]|[アイ�
 
 
 def _label_index(label: str, n: int) -> int | None:
-    if label.isdigit():
+    if label.isdecimal():
         index = int(label) - 1
     elif label in _KANA_LABELS:
         index = _KANA_LABELS.index(label)

@@ -11,7 +11,8 @@ scores 0. Several different ``{{…}}`` answers in one message are ambiguous and
 
 Components: ``tool_call_reward`` (capped, de-duplicated successful calls that found something),
 ``format_reward``, ``answer_reward`` (multihop), ``mcq_reward`` (egov), ``make_rubric_reward(judge)``
-(deepresearch: ``tansaku.envs.rubric_reward``) and ``zh_mix_penalty``. Every one returns a score (the rubric reward: or None) for any input —
+(deepresearch: ``tansaku.envs.rubric_reward``) and ``zh_mix_penalty`` (``make_zh_mix_penalty``: a start step, the
+reasoning only or the answer too). Every one returns a score (the rubric reward: or None) for any input —
 parts content, None, junk columns, hostile text — and runs in time linear in it; malformed inputs are read by
 ``tansaku.envs.answer_text``. Tests: ``pytest tests/test_rewards.py tests/test_rewards_robust.py``.
 """
@@ -19,7 +20,7 @@ parts content, None, junk columns, hostile text — and runs in time linear in i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tansaku.core.errors import InputError
 from tansaku.core.parsing import (
@@ -238,17 +239,125 @@ def mcq_reward(completions, answer_index, choices=None, **_columns) -> list[floa
     return scores
 
 
-def zh_mix_penalty(completions, **_columns) -> list[float]:
-    """-1.0 when the model's own text (every step's reasoning and content, not tool results) has Chinese."""
-    scores = []
-    for completion in completions:
-        own_text = []
-        for message in as_messages(completion):
-            if message.get("role") == "assistant":
-                own_text.append(message["reasoning_content"] or "")
-                own_text.append(message["content"])
-        scores.append(-1.0 if contains_chinese("\n".join(own_text)) else 0.0)
-    return scores
+ZH_MIX_SCOPES = ("reasoning", "reasoning+answer")  # what zh_mix_penalty reads; the first is the default
+TRAINER_STEP = "trainer_step"  # a reward-input column: the global step a logged completion was scored at (rescore)
+
+
+def zh_mix_text(completion, scope: str = "reasoning") -> str:
+    """The model's own text that ``zh_mix_penalty`` reads in ``completion``.
+
+    ``reasoning``: every assistant turn's ``reasoning_content`` and ``<think>`` text, and the text of the turns
+    before the final answer (a turn that calls a tool thinks aloud; its ``<tool_call>`` blocks left out).
+    ``reasoning+answer`` adds the final answer message's text outside ``<think>`` (the one holding ``{{…}}``). Never
+    read: tool results (文語体 law text from the search index), tool-call arguments, the prompt.
+
+    >>> episode = [{"role": "assistant", "reasoning_content": "民法を検索する。", "content": "",
+    ...             "tool_calls": [{"function": {"name": "search", "arguments": {"query": "确定日期"}}}]},
+    ...            {"role": "tool", "content": "公正証書ナルトキハ其日付ヲ以テ確定日付トス"},
+    ...            {"role": "assistant", "content": "<think>第五条が該当する。</think>答えは{{2}}です。"}]
+    >>> zh_mix_text(episode)
+    '民法を検索する。\\n第五条が該当する。'
+    >>> zh_mix_text(episode, "reasoning+answer")
+    '民法を検索する。\\n第五条が該当する。\\n答えは{{2}}です。'
+    """
+    messages = as_messages(completion)
+    parts: list[str] = []
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        think, rest = split_think(strip_end_markers(message["content"]))
+        for text in dict.fromkeys((message["reasoning_content"] or "", think or "")):  # a copy in both: once
+            parts.append(text)
+        visible, calls, errors = _parse_turn(rest, message["tool_calls"])
+        final_answer_turn = i == len(messages) - 1 and not calls and not errors
+        if not final_answer_turn or scope == "reasoning+answer":
+            parts.append(visible)
+    return "\n".join(part for part in parts if part and part.strip())
+
+
+def check_zh_mix(start_step, scope) -> None:
+    """``ValueError`` naming the setting unless ``start_step`` is an integer >= 0 and ``scope`` one of
+    ``ZH_MIX_SCOPES``."""
+    if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
+        raise ValueError(f"zh_mix_start_step must be an integer >= 0 (got {start_step!r})")
+    if scope not in ZH_MIX_SCOPES:
+        raise ValueError(f"zh_mix_scope must be one of {', '.join(ZH_MIX_SCOPES)} (got {scope!r})")
+
+
+def _global_steps(trainer_state, logged, n: int) -> list[int | None]:
+    """Each completion's global step: TRL's ``trainer_state.global_step`` (training), else the ``trainer_step``
+    column (``train rescore`` passes the step each logged completion was scored at), else None (evaluation,
+    ``serve-env``, a bare call: no training step)."""
+    step = getattr(trainer_state, "global_step", None) if trainer_state is not None else None
+    if isinstance(step, int) and not isinstance(step, bool):
+        return [step] * n
+    rows = logged if isinstance(logged, list) and len(logged) == n else [None] * n
+    return [s if isinstance(s, int) and not isinstance(s, bool) else None for s in rows]
+
+
+def make_zh_mix_penalty(start_step: int = 0, scope: str = "reasoning", metric: str | None = None):
+    """Reward −1.0 for a completion whose ``zh_mix_text`` (``scope``) has Chinese (``tansaku.envs.zh_detect``), else
+    0.0; 0.0 for every completion before global step ``start_step`` (the seed recipe added the penalty to its e-Gov
+    task once Chinese appeared). Without a step (evaluation, ``serve-env``) the penalty always applies. ``metric``
+    (e.g. ``zh_mix/egov_mcq``): also log, through TRL's ``log_metric``, ``<metric>/detected`` (the share of the
+    batch's completions with Chinese, before the start step too: the watch that tells when to start) and
+    ``<metric>/active`` (1.0 once the penalty applies).
+
+    >>> from types import SimpleNamespace
+    >>> penalty = make_zh_mix_penalty(start_step=100)
+    >>> chinese_thought = "<think>我们需要先搜索这个条文。</think>{{2}}"
+    >>> penalty([chinese_thought], trainer_state=SimpleNamespace(global_step=99))
+    [0.0]
+    >>> penalty([chinese_thought], trainer_state=SimpleNamespace(global_step=100))
+    [-1.0]
+    >>> chinese_answer = "<think>条文を確認した。</think>所以答案是第二个选项。{{2}}"
+    >>> zh_mix_penalty([chinese_answer]), make_zh_mix_penalty(scope="reasoning+answer")([chinese_answer])
+    ([0.0], [-1.0])
+    """
+    check_zh_mix(start_step, scope)
+
+    def zh_mix_penalty(completions, trainer_state=None, log_metric=None, **columns) -> list[float]:
+        steps = _global_steps(trainer_state, columns.get(TRAINER_STEP), len(completions))
+        found = [contains_chinese(zh_mix_text(completion, scope)) for completion in completions]
+        active = [step is None or step >= start_step for step in steps]
+        if metric and log_metric is not None and completions:
+            log_metric(f"{metric}/detected", sum(found) / len(found))
+            log_metric(f"{metric}/active", float(all(active)))
+        return [-1.0 if chinese and on else 0.0 for chinese, on in zip(found, active)]
+
+    return zh_mix_penalty
+
+
+zh_mix_penalty = make_zh_mix_penalty()  # from step 0, on the reasoning: what a task's penalty is by default
+
+
+@dataclass(frozen=True)
+class ZhMixSettings:
+    """A task's ``zh_mix_penalty`` settings (``tansaku.envs.tasks.Task`` inherits them): ``zh_mix_start_step`` (0.0
+    before that global step) and ``zh_mix_scope`` (``reasoning``, or ``reasoning+answer``: the final answer's text
+    too). Whether the penalty weighs at all is the task's ``reward_weights["zh_mix_penalty"]`` (docs/tasks.md: on for
+    ``egov_mcq`` from step 0, logged only elsewhere).
+
+    >>> ZhMixSettings().with_zh_mix(start_step=200)
+    ZhMixSettings(zh_mix_start_step=200, zh_mix_scope='reasoning')
+    """
+
+    zh_mix_start_step: int = 0
+    zh_mix_scope: str = ZH_MIX_SCOPES[0]
+
+    def zh_mix_penalty_function(self, metric: str | None = None):
+        return make_zh_mix_penalty(self.zh_mix_start_step, self.zh_mix_scope, metric)
+
+    def with_zh_mix(self, start_step: int | None = None, scope: str | None = None):
+        """The same task with the penalty from global step ``start_step`` reading ``scope``; None keeps its own. A bad
+        value is one ``InputError`` line (a recipe task's ``zh_mix_start_step`` / ``zh_mix_scope``)."""
+        start_step = self.zh_mix_start_step if start_step is None else start_step
+        scope = self.zh_mix_scope if scope is None else scope
+        try:
+            check_zh_mix(start_step, scope)
+        except ValueError as exc:
+            raise InputError(f"task {getattr(self, 'name', '')}: {exc}") from None
+        return replace(self, zh_mix_start_step=start_step, zh_mix_scope=scope)
 
 
 tool_call_reward = make_tool_call_reward()
@@ -263,14 +372,16 @@ TRL_REWARD_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_sta
 
 def reward_columns(rows: list[dict]) -> dict[str, list]:
     """The fields of ``rows`` as the keyword columns reward functions take (one list per field, ``None`` where a
-    row lacks it), as TRL passes them. A field named like one of TRL's own arguments is ``InputError``.
+    row lacks it), as TRL passes them. A field named like one of TRL's own arguments (or ``trainer_step``, the step
+    ``train rescore`` passes) is ``InputError``.
 
     >>> reward_columns([{"answer": "a"}, {"answer": "b", "id": 1}]) == {"answer": ["a", "b"], "id": [None, 1]}
     True
     """
     keys = list(dict.fromkeys(key for row in rows for key in row))
-    reserved = [key for key in keys if key in TRL_REWARD_ARGUMENTS]
+    names = (*TRL_REWARD_ARGUMENTS, TRAINER_STEP)  # TRAINER_STEP: the step train rescore passes (zh_mix_penalty)
+    reserved = [key for key in keys if key in names]
     if reserved:
         raise InputError(f"field(s) {reserved} are names TRL gives reward functions itself "
-                         f"({', '.join(TRL_REWARD_ARGUMENTS)}): rename them")
+                         f"({', '.join(TRL_REWARD_ARGUMENTS)}) or tansaku's own {TRAINER_STEP}: rename them")
     return {key: [row.get(key) for row in rows] for key in keys}

@@ -48,7 +48,7 @@ from tansaku.envs.tools import ToolsConfig
 
 
 @dataclass(frozen=True)
-class Task:
+class Task(rewards.ZhMixSettings):  # zh_mix_start_step, zh_mix_scope, with_zh_mix: the zh_mix_penalty's settings
     """Everything that defines one RL/eval task. The fields are plain data (``describe()`` puts them in
     manifests and eval reports); subclasses give them their values and override the hooks below.
 
@@ -143,7 +143,7 @@ class Task:
         return {
             "format_reward": lambda judge: rewards.make_format_reward(self.answer_style, self.require_reasoning),
             "tool_call_reward": lambda judge: rewards.make_tool_call_reward(self.tool_call_cap),
-            "zh_mix_penalty": lambda judge: rewards.zh_mix_penalty,
+            "zh_mix_penalty": lambda judge: self.zh_mix_penalty_function(metric=f"zh_mix/{self.name}"),
             "abstention_reward": lambda judge: abstention.abstention_reward,
         }
 
@@ -252,8 +252,8 @@ class MultihopQA(Task):
     system_prompts: tuple[str, ...] = MULTIHOP_SYSTEM
     columns: dict[str, str] = field(default_factory=lambda: {"question": "str", "answer": "str"})
     optional_columns: dict[str, str] = field(default_factory=lambda: {"aliases": "list[str]", "id": "str"})
-    reward_weights: dict[str, float] = field(default_factory=lambda: {
-        "answer_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.3})
+    reward_weights: dict[str, float] = field(default_factory=lambda: {  # zh_mix 0: logged only (docs/tasks.md)
+        "answer_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.0})
     source_pipelines: tuple[str, ...] = ("multihop", "jemhopqa")
 
     def reward_factories(self) -> dict[str, Callable[[Any], Callable]]:
@@ -282,7 +282,7 @@ class EgovMCQ(Task):
     optional_columns: dict[str, str] = field(default_factory=lambda: {
         "law_title": "str", "article_title": "str", "id": "str"})
     answer_reward_name: str | None = "mcq_reward"
-    reward_weights: dict[str, float] = field(default_factory=lambda: {
+    reward_weights: dict[str, float] = field(default_factory=lambda: {  # zh_mix from step 0 (docs/tasks.md)
         "mcq_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.5})
     source_pipelines: tuple[str, ...] = ("egov_mcq", "egov")
 
@@ -321,8 +321,8 @@ class DeepResearch(Task):
     optional_columns: dict[str, str] = field(default_factory=lambda: {"id": "str"})
     answer_style: str = "report"
     answer_reward_name: str | None = "rubric_reward"
-    reward_weights: dict[str, float] = field(default_factory=lambda: {
-        "rubric_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.3})
+    reward_weights: dict[str, float] = field(default_factory=lambda: {  # zh_mix 0: logged only (docs/tasks.md)
+        "rubric_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.0})
     max_turns: int = 12
     max_tool_calls: int = 24
     pass_threshold: float = 0.5

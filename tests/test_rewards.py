@@ -11,9 +11,11 @@ from tansaku.envs.rewards import (
     format_reward,
     make_format_reward,
     make_tool_call_reward,
+    make_zh_mix_penalty,
     mcq_reward,
     tool_call_reward,
     zh_mix_penalty,
+    zh_mix_text,
 )
 from tansaku.envs.rubric_reward import make_rubric_reward
 
@@ -187,6 +189,57 @@ def test_zh_penalty_on_reasoning_only_not_on_tool_results():
 
 def test_zh_penalty_sees_think_inside_content():
     assert zh_mix_penalty(["<think>所以正确答案是第四个选项。</think>{{4}}"]) == [-1.0]
+
+
+ZH_REASONING = [asst(reasoning="我们需要先搜索这个法律的相关条文。", calls=[call("search", query="確定日付")]),
+                tool("第九十条　公正証書ナルトキハ其日付ヲ以テ確定日付トス"), asst("{{1}}", reasoning="条文を読んだ。")]
+ZH_ANSWER = [asst(reasoning="検索する。", calls=[call("search", query="確定日付")]), tool("確定日付の規定"),
+             asst("所以答案是第一个选项。{{1}}", reasoning="条文を読んだ。")]
+ZH_NARRATION = [asst("我们需要先搜索这个法律的相关条文。", calls=[call("search", query="確定日付")]), tool("結果"),
+                asst("{{1}}", reasoning="答える。")]  # a tool-calling turn's text: reasoning, not the answer
+ZH_QUERY = [asst(reasoning="検索する。", calls=[call("search", query="我们需要先搜索这个法律的相关条文")]), tool("結果"),
+            asst("{{1}}", reasoning="答える。")]  # a tool call's arguments are not reasoning
+
+
+class State:
+    def __init__(self, global_step):
+        self.global_step = global_step
+
+
+def test_zh_penalty_reads_the_reasoning_by_default_and_the_answer_when_asked():
+    batch = [ZH_REASONING, ZH_ANSWER, ZH_NARRATION, ZH_QUERY, GOOD]
+    assert zh_mix_penalty(batch) == [-1.0, 0.0, -1.0, 0.0, 0.0]
+    assert make_zh_mix_penalty(scope="reasoning+answer")(batch) == [-1.0, -1.0, -1.0, 0.0, 0.0]
+    assert "所以答案" not in zh_mix_text(ZH_ANSWER) and "所以答案" in zh_mix_text(ZH_ANSWER, "reasoning+answer")
+    assert "公正証書" not in zh_mix_text(ZH_REASONING, "reasoning+answer")  # tool results never
+
+
+def test_zh_penalty_starts_at_its_global_step():
+    penalty = make_zh_mix_penalty(start_step=10)
+    assert penalty([ZH_REASONING, GOOD], trainer_state=State(9)) == [0.0, 0.0]
+    assert penalty([ZH_REASONING, GOOD], trainer_state=State(10)) == [-1.0, 0.0]
+    assert penalty([ZH_REASONING], trainer_state=State(500)) == [-1.0]
+    # No trainer (train eval, serve-env): always on. train rescore passes each logged row's step as trainer_step.
+    assert penalty([ZH_REASONING]) == [-1.0]
+    assert penalty([ZH_REASONING, ZH_REASONING], trainer_step=[3, 12]) == [0.0, -1.0]
+    # Junk in either place is no step (on), never an error.
+    assert penalty([ZH_REASONING], trainer_state="junk", trainer_step=["x"]) == [-1.0]
+    assert penalty([ZH_REASONING], trainer_state=State(True)) == [-1.0]
+
+
+def test_zh_penalty_logs_what_it_sees_before_it_starts():
+    logged = []
+    penalty = make_zh_mix_penalty(start_step=10, metric="zh_mix/egov_mcq")
+    scores = penalty([ZH_REASONING, GOOD], trainer_state=State(2), log_metric=lambda k, v: logged.append((k, v)))
+    assert scores == [0.0, 0.0]
+    assert logged == [("zh_mix/egov_mcq/detected", 0.5), ("zh_mix/egov_mcq/active", 0.0)]
+
+
+@pytest.mark.parametrize("start_step, scope", [(-1, "reasoning"), (1.5, "reasoning"), (True, "reasoning"),
+                                               (0, "answer"), (0, None)])
+def test_zh_penalty_refuses_bad_settings(start_step, scope):
+    with pytest.raises(ValueError, match="zh_mix_"):
+        make_zh_mix_penalty(start_step, scope)
 
 
 # ---------------------------------------------------------------- rubric_reward

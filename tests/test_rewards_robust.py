@@ -220,7 +220,8 @@ def test_parts_content_is_read_and_other_parts_ignored():
     message = [{"role": "assistant", "content": parts, "reasoning_content": [{"type": "text", "text": "考える"}]}]
     assert answer_reward([message], answer=["あまちゃん"]) == [1.0]
     assert format_reward([message]) == [1.0]
-    assert zh_mix_penalty([[{"role": "assistant", "content": [{"type": "text", "text": "我们需要进一步确认这个条件。"}]}]]) == [-1.0]
+    thought = [{"type": "text", "text": "<think>我们需要进一步确认这个条件。</think>"}, {"type": "text", "text": "{{1}}"}]
+    assert zh_mix_penalty([[{"role": "assistant", "content": thought}]]) == [-1.0]
 
 
 def _searches(results):
@@ -263,22 +264,26 @@ def test_mcq_non_label_answers_still_match_choice_texts():
 
 
 def _reference_spans(text):
-    """The detector as it was before vectorizing: split on kana, score each run with Python loops."""
+    """The detector as a per-run loop (split on kana, score each run in Python), against which the vectorized one
+    is checked."""
     import re
 
     spans = []
     for run in re.split(r"[\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9f\n]+", text):
         han = zh_detect._HAN.findall(run)
         classes = [zh_detect._char_class(c) for c in han]
-        hits = sum(2 for w in zh_detect._ZH_WORDS if w in run) + sum(c in zh_detect._ZH_CHARS for c in han)
+        words = {w for w in zh_detect._ZH_WORDS if w in run}
+        chars = {c for c in han if c in zh_detect._ZH_CHARS}
         long = len(han) >= 10 and run.rstrip().endswith(("。", "？", "！", "?", "!"))
-        score = 2 * classes.count("zh") + hits - 2 * classes.count("ja") + long
+        comma = bool(re.search(f"{zh_detect._HAN.pattern}[，；]{zh_detect._HAN.pattern}", run))
+        score = (2 * classes.count("zh") + classes.count("trad") - 2 * ("ja" in classes) + 2 * len(words)
+                 + len(chars) + long + comma)
         if run and len(han) >= 4 and score >= 3:
             spans.append(run)
     return spans
 
 
-ZH_POOL = list("あいカキ\n 　。？！?!、的是了我这個対経駅込漢字民法条九为说ab{") + list(zh_detect._ZH_WORDS)
+ZH_POOL = list("あいカキ\n 　。？！?!、，；的是了我这個対経駅込漢字民法条九为说ab{條權會鱮之") + list(zh_detect._ZH_WORDS)
 
 
 @settings(max_examples=300, deadline=None)

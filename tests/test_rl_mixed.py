@@ -28,9 +28,9 @@ from tansaku.trainer.recipes import load_recipe
 ROOT = Path(__file__).resolve().parents[1]
 MIXED = ROOT / "trainer" / "recipes" / "rl-tiny-mixed.yaml"
 TASKS = {  # each task's reward components with the task's default weights, and the recipe's one override
-    "multihop_qa": {"answer_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.3},
+    "multihop_qa": {"answer_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.0},
     "egov_mcq": {"mcq_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.2, "zh_mix_penalty": 0.5},
-    "deepresearch": {"rubric_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.4, "zh_mix_penalty": 0.3},
+    "deepresearch": {"rubric_reward": 1.0, "format_reward": 0.2, "tool_call_reward": 0.4, "zh_mix_penalty": 0.0},
 }
 
 

@@ -230,3 +230,12 @@ def test_missing_or_broken_sources_name_the_file(tmp_path):
     bad = write(tmp_path, '{"messages": [}\n', "bad.jsonl")
     with pytest.raises(RecipeError, match="bad.jsonl:1: not valid JSON"):
         mix_sources([DataSource(str(bad))])
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("rl-*.yaml")), ids=lambda p: p.name)
+def test_every_rl_recipe_sets_its_completion_length(path):
+    """A key swallowed by the comment of the line before (two edits run together) silently falls back to TRL's
+    default of 256–512 tokens, too short for a multi-turn search episode: every RL recipe states its own."""
+    keys = {line.split(":", 1)[0] for line in path.read_text(encoding="utf-8").splitlines()
+            if line and not line.startswith((" ", "#", "-"))}
+    assert {"max_completion_length", "num_generations", "learning_rate"} <= keys, path.name

@@ -5,7 +5,8 @@
 TRL writes each logged completion (a list of messages) with pandas' ``to_parquet``, and pyarrow refuses a
 column whose rows mix a mapping and a string in one field: a tool call whose ``arguments`` an early policy did
 not write as JSON stays a string, the others are objects, and the write raised ``ArrowInvalid: cannot mix
-struct and non-struct`` at the log step, ending the run (seen in the small demo's GSPO round). Such a batch is
+struct and non-struct`` at the log step, ending the run (seen in the small demo's GSPO round); a batch whose only
+tool calls have ``arguments: {}`` builds, but parquet refuses its empty struct. Such a batch is
 rewritten in the wire form (``arguments`` as JSON text, as the OpenAI API sends them; ``tansaku.trainer.report``
 reads both forms); if pyarrow still refuses it, each completion becomes its JSON text. A batch pyarrow takes
 is left as it is.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 
 def _arguments_as_text(message):
@@ -31,8 +33,10 @@ def _arguments_as_text(message):
 
 
 def _writable(rows: list) -> bool:
+    """Whether pyarrow builds the column and parquet writes it (a tool call whose ``arguments`` are ``{}`` in every
+    row builds a struct with no field, which only the parquet write refuses)."""
     try:
-        pa.array(rows)
+        pq.write_table(pa.table({"completion": pa.array(rows)}), pa.BufferOutputStream())
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return False
     return True
@@ -47,6 +51,9 @@ def parquet_safe(completions) -> list:
     True
     >>> parquet_safe([good, bad])[0][0]["tool_calls"][0]["function"]["arguments"]
     '{"q": "a"}'
+    >>> empty = [{"role": "assistant", "tool_calls": [{"function": {"name": "search", "arguments": {}}}]}]
+    >>> parquet_safe([empty])[0][0]["tool_calls"][0]["function"]["arguments"]   # parquet writes no empty struct
+    '{}'
     """
     rows = list(completions)
     if _writable(rows):

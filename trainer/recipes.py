@@ -24,7 +24,7 @@ finite; a batch of 0 is refused. The NeMo-RL names of the seed recipe and their 
 
 Data paths are relative to the working directory; one missing there but shipped with tansaku (``examples/…``,
 what the tiny recipes use) resolves to the shipped file (``shipped_path``). An RL task with ``index: auto``
-and a ``corpus`` searches ``<output_dir>/index/<task>``, which ``train rl`` builds once (``rl.ensure_indexes``).
+and a ``corpus`` searches ``<output_dir>/index/<task>``, which ``train rl`` builds once (``task_indexes.ensure_indexes``).
 """
 
 from __future__ import annotations
@@ -87,13 +87,17 @@ class RLTask:
     data: str
     ratio: float = 1.0
     split: str | None = None  # None: the dataset's `rl` split (prompts SFT never saw), else `train` (prompt_split)
-    index: str | None = None  # search index folder or OpenSearch URL; "auto": built from `corpus` (rl.ensure_indexes)
+    index: str | None = None  # search index folder or OpenSearch URL; "auto": built from `corpus` (task_indexes.ensure_indexes)
     corpus: str | None = None  # documents (.jsonl or dataset folder) the "auto" index is built from, once
     max_rows: int | None = None
     reward_weights: dict[str, float] = field(default_factory=dict)  # overrides of the task's weights
     abstention_weight: float = 0.0  # > 0: add abstention_reward (Task.with_abstention; at most the answer's weight)
     system_prompt: str | None = None  # text or @FILE instead of the task's own (the one the SFT rows were built with)
     tools: dict[str, Any] = field(default_factory=dict)  # ToolsConfig fields over the task's (interface_variants: 2 …)
+    # zh_mix_penalty: the global step it starts at, and what it reads (reasoning | reasoning+answer); None: the
+    # task's own (Task.with_zh_mix, applied by rl_rewards.rl_task)
+    zh_mix_start_step: int | None = None
+    zh_mix_scope: str | None = None
 
     def prompt_split(self) -> str:
         """The split RL prompts come from: ``split`` when the recipe names one, else the dataset's ``rl`` split
@@ -162,6 +166,10 @@ class TansakuRLArguments:
     # (a frozen copy of the start scores them: one no-grad forward per round; tansaku.trainer.drift). TRL logs
     # `kl` only when beta > 0, and with beta 0 nothing says how far the policy went.
     kl_to_start: bool = False
+    # DAPO's dynamic sampling: > 0: a rollout round's zero-variance groups (all G rewards equal) are dropped and
+    # refilled with fresh prompts, at most this many refill rounds per rollout round; the batch keeps its shape
+    # (tansaku.trainer.dynamic_sampling). 0: off, TRL's round as sampled.
+    dynamic_sampling_max_refills: int = 0
     watch: WatchSpec | str | None = field(default_factory=WatchSpec)
     readiness: ReadinessSpec | str | None = field(default_factory=ReadinessSpec)
     difficulty: DifficultySpec | str | None = field(default_factory=DifficultySpec)
@@ -180,6 +188,8 @@ class TansakuRLArguments:
                    f"tasks.{i}.index: 'auto' builds the index from the task's corpus; set tasks.{i}.corpus")
         names = [t.name for t in self.tasks]
         _check(len(set(names)) == len(names), f"tasks: each task name once (got {names}); merge their datasets")
+        _check(self.dynamic_sampling_max_refills >= 0,
+               f"dynamic_sampling_max_refills: must be >= 0 (got {self.dynamic_sampling_max_refills}; 0 turns it off)")
         if isinstance(self.judge, str) and not self.judge.lstrip().startswith("{"):
             self.judge = {"model": self.judge}  # `judge: http:MODEL@URL`, the spec alone
         for name, section_type in RL_SECTIONS.items():  # null: the section's defaults

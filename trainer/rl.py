@@ -27,6 +27,10 @@ generates with — the TRL vLLM server, a colocated vLLM engine, or transformers
 on each task and refuses to start when pass@k ≈ 0 or every group has zero reward variance
 (``skip_readiness=True`` / ``--skip-readiness`` to bypass).
 
+With ``dynamic_sampling_max_refills: N`` (> 0), a rollout round's zero-variance groups are dropped and refilled
+with fresh prompts of the pool, at most N refill rounds, the batch keeping its shape
+(``tansaku.trainer.dynamic_sampling``; ``dynamic_sampling/*`` metrics). Off by default.
+
 The ``GRPOConfig`` the trainer gets is the recipe's, with what tansaku derives from its tasks: the reward weights,
 ``max_tool_calling_iterations`` when the recipe leaves it unset (the tasks' largest ``max_turns``), and
 ``num_completions_to_print: 0`` when unset (see ``grpo_config``). GSPO vs GRPO, the batch (P prompts × G
@@ -37,16 +41,13 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 
-from tansaku.core import jsontext, ownership
+from tansaku.core import jsontext
 from tansaku.core.llm import as_client
-from tansaku.core.store import StoreError, read_records
 from tansaku.envs.environments import episode_interface, episode_variant, variant_factories
 from tansaku.envs.evaluate import load_rows
 from tansaku.envs.rewards import reward_columns
-from tansaku.envs.search import build_index, require_index
-from tansaku.envs.search.embedded import build_embedded
+from tansaku.envs.search import require_index
 from tansaku.envs.tasks import TASKS
 from tansaku.envs.tool_interfaces import interface_prompt
 from tansaku.trainer.data import mix_by_ratio
@@ -58,7 +59,6 @@ from tansaku.trainer.recipes import (
     Recipe,
     RecipeError,
     RLTask,
-    auto_index_dir,
     load_recipe,
     require_model,
     resolve_model,
@@ -73,39 +73,10 @@ from tansaku.trainer.sft import (
     trainer_config,
     write_recipe_copy,
 )
+from tansaku.trainer.task_indexes import ensure_indexes
 from tansaku.trainer.update_schedule import update_notes
 
 log = logging.getLogger(__name__)
-
-
-def ensure_indexes(recipe: Recipe) -> list[str]:
-    """Build each task's ``index: auto`` folder from its ``corpus`` when absent; return the folders built.
-
-    A folder that is not a finished tansaku index (``ownership.is_index``) but holds something: refused, not
-    overwritten.
-    """
-    built = []
-    for spec in recipe.script_args.tasks:
-        if not spec.corpus or spec.index != auto_index_dir(recipe.training_args.output_dir, spec.name):
-            continue
-        index = Path(spec.index)
-        if ownership.is_index(index):
-            continue
-        if index.exists() and (not index.is_dir() or any(index.iterdir())):
-            raise RecipeError(f"task {spec.name}: {index} exists but is not a finished index; remove it to rebuild")
-        corpus = Path(spec.corpus)
-        if not corpus.exists():
-            raise RecipeError(f"task {spec.name}: corpus {corpus} not found")
-        if corpus.is_dir():
-            build_index(corpus, index)
-        else:  # a document .jsonl/.parquet file: the rows themselves (build_index reads dataset folders)
-            try:
-                rows = read_records(corpus)
-            except StoreError as exc:
-                raise RecipeError(f"task {spec.name}: corpus {exc}") from None
-            build_embedded(rows, index, source_name=str(corpus), quiet=True)
-        built.append(str(index))
-    return built
 
 
 def task_rows(spec: RLTask, task, band: Band | None = None) -> list[dict]:
@@ -200,6 +171,7 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     from tansaku.trainer.completion_log import parquet_safe
     from tansaku.trainer.cpu_lm_head import score_labelled_positions  # torch, trl: loaded with the trainer
     from tansaku.trainer.drift import StartDrift
+    from tansaku.trainer.dynamic_sampling import DynamicSampling
     from tansaku.trainer.generation_copy import generate_with_bf16_copy
     from tansaku.trainer.prefix_generate import share_prompt_prefix
     from tansaku.trainer.sampler_logprobs import SamplerLogprobs, correct_for_sampler
@@ -238,16 +210,39 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
                 self.shared_prefix.set_prompts([torch.tensor(ids) for ids in generated[0]])
             return generated
 
-        def _generate_and_score_completions(self, inputs):
+        # tansaku.trainer.dynamic_sampling: zero-variance groups refilled from the prompt pool (recipe key
+        # dynamic_sampling_max_refills; None: off, TRL's round as sampled)
+        dynamic_sampling = None
+
+        def _calculate_rewards(self, *args, **kwargs):
+            rewards = super()._calculate_rewards(*args, **kwargs)
+            if self.dynamic_sampling is not None:  # which groups have zero variance is decided on these
+                self.dynamic_sampling.rewards = rewards
+            return rewards
+
+        def _scored_round(self, inputs):
             output = super()._generate_and_score_completions(inputs)
             if self.sampler is not None:
                 correct_for_sampler(self, output, correct=self.correct_sampler)
+            return output
+
+        def _generate_and_score_completions(self, inputs):
+            if self.dynamic_sampling is not None and self.model.training:
+                output = self.dynamic_sampling.refill(self, inputs, self._scored_round, self._between_rounds)
+                if self.shared_prefix is not None:  # the prompts of the batch as trained, refills included
+                    self.shared_prefix.set_rollouts(output["prompt_ids"], output["prompt_mask"])
+            else:
+                output = self._scored_round(inputs)
             if self.drift is not None:
                 self.drift.log(self, output)
             self.fresh_rollouts = True
             if self.turns is not None:
                 self.turns.clear()
             return output
+
+        def _between_rounds(self):  # a refill's prompts continue none of the last sub-round's episodes
+            if self.turns is not None:
+                self.turns.clear()
 
         def log(self, logs, start_time=None):
             # TRL writes its buffer of the last round's completions at every log: off-policy, a round spans
@@ -302,6 +297,11 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
                               "vllm_importance_sampling_correction: false or bf16_generation_copy: false")
     if recipe.script_args.kl_to_start:
         trainer.drift = StartDrift.load(model, trainer)
+    if recipe.script_args.dynamic_sampling_max_refills:
+        if trainer.accelerator.num_processes > 1:
+            raise RecipeError(f"dynamic_sampling_max_refills: refills one training process's rollout round "
+                              f"(got {trainer.accelerator.num_processes} processes); set it to 0")
+        trainer.dynamic_sampling = DynamicSampling(recipe.script_args.dynamic_sampling_max_refills)
     for line in update_notes(trainer.args, local_sampler=trainer.sampler is not None, copied=bool(copied)):
         log.warning(line)
     # on CPU: the LM head over the completion's positions only, the shared prompt tokens once per optimizer step

@@ -3,14 +3,16 @@
     funcs, weights, groups = build_rewards(load_recipe("trainer/recipes/rl-tiny.yaml", kind="rl"))
     task = rl_task(recipe_task(recipe.script_args.tasks, None, "rl-tiny.yaml"))   # the task as the recipe trains it
 
-``rl_task(spec)`` is the recipe task complete (system prompt, abstention, tools, reward weights): the one task the
-run optimises and every measurement of it uses (readiness, banding, ``train eval --config``, ``train rescore``,
-``synth serve-env --config``). Every reward component of each recipe task is its own TRL reward function
-(``f(completions, **columns)``, logged as ``rewards/<name>/mean``), weighted by that task's weights. With several
-tasks, components are named ``<task>/<component>`` and score only their task's rows (None elsewhere, which TRL
-skips), routed by the row's ``environment`` column (``<task>@tools-v<n>``, ``<task>@tools-v<n>-i<k>`` for tool
-interface k > 0). The first function also logs each completion's tool description variant and the row columns the
-rewards read (``train rescore`` scores them again; the ``environment`` among them names the interface).
+``rl_task(spec)`` is the recipe task complete (system prompt, abstention, tools, reward weights, the zh-mix penalty's
+start step and scope): the one task the run optimises and every measurement of it uses (readiness, banding, ``train
+eval --config``, ``train rescore``, ``synth serve-env --config``). Every reward component of each recipe task is its
+own TRL reward function (``f(completions, **columns)``, logged as ``rewards/<name>/mean``), weighted by that task's
+weights. With several tasks, components are named ``<task>/<component>`` and score only their task's rows (None
+elsewhere, which TRL skips), routed by the row's ``environment`` column (``<task>@tools-v<n>``,
+``<task>@tools-v<n>-i<k>`` for tool interface k > 0). The first function also logs each completion's tool
+description variant and the row columns the rewards read, with the global step they were scored at
+(``trainer_step``; ``train rescore`` scores them again, the zh-mix penalty's start step alike; the ``environment``
+among them names the interface).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.options import read_system_prompt
-from tansaku.envs.rewards import TRL_REWARD_ARGUMENTS
+from tansaku.envs.rewards import TRAINER_STEP, TRL_REWARD_ARGUMENTS
 from tansaku.envs.tasks import TASKS, Task
 from tansaku.trainer.recipes import Recipe, RecipeError, RLTask, auto_index_dir, load_recipe
 
@@ -66,7 +68,11 @@ def _logging_tool_variants(fn):
                 interfaces = {getattr(e, "tool_interface", 0) for e in environments}
                 log_metric("tools/distinct_interface_variants", float(len(interfaces)))
         if log_extra is not None:
-            log_extra("reward_inputs", reward_inputs(columns, len(completions)))
+            inputs = dict(columns)
+            step = getattr(columns.get("trainer_state"), "global_step", None)
+            if isinstance(step, int):  # the step the batch was scored at: train rescore starts zh_mix_penalty alike
+                inputs[TRAINER_STEP] = [step] * len(completions)
+            log_extra("reward_inputs", reward_inputs(inputs, len(completions)))
         return fn(
             completions, environments=environments, log_extra=log_extra, log_metric=log_metric, **columns
         )
@@ -100,10 +106,11 @@ def _subset_reward(fn, task_key: str, name: str):
 def rl_task(spec) -> Task:
     """The recipe's task, complete: ``TASKS[name]`` under the recipe's ``system_prompt`` when it gives one (the
     text the SFT rows were built with: ``synth build trajectories --system-prompt``), with the abstention reward
-    when the recipe asks for it, its ``tools`` settings over the task's (``ToolsConfig`` fields) and its
-    ``reward_weights`` over the task's (last, so they may weigh ``abstention_reward`` too). The one task ``train
-    rl`` optimises and the readiness check, banding, ``train eval --config``, ``train rescore`` and ``synth
-    serve-env --config`` measure."""
+    when the recipe asks for it, its ``tools`` settings over the task's (``ToolsConfig`` fields), its
+    ``reward_weights`` over the task's (so they may weigh ``abstention_reward`` too), then its
+    ``zh_mix_start_step`` / ``zh_mix_scope`` (a start step for a penalty the task weighs 0 is refused: it would do
+    nothing). The one task ``train rl`` optimises and the readiness check, banding, ``train eval --config``, ``train
+    rescore`` and ``synth serve-env --config`` measure."""
     if spec.name not in TASKS:
         raise RecipeError(f"tasks: unknown task {spec.name!r}; choose from {sorted(TASKS)}")
     task = TASKS[spec.name]
@@ -129,6 +136,15 @@ def rl_task(spec) -> Task:
             task = task.with_reward_weights(spec.reward_weights)
         except InputError as exc:
             raise RecipeError(str(exc)) from None
+    start_step, scope = spec.zh_mix_start_step, spec.zh_mix_scope
+    if start_step is not None or scope is not None:
+        try:
+            task = task.with_zh_mix(start_step, scope)
+        except InputError as exc:
+            raise RecipeError(f"tasks {spec.name}: {str(exc).removeprefix(f'task {spec.name}: ')}") from None
+        if start_step is not None and not task.reward_weights.get("zh_mix_penalty"):
+            raise RecipeError(f"tasks {spec.name}: zh_mix_start_step {start_step} starts a penalty that weighs 0 in "
+                              "this task; weigh it too (reward_weights: {zh_mix_penalty: 0.3})")
     return task
 
 

@@ -17,11 +17,13 @@ TRL 1.16's ``GRPOTrainer`` logs, per step (names exactly as in ``log_history``):
 - ``kl_to_start`` (``tansaku.trainer.drift``, a recipe's ``kl_to_start: true``): the policy's KL to its start;
 - what reward functions log through TRL's ``log_metric`` under the name they give (no prefix): the rubric
   judge's ``rubric/judge_failures``, ``rubric/judge_seconds`` and ``rubric/judged``
-  (``tansaku.envs.rubric_reward``).
+  (``tansaku.envs.rubric_reward``);
+- with ``dynamic_sampling_max_refills`` > 0 (``tansaku.trainer.dynamic_sampling``): ``dynamic_sampling/refills``,
+  ``/groups_dropped``, ``/zero_std_groups_kept``, ``/zero_std_share``, ``/extra_rollouts``.
 
 A signal a run did not log is absent (never 0): ``step_signals`` keeps only finite numbers, and TRL writes
-``None`` for a metric whose every value was NaN. Any other key of the ``clip_ratio/``, ``sampling/`` or
-``rubric/`` families is kept too, after the known ones.
+``None`` for a metric whose every value was NaN. Any other key of the ``clip_ratio/``, ``sampling/``,
+``rubric/`` or ``dynamic_sampling/`` families is kept too, after the known ones.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ SIGNALS = (
     "sampling/importance_sampling_ratio/max",
     "rubric/judge_failures", "rubric/judge_seconds", "rubric/judged",
 )
-FAMILIES = ("clip_ratio/", "sampling/", "rubric/")
+FAMILIES = ("clip_ratio/", "sampling/", "rubric/", "dynamic_sampling/")
 JUDGE_KEYS = ("rubric/judge_failures", "rubric/judge_seconds", "rubric/judged")
 
 
