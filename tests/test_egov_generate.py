@@ -46,7 +46,7 @@ def test_cloze_questions_from_fictional_law(articles):
     terms = cloze.cloze_questions(by_id["506AC0000000901-2"], pools["506AC0000000901"], seed=0, per_article=5)
     assert {r["kind"] for r in terms} == {"term"}
     assert {r["answer"] for r in terms} <= {"利用者", "資料", "司書", "館長"}
-    # deleted articles and sentences citing other provisions give nothing
+    # deleted articles give nothing; nor a sentence that says too little once its references are elided (quote.py)
     assert cloze.cloze_questions(by_id["506AC0000000901-8"], pools["506AC0000000901"]) == []
     assert cloze.cloze_questions({**by_id["506AC0000000901-4"], "paragraphs": json.dumps([{
         "text": "前項の規定にかかわらず、第九条の期間は十五日とする。", "items": []}])}, pools["506AC0000000901"]) == []

@@ -14,7 +14,8 @@ itself (the questions). An embedded search index over the articles is built at `
 Article ids are unique: of several files holding one law only the newest revision is kept, the other
 files' articles are dropped as ``duplicate_law_revision`` (parse.py).
 
-Question stages: generate (rule-based kinds without an LLM — cloze.py, statements.py — the LLM generator with one) → leak_filter →
+Question stages: generate (rule-based kinds without an LLM — cloze.py, statements.py, provisions.py, subjects.py,
+lists.py, classic.py, quoting through quote.py — the LLM generator with one) → leak_filter →
 judge (LLM only: rubric score ≥ threshold) → dedup → retrieval → balance (answer positions) →
 gold_check (the task's ``gold_drops``: its answer reward must give the gold 1.0) → leak_audit (independent
 checker over the final rows; it must drop 0) → prompt (the task's ``finalize``: ``task`` and TRL's ``prompt``
@@ -50,18 +51,21 @@ from tansaku.core.provenance import describe_input
 from tansaku.core.store import build_dataset, iter_rows
 from tansaku.envs.search import build_index, open_index, require_index
 from tansaku.envs.tasks import EgovMCQ, Task
-from tansaku.pipelines.egov import cloze, generate, leak, provisions, statements
+from tansaku.pipelines.egov import classic, cloze, generate, leak, lists, provisions, statements
 from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.egov.parse import ARTICLE_META, article_meta, parse_law_bytes, superseded_revisions
 from tansaku.pipelines.egov.sources import Skip, list_law_sources, read_law_source
 
 log = logging.getLogger(__name__)
-ARTICLES_VERSION = "3"  # 2: one revision per law (unique article ids); 3: meta a struct, not JSON text
-QUESTIONS_VERSION = "5"  # 2: prompt and task columns, declared column types; 3: actor/effect/true_statement kinds;
+ARTICLES_VERSION = "4"  # 2: one revision per law (unique article ids); 3: meta a struct, not JSON text; 4: sentences
+# without 。 (old laws) kept apart by an ideographic space (extract.join_sentences)
+QUESTIONS_VERSION = "6"  # 2: prompt and task columns, declared column types; 3: actor/effect/true_statement kinds;
 # 4: permission/requirement/subject/body kinds (provisions.py, subjects.py); 5: the config is EgovConfig's fields,
-# stage params named as they are, the gold check the task's (drop reason gold_not_scoring)
+# stage params named as they are, the gold check the task's (drop reason gold_not_scoring); 6: references to other
+# provisions quoted as elided (quote.py), the list and value kinds (lists.py, subjects.py), old-style laws
+# (classic.py)
 RULE_KINDS = ("term", "number", "actor", "effect", "true_statement",  # without --llm (cloze, statements,
-              "permission", "requirement", "subject", "body")  # provisions, subjects)
+              "permission", "requirement", "subject", "body", "value", "list")  # provisions, subjects, lists)
 KEYWORD_FIELDS = ["law_id", "law_title", "law_type", "era"]
 # e-Gov data is published under the government's terms of use (公共データ利用規約 PDL 1.0: attribution).
 EGOV_LICENSE = {"license": "other", "license_name": "e-gov-terms",
@@ -90,9 +94,12 @@ QUESTION_CARD = {
                     "(法令用語), not by word lists: the actor of a duty or power, what a provision permits, forbids "
                     "or requires (permission), the condition it attaches to its effect (requirement), the effect "
                     "of a condition, what a provision is about (subject), to whom a notice or claim goes (body), "
-                    "one true statement among three perturbed ones, numbers and defined terms; they test what the "
-                    "article says, not its reasons. Articles whose every sentence points elsewhere (前項, 第N条, "
-                    "次に掲げる) get none.",
+                    "what it sets a thing to be (value), "
+                    "one true statement among three perturbed ones, numbers, defined terms and an item of a list "
+                    "(list); old-style laws (文語体) by their own grammar. They test what the article says, not its "
+                    "reasons. A reference to another provision (第N条, 前項) is quoted as （略）, so a question never "
+                    "shows an article number; a quote left with too little to say, and provisions that only apply "
+                    "others (準用する), get none.",
                     "Distractors are other values from the same law (or perturbations checked to occur nowhere in "
                     "it); a few may be valid in other contexts (another provision of the law giving the same "
                     "person a similar power)."],
@@ -162,14 +169,17 @@ def _rules_stage(seed: int, per_article: int) -> Stage:
     def run(articles: Iterator[dict]) -> Iterator[dict | Drop]:
         articles = list(articles)  # distractors come from sibling articles: needs the whole law
         pools, statement_pools = cloze.law_pools(articles), statements.law_statement_pools(articles)
-        provision_pools = provisions.law_provision_pools(articles)
+        provision_pools, list_pools = provisions.law_provision_pools(articles), lists.law_list_pools(articles)
+        classic_pools = classic.law_classic_pools(articles)
         for article in articles:
             if article_meta(article).get("is_deleted"):
                 yield Drop("deleted_article", record=article)
                 continue
             targets = (cloze.cloze_targets(article, pools.get(article["law_id"], {"units": {}, "terms": []}))
                        + statements.statement_targets(article, statement_pools[article["law_id"]])
-                       + provisions.provision_targets(article, provision_pools.get(article["law_id"], {})))
+                       + provisions.provision_targets(article, provision_pools.get(article["law_id"], {}))
+                       + lists.list_targets(article, list_pools.get(article["law_id"], {}))
+                       + classic.classic_targets(article, classic_pools.get(article["law_id"], {})))
             qs = cloze.questions_from_targets(article, targets, seed, per_article)
             if not qs:
                 yield Drop("no_rule_target", record=article)

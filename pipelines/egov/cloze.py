@@ -4,7 +4,7 @@ Targets (``kind`` ``term`` or ``number``), at most one per sentence:
   * defined terms: ``「館長」とは…をいう`` / ``（以下「計画」という。）`` / definition lists (term　definition),
     distractors = other terms defined in the same law;
   * periods: ``十五日``, ``六月``, ``二十年``, ``三週間`` (not dates such as ``十月一日``);
-  * counts and amounts: ``十冊``, ``五人``, ``二十万円``, ``三回``.
+  * counts, amounts and measures: ``十冊``, ``五人``, ``二十万円``, ``三回``, ``五十メートル``, ``三割``.
 Period and count distractors come from sibling articles of the same law with the same unit (nearest
 articles first), then from nearby numbers (×2, ÷2, ±1 …) when the law has too few.
 
@@ -20,12 +20,15 @@ import re
 from collections import defaultdict
 
 from tansaku.core.engine import rng_for
-from tansaku.pipelines.egov.lawindex import ByPosition
+from tansaku.pipelines.egov.lawindex import ByPosition, LawText
 from tansaku.pipelines.egov.parse import article_meta
+from tansaku.pipelines.egov.quote import ELIDED, elide
 
 _K = "〇一二三四五六七八九十百千万"
 PERIOD = re.compile(rf"(?<![{_K}年月])(?<!令和)(?<!平成)(?<!昭和)(?<!大正)(?<!明治)([{_K}]+)(年|箇月|か月|月|週間|日|時間)(?![{_K}])(?!曜)")
-COUNT = re.compile(rf"(?<![{_K}第])([{_K}]+)(万円|円|人|冊|回|歳|名|個|倍|件)")
+COUNT = re.compile(rf"(?<![{_K}第])([{_K}]+)(万円|円|人|冊|回|歳|名|個|倍|件|"
+                   r"キロメートル|センチメートル|ミリメートル|平方メートル|メートル|ヘクタール|キログラム|グラム|トン|"
+                   r"ミリリットル|リットル|パーセント|割)")
 DEFINED = re.compile(r"「([^「」]{2,15})」とは")
 DEFINED_LATER = re.compile(r"以下(?:この[章節款条項]において)?「([^「」]{2,15})」という")
 # The generator's own guard; the independent check over the final rows is tansaku.pipelines.egov.leak.
@@ -34,7 +37,18 @@ _REFERENCE = re.compile(rf"第[{_K}0-9０-９]+[条項号編章節款目]|条の
 LEANS = re.compile(r"ただし|この場合")
 BLANK = "【　　】"
 RARE_KINDS = ("term", "number", "body")  # few articles have them: asked first
+# Words (kanji pairs) a quote with elisions must keep besides its answer: 「（略）の規定にかかわらず、（略）の期間は
+# 【　】とする」 says too little of what it is about to be asked.
+MIN_QUOTED_WORDS = 4
+HIRAGANA = re.compile(r"[ぁ-ん]")
 MIN_SENTENCE, MAX_SENTENCE = 15, 220
+MIN_OLD_SENTENCE = 10
+KANJI_PAIR = re.compile(r"[一-龥々]{2}")
+
+
+def kanji_pairs(text: str) -> set[str]:
+    """Adjacent kanji pairs: the words two phrases share (返還の請求 / その給付したものの返還を請求: 返還, 請求)."""
+    return {text[i:i + 2] for i in range(len(text) - 1) if KANJI_PAIR.fullmatch(text[i:i + 2])}
 
 
 def kanji_number(text: str) -> int | None:
@@ -97,11 +111,16 @@ def outside_brackets(text: str, mark: str) -> list[int]:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Split at 。 outside brackets: ``（以下「X」という。）`` stays inside its sentence.
+    """Split at 。 outside brackets: ``（以下「X」という。）`` stays inside its sentence. A text without 。 (old
+    laws, in katakana, write none) is split where extract.py kept its sentences apart, at an ideographic space.
 
     >>> split_sentences("者（以下「甲」という。）は、届け出る。ただし、この限りでない。")
     ['者（以下「甲」という。）は、届け出る。', 'ただし、この限りでない。']
+    >>> split_sentences("組合長ハ総会ヲ招集スヘシ\u3000但シ急施ヲ要スルトキハ此ノ限ニ在ラス")
+    ['組合長ハ総会ヲ招集スヘシ', '但シ急施ヲ要スルトキハ此ノ限ニ在ラス']
     """
+    if "。" not in text and not HIRAGANA.search(text):  # (a modern item's columns stay one text)
+        return [s for s in text.split("\u3000") if s]
     out, start = [], 0
     for i in outside_brackets(text, "。"):
         out.append(text[start:i + 1].strip())
@@ -112,11 +131,12 @@ def split_sentences(text: str) -> list[str]:
 
 
 def sentences_of(article: dict) -> list[str]:
-    """Sentences of the article's paragraphs and items (not tables), split at 。."""
+    """Sentences of the article's paragraphs and items (not tables), split at 。, each with its references to
+    other provisions elided (quote.py)."""
     out: list[str] = []
 
     def walk(node: dict) -> None:
-        out.extend(split_sentences(node.get("text") or ""))
+        out.extend(elide(s) for s in split_sentences(node.get("text") or ""))
         for item in node.get("items", []):
             walk(item)
 
@@ -144,12 +164,13 @@ def _usable(article: dict) -> bool:
 
 
 def law_pools(articles: list[dict]) -> dict[str, dict]:
-    """Per law: ordered article ids, and (position, value) lists per unit and for defined terms."""
-    pools: dict[str, dict] = defaultdict(lambda: {"units": defaultdict(list), "terms": []})
+    """Per law: ordered article ids, (position, value) lists per unit and for defined terms, and the law's text."""
+    pools: dict[str, dict] = defaultdict(lambda: {"units": defaultdict(list), "terms": [], "texts": []})
     for pos, article in enumerate(articles):
         if not _usable(article):
             continue
         pool = pools[article["law_id"]]
+        pool["texts"].append(article["text"])
         for sentence in sentences_of(article):
             for pattern in (PERIOD, COUNT):
                 for m in pattern.finditer(sentence):
@@ -159,6 +180,7 @@ def law_pools(articles: list[dict]) -> dict[str, dict]:
         pool["terms"] += [(pos, term) for term, _ in definition_items(article)]
         pool.setdefault("position", {})[article["id"]] = pos
     for pool in pools.values():  # sorted once: nearest_values walks them from each article
+        pool["text"] = LawText("\n".join(pool.pop("texts")))
         pool["terms"] = ByPosition(pool["terms"])
         pool["units"] = {unit: ByPosition(pairs) for unit, pairs in pool["units"].items()}
     return dict(pools)
@@ -168,11 +190,15 @@ def nearest_values(pool: list[tuple[int, str]] | ByPosition, pos: int, keep, n: 
     """Up to ``n`` distinct values of ``pool`` ((position, value) pairs) that ``keep`` accepts, the nearest
     articles to ``pos`` first (the distractors of every rule-based kind). The pools of a law are
     :class:`ByPosition` (walked outward from ``pos``, sorted once per law; each value offered once, so ``keep``
-    must reject a value again once it has — every caller's does); a plain list is sorted here."""
+    must reject a value again once it has — every caller's does); a plain list is sorted here. A value holding
+    an elision (quote.py) is never offered."""
     out: list[str] = []
     ordered = (pool.nearest(pos) if isinstance(pool, ByPosition)
                else sorted(pool, key=lambda pv: (abs(pv[0] - pos), pv[0], pv[1])))
     for _, value in ordered:
+        shown = value[0] if isinstance(value, tuple) else value  # a pool's value: the text a choice would show
+        if ELIDED in shown:  # part of a quote with an omission: no choice
+            continue
         if value not in out and keep(value):
             out.append(value)
             if len(out) == n:
@@ -191,16 +217,35 @@ def _number_neighbours(value: str, unit: str) -> list[str]:
     return [kanji_numeral(c) + unit for c in candidates if c > 0 and c != n]
 
 
+def _said_with(text, sentence: str, answer: str, value: str) -> bool:
+    """Whether ``text`` (the law: ``str`` or a :class:`LawText`) says the sentence holding ``answer`` with
+    ``value`` in its place: the part of that sentence around the number (up to an elision) occurs there, not
+    right after another numeral (十年間 is no part of 二十年間)."""
+    at = sentence.index(answer)
+    start = max(sentence.rfind("。", 0, at) + 1, sentence.rfind(ELIDED, 0, at) + len(ELIDED), 0)
+    ends = [i for i in (sentence.find("。", at), sentence.find(ELIDED, at)) if i >= 0]
+    piece = sentence[start:at] + value + sentence[at + len(answer):min(ends) if ends else None]
+    if piece not in text:  # the law's index answers most at once
+        return False
+    return re.search(rf"(?<![{_K}]){re.escape(piece)}", str(text)) is not None
+
+
 def _distractors(kind: str, answer: str, unit: str, pool: dict, pos: int, sentence: str) -> list[str]:
+    """Three distractors for a term or number; a number the law says in the same words elsewhere (施行日から起算
+    して三年を経過する日 beside …五年…; その期間は、二箇月を下ることができない) is none."""
     exclude = {answer} | ({answer} if kind == "term" else {v for v in re.findall(
         rf"[{_K}]+{re.escape(unit)}", sentence)})
     if kind == "term":
         return nearest_values(pool["terms"], pos, lambda v: v not in exclude, 3)
-    picks = nearest_values(pool["units"].get(unit, []), pos, lambda v: v not in exclude, 3)
+
+    def fits(v: str) -> bool:
+        return v not in exclude and not ("text" in pool and _said_with(pool["text"], sentence, answer, v))
+
+    picks = nearest_values(pool["units"].get(unit, []), pos, fits, 3)
     for extra in _number_neighbours(answer, unit):
         if len(picks) == 3:
             break
-        if extra not in exclude and extra not in picks:
+        if extra not in picks and fits(extra):
             picks.append(extra)
     return picks
 
@@ -213,7 +258,9 @@ def _targets(article: dict) -> list[dict]:
                       "stem": f"次の説明に当てはまる、法令上の用語として正しいものはどれか。\n「{definition}」"})
     sentences = sentences_of(article)
     for i, sentence in enumerate(sentences):
-        if not MIN_SENTENCE <= len(sentence) <= MAX_SENTENCE or _REFERENCE.search(sentence):
+        # an old law's sentence (katakana, no 。) says as much in fewer characters (免許ノ有効期間ハ五年トス)
+        shortest = MIN_SENTENCE if HIRAGANA.search(sentence) else MIN_OLD_SENTENCE
+        if not shortest <= len(sentence) <= MAX_SENTENCE or _REFERENCE.search(sentence):
             continue
         # ただし…, この場合… lean on the sentence before: it is quoted with them, so the blank can be answered.
         before = sentences[i - 1] if i and LEANS.match(sentence) and not _REFERENCE.search(sentences[i - 1]) else ""
@@ -254,6 +301,15 @@ def cloze_targets(article: dict, pool: dict) -> list[dict]:
     return [t for t in targets if len(t["distractors"]) == 3]
 
 
+def _says_enough(target: dict) -> bool:
+    """Whether a quote with elisions keeps :data:`MIN_QUOTED_WORDS` words besides its answer (one without any
+    does)."""
+    if ELIDED not in target["stem"]:
+        return True
+    quoted = target["stem"].split("「", 1)[-1]
+    return len(kanji_pairs(quoted) - kanji_pairs(target["answer"])) >= MIN_QUOTED_WORDS
+
+
 def questions_from_targets(article: dict, targets: list[dict], seed: int = 0, per_article: int = 2) -> list[dict]:
     """Up to ``per_article`` question rows from an article's candidates of any kind (answer first in
     ``choices``; balancing comes later): different kinds first — the rare ones (:data:`RARE_KINDS`: few
@@ -263,6 +319,10 @@ def questions_from_targets(article: dict, targets: list[dict], seed: int = 0, pe
     hint = f"（見出し：{caption.strip('（）')}）\n" if caption else ""
     rows = []
     for t in targets:
+        if any(ELIDED in c for c in (t["answer"], *t["distractors"])):  # a choice is whole, never elided
+            continue
+        if not _says_enough(t):
+            continue
         question = t["stem"].replace("\n", "\n" + hint, 1) if "\n" in t["stem"] else t["stem"] + "\n" + hint
         rows.append({
             "question": question.rstrip("\n"), "choices": [t["answer"], *t["distractors"]], "answer_index": 0,

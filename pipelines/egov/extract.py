@@ -34,6 +34,21 @@ def norm(text: str | None) -> str:
     return _WS.sub(" ", text).strip() if text else ""
 
 
+def join_sentences(texts) -> str:
+    """A paragraph's ``Sentence`` texts as one text: as written when each ends in 。; old laws write no 。, so
+    there a sentence not ending in it is kept apart from the next by an ideographic space (…之ヲ決ス　可否同数…).
+
+    >>> join_sentences(["甲ハ乙ヲ決ス", "可否同数ナルトキハ議長之ヲ決ス"]), join_sentences(["甲は決する。", "ただし、…。"])
+    ('甲ハ乙ヲ決ス\u3000可否同数ナルトキハ議長之ヲ決ス', '甲は決する。ただし、…。')
+    """
+    out = ""
+    for text in texts:
+        if out and text and not out.endswith(("。", "\u3000")):
+            out += "\u3000"
+        out += text
+    return out
+
+
 class ExtractError(InputError):
     """Neither ja-law-parser nor the lxml walk could read the element."""
 
@@ -63,9 +78,9 @@ def _jlp_sentence_text(container) -> str:
         return ""
     parts = []
     if container.sentences:
-        parts.append("".join(s.text for s in container.sentences))
+        parts.append(join_sentences(s.text for s in container.sentences))
     for column in getattr(container, "columns", None) or []:
-        parts.append("".join(s.text for s in column.sentences or []))
+        parts.append(join_sentences(s.text for s in column.sentences or []))
     return norm(CELL_SEP.join(p for p in parts if p))
 
 
@@ -139,7 +154,7 @@ def _lx_text(el) -> str:
 def _lx_sentence_text(el) -> str:
     if el is None:
         return ""
-    sentences = "".join(_lx_text(s) for s in el.iterchildren("Sentence"))
+    sentences = join_sentences(_lx_text(s) for s in el.iterchildren("Sentence"))
     columns = [_lx_text(c) for c in el.iterchildren("Column")]
     if not sentences and not columns:  # text put straight into the container
         return _lx_text(el) if el.find("Table") is None else ""

@@ -1,6 +1,7 @@
 """Question generation pieces around the generators: the LLM generator and judge (prompts versioned in
 ``pipelines/egov/prompts/*.md``), near-duplicate removal, seeded answer-position balancing and the
-retrieval rank of the source article. The rule-based kinds live in ``cloze.py`` and ``statements.py``.
+retrieval rank of the source article. The rule-based kinds live in ``cloze.py``, ``statements.py``,
+``provisions.py``, ``subjects.py``, ``lists.py`` and ``classic.py``.
 
 Every function here works on plain row dicts so ``build.py`` can wrap them as engine stages::
 

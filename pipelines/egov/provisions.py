@@ -35,6 +35,7 @@ from collections import Counter, defaultdict
 
 from tansaku.pipelines.egov.cloze import BLANK, LEANS, _usable, nearest_values, outside_brackets, sentences_of
 from tansaku.pipelines.egov.lawindex import ByPosition, LawText
+from tansaku.pipelines.egov.quote import says
 from tansaku.pipelines.egov.statements import _clean
 from tansaku.pipelines.egov.subjects import _is_person, kanji_pairs, law_subject_pools, subject_targets
 
@@ -223,7 +224,7 @@ def _permission(sentence: str, before: str, article: dict, pool: dict, pos: int)
     if not found:
         return None
     start, clause, ending, flipped = found
-    if clause + flipped in pool["text"]:  # the law says the flipped clause somewhere: not plainly false
+    if says(pool["text"], clause + flipped):  # the law says the flipped clause somewhere: not plainly false
         return None
     topics, conditional, seen = topics_of(sentence, start), bool(condition_of(sentence)), set()
     mine, frame_words = kanji_pairs(clause), kanji_pairs(before + sentence[:start])

@@ -7,7 +7,12 @@
                  head (物権 for 占有権: may name its kind) or one echoing the provision where the answer does not;
   * ``body``     to whom a notice, application or claim goes: 「…【　】に届け出／申請／通知／報告／申し出／提出
                  ／通報／請求／催告…」 — the addressee is the noun before 「に」 (行政庁, 家庭裁判所, 都道府県知事 …
-                 found by grammar, not listed); distractors = the law's other addressees and actors.
+                 found by grammar, not listed); distractors = the law's other addressees and actors;
+  * ``value``    what a provision sets a thing to be: 「…は、【　】とする。」 (補助の対象となる費用は、…に要する費用
+                 とする / 事務は、自治事務とする) — the ordinances' way of saying things; distractors = what the law's
+                 other such provisions set (then its topics and defined terms), never one the law sets for this
+                 thing, one the article names or one sharing a word with the answer. Numbers are the ``number``
+                 kind's, 「…ものとする」 is a duty.
 
 Persons are left to statements.py's ``actor`` kind: another person of the same law is too often right as well
 (土地の所有者 for 相隣者の一人, 親権を行う父又は母 for 親権を行う者).
@@ -19,8 +24,19 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from tansaku.pipelines.egov.cloze import BLANK, DEFINED, DEFINED_LATER, _usable, nearest_values, sentences_of
+from tansaku.pipelines.egov.cloze import (
+    BLANK,
+    COUNT,
+    DEFINED,
+    DEFINED_LATER,
+    PERIOD,
+    _usable,
+    kanji_pairs,
+    nearest_values,
+    sentences_of,
+)
 from tansaku.pipelines.egov.lawindex import ByPosition
+from tansaku.pipelines.egov.quote import ELIDED, says
 from tansaku.pipelines.egov.statements import (
     GENERIC_ACTORS,
     GENERIC_EFFECT,
@@ -39,8 +55,9 @@ NOT_TOPIC = re.compile(r"この|その|当該|これ|それ|同|前|次|場合|�
 # Persons the statements' PERSON suffixes miss: kinship and professions (夫婦, 子, 父又は母, 医師).
 PEOPLE = re.compile(r"(?:夫|妻|婦|子|父|母|親|師|士|一方|各自)$")
 MAX_HYPERNYM = 3  # characters of a word that, sharing the answer's last character, may name its kind
-KANJI_PAIR = re.compile(r"[一-龥々]{2}")
 WORD_SPLIT = re.compile(r"の|及び|又は|並びに|若しくは|、")
+# 「…は、…とする。」: what a provision sets a thing to be (the thing may hold an elision: （略）の費用は、).
+VALUE = re.compile(r"^(.{2,60}?)は、(.{2,60})とする。$")
 NOUN_END = re.compile(r"(?:[一-龥ァ-ヶー々]|こと|もの)$")  # a topic ends in a noun; 「…には、」「…では、」 are frames
 # The addressee: a run of nouns (with の) right before 「に」 or 「に対し、」, then a verb of notice or claim.
 # It starts after a comma or a particle (not inside 「主たる債務者」) and 「に」 is followed by the verb itself or by
@@ -60,11 +77,6 @@ def _topic(sentence: str) -> tuple[str, str] | None:
             or GENERIC_EFFECT.search(rest)):
         return None
     return topic, rest
-
-
-def kanji_pairs(text: str) -> set[str]:
-    """Adjacent kanji pairs: the words two phrases share (返還の請求 / その給付したものの返還を請求: 返還, 請求)."""
-    return {text[i:i + 2] for i in range(len(text) - 1) if KANJI_PAIR.fullmatch(text[i:i + 2])}
 
 
 def _is_person(name: str) -> bool:
@@ -94,10 +106,22 @@ def _addressee(sentence: str) -> tuple[int, str] | None:
     return None
 
 
+def _value(sentence: str) -> tuple[int, str, str] | None:
+    """``(start, thing, value)`` of 「thing は、value とする。」 where the value is a noun phrase and no number."""
+    match = VALUE.match(sentence)
+    if not match:
+        return None
+    thing, value = match.groups()
+    if (len(value) < 3 or "は、" in value or value.endswith("もの") or not NOUN_END.search(value) or ELIDED in value
+            or GENERIC_EFFECT.search(value) or PERIOD.search(value) or COUNT.search(value) or NOT_TOPIC.match(value)):
+        return None
+    return match.start(2), thing, value
+
+
 def law_subject_pools(articles: list[dict]) -> dict[str, dict]:
-    """Per law: (position, (topic, rest, is a person)) of its topic sentences, its defined terms, and the
-    (position, name) of its addressees and actors."""
-    pools: dict[str, dict] = defaultdict(lambda: {"topics": [], "people": []})
+    """Per law: (position, (topic, rest, is a person)) of its topic sentences, its defined terms, the
+    (position, name) of its addressees and actors, and (position, (value, thing)) of what it sets things to be."""
+    pools: dict[str, dict] = defaultdict(lambda: {"topics": [], "people": [], "values": []})
     for pos, article in enumerate(articles):
         if not _usable(article):
             continue
@@ -109,11 +133,14 @@ def law_subject_pools(articles: list[dict]) -> dict[str, dict]:
                 continue
             if found := _topic(sentence):
                 pool["topics"].append((pos, (*found, _is_person(found[0]))))
+            if setting := _value(sentence):
+                pool["values"].append((pos, (setting[2], setting[1])))
             for person in (_actor(sentence), _addressee(sentence)):
                 if person:
                     pool["people"].append((pos, person[1]))
     for pool in pools.values():  # sorted once: nearest_values walks them from each article
         pool["topics"], pool["people"] = ByPosition(pool["topics"]), ByPosition(pool["people"])
+        pool["values"] = ByPosition(pool["values"])
     return dict(pools)
 
 
@@ -137,7 +164,7 @@ def _subject(sentence: str, before: str, article: dict, pool: dict, pos: int) ->
         hypernym = min(len(other), len(topic)) <= MAX_HYPERNYM and other[-1] == topic[-1]
         ok = (not other_is_person and other not in seen and other not in article["text"]
               and other not in topic and topic not in other and other_rest != rest and not hypernym
-              and f"{other}は、{rest}" not in pool["text"] and not _entangled(other, topic, rest)
+              and not says(pool["text"], f"{other}は、{rest}") and not _entangled(other, topic, rest)
               and not kanji_pairs(other_rest) & kanji_pairs(topic))  # 取り消された行為 (…無効…) for 無効な行為
         if ok:
             seen.add(other)
@@ -158,14 +185,35 @@ def _body(sentence: str, before: str, article: dict, pool: dict, pos: int) -> di
 
     def keep(other: str) -> bool:
         substituted = sentence[:start] + other + sentence[start + len(name):]
-        return other_person(other) and other not in article["text"] and substituted[:-1] not in pool["text"]
+        return other_person(other) and other not in article["text"] and not says(pool["text"], substituted[:-1])
 
     others = nearest_values(pool.get("people", []), pos, keep, 3)
     return {"kind": "body", "answer": name, "distractors": others, "context": before + sentence,
             "stem": _stem(before, sentence, start, name)}
 
 
+def _setting(sentence: str, before: str, article: dict, pool: dict, pos: int) -> dict | None:
+    """「…は、【　】とする。」 with three values the law sets other things to (see the module docstring)."""
+    found = _value(sentence)
+    if not found:
+        return None
+    start, thing, value = found
+    mine = kanji_pairs(value)
+
+    def keep(other: str) -> bool:
+        return (other != value and other not in article["text"] and not kanji_pairs(other) & mine
+                and 0.3 <= len(other) / len(value) <= 3 and not says(pool["text"], f"{thing}は、{other}とする"))
+
+    others = [v[0] for v in nearest_values(pool.get("values", []), pos, lambda v: keep(v[0]), 3)]
+    if len(others) < 3:  # few such provisions: the things the law names (its topics and defined terms)
+        more = nearest_values(pool.get("topics", []), pos,
+                              lambda v, seen=set(others): not v[2] and v[0] not in seen and keep(v[0]), 3 - len(others))
+        others += [v[0] for v in more]
+    return {"kind": "value", "answer": value, "distractors": others, "context": before + sentence,
+            "stem": _stem(before, sentence, start, value)}
+
+
 def subject_targets(sentence: str, before: str, article: dict, pool: dict, pos: int) -> list[dict]:
-    """The ``subject`` and ``body`` candidates of one clean sentence of ``article`` (``before``: the sentence it
-    leans on, quoted first)."""
-    return [t for make in (_subject, _body) if (t := make(sentence, before, article, pool, pos))]
+    """The ``subject``, ``body`` and ``value`` candidates of one clean sentence of ``article`` (``before``: the
+    sentence it leans on, quoted first)."""
+    return [t for make in (_subject, _body, _setting) if (t := make(sentence, before, article, pool, pos))]
