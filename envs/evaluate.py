@@ -155,7 +155,7 @@ def load_rows(dataset: str | Path, split: str = "test", limit: int | None = None
     if Path(dataset).is_dir() and not any((Path(dataset) / "data").glob(f"{split}-*.parquet")):
         held = sorted({f.name.split("-")[0] for f in (Path(dataset) / "data").glob("*-*.parquet")})
         hint = ("rebuild it with --heldout-share > 0 for a held-out 'test' split, or name one of its splits with "
-                "--split" if split == "test" else "name one of its splits (or a dataset that has this one)")
+                "--split" if split == "test" else "name one of its splits with --split (or a dataset that has this one)")
         raise InputError(f"--dataset {dataset} has no '{split}' split (it holds: {', '.join(held) or 'none'}): {hint}")
     rows = read_records(dataset, split=split)
     return rows[:limit] if limit else rows
