@@ -40,8 +40,16 @@ from tansaku.core.value_checks import (
     OUTPUT_FILE,
     OUTPUT_FOLDER,
 )
+from tansaku.envs.search.backend import (  # the search engine registry (SEARCH_BACKENDS): the lists below
+    DEFAULT_BACKEND,
+    analyzer_help,
+    analyzer_names,
+    backend_help,
+    backend_names,
+)
 from tansaku.pipelines.cli import LLM, IndexTarget, Seed, build_app, import_app
 from tansaku.trainer.cli import (  # train_app: console script `train` = tansaku.cli:train_app
+    task_help,
     task_names,
     train_app,
 )
@@ -80,29 +88,15 @@ def prepare_tiny(dir: Annotated[Path | None, option("--dir", parser=PathType("--
 # ---------------------------------------------------------------- synth build
 
 
-def _backend_names() -> tuple[str, ...]:
-    """What ``--backend`` takes (imported when a value is given: ``synth --help`` loads no search engine)."""
-    from tansaku.envs.search.backend import BACKEND_NAMES
-
-    return BACKEND_NAMES
-
-
-def _analyzer_names() -> tuple[str, ...]:
-    """What ``--analyzer`` takes with some backend (which one goes with which: ``build_index_cli``)."""
-    from tansaku.envs.search.backend import ANALYZER_NAMES
-
-    return tuple(dict.fromkeys(name for names in ANALYZER_NAMES.values() for name in names))
-
-
 @index_app.command("build")
 @friendly(outputs=("index",))  # the index is what it writes
 def index_build(
     dataset: Annotated[Path, option("--dataset", parser=PathType("--dataset", DATASET), help="Document dataset folder (synth build corpus).")],
     index: Annotated[str, option("--index", parser=IndexType("--index", output=True), help="Index folder; with opensearch an index name or URL/NAME.")],
-    backend: Annotated[str, option("--backend", parser=TextType("--backend", choices=_backend_names), help="embedded | opensearch")] = "embedded",
-    analyzer: Annotated[str | None, option(
-        "--analyzer", parser=TextType("--analyzer", choices=_analyzer_names),
-        help="embedded: char (default) | sudachi; opensearch: auto | kuromoji | sudachi")] = None,
+    backend: Annotated[str, option("--backend", parser=TextType("--backend", choices=backend_names),
+                                   help=backend_help())] = DEFAULT_BACKEND,
+    analyzer: Annotated[str | None, option("--analyzer", parser=TextType("--analyzer", choices=analyzer_names),
+                                           help=analyzer_help())] = None,
     quiet: Quiet = False,
     as_json: AsJson = False,
 ):
@@ -139,7 +133,9 @@ def search(
 @synth_app.command("serve-env")
 @friendly
 def serve_env(
-    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=task_names), help="multihop_qa, multihop_qa_compact, egov_mcq or deepresearch; with --config: which of the recipe's tasks (needed when it has several).")] = None,
+    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=task_names),
+                                       help=f"{task_help()}; with --config: which of the recipe's tasks (needed "
+                                            "when it has several).")] = None,
     index: Annotated[str | None, option("--index", parser=IndexType("--index"), help="Index folder, opensearch:NAME or https://host:9200/NAME (with --config: default the recipe task's index).")] = None,
     config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="A train rl recipe: serve its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
     host: Annotated[str, option("--host", parser=TextType("--host"), help="Interface to listen on (0.0.0.0: every one; any but loopback needs a token).")] = "127.0.0.1",

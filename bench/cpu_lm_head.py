@@ -6,7 +6,7 @@ tiny model on a compact-row-shaped sequence, and the head alone.
 
 Both sides are the same model copy patched by TRL's ``add_fused_lm_head`` (bf16 autocast over fp32 weights, as
 ``train sft`` / ``train rl`` run with ``bf16: true`` on a native-bf16 CPU); tansaku's side is then wrapped by
-``tansaku.trainer.cpu_lm_head.score_labelled_positions``. Labels are -100 on the prompt, as in SFT and GRPO.
+``tansaku.trainer.cpu.lm_head.score_labelled_positions``. Labels are -100 on the prompt, as in SFT and GRPO.
 The two sides alternate within each repeat, so a change in the machine's speed hits both; the table gives the
 median and the minimum of each and their ratio, with the largest log-prob and gradient differences.
 Writes ``bench/results/cpu_lm_head.md``.
@@ -27,7 +27,7 @@ from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 from trl.trainer.utils import add_fused_lm_head
 
 from tansaku.core.tiny_model import tiny_model_dir
-from tansaku.trainer.cpu_lm_head import labelled_scores, score_labelled_positions
+from tansaku.trainer.cpu.lm_head import labelled_scores, score_labelled_positions
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

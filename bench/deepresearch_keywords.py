@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from tansaku.core.context import BuildContext
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jawiki"
 SOURCES = {"wac": DATA / "WikipediaAnnotatedCorpus", "jaquad": DATA / "JaQuAD" / "data" / "dev"}
@@ -25,7 +25,7 @@ SOURCES = {"wac": DATA / "WikipediaAnnotatedCorpus", "jaquad": DATA / "JaQuAD" /
 
 def load(name: str, work: Path) -> list[dict]:
     from tansaku.core.store import iter_rows
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
 
     out = work / name
     if not (out / "manifest.json").exists():

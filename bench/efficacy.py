@@ -52,8 +52,8 @@ from tansaku.core.hardware import native_bf16
 from tansaku.core.heldout import TEST, TEST_PHRASING
 from tansaku.demo import EXAMPLES, evaluate_model
 from tansaku.envs.search import build_index
-from tansaku.pipelines.corpus import build_corpus
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.build import build_corpus
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.multihop.build import build_multihop
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
@@ -110,7 +110,15 @@ def save_result(results: Path, arm: str, seed: int, result: dict) -> None:
     log(f"{arm} seed {seed}: " + json.dumps({k: v["pass@1"] for k, v in result["heldout"].items()}))
 
 
-def build_data(work: Path, args) -> None:
+def build_data(work: Path, args) -> dict:
+    """The experiment's datasets, built once: every (arm, seed) of one experiment trains and is measured on
+    the same rows, so finished datasets are reused as they are, even when a newer pipeline version would
+    build them otherwise (each result records the multihop dataset version it used)."""
+    done = [work / n / "manifest.json" for n in ("corpus", "multihop", "trajectories", "unseen-corpus")]
+    if all(p.exists() for p in done) and (work / "index" / "tansaku_index.json").exists():
+        versions = {p.parent.name: json.loads(p.read_text(encoding="utf-8"))["version"] for p in done}
+        log(f"data: reused as built ({versions})")
+        return versions
     quiet = BuildContext(quiet=True)
     corpus = build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki_large.jsonl"), work / "corpus", quiet)
     if not (work / "index" / "tansaku_index.json").exists():
@@ -125,6 +133,7 @@ def build_data(work: Path, args) -> None:
     if not (work / "unseen-index" / "tansaku_index.json").exists():
         build_index(work / "unseen-corpus", work / "unseen-index")
     log(f"data: corpus {corpus['splits']}; multihop {multihop['splits']}; SFT rows {trajectories['splits']}")
+    return {"corpus": corpus["version"], "multihop": multihop["version"], "trajectories": trajectories["version"]}
 
 
 def heldout_sets(work: Path, args) -> dict[str, tuple]:
@@ -284,19 +293,19 @@ def main(argv: list[str] | None = None) -> str:
         raise SystemExit("efficacy: this CPU has no native bf16 (AVX512_BF16 or AMX); the experiment's models are "
                          "trained and evaluated in bf16, so run it on one that has it (--table-only works anywhere)")
     args.work.mkdir(parents=True, exist_ok=True)
-    build_data(args.work, args)
+    data = build_data(args.work, args)  # dataset versions, recorded in each result
     # Paired order (SFT s, then each RL arm from its start): every finished pair is a comparison on its own.
     for seed in args.seeds:
         sft_file = result_path(results, "sft", seed)
         if not sft_file.exists():
-            save_result(results, "sft", seed, sft_seed(args.work, seed, args))
+            save_result(results, "sft", seed, {**sft_seed(args.work, seed, args), "data": data})
         start = Path(json.loads(sft_file.read_text(encoding="utf-8"))["start"])
         if not start.exists():  # another checkout or machine: the same checkpoint under this --work
             start = args.work / start.parent.name / start.name
         for arm in ARMS:
             wanted = arm in args.arms and (not arm.endswith("onpolicy") or seed in args.control_seeds)
             if wanted and not result_path(results, arm, seed).exists():
-                save_result(results, arm, seed, rl_seed(args.work, arm, seed, start, args))
+                save_result(results, arm, seed, {**rl_seed(args.work, arm, seed, start, args), "data": data})
                 write_report(results, protocol(args))
         write_report(results, protocol(args))
     text = write_report(results, protocol(args))

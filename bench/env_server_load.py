@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 import httpx2 as httpx  # noqa: E402 - the HTTP client the openai package ships with (httpx's API)
 
 from tansaku.core.context import BuildContext  # noqa: E402
-from tansaku.pipelines.corpus_config import CorpusConfig  # noqa: E402
+from tansaku.pipelines.corpus.config import CorpusConfig  # noqa: E402
 from tansaku.testing.canned_server import free_port, wait_for_health  # noqa: E402
 
 QUERIES = ["雪村製菓", "白砂市", "北浜県", "港町", "創業者", "羊羹", "月見坂", "本社"]
@@ -37,7 +37,7 @@ QUERIES = ["雪村製菓", "白砂市", "北浜県", "港町", "創業者", "羊
 
 def prepare(work: Path) -> Path:
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
 
     if not (work / "index").exists():
         build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki_large.jsonl"), work / "corpus", BuildContext(quiet=True))
@@ -105,7 +105,7 @@ def run_in_process(index: Path, episodes: int, concurrency: int, searches: int) 
 
     task = TASKS["multihop_qa"]
     factory = make_environment_factory(task, index, require_prompt=False)
-    functions = task.reward_functions()
+    functions = task.scoring_functions()
     latencies: list[float] = []
 
     def timed(fn, *args):
@@ -120,7 +120,7 @@ def run_in_process(index: Path, episodes: int, concurrency: int, searches: int) 
         for k in range(searches):
             timed(env.search, QUERIES[(i + k) % len(QUERIES)])
         timed(env.open_doc, "mwl0001")
-        timed(lambda: verify_scores(task, functions, completion_from_response(_response(i)), row))
+        timed(lambda: verify_scores(task, completion_from_response(_response(i)), row, functions))
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:

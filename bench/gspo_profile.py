@@ -12,17 +12,17 @@ experiment uses: 4 prompts × 4 generations, multi-turn compact episodes over th
   in TRL's tool loop the whole context again at each turn) and decode (one position);
 - tool execution (``SearchEnvironment.search`` / ``open_doc``) and reward functions (``_calculate_rewards``);
 - ``_get_per_token_logps_and_entropies`` without grad (old / reference log-probs) and with grad (the training
-  forward), ``accelerator.backward`` with the shared prompt tokens' backward (``tansaku.trainer.prefix_train``),
+  forward), ``accelerator.backward`` with the shared prompt tokens' backward (``tansaku.trainer.cpu.prefix_train``),
   and the optimizer step (callback events).
 
 Rows are seconds per step (mean over the steps) and the share of the step. Variants: ``full`` (full fine-tune,
 fp32 master weights, bf16 autocast: what RL needs at lr 1e-5; the shared prompt prefix computed once per call,
-``tansaku.trainer.prefix_generate``), ``no-shared-prefix`` (TRL's plain generate), ``batch4`` (4 completions
+``tansaku.trainer.cpu.prefix_generate``), ``no-shared-prefix`` (TRL's plain generate), ``batch4`` (4 completions
 per micro-batch instead of 1), ``lora`` (LoRA r=16 on all linear layers), ``short`` (512-token completions),
-``trl-lm-head`` (TRL's fused LM head on CPU, scoring every position, instead of ``tansaku.trainer.cpu_lm_head``),
-``autocast-generation`` (the fp32 policy generates under bf16 autocast instead of ``tansaku.trainer.generation_copy``'s
+``trl-lm-head`` (TRL's fused LM head on CPU, scoring every position, instead of ``tansaku.trainer.cpu.lm_head``),
+``autocast-generation`` (the fp32 policy generates under bf16 autocast instead of ``tansaku.trainer.cpu.generation_copy``'s
 bf16 copy), ``unshared-training`` (every training micro-batch runs its whole prompt instead of
-``tansaku.trainer.prefix_train``'s shared tokens once per optimizer step), ``dynamic-cache`` (rollouts with
+``tansaku.trainer.cpu.prefix_train``'s shared tokens once per optimizer step), ``dynamic-cache`` (rollouts with
 transformers' ``DynamicCache``, which copies the whole cache at every decode step, instead of
 ``tansaku.core.llm.growing_cache``), ``no-turn-cache`` (each turn of TRL's tool loop prefills the episodes'
 whole contexts again instead of reusing the last turn's cache, ``tansaku.core.llm.turn_cache``).
@@ -43,8 +43,9 @@ import yaml
 
 from tansaku.core.llm.turn_cache import TurnCache
 from tansaku.envs.environments import SearchEnvironment
-from tansaku.trainer import cpu_lm_head, prefix_generate
-from tansaku.trainer.prefix_train import SharedPrefix
+from tansaku.trainer.cpu import lm_head as cpu_lm_head
+from tansaku.trainer.cpu import prefix_generate
+from tansaku.trainer.cpu.prefix_train import SharedPrefix
 from tansaku.trainer.recipes import load_recipe
 from tansaku.trainer.rl import build_rl_trainer
 
@@ -57,7 +58,7 @@ VARIANTS = {
     "lora": {"use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "lora_target_modules": "all-linear",
              "learning_rate": 1e-4},
     "short": {"max_completion_length": 512},
-    "trl-lm-head": {},  # TRL's own fused LM head on CPU instead of tansaku.trainer.cpu_lm_head (ABLATIONS)
+    "trl-lm-head": {},  # TRL's own fused LM head on CPU instead of tansaku.trainer.cpu.lm_head (ABLATIONS)
     "autocast-generation": {"bf16_generation_copy": False},  # the fp32 policy generates under autocast
     "unshared-training": {},  # every micro-batch runs its whole prompt (ABLATIONS)
     "dynamic-cache": {},  # transformers' DynamicCache in generation instead of the in-place one (ABLATIONS)
@@ -107,7 +108,7 @@ def instrument(trainer, timers: Timers) -> None:
     model = trainer.model
     # With LoRA the trainer holds a PeftModel; the forwards generate runs are the wrapped model's own.
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    inner = getattr(model.generate, "bf16_copy", inner)  # tansaku.trainer.generation_copy: the copy's forwards
+    inner = getattr(model.generate, "bf16_copy", inner)  # tansaku.trainer.cpu.generation_copy: the copy's forwards
     inside_generate = {"on": False}
     generate, forward = model.generate, inner.forward
 

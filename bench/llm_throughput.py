@@ -54,7 +54,7 @@ sys.path.insert(0, str(BENCH))
 from latency_server import parse_latency  # noqa: E402
 
 from tansaku.core.context import BuildContext  # noqa: E402
-from tansaku.pipelines.corpus_config import CorpusConfig  # noqa: E402
+from tansaku.pipelines.corpus.config import CorpusConfig  # noqa: E402
 from tansaku.pipelines.multihop.config import MultihopConfig  # noqa: E402
 from tansaku.testing.canned_server import free_port, wait_for_health  # noqa: E402
 
@@ -93,7 +93,7 @@ def prepare(work: Path, needs: set[str], scale: int, law_copies: int = 1) -> dic
     """The corpora, indexes and question set that the chosen pipelines read (each made once per work folder)."""
     from tansaku.envs.search import build_index
     from tansaku.examples.make_miniwiki import make_miniwiki
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
 
     laws = SHARED / "egov" if (SHARED / "egov").exists() else ROOT / "examples" / "laws"

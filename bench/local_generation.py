@@ -48,8 +48,8 @@ from tansaku.envs.evaluate import load_rows
 from tansaku.envs.rollout import run_rollouts
 from tansaku.envs.search import build_index, open_index
 from tansaku.envs.tasks import MultihopQA
-from tansaku.pipelines.corpus import build_corpus
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.build import build_corpus
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.egov.config import MIN_ARTICLE_CHARS
 from tansaku.pipelines.egov.generate import llm_generate
 from tansaku.pipelines.egov.parse import article_meta, iter_articles

@@ -48,7 +48,7 @@ import scale_chains  # noqa: E402 - bench/scale_chains.py
 from search import Bm25sPeer, peer_tokenizers, timed, wac_rows  # noqa: E402 - bench/search.py's peer
 
 from tansaku.core.context import BuildContext  # noqa: E402
-from tansaku.pipelines.corpus_config import CorpusConfig  # noqa: E402
+from tansaku.pipelines.corpus.config import CorpusConfig  # noqa: E402
 
 
 def write_dump(path: Path, n: int, seed: int = 0) -> None:
@@ -84,7 +84,7 @@ def child(step: str, src: str, out: str) -> dict:
 
     from tansaku.core.store import iter_rows
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
 
     t0 = time.perf_counter()
     if step == "corpus":

@@ -43,8 +43,8 @@ from tansaku.core.tiny_model import tiny_model_dir
 from tansaku.demo import EXAMPLES, evaluate_model
 from tansaku.envs.retention import answer_loglik, retention, self_answers
 from tansaku.envs.search import build_index
-from tansaku.pipelines.corpus import build_corpus
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.build import build_corpus
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.multihop.build import build_multihop
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories

@@ -47,7 +47,7 @@ from tansaku.core.cli_types import (
 )
 from tansaku.core.engine import llm_identity
 from tansaku.core.heldout import DEFAULT_RL_SHARE, DEFAULT_SHARE
-from tansaku.core.value_checks import INDEX, INPUT_FILE, OUTPUT_INDEX
+from tansaku.core.value_checks import INDEX, INPUT_FILE, OUTPUT_INDEX, check_number
 
 
 def option(default: Any = MISSING, *, help: str, flag: str | None = None, recipe: bool = True, llm: bool = False,
@@ -137,7 +137,29 @@ def spec_identity(spec: Any) -> str | None:
 
 
 class BuildConfig:
-    """Base of every build's config dataclass (``recipe``, ``pick``, ``replace``)."""
+    """Base of every build's config dataclass (``recipe``, ``pick``, ``replace``, ``check``)."""
+
+    def check(self) -> BuildConfig:
+        """Refuse, naming the option, a number outside the bounds its field declares (``option(min=…)``).
+
+        The CLI's parsers check the same bounds as a value is typed; this is the same rule for a Python
+        caller, run by every builder before any work, so no builder retypes an option's bounds.
+        ``cross_checks`` (a subclass's) then checks what one field cannot say alone (``--m`` ≤ ``--k``)."""
+        hints = typing.get_type_hints(type(self))
+        for f in fields(self):
+            value, bounds = getattr(self, f.name), f.metadata.get("bounds") or {}
+            if _value_type(hints[f.name]) not in (int, float) or value is None:
+                continue
+            name = f.name.upper() if f.metadata.get("argument") else cli_flag(f).split("/")[0].split(" ")[0]
+            for one in value if isinstance(value, (list, tuple)) else [value]:
+                check_number(name, one, integer=_value_type(hints[f.name]) is int, low=bounds.get("min"),
+                             high=bounds.get("max"), low_open=bounds.get("min_open", False),
+                             high_open=bounds.get("max_open", False))
+        self.cross_checks()
+        return self
+
+    def cross_checks(self) -> None:
+        """Rules between fields (none here); a subclass raises ``InputError`` naming the options."""
 
     def recipe(self) -> dict:
         """Every recipe field as a JSON value: the manifest's ``config`` and part of the fingerprint."""

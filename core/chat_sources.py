@@ -142,10 +142,11 @@ def _get_it(source: HubSource) -> str:
 
 def snapshot(source: HubSource, option: str) -> tuple[Path, str]:
     """The cached snapshot folder of ``source`` and its commit sha; never a download."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # datasets, huggingface_hub: only for hf: sources
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
     try:
+        # datasets, huggingface_hub: only for hf: sources
         from huggingface_hub.errors import IncompleteSnapshotError
     except ImportError:  # older huggingface_hub: no completeness check
         IncompleteSnapshotError = LocalEntryNotFoundError  # noqa: N806
@@ -172,7 +173,7 @@ def _offline_and_quiet():
     """``datasets`` and ``huggingface_hub`` in offline mode (a card's remote ``data_files`` cannot download),
     without progress bars or log lines (a failure is raised as one line), for the duration; yields a scratch
     ``cache_dir`` (a builder's lock file goes there, not into the user's datasets cache)."""
-    import datasets
+    import datasets  # datasets, huggingface_hub: only for hf: sources
     from datasets.utils import logging as datasets_logging
     from huggingface_hub import constants
 
@@ -207,7 +208,7 @@ def _sha256_files(root: Path, files: list[Path]) -> str:
 
 
 def _license(folder: Path) -> str | None:
-    from huggingface_hub.repocard import metadata_load
+    from huggingface_hub.repocard import metadata_load  # datasets, huggingface_hub: only for hf: sources
 
     try:
         value = (metadata_load(folder / "README.md") or {}).get("license") if (folder / "README.md").is_file() else None
@@ -249,7 +250,7 @@ class HubData:
 def resolve_hub(source: HubSource, option: str, split: str = "train") -> HubData:
     """What ``source`` names in the local cache: its snapshot, commit sha, config, split (``split`` when it
     names none) and data files, its rows not yet read (``load_hub_rows`` reads them)."""
-    from datasets import load_dataset_builder
+    from datasets import load_dataset_builder  # datasets, huggingface_hub: only for hf: sources
 
     folder, revision = snapshot(source, option)
     split = source.split or split
@@ -273,7 +274,7 @@ def resolve_hub(source: HubSource, option: str, split: str = "train") -> HubData
 def load_hub_rows(source: HubSource, option: str, split: str = "train") -> HubData:
     """The rows of ``source``'s split (``split`` when it names none), read from the local cache through
     ``datasets.load_dataset`` (offline, streamed: nothing downloaded, nothing written)."""
-    from datasets import load_dataset
+    from datasets import load_dataset  # datasets, huggingface_hub: only for hf: sources
 
     data = resolve_hub(source, option, split)
     with _offline_and_quiet() as scratch:

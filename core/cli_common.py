@@ -46,7 +46,6 @@ def _version(value: bool) -> None:
 
 Version = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print tansaku's version.")]
 License = Annotated[str | None, typer.Option("--license", help="The card's license: a Hub id (cc-by-sa-4.0, cc-by-4.0 …) or other:NAME (with --license-file; the card links LICENSE). Default: the input's license.")]
-LicenseFile = Annotated[Path | None, typer.Option("--license-file", help="License text, copied into the dataset as LICENSE; needed with --license other:NAME unless the input folder ships a LICENSE (then carried over).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary table on stderr (TANSAKU_QUIET=1 does the same).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the summary as one JSON value on stdout (without it stdout stays empty).")]
 
@@ -217,7 +216,7 @@ def print_summary(title: str, summary: Mapping, *, as_json: bool = False, quiet:
                   json_value: Any = None) -> None:
     """A flat summary as a two-column table (key, value) on stderr unless quiet; as JSON on stdout with
     ``as_json`` (``json_value`` when given, else ``summary``)."""
-    from rich.table import Table
+    from rich.table import Table  # rich: imported when something is printed
 
     summary = redact_mapping(summary)
     if not _quiet(quiet):
@@ -274,7 +273,7 @@ def produced(stage: Mapping) -> str:
 
 def funnel_table(manifest: Mapping, out: Path | str):
     """A build's funnel as a rich table: stage | in | out | produced (fan-out stages only) | dropped | seconds."""
-    from rich.table import Table
+    from rich.table import Table  # rich: imported when something is printed
 
     stages = [s for s in manifest.get("stages") or [] if isinstance(s, Mapping)]
     fan_out = {id(s): produced(s) for s in stages}

@@ -35,8 +35,9 @@ from typing import Any, NoReturn
 
 import typer
 
-from tansaku.core import value_checks
+from tansaku.core import ownership, value_checks
 from tansaku.core.errors import InputError, MissingInputError, TansakuError
+from tansaku.core.llm.spec import check_spec
 from tansaku.core.redact import redact_text
 from tansaku.core.text_values import check_text
 from tansaku.core.value_checks import (
@@ -146,8 +147,6 @@ class SpecType(OptionType):
         self.builtins = builtins
 
     def check(self, value):
-        from tansaku.core.llm.spec import check_spec
-
         return check_spec(value, self.option, self.builtins, files=True)  # a scripted: file must be there
 
 
@@ -255,8 +254,6 @@ def types_of(fn: Callable) -> dict[str, OptionType]:
 def refuse_overlaps(types: Mapping[str, OptionType], values: Mapping[str, Any]) -> None:
     """``InputError`` when an output option's value is, lies inside or holds one of the input paths given
     (``tansaku.core.ownership.refuse_overlap``: a command never writes where it reads)."""
-    from tansaku.core import ownership
-
     paths = {name: t for name, t in types.items() if isinstance(t, PathType) and values.get(name) is not None}
     inputs = {t.option: values[name] for name, t in paths.items() if t.is_input and t.guarded}
     for name, t in paths.items():

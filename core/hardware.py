@@ -18,7 +18,7 @@ _CPU_BF16_CHECKS = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
 
 def native_bf16(device: str = "cpu") -> bool:
     """True when ``device`` ("cpu", "cuda", "cuda:1", …) computes bf16 in hardware."""
-    import torch
+    import torch  # torch: not at --help
 
     if device.startswith("cuda"):
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()

@@ -49,7 +49,7 @@ class HubPushError(InputError):
 
 def offline() -> bool:
     """HF_HUB_OFFLINE as huggingface_hub reads it, at call time (its constant is read once, at import)."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # huggingface_hub: not at --help
 
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
     return value.upper() in {"1", "ON", "YES", "TRUE"} or constants.is_offline_mode()
@@ -158,7 +158,7 @@ def upload_plan(path: str | Path, include_index: bool = False) -> dict[str, Path
 
 def _redacted_rejected(path: Path) -> bytes | None:
     """A rejected split's shard with its ``detail`` text redacted, as bytes; None when that changes nothing."""
-    import pyarrow as pa
+    import pyarrow as pa  # huggingface_hub, pyarrow: only when pushing
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
@@ -183,7 +183,7 @@ def push_to_hub(path: str | Path, repo_id: str, private: bool | None, include_in
         raise HubPushError("choose who can see the dataset: pass --private or --public")
     if offline():
         raise HubPushError("HF_HUB_OFFLINE is set: synth push needs the network (unset it, or use --dry-run)")
-    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub import CommitOperationAdd, HfApi  # huggingface_hub, pyarrow: only when pushing
 
     api = HfApi(token=token)
     api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)

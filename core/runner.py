@@ -37,9 +37,9 @@ Progress = Callable[[StageStats, int | None, bool], None]
 
 
 class _JsonlFile:
-    """A JSON-lines file written line by line under a fresh temp name and moved into place by ``commit`` (after
-    an fsync; ``tansaku.core.safe_write``): a chunk's output, its rejected records, a global stage's chunks.
-    Readers never see half a file, and a link planted at the name is replaced, not written through."""
+    """A JSON-lines file written line by line under a fresh temp name and moved into place by ``commit``
+    (after an fsync; ``tansaku.core.safe_write``): a chunk's output, its rejected records, a global stage's
+    chunks. Readers never see half a file, and a link planted at the name is replaced, not written through."""
 
     def __init__(self, path: Path):
         self.path, self.out = path, safe_write.AtomicFile(path)
@@ -149,13 +149,14 @@ def run_pipeline(
 
     ``source`` must yield the same records in the same order on every run (files, datasets). It may be
     a zero-argument callable so it is only opened when something must actually be computed.
-    ``progress(stats, total, final)`` gets each stage's running counts (``tansaku.core.progress.BuildProgress``
-    shows them) when its segment starts, after each committed chunk and, for a global stage, after each
-    record it reads; ``total`` is what the stage will receive when known. ``keep_rejected``: also
-    write every dropped record (``result.rejected()``); a work dir must be resumed with the same setting.
-    ``shard(chunk) -> bool``: run the stages up to the first record-local segment, and of that segment only the
-    chunks ``shard`` accepts (``tansaku.core.shards``); the segment is left unfinished for the merge to complete.
-    Global stages before it run whole in every shard (deterministic, and cheap next to what is sharded).
+    ``progress(stats, total, final)`` gets each stage's running counts
+    (``tansaku.core.progress.BuildProgress`` shows them) when its segment starts, after each committed chunk
+    and, for a global stage, after each record it reads; ``total`` is what the stage will receive when known.
+    ``keep_rejected``: also write every dropped record (``result.rejected()``); a work dir must be resumed
+    with the same setting. ``shard(chunk) -> bool``: run the stages up to the first record-local segment, and
+    of that segment only the chunks ``shard`` accepts (``tansaku.core.shards``); the segment is left
+    unfinished for the merge to complete. Global stages before it run whole in every shard (deterministic,
+    and cheap next to what is sharded).
     """
     names = [s.name for s in stages]
     if len(set(names)) != len(names):
@@ -175,36 +176,51 @@ def run_pipeline(
         raise ValueError("cannot shard: every stage is global (needs every record)")
     for k, segment in enumerate(segments):
         seg_dir = work / f"segment-{k:02d}-{segment[0].name}"
-        done_marker = seg_dir / "done.json"
-        if shard is not None and segment[0].local:  # this shard's chunks of the first record-local segment; stop
-            files, seg_rejected, resumed, chunks = _run_local_segment(
-                segment, inputs(), seg_dir, chunk_size, stats_by_name, _Report(progress, total), keep_rejected, shard)
-            _Report(progress, total)([stats_by_name[s.name] for s in segment], final=True)
+        report = _Report(progress, total)
+        # a shard run: this shard's chunks of the first record-local segment, then stop
+        if shard is not None and segment[0].local:
             upto = names.index(segment[-1].name) + 1
-            return PipelineResult(files, all_stats[:upto], resumed, seg_rejected, chunks, seg_dir.name)
-        if done_marker.exists():
-            # A finished segment (local or global): reuse its files and counts as they are.
-            done = json.loads(done_marker.read_text(encoding="utf-8"))
-            for s in done["stats"]:
-                stats_by_name[s["name"]].add(s)
-            files = [seg_dir / name for name in done["files"]]
-            rejected += [seg_dir / name for name in done.get("rejected", [])]
-            resumed += len(files)
-        elif segment[0].local:
-            files, seg_rejected, n_resumed, _ = _run_local_segment(segment, inputs(), seg_dir, chunk_size,
-                                                                   stats_by_name, _Report(progress, total),
-                                                                   keep_rejected)
-            rejected += seg_rejected
-            resumed += n_resumed
-        else:
-            files, seg_rejected = _run_global_segment(segment[0], inputs(), seg_dir, chunk_size, stats_by_name,
-                                                      _Report(progress, total), keep_rejected)
-            rejected += seg_rejected
-        _Report(progress, total)([stats_by_name[s.name] for s in segment], final=True)
+            return _run_shard(segment, inputs(), seg_dir, chunk_size, stats_by_name, report, keep_rejected,
+                              shard, all_stats[:upto])
+        files, seg_rejected, n_resumed = _run_segment(segment, inputs, seg_dir, chunk_size, stats_by_name,
+                                                      report, keep_rejected)
+        rejected += seg_rejected
+        resumed += n_resumed
+        report([stats_by_name[s.name] for s in segment], final=True)
         total = stats_by_name[segment[-1].name].kept
         inputs = _reader(list(files))
 
     return PipelineResult(files, all_stats, resumed, rejected)
+
+
+def _run_segment(segment, inputs, seg_dir, chunk_size, stats_by_name, report, keep_rejected):
+    """One segment of a whole run: its files, rejected files and resumed chunk count. A finished segment
+    (``done.json``) is reused as it is; ``inputs()`` is opened only when something must be computed."""
+    done_marker = seg_dir / "done.json"
+    if done_marker.exists():
+        # A finished segment (local or global): reuse its files and counts as they are.
+        done = json.loads(done_marker.read_text(encoding="utf-8"))
+        for s in done["stats"]:
+            stats_by_name[s["name"]].add(s)
+        files = [seg_dir / name for name in done["files"]]
+        return files, [seg_dir / name for name in done.get("rejected", [])], len(files)
+    if segment[0].local:
+        files, rejected, n_resumed, _ = _run_local_segment(segment, inputs(), seg_dir, chunk_size,
+                                                           stats_by_name, report, keep_rejected)
+        return files, rejected, n_resumed
+    files, rejected = _run_global_segment(segment[0], inputs(), seg_dir, chunk_size, stats_by_name, report,
+                                          keep_rejected)
+    return files, rejected, 0
+
+
+def _run_shard(segment, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected, shard,
+               stats) -> PipelineResult:
+    """A shard run's end: the chunks ``shard`` accepts of the first record-local segment, left unfinished
+    (no ``done.json``) for the merge; ``stats``: the counts of the stages up to that segment's last."""
+    files, rejected, resumed, chunks = _run_local_segment(segment, records, seg_dir, chunk_size,
+                                                          stats_by_name, report, keep_rejected, shard)
+    report([stats_by_name[s.name] for s in segment], final=True)
+    return PipelineResult(files, stats, resumed, rejected, chunks, seg_dir.name)
 
 
 @dataclass
@@ -262,62 +278,82 @@ def _run_local_segment(segment, records, seg_dir, chunk_size, stats_by_name, rep
     the commit marker. Committed chunks are read past (their records never enter the stages); ``shard(i)``
     picks the chunks this run makes."""
     safe_write.ensure_dir(seg_dir)
-    seg_totals = {s.name: StageStats(s.name) for s in segment}
-    running = [stats_by_name[s.name] for s in segment]
-    report(running)
-    book = _ChunkBook(segment)
-    paths = lambda i: (seg_dir / f"chunk-{i:06d}.jsonl", seg_dir / f"chunk-{i:06d}.stats.json",  # noqa: E731
-                       seg_dir / f"chunk-{i:06d}.rejected.jsonl")
-    seen = {"chunks": 0}
-    done_before: set[int] = set()
-
-    def tagged() -> Iterator:
-        it, i = iter(records), 0
-        while chunk := list(islice(it, chunk_size)):
-            if shard is None or shard(i):
-                out_path, stats_path, _ = paths(i)
-                if stats_path.exists() and out_path.exists():
-                    done_before.add(i)  # committed by an earlier run: only its end marker travels
-                else:
-                    yield from ((i, (n,), r) for n, r in enumerate(chunk))
-                yield ChunkEnd(i)
-            i += 1
-        seen["chunks"] = i
-
+    run = _LocalSegment(segment, seg_dir, stats_by_name, report, keep_rejected)
+    report(run.running)
     committed: dict[int, tuple[Path, Path | None]] = {}  # chunk -> (output, rejected file or None)
     rows: dict[int, list[tuple[tuple, Record]]] = {}  # rows of the chunks in flight, keyed (streaming)
-    for x in run_stream(segment, tagged(), book.stats, book.drop if keep_rejected else None):
+    tagged = run.tagged(records, chunk_size, shard)
+    for x in run_stream(segment, tagged, run.book.stats, run.book.drop if keep_rejected else None):
         if not isinstance(x, ChunkEnd):
             chunk, key, record = x
             rows.setdefault(chunk, []).append((key, record))
             continue
-        out_path, stats_path, rejected_path = paths(x.chunk)
-        if x.chunk in done_before:
-            chunk_stats = json.loads(stats_path.read_text(encoding="utf-8"))
-        else:
-            # Sorted by key: the rows of a batch-by-batch run, in its order, however the stream finished them.
-            _write_atomic_jsonl(out_path, in_key_order(rows.pop(x.chunk, [])))
-            counts, drops = book.pop(x.chunk)
-            if keep_rejected:  # a failed write (a full disk) leaves no temp file behind
-                _write_atomic_jsonl(rejected_path, (_rejected_row(name, drop) for name, drop in drops))
-            chunk_stats = [s.as_dict() for s in counts]
-            # The stats file is the commit marker: written after the data (and rejected) files are in place.
-            _write_atomic_json(stats_path, chunk_stats)
-        for s in chunk_stats:
-            seg_totals[s["name"]].add(s)
-            stats_by_name[s["name"]].add(s)
-        report(running)
-        committed[x.chunk] = (out_path, rejected_path if keep_rejected and rejected_path.exists() else None)
+        committed[x.chunk] = run.commit(x.chunk, rows.pop(x.chunk, []))
     # Chunks commit as they finish; the segment's files are listed in input order.
     files = [committed[i][0] for i in sorted(committed)]
     rejected = [committed[i][1] for i in sorted(committed) if committed[i][1] is not None]
     if shard is None:
         _write_atomic_json(
             seg_dir / "done.json",
-            {"files": [f.name for f in files], "stats": [s.as_dict() for s in seg_totals.values()],
+            {"files": [f.name for f in files], "stats": [s.as_dict() for s in run.seg_totals.values()],
              "rejected": [f.name for f in rejected]},
         )
-    return files, rejected, len(done_before), seen["chunks"]
+    return files, rejected, len(run.done_before), run.chunks_seen
+
+
+class _LocalSegment:
+    """A record-local segment's chunk files and counts: which chunks enter the stream (``tagged``), and each
+    chunk's commit once its end marker is through (``commit``)."""
+
+    def __init__(self, segment: list[Stage], seg_dir: Path, stats_by_name: dict[str, StageStats],
+                 report: _Report, keep_rejected: bool):
+        self.seg_dir, self.stats_by_name, self.report = seg_dir, stats_by_name, report
+        self.keep_rejected = keep_rejected
+        self.seg_totals = {s.name: StageStats(s.name) for s in segment}
+        self.running = [stats_by_name[s.name] for s in segment]
+        self.book = _ChunkBook(segment)
+        self.done_before: set[int] = set()  # chunks committed by an earlier run
+        self.chunks_seen = 0  # chunks the input was cut into, once it is read to its end
+
+    def paths(self, i: int) -> tuple[Path, Path, Path]:
+        """Chunk ``i``'s output, counts (the commit marker) and rejected-records files."""
+        return (self.seg_dir / f"chunk-{i:06d}.jsonl", self.seg_dir / f"chunk-{i:06d}.stats.json",
+                self.seg_dir / f"chunk-{i:06d}.rejected.jsonl")
+
+    def tagged(self, records: Iterable[Record], chunk_size: int, shard) -> Iterator:
+        """The records of the chunks to make, tagged (chunk, key, record), each chunk followed by its end."""
+        it, i = iter(records), 0
+        while chunk := list(islice(it, chunk_size)):
+            if shard is None or shard(i):
+                out_path, stats_path, _ = self.paths(i)
+                if stats_path.exists() and out_path.exists():
+                    self.done_before.add(i)  # committed by an earlier run: only its end marker travels
+                else:
+                    yield from ((i, (n,), r) for n, r in enumerate(chunk))
+                yield ChunkEnd(i)
+            i += 1
+        self.chunks_seen = i
+
+    def commit(self, chunk: int, rows: list[tuple[tuple, Record]]) -> tuple[Path, Path | None]:
+        """Chunk ``chunk`` written (or, committed before, read back) and counted: (output, rejected or
+        None)."""
+        out_path, stats_path, rejected_path = self.paths(chunk)
+        if chunk in self.done_before:
+            chunk_stats = json.loads(stats_path.read_text(encoding="utf-8"))
+        else:
+            # Sorted by key: the rows of a batch-by-batch run, in its order, however the stream finished them.
+            _write_atomic_jsonl(out_path, in_key_order(rows))
+            counts, drops = self.book.pop(chunk)
+            if self.keep_rejected:  # a failed write (a full disk) leaves no temp file behind
+                _write_atomic_jsonl(rejected_path, (_rejected_row(name, drop) for name, drop in drops))
+            chunk_stats = [s.as_dict() for s in counts]
+            # The stats file is the commit marker: written after the data (and rejected) files are in place.
+            _write_atomic_json(stats_path, chunk_stats)
+        for s in chunk_stats:
+            self.seg_totals[s["name"]].add(s)
+            self.stats_by_name[s["name"]].add(s)
+        self.report(self.running)
+        return out_path, rejected_path if self.keep_rejected and rejected_path.exists() else None
 
 
 def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, report, keep_rejected=False):
@@ -328,7 +364,8 @@ def _run_global_segment(stage, records, seg_dir, chunk_size, stats_by_name, repo
     st = StageStats(stage.name)
     try:
         names, rejected = _fill_global_segment(stage, records, tmp_dir, chunk_size, st, report, keep_rejected)
-    except BaseException:  # a stage error, a full disk: the space back now (a killed run's is swept on resume)
+    # a stage error, a full disk: the space back now (a killed run's is swept on resume)
+    except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     safe_write.replace_dir(tmp_dir, seg_dir)

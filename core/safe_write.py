@@ -180,13 +180,6 @@ def copy_file_atomic(src: str | Path, dst: str | Path) -> Path:
     return Path(dst)
 
 
-def open_new(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> IO:
-    """``path`` created and opened for writing (``mode`` "w" or "wb"); FileExistsError when anything, a link
-    included, is at ``path`` already (``O_CREAT | O_EXCL | O_NOFOLLOW``)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-    return os.fdopen(fd, mode, encoding=None if "b" in mode else encoding)
-
-
 def open_for_append(path: str | Path, encoding: str = "utf-8") -> IO:
     """``open(path, "a")`` that refuses (OSError ELOOP) a symbolic link at ``path`` instead of following it."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)

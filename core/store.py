@@ -32,7 +32,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +41,14 @@ import yaml
 
 from tansaku.core import jsontext, ownership, safe_write, shards
 from tansaku.core.context import BuildContext
-from tansaku.core.engine import Record, Stage
+from tansaku.core.dataset_spec import DatasetSpec
+from tansaku.core.engine import Record
 from tansaku.core.errors import MissingInputError
 from tansaku.core.features import declare
-from tansaku.core.heldout import HeldOut
 from tansaku.core.jsonl import iter_jsonl
 from tansaku.core.out_folder import REJECTED, StoreError, check_out, data_rows, read_manifest, refuse_empty
 from tansaku.core.progress import BuildProgress
-from tansaku.core.provenance import code_version, package_versions
-from tansaku.core.recipe import build_recipe, canonical_json, fingerprint
+from tansaku.core.recipe import canonical_json, fingerprint
 from tansaku.core.redact import redact_mapping
 from tansaku.core.runner import PipelineResult, run_pipeline
 from tansaku.data_cards import nested_datasets, render_card
@@ -159,125 +157,69 @@ def _sweep_killed_writes(out: Path, finished: bool) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def build_dataset(
-    *,
-    out: str | Path,
-    name: str,
-    pipeline: str,
-    pipeline_version: str,
-    config: dict,
-    seed: int,
-    inputs: list[dict],
-    source: Iterable[Record] | Callable[[], Iterable[Record]],
-    stages: list[Stage],
-    split_of: Callable[[Record], str] | None = None,
-    card: dict | Callable[[dict], dict] | None = None,
-    llm: Any = None,
-    parents: list[str] | None = None,
-    chunk_size: int = 1000,
-    context: BuildContext | None = None,
-    keep_rejected: bool = False,
-    summarize: Callable[[dict], dict] | None = None,
-    heldout: HeldOut | None = None,
-    column_types: dict[str, pa.DataType] | None = None,
-    empty_hints: dict[str, str] | None = None,
-) -> dict:
-    """Run ``stages`` over ``source`` into the dataset folder ``out`` and return its manifest.
+def build_dataset(*, context: BuildContext | None = None, **fields) -> dict:
+    """Run a build (``fields``: a ``tansaku.core.dataset_spec.DatasetSpec``'s) into the dataset folder
+    ``fields["out"]`` and return its manifest.
 
     A finished folder with the same recipe (see the module docstring) is returned as it is; an unfinished
-    one resumes from its checkpoints; a folder made with another recipe is refused rather than mixed.
-    ``keep_rejected``: also write every dropped record as the ``rejected`` split. ``summarize(manifest)``
-    returns extra manifest keys computed from the written rows; ``card`` may be a function of the manifest.
-    ``heldout``: split rows into ``train``/``test`` by ``tansaku.core.heldout`` (instead of ``split_of``).
-    ``column_types``: declared column types (``tansaku.core.features``), so no type depends on the options.
-    A build whose data splits end with 0 rows raises ``EmptyBuildError`` after writing everything
-    (``tansaku.core.out_folder.refuse_empty``); ``empty_hints`` maps ``stage:reason`` (or ``stage``, or
-    ``input``) to the option that fixes it. ``context``: the shard plan and progress output
-    (``tansaku.core.context.BuildContext``; default: the whole build, with progress).
-    """
-    context = context or BuildContext()
-    out = ownership.require_named(out, "--out")
-    recipe = build_recipe(pipeline=pipeline, pipeline_version=pipeline_version, config=config, seed=seed,
-                          inputs=inputs, stages=stages, llm=llm, chunk_size=chunk_size, keep_rejected=keep_rejected,
-                          heldout=heldout.recipe() if heldout is not None else None)
+    one resumes from its checkpoints; a folder made with another recipe is refused rather than mixed. A build
+    whose data splits end with 0 rows raises ``EmptyBuildError`` after writing everything
+    (``tansaku.core.out_folder.refuse_empty``, with the spec's ``empty_hints``). ``context``: the shard plan
+    and progress output (``tansaku.core.context.BuildContext``; default: the whole build, with progress)."""
+    spec, context = DatasetSpec(**fields), context or BuildContext()
+    out = ownership.require_named(spec.out, "--out")
+    recipe = spec.recipe()
     fp = fingerprint(recipe)
-    progress = BuildProgress(pipeline, quiet=context.quiet)  # a bad TANSAKU_LOG_EVERY is refused before any write
-    progress.watch(stages)  # the lines of LLM stages add requests in flight, req/s, tok/s, cache hits
+    progress = BuildProgress(spec.pipeline, quiet=context.quiet)  # a bad TANSAKU_LOG_EVERY: refused before writing
+    progress.watch(spec.stages)  # the lines of LLM stages add requests in flight, req/s, tok/s, cache hits
     merging = shards.check_shards(fp, context.shards.shard_folders())  # --from-shards: refused before any write
     # --out is checked before any write (a refused folder is left untouched), then locked to the build's end.
     with ownership.claimed(out, "--out", lambda: check_out(out, recipe, fp)) as finished:
         _sweep_killed_writes(out, finished is not None)
         if finished is not None:
-            return refuse_empty(finished, out, empty_hints)
+            return refuse_empty(finished, out, spec.empty_hints)
         work = safe_write.ensure_dir(out / ".work")
         _write_json(work / "recipe.json", recipe)  # before any checkpoint: proves whose checkpoints they are
-
         if context.shards.index is not None:  # one shard of the build: its part of the first segment, no dataset
             with progress:
-                return {"name": name, "pipeline": pipeline, **shards.run_shard(context.shards, source, stages, work,
-                                                                              fp, chunk_size, progress, keep_rejected)}
+                return {"name": spec.name, "pipeline": spec.pipeline, **shards.run_shard(
+                    context.shards, spec.source, spec.stages, work, fp, spec.chunk_size, progress,
+                    spec.keep_rejected)}
         shards.adopt_shards(work, merging)  # the merge of shards (when there are any)
-
         started = time.time()
         with progress:  # a bar or log lines per stage
-            result: PipelineResult = run_pipeline(source, stages, work, chunk_size=chunk_size,
-                                                  progress=progress, keep_rejected=keep_rejected)
-        if heldout is not None and split_of is not None:
-            raise ValueError("give build_dataset either split_of or heldout, not both")
-        split_of = heldout.split_of if heldout is not None else split_of or (lambda r: "train")
-        # Every split the rule can give is written, an empty one as a typed empty file (a tiny build's test).
-        expected = set(heldout.splits) if heldout is not None else set()
-        splits = sorted(expected | {split_of(r) for r in result.rows()}) or ["train"]
-        if REJECTED in splits:
-            raise ValueError(f"split name {REJECTED!r} is reserved for dropped records (keep_rejected)")
-        rows_by_split = {s: (lambda s=s: (r for r in result.rows() if split_of(r) == s)) for s in splits}
-        if keep_rejected and next(result.rejected(), None) is not None:  # no drops: no split (an empty parquet
-            rows_by_split[REJECTED] = result.rejected                     # file does not load with `datasets`)
-        version, counts = write_rows(out, rows_by_split, fixed_schemas={REJECTED: REJECTED_SCHEMA},
-                                     column_types=column_types)
-        llm_info = None if llm is None else llm.describe() if hasattr(llm, "describe") else dict(llm)
-        if llm is not None:
-            if hasattr(llm, "cache_stats"):
-                llm_info["cache"] = llm.cache_stats()
-        manifest = {
-            "name": name,
-            "version": version,
-            "pipeline": pipeline,
-            "pipeline_version": pipeline_version,
-            "fingerprint": fp,
-            "config": config,
-            "seed": seed,
-            "inputs": inputs,
-            "llm": llm_info,
-            # Each stage's recipe (params, LLM identity) next to its funnel counts.
-            "stages": [{"name": s["name"], "params": s["params"], "llm": s["llm"], **funnel}
-                       for s, funnel in zip(recipe["stages"], result.stages)],
-            "chunk_size": chunk_size,
-            "keep_rejected": keep_rejected,
-            **({"heldout": {**heldout.recipe(), "rows": counts.get("test", 0),
-                            **({"rl_rows": counts.get("rl", 0)} if heldout.rl_share > 0 else {})}}
-               if heldout is not None else {}),
-            "splits": counts,
-            "resumed_chunks": result.resumed_chunks,
-            "seconds": round(time.time() - started, 3),
-            "code": code_version(),
-            "packages": package_versions(),
-            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "parents": parents or [],
-        }
-        if summarize is not None:
-            manifest.update(summarize(manifest))
+            result: PipelineResult = run_pipeline(spec.source, spec.stages, work, chunk_size=spec.chunk_size,
+                                                  progress=progress, keep_rejected=spec.keep_rejected)
+        splits = spec.split_names(result.rows())
+        version, counts = _write_build_rows(out, spec, result, splits)
+        manifest = spec.manifest(version=version, fingerprint=fp, recipe=recipe, result=result, counts=counts,
+                                 started=started)
+        if spec.summarize is not None:
+            manifest.update(spec.summarize(manifest))
         # What is recorded holds no secret: an LLM URL's user:pass@ or ?api-key=, a key in a config
         # (tansaku.core.redact). The card is rendered from the same redacted manifest; its sample rows are data.
         manifest = redact_mapping(manifest)
-
-        samples = [r for _, r in zip(range(3), iter_rows(out, split="train" if "train" in splits else splits[0]))]
-        card_info = redact_mapping(card(manifest) if callable(card) else card or {})
-        safe_write.write_text_atomic(out / "README.md",
-                                     render_card(manifest, samples, card_info, nested_datasets(out)))
+        _write_card(out, manifest, spec.card, splits)
         write_manifest(out, manifest)  # written last: its presence means the folder is complete
         shutil.rmtree(work, ignore_errors=True)
-        return refuse_empty(manifest, out, empty_hints)
+        return refuse_empty(manifest, out, spec.empty_hints)
+
+
+def _write_build_rows(out: Path, spec: DatasetSpec, result: PipelineResult, splits: list[str]) -> tuple[str, dict]:
+    """Write each split's rows (and the dropped records with ``keep_rejected``); (version, row counts)."""
+    split_of = spec.row_split()
+    rows_by_split = {s: (lambda s=s: (r for r in result.rows() if split_of(r) == s)) for s in splits}
+    if spec.keep_rejected and next(result.rejected(), None) is not None:  # no drops: no split (an empty
+        rows_by_split[REJECTED] = result.rejected                         # parquet does not load with `datasets`)
+    return write_rows(out, rows_by_split, fixed_schemas={REJECTED: REJECTED_SCHEMA},
+                      column_types=spec.column_types)
+
+
+def _write_card(out: Path, manifest: dict, card, splits: list[str]) -> None:
+    """The HF dataset card, rendered from the (redacted) manifest with three sample rows."""
+    samples = [r for _, r in zip(range(3), iter_rows(out, split="train" if "train" in splits else splits[0]))]
+    card_info = redact_mapping(card(manifest) if callable(card) else card or {})
+    safe_write.write_text_atomic(out / "README.md", render_card(manifest, samples, card_info, nested_datasets(out)))
 
 
 # ---------------------------------------------------------------- reading

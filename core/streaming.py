@@ -58,11 +58,13 @@ class ChunkEnd:
 Key = tuple[int, ...]  # a record's place in batch-by-batch order: sorted keys give that order back
 Tagged = tuple[int, Key, Record]  # (chunk, key, record)
 StatsFor = Callable[[int], list[StageStats]]  # a chunk's counters, one per stage of the segment
-DropsFor = Callable[[int, str, Key, Drop], None]  # (chunk, stage name, key, drop): a dropped record, when kept
+# (chunk, stage name, key, drop): a dropped record, when kept
+DropsFor = Callable[[int, str, Key, Drop], None]
 
 
 def in_key_order(pairs: list[tuple[Key, object]]) -> list:
-    """The values of ``(key, value)`` pairs in key order: a chunk's rows or drops as batch by batch made them."""
+    """The values of ``(key, value)`` pairs in key order: a chunk's rows or drops as batch by batch made
+    them."""
     return [value for _, value in sorted(pairs, key=lambda pair: pair[0])]
 
 
@@ -107,8 +109,8 @@ def run_stream(segment: list[Stage], tagged: Iterator[Tagged | ChunkEnd], stats_
     return stream
 
 
-def _outputs(k: int, stage: Stage, chunk: int, key: Key, record: Record, out, seconds: float, stats_for: StatsFor,
-             drops_for: DropsFor | None) -> Iterator[Tagged]:
+def _outputs(k: int, stage: Stage, chunk: int, key: Key, record: Record, out, seconds: float,
+             stats_for: StatsFor, drops_for: DropsFor | None) -> Iterator[Tagged]:
     """What the stage function returned for ``record``: counted for its chunk, drops kept, records passed on,
     each keyed under ``key`` by its place among the outputs."""
     stats = stats_for(chunk)[k]
@@ -136,7 +138,8 @@ def _per_record(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor,
         chunk, key, record = x
         started = time.perf_counter()
         out = stage.record_fn(record)
-        yield from _outputs(k, stage, chunk, key, record, out, time.perf_counter() - started, stats_for, drops_for)
+        seconds = time.perf_counter() - started
+        yield from _outputs(k, stage, chunk, key, record, out, seconds, stats_for, drops_for)
 
 
 class _ChunkDrops:
@@ -155,7 +158,7 @@ def _per_chunk(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor, dr
     """The stage over each chunk's records in key order, counted as the chunked runner counted them; its
     outputs are keyed afresh by their place in the chunk. In order, records are pulled lazily; after a
     streaming stage, a chunk's records are held until its end marker arrives."""
-    if stage.batch_fn is not None and stage.client is not None:  # its LLM calls counted for it (progress line)
+    if stage.batch_fn is not None and stage.client is not None:  # its LLM calls counted (progress line)
         stage = replace(stage, fn=batches(stage.name, _counted_as(stage), stage.batch_size))
 
     def run(chunk: int, records: Iterator[Record]) -> Iterator[Tagged]:
@@ -168,7 +171,8 @@ def _per_chunk(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor, dr
         for x in upstream:
             if isinstance(x, ChunkEnd):
                 records = in_key_order(held.pop(x.chunk, []))
-                if records:  # as in order: a chunk with no records left (or committed before) only passes its end
+                # as in order: a chunk with no records left (or committed before) only passes its end
+                if records:
                     yield from run(x.chunk, iter(records))
                 yield x
             else:
@@ -212,88 +216,113 @@ def _counted_as(stage: Stage) -> Callable[[list[Record]], list]:
 
 def _streamed(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor, drops_for: DropsFor | None,
               slots: int) -> Iterator[Tagged | ChunkEnd]:
-    """The stage's function on one record at a time, ``slots`` at once, each record passed on when finished.
+    """The stage's function on one record at a time, ``slots`` at once, each record passed on when finished
+    (``_StreamedStage``). A generator, so that nothing starts before the stream is read."""
+    yield from _StreamedStage(k, stage, stats_for, drops_for, slots).run(upstream)
 
-    A feeder thread reads upstream and submits each record once the window has room; finished calls land in
-    ``finished``. This generator (the reader) passes on each finished record's outputs and a chunk's end
-    marker once the chunk's end came from upstream and none of its records is still held.
-    """
-    window = threading.Semaphore(max(MIN_WINDOW, WINDOW_PER_SLOT * slots))  # the backpressure
-    finished: queue.Queue = queue.Queue()  # (chunk, key, record, future) | ChunkEnd | _Failed | _DONE
-    stop = threading.Event()
-    pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"tansaku-{stage.name}")
 
-    def call(record: Record):
+class _StreamedStage:
+    """One streaming stage. A feeder thread reads upstream and submits each record once the window has room;
+    finished calls land in ``finished``. The reader (``run``) passes on each finished record's outputs and a
+    chunk's end marker once the chunk's end came from upstream and none of its records is still held."""
+
+    def __init__(self, k: int, stage: Stage, stats_for: StatsFor, drops_for: DropsFor | None, slots: int):
+        self.k, self.stage, self.stats_for, self.drops_for = k, stage, stats_for, drops_for
+        self.window = threading.Semaphore(max(MIN_WINDOW, WINDOW_PER_SLOT * slots))  # the backpressure
+        # (chunk, key, record, future) | ChunkEnd | _Failed | _DONE
+        self.finished: queue.Queue = queue.Queue()
+        self.stop = threading.Event()
+        self.pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"tansaku-{stage.name}")
+        self.held: defaultdict[int, int] = defaultdict(int)  # records of each chunk submitted, not passed on
+        self.lock = threading.Lock()
+        self.ended: set[int] = set()  # chunks whose end marker came from upstream and was not passed on
+
+    def call(self, record: Record):
         started = time.perf_counter()
-        with llm_stage(stage.name):
-            outs = stage.batch_fn([record])
+        with llm_stage(self.stage.name):
+            outs = self.stage.batch_fn([record])
         if len(outs) != 1:
-            raise ValueError(f"batch stage {stage.name!r} returned {len(outs)} results for 1 record")
+            raise ValueError(f"batch stage {self.stage.name!r} returned {len(outs)} results for 1 record")
         return outs[0], time.perf_counter() - started
 
-    def submit(chunk: int, key: Key, record: Record) -> None:
-        future: Future = pool.submit(call, record)
-        future.add_done_callback(lambda f: finished.put((chunk, key, record, f)))
+    def submit(self, chunk: int, key: Key, record: Record) -> None:
+        future: Future = self.pool.submit(self.call, record)
+        future.add_done_callback(lambda f: self.finished.put((chunk, key, record, f)))
 
-    def feed() -> None:
+    def feed(self, upstream: Iterator) -> None:
+        """The feeder thread: every upstream item into the pool (records) or onto ``finished`` (markers)."""
         try:
             for x in upstream:
                 if isinstance(x, ChunkEnd):
-                    finished.put(x)
+                    self.finished.put(x)
                     continue
-                while not window.acquire(timeout=0.1):
-                    if stop.is_set():
-                        return
-                if stop.is_set():
+                if not self._wait_for_room():
                     return
-                with lock:  # counted before submitting: the reader never sees a chunk as drained early
-                    held[x[0]] += 1
-                submit(*x)
-            finished.put(_DONE)
+                with self.lock:  # counted before submitting: the reader never sees a chunk as drained early
+                    self.held[x[0]] += 1
+                self.submit(*x)
+            self.finished.put(_DONE)
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which re-raises it
-            finished.put(_Failed(exc))
+            self.finished.put(_Failed(exc))
 
-    held: defaultdict[int, int] = defaultdict(int)  # records of each chunk submitted and not yet passed on
-    lock = threading.Lock()
-    ended: set[int] = set()  # chunks whose end marker came from upstream and has not been passed on
-    feeder = threading.Thread(target=feed, name=f"tansaku-feed-{stage.name}", daemon=True)
-    feeder.start()
-    upstream_done = False
-    try:
-        while not (upstream_done and not held and not ended):  # after _DONE only the reader changes held
-            x = finished.get()
-            if x is _DONE:
-                upstream_done = True
-            elif isinstance(x, _Failed):
-                raise x.error
-            elif isinstance(x, ChunkEnd):
-                with lock:  # every record of the chunk was counted before its end marker was put
-                    pending = held.get(x.chunk, 0)
-                if pending:
-                    ended.add(x.chunk)
+    def _wait_for_room(self) -> bool:
+        """Take a place in the window, polling so that a stopped reader ends the feeder (False then)."""
+        while not self.window.acquire(timeout=0.1):
+            if self.stop.is_set():
+                return False
+        return not self.stop.is_set()
+
+    def run(self, upstream: Iterator) -> Iterator[Tagged | ChunkEnd]:
+        """The reader: starts the feeder, passes on what finishes, and stops the pool however it ends."""
+        feeder = threading.Thread(target=self.feed, args=(upstream,), name=f"tansaku-feed-{self.stage.name}",
+                                  daemon=True)
+        feeder.start()
+        upstream_done = False
+        try:
+            # after _DONE only the reader changes held
+            while not (upstream_done and not self.held and not self.ended):
+                x = self.finished.get()
+                if x is _DONE:
+                    upstream_done = True
+                elif isinstance(x, _Failed):
+                    raise x.error
+                elif isinstance(x, ChunkEnd):
+                    yield from self._chunk_end(x)
                 else:
-                    yield x
-            else:
-                chunk, key, record, future = x
-                out, seconds = future.result()  # a bug in the stage function is raised here, with its traceback
-                yield from _outputs(k, stage, chunk, key, record, out, seconds, stats_for, drops_for)
-                window.release()
-                with lock:
-                    held[chunk] -= 1
-                    drained = not held[chunk]
-                    if drained:
-                        del held[chunk]
-                if drained:
-                    if chunk in ended:
-                        ended.discard(chunk)
-                        yield ChunkEnd(chunk)
-    finally:
-        stop.set()
-        pool.shutdown(wait=False, cancel_futures=True)
+                    yield from self._record_finished(*x)
+        finally:
+            self.stop.set()
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _chunk_end(self, end: ChunkEnd) -> Iterator[ChunkEnd]:
+        """A chunk's end from upstream: passed on now if none of its records is held, else once they are."""
+        with self.lock:  # every record of the chunk was counted before its end marker was put
+            pending = self.held.get(end.chunk, 0)
+        if pending:
+            self.ended.add(end.chunk)
+        else:
+            yield end
+
+    def _record_finished(self, chunk: int, key: Key, record: Record,
+                         future: Future) -> Iterator[Tagged | ChunkEnd]:
+        """A finished call's outputs, then its chunk's end marker if it was the last record the chunk waited
+        on."""
+        out, seconds = future.result()  # a bug in the stage function is raised here, with its traceback
+        yield from _outputs(self.k, self.stage, chunk, key, record, out, seconds, self.stats_for,
+                            self.drops_for)
+        self.window.release()
+        with self.lock:
+            self.held[chunk] -= 1
+            drained = not self.held[chunk]
+            if drained:
+                del self.held[chunk]
+        if drained and chunk in self.ended:
+            self.ended.discard(chunk)
+            yield ChunkEnd(chunk)
 
 
-def _in_large_batches(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor, drops_for: DropsFor | None,
-                      size: int | None = None) -> Iterator[Tagged | ChunkEnd]:
+def _in_large_batches(k: int, stage: Stage, upstream: Iterator, stats_for: StatsFor,
+                      drops_for: DropsFor | None, size: int | None = None) -> Iterator[Tagged | ChunkEnd]:
     """The stage's function on ``size`` records at a time across chunk boundaries (an offline engine schedules
     them itself); chunk ends pass on after the batch that holds their chunk's last records."""
     size = size or LARGE_BATCH
@@ -306,7 +335,8 @@ def _in_large_batches(k: int, stage: Stage, upstream: Iterator, stats_for: Stats
         with llm_stage(stage.name):
             outs = stage.batch_fn(records) if records else []
         if len(outs) != len(records):
-            raise ValueError(f"batch stage {stage.name!r} returned {len(outs)} results for {len(records)} records")
+            raise ValueError(f"batch stage {stage.name!r} returned {len(outs)} results for "
+                             f"{len(records)} records")
         share = (time.perf_counter() - started) / max(1, len(records))
         results = iter(outs)
         for x in held:

@@ -90,7 +90,7 @@ def is_prepared(model_dir: Path) -> bool:
 
 def _materialize(gguf: Path, out_dir: Path) -> None:
     """Dequantize the GGUF and save a plain fp32 safetensors checkpoint + tokenizer into ``out_dir``."""
-    import torch
+    import torch  # torch, transformers: only when the model is made
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

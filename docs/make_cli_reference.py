@@ -1,4 +1,5 @@
-"""Write docs/cli.md from the ``--help`` of every ``synth`` and ``train`` command.
+"""Write docs/cli.md from the ``--help`` of every ``synth`` and ``train`` command, and its closing table of
+the registries (tasks, rewards, search backends, LLM engines, pipelines) from the dicts themselves.
 
     .venv/bin/python docs/make_cli_reference.py           # (re)write docs/cli.md
     .venv/bin/python docs/make_cli_reference.py --check   # exit 1, with a diff, when docs/cli.md is stale
@@ -57,6 +58,42 @@ def _help(app: typer.Typer, prog: str, args: list[str]) -> str:
     return "\n".join(lines)
 
 
+def registry_rows() -> list[tuple[str, str, str, str]]:
+    """``(kind, registry, name, what)`` for every entry of every registry, in registration order."""
+    from tansaku.core.llm.spec import LLM_ENGINES
+    from tansaku.envs.reward_registry import REWARDS
+    from tansaku.envs.search.backend import SEARCH_BACKENDS
+    from tansaku.envs.tasks import TASKS
+    from tansaku.pipelines.cli import IMPORTERS, PIPELINES
+
+    rows = [("task", "tansaku.envs.tasks.TASKS", name, f"{type(task).__name__}, version {task.version}")
+            for name, task in TASKS.items()]
+    rows += [("reward", "tansaku.envs.reward_registry.REWARDS", name, "") for name in REWARDS]
+    rows += [("search backend", "tansaku.envs.search.backend.SEARCH_BACKENDS", name,
+              f"`{engine.backend}`; analyzers {', '.join(engine.analyzers)}"
+              + (f"; specs {', '.join(f'`{p}…`' for p in engine.prefixes)}" if engine.prefixes else ""))
+             for name, engine in SEARCH_BACKENDS.items()]
+    rows += [("LLM engine", "tansaku.core.llm.spec.LLM_ENGINES", name, f"`{engine.grammar}`")
+             for name, engine in LLM_ENGINES.items()]
+    for registry, command, entries in (("PIPELINES", "build", PIPELINES), ("IMPORTERS", "import", IMPORTERS)):
+        rows += [("pipeline", f"tansaku.pipelines.cli.{registry}", name, f"`synth {command} {name}`")
+                 for name in entries]
+    return rows
+
+
+def render_registries() -> str:
+    """The closing section of docs/cli.md: one table of every registry's names."""
+    lines = ["## Registries", "",
+             "What each `--task`, reward component, `--backend`, LLM spec and `synth build` name is, read",
+             "from the one dict that holds each kind (docs/extending.md: adding one is its module plus one",
+             "line there).", "",
+             "| kind | registry | name | what |", "| --- | --- | --- | --- |"]
+    escaped = chr(92) + "|"  # a | inside a table cell
+    lines += [f"| {kind} | `{registry}` | `{name}` | {what.replace('|', escaped)} |"
+              for kind, registry, name, what in registry_rows()]
+    return "\n".join(lines) + "\n"
+
+
 def render() -> str:
     parts = [HEADER]
     for prog, app in _apps():
@@ -64,6 +101,7 @@ def render() -> str:
         for path, _ in _walk(root, []):
             title = " ".join([prog, *path])
             parts.append(f"{'#' * min(2 + len(path), 4)} `{title}`\n\n```text\n{_help(app, prog, path)}\n```\n")
+    parts.append(render_registries())
     return "\n".join(parts)
 
 

@@ -170,8 +170,9 @@ def run_eval(task: str | Task, dataset: str | Path, model, index, split: str = "
 
     Args:
         task: a key of ``tansaku.envs.tasks.TASKS`` (``multihop_qa``, ``egov_mcq``, ``deepresearch``), or a
-            ``Task`` object as a recipe trains it (``tansaku.trainer.rl_rewards.rl_task``: its system prompt,
-            tools and reward weights, which ``mean_total_reward`` and the report's ``reward_weights`` then use).
+            ``Task`` object as a recipe trains it (``Task.configured``,
+            ``tansaku.trainer.rl_rewards.rl_task``: its system prompt, tools and reward weights, which
+            ``mean_total_reward`` and the report's ``reward_weights`` then use).
             Or ``general``: retention on chat rows (``tansaku.envs.retention``; ``transformers:`` models only).
         dataset: dataset folder (``tansaku.core.store`` layout) or a ``.jsonl`` file of rows.
         model: an LLM spec for ``tansaku.core.llm.from_spec`` (``http:…``, ``vllm:…``, ``transformers:…``,
@@ -187,51 +188,28 @@ def run_eval(task: str | Task, dataset: str | Path, model, index, split: str = "
         pass_threshold: correctness reward value that counts as a pass (default: the task's ``pass_threshold``).
         system_prompt: text (or ``@FILE``) instead of the task's system prompts — the one the model was trained
             under (``synth build trajectories --system-prompt``, a recipe task's ``system_prompt``).
-        interface_variants: tool interfaces drawn per episode (``Task.with_tools``; 2: ``find``/``read`` too,
+        interface_variants: tool interfaces drawn per episode (``Task.configured`` tools; 2: ``find``/``read``
+            too,
             ``tansaku.envs.tool_interfaces``); None: the task's own ``tools_config``.
         llm_options: the command's ``--api-key`` / ``--extra-body`` / ``--concurrency`` / ``--no-cache`` for the
             clients built here from specs (``LLMOptions``).
     """
-
     check_limit(limit)
     check_count("--k", k)
     out = eval_out(out_dir, dataset, index)  # before any model loads
-    general = isinstance(task, str) and task == GENERAL_TASK
-    if general and interface_variants is not None:
-        raise InputError(f"task {GENERAL_TASK} runs no tools: --interface-variants is for a search task")
-    if general:  # retention: likelihood of reference chat answers, no environment (envs/retention.py)
-        report = {**general_report(model, load_rows(dataset, split, limit)), "dataset": str(dataset), "split": split}
-        if out is not None:
-            write_out(out, report)
-        return report
-    if isinstance(task, str) and task not in TASKS:
-        raise InputError(f"unknown task {task!r}; choose one of {sorted(TASKS) + [GENERAL_TASK]}")
-    spec = TASKS[task] if isinstance(task, str) else task
+    if isinstance(task, str) and task == GENERAL_TASK:
+        return _general_eval(model, dataset, split, limit, out, interface_variants)
+    spec = eval_task(task, system_prompt, interface_variants)
     if index is None:
         raise InputError(f"task {spec.name} runs episodes over a search index: give --index")
-    if system_prompt is not None:
-        spec = spec.with_system_prompt(read_system_prompt(system_prompt))
-    if interface_variants is not None:
-        spec = spec.with_tools(interface_variants=interface_variants)
-    rows = load_rows(dataset, split, limit)
-    if not rows:
-        raise InputError(f"no rows in {dataset} (split {split!r})")
-    missing = sorted({c for row in rows for c in spec.columns if c not in row})
-    if missing:
-        raise InputError(f"{dataset} lacks column(s) {missing} that task {spec.name} needs ({spec.columns})")
-    reward_columns(rows)  # a column named like one of TRL's reward arguments: refused before any rollout
+    rows = _task_rows(spec, dataset, split, limit)
     model_arg, judge_arg = model, judge
     model, judge = as_client(model, llm_options=llm_options), as_client(judge, llm_options=llm_options)
     if pass_threshold is None:
         pass_threshold = spec.pass_threshold  # the task owns it: 1.0 for exact answers, 0.5 for rubrics
-    backend = open_backend(index)
-    try:
-        trajectories = run_rollouts(model, spec, rows, make_environment_factory(spec, backend), k=k,
-                                    max_turns=max_turns, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                                    judge=judge)
-    finally:
-        if backend is not index and hasattr(backend, "close"):  # opened here from a path: its workers end now
-            backend.close()
+    # Scored by spec.score: the task as configured, its weights in mean_total_reward.
+    trajectories = _episodes(model, spec, rows, index, judge, k=k, max_turns=max_turns, max_tokens=max_tokens,
+                             temperature=temperature, seed=seed)
     report = summarize(spec, trajectories, k, pass_threshold)
     report.update({"dataset": str(dataset), "split": split, "model": getattr(model, "describe", dict)(),
                    "temperature": temperature, "max_tokens": max_tokens, "seed": seed})
@@ -241,6 +219,56 @@ def run_eval(task: str | Task, dataset: str | Path, model, index, split: str = "
     if out is not None:
         write_out(out, report, trajectories)
     return report
+
+
+def eval_task(task: str | Task, system_prompt: str | None = None,
+              interface_variants: int | None = None) -> Task:
+    """The task an evaluation scores: ``TASKS[task]`` or the ``Task`` given (a recipe's, already configured),
+    ``Task.configured`` with ``system_prompt`` (text or ``@FILE``) and ``interface_variants`` when given.
+
+    >>> eval_task("multihop_qa", interface_variants=2).tools_config["interface_variants"]
+    2
+    """
+    if isinstance(task, str) and task not in TASKS:
+        raise InputError(f"unknown task {task!r}; choose one of {sorted(TASKS) + [GENERAL_TASK]}")
+    spec = TASKS[task] if isinstance(task, str) else task
+    tools = {} if interface_variants is None else {"interface_variants": interface_variants}
+    return spec.configured({"system_prompt": read_system_prompt(system_prompt), "tools": tools})
+
+
+def _episodes(client, task: Task, rows: list[dict], index, judge, **settings) -> list:
+    """``run_rollouts`` over ``index``: a backend opened here from a path is closed after (its workers too)."""
+    backend = open_backend(index)
+    try:
+        return run_rollouts(client, task, rows, make_environment_factory(task, backend), judge=judge, **settings)
+    finally:
+        if backend is not index and hasattr(backend, "close"):
+            backend.close()
+
+
+def _general_eval(model, dataset, split: str, limit: int | None, out: Path | None,
+                  interface_variants: int | None) -> dict:
+    """Retention: likelihood of reference chat answers, no environment (``tansaku.envs.retention``)."""
+    if interface_variants is not None:
+        raise InputError(f"task {GENERAL_TASK} runs no tools: --interface-variants is for a search task")
+    report = general_report(model, load_rows(dataset, split, limit))
+    report.update({"dataset": str(dataset), "split": split})
+    if out is not None:
+        write_out(out, report)
+    return report
+
+
+def _task_rows(task: Task, dataset, split: str, limit: int | None) -> list[dict]:
+    """The rows to evaluate on, refused (``InputError``) before any rollout when there are none, when a column
+    the task needs is missing, or when a column is named like one of TRL's reward arguments."""
+    rows = load_rows(dataset, split, limit)
+    if not rows:
+        raise InputError(f"no rows in {dataset} (split {split!r})")
+    missing = sorted({c for row in rows for c in task.columns if c not in row})
+    if missing:
+        raise InputError(f"{dataset} lacks column(s) {missing} that task {task.name} needs ({task.columns})")
+    reward_columns(rows)
+    return rows
 
 
 def eval_out(out_dir: str | Path | None, dataset, index) -> Path | None:

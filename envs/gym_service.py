@@ -141,14 +141,12 @@ def completion_from_response(response: dict) -> list[dict]:
     return messages
 
 
-def verify_scores(task: Task, reward_functions: list, completion: list[dict], row: dict) -> dict:
-    """``{"reward": weighted total, "reward_components": {name: score}}`` of one finished episode."""
-    columns = reward_columns([row])  # InputError for a field named like one of TRL's own reward arguments
-    components = {}
-    for name, fn in zip(task.reward_weights, reward_functions):
-        score = fn([completion], **columns)[0]
-        components[name] = None if score is None else float(score)
-    return {"reward": task.weighted_total(components), "reward_components": components}
+def verify_scores(task: Task, completion: list[dict], row: dict, functions: dict | None = None) -> dict:
+    """``{"reward": weighted total, "reward_components": {name: score}}`` of one finished episode:
+    ``task.score`` (``functions``: its ``scoring_functions(judge)``, made once per app). A row field named like
+    one of TRL's own reward arguments is ``InputError``."""
+    [score] = task.score([completion], [row], functions=functions)
+    return {"reward": score.total, "reward_components": score.components}
 
 
 def nemo_gym_row(task: Task, row: dict, factory) -> dict:
@@ -167,23 +165,35 @@ def nemo_gym_row(task: Task, row: dict, factory) -> dict:
 
 
 def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int = 10_000,
-              idle_seconds: float = 900.0, limits: Limits | None = None, token: str | Sequence[str] | None = None):
-    """The FastAPI app serving ``task`` over ``index`` (see the module docstring). ``limits``: body and field
-    sizes, episodes per client, the judge's rate (``Limits()``'s defaults); ``token``: the bearer token(s) every
-    route but ``/health`` then needs (none: no authentication; ``serve`` refuses that off loopback)."""
+              idle_seconds: float = 900.0, limits: Limits | None = None,
+              token: str | Sequence[str] | None = None):
+    """The FastAPI app serving ``task`` over ``index`` (see the module docstring): ``task`` as given, e.g. a
+    recipe's ``Task.configured``, weighs ``/verify``. ``limits``: body and field sizes, episodes per client,
+    the judge's rate (``Limits()``'s defaults); ``token``: the bearer token(s) every route but ``/health`` then
+    needs (none: no authentication; ``serve`` refuses that off loopback)."""
     limits = limits or Limits()
     tokens = resolve_tokens(token, environ={})  # the caller's only: serve reads $TANSAKU_ENV_TOKEN
     factory = make_environment_factory(task, index, seed=seed, require_prompt=False)
     episodes = Episodes(factory, max_episodes, idle_seconds, limits.max_client_episodes)
-    judge_rate = JudgeRate(limits)
-    # Each (description variant, interface)'s tool schemas, made once at start (transformers reads the docstrings).
+    # Each (description variant, interface)'s tool schemas, made once at start (transformers reads docstrings).
     schemas = {(v, i): tool_schemas(make_environment_factory(task, factory.backend, variant=v, interface=i)())
                for v in task_variants(task) for i in task_interfaces(task)}
-    reward_functions = task.reward_functions(judge)
-    tool_args, VerifyBody = tool_models(limits), verify_model(limits)  # classes made per app: its caps
+    app = _app_shell(task, episodes, limits, tokens)
+    _add_session_routes(app, task, episodes, limits, schemas)
+    tool_args = tool_models(limits)  # the classes are made per app: its caps
+    # Every interface's tools: a call of another interface's tool than the episode's is a failed call.
+    for name in dict.fromkeys(n for i in task_interfaces(task) for n in INTERFACES[i]):
+        _add_tool_route(app, episodes, name, tool_args[name])
+    _add_verify_route(app, task, episodes, limits, judge)
+    return app
+
+
+def _app_shell(task: Task, episodes: Episodes, limits: Limits, tokens) -> FastAPI:
+    """The app with no routes yet: bounded JSON bodies, the refusal handlers and (with ``tokens``) bearer
+    auth."""
     app = FastAPI(title=f"tansaku {task.name} environment")
     app.router.route_class = BoundedJSONRoute  # before any route is added
-    app.state.episodes, app.state.task, app.state.limits = episodes, task, limits  # /verify's weights: the task's
+    app.state.episodes, app.state.task, app.state.limits = episodes, task, limits  # /verify weighs with task
     app.add_exception_handler(Refused, refused_response)
     if tokens:  # outermost: a request without the token is 401 before its body is read
         app.add_middleware(BearerAuth, tokens=tokens)
@@ -193,19 +203,28 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
         """A request the service cannot use (a field of the wrong type, name or size): 422 with the reason."""
         return JSONResponse({"error": str(exc)}, status_code=422)
 
-    def given_id(body: dict | None) -> str | None:
-        given = body.get("episode_id") if isinstance(body, dict) else None
-        if given is not None and not isinstance(given, str):
-            raise InputError(f"episode_id must be a string, not {type(given).__name__}")
-        return given
+    return app
 
-    def episode_id_of(request: Request, body: dict | None = None) -> str | None:
-        return request.headers.get(HEADER) or given_id(body) or request.cookies.get(COOKIE)
 
-    def unknown(episode_id) -> JSONResponse:
-        # Another client's episode reads as unknown too: an id says nothing to whoever did not seed it.
-        return JSONResponse({"error": f"unknown or expired episode {episode_id!r}: call /seed_session first"},
-                            status_code=404)
+def _given_id(body: dict | None) -> str | None:
+    given = body.get("episode_id") if isinstance(body, dict) else None
+    if given is not None and not isinstance(given, str):
+        raise InputError(f"episode_id must be a string, not {type(given).__name__}")
+    return given
+
+
+def _episode_id_of(request: Request, body: dict | None = None) -> str | None:
+    return request.headers.get(HEADER) or _given_id(body) or request.cookies.get(COOKIE)
+
+
+def _unknown(episode_id) -> JSONResponse:
+    # Another client's episode reads as unknown too: an id says nothing to whoever did not seed it.
+    return JSONResponse({"error": f"unknown or expired episode {episode_id!r}: call /seed_session first"},
+                        status_code=404)
+
+
+def _add_session_routes(app: FastAPI, task: Task, episodes: Episodes, limits: Limits, schemas: dict) -> None:
+    """``/health``, ``/seed_session`` and ``/close_session``."""
 
     @app.get("/health")
     def health() -> dict:
@@ -226,27 +245,38 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
                 "tool_interface": environment.tool_interface,
                 "tools": schemas[environment.tool_variant, environment.tool_interface]}
 
-    def tool_route(name: str, model: type[BaseModel]):
-        def run(args, request: Request):
-            episode = episodes.get(episode_id_of(request), client_of(request))
-            if episode is None:
-                return unknown(episode_id_of(request))
-            with episode["lock"]:  # one episode's calls in order: its budget counts each once
-                content, failed = call_tool(tool_methods(episode["environment"]), name,
-                                            args.model_dump(exclude_none=True))
-            return {"output": content, "failed": failed}
+    @app.post("/close_session")
+    def close_session(request: Request, body: dict[str, Any] | None = None) -> dict:
+        return {"closed": episodes.close(_episode_id_of(request, body), client_of(request))}
 
-        run.__name__ = name
-        run.__annotations__["args"] = model  # the body's schema: FastAPI answers 422 to anything else
-        app.post(f"/{name}")(run)
 
-    for name in dict.fromkeys(n for i in task_interfaces(task) for n in INTERFACES[i]):  # another interface's: failed
-        tool_route(name, tool_args[name])
+def _add_tool_route(app: FastAPI, episodes: Episodes, name: str, model: type[BaseModel]) -> None:
+    """POST ``/<name>``: one call of the episode's tool ``name``, its arguments the body (``model``)."""
+
+    def run(args, request: Request):
+        episode = episodes.get(_episode_id_of(request), client_of(request))
+        if episode is None:
+            return _unknown(_episode_id_of(request))
+        with episode["lock"]:  # one episode's calls in order: its budget counts each once
+            content, failed = call_tool(tool_methods(episode["environment"]), name,
+                                        args.model_dump(exclude_none=True))
+        return {"output": content, "failed": failed}
+
+    run.__name__ = name
+    run.__annotations__["args"] = model  # the body's schema: FastAPI answers 422 to anything else
+    app.post(f"/{name}")(run)
+
+
+def _add_verify_route(app: FastAPI, task: Task, episodes: Episodes, limits: Limits, judge) -> None:
+    """POST ``/verify``: the episode's completion scored by ``task.score`` against its row (the episode's,
+    under the body's own fields); the judge's calls rate-limited per client."""
+    judge_rate, VerifyBody = JudgeRate(limits), verify_model(limits)  # the class is made per app: its caps
+    functions = task.scoring_functions(judge)  # once: the judge's reward keeps its failure counts
 
     @app.post("/verify")
     def verify(body: VerifyBody, request: Request) -> dict:
         payload, client = body.model_dump(), client_of(request)
-        episode_id = episode_id_of(request, payload)
+        episode_id = _episode_id_of(request, payload)
         given = {k: v for k, v in (body.model_extra or {}).items() if k != "episode_id"}
         check_row(given, limits, "the /verify body's row")
         episode = episodes.get(episode_id, client)
@@ -258,16 +288,10 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
         if judge is not None and (wait := judge_rate.take(client)):  # the episode stays live for the retry
             raise Refused(429, "judge calls over --judge-rate / --judge-client-rate: retry later",
                           headers={"Retry-After": str(max(1, math.ceil(wait)))})
-        completion = completion_from_response(body.response)
-        scores = verify_scores(task, reward_functions, completion, row)  # InputError (422): a field named "completions"
+        # InputError (422): a field named "completions"
+        scores = verify_scores(task, completion_from_response(body.response), row, functions)
         episodes.close(episode_id, client)
         return {**payload, **scores, **{k: v for k, v in scores["reward_components"].items()}}
-
-    @app.post("/close_session")
-    def close_session(request: Request, body: dict[str, Any] | None = None) -> dict:
-        return {"closed": episodes.close(episode_id_of(request, body), client_of(request))}
-
-    return app
 
 
 def export_rows(task: Task, index, dataset, out, split: str = "train", seed: int = 0) -> int:

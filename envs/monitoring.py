@@ -1,25 +1,20 @@
-"""Helpers to notice reward hacking early: reward decomposition per step, zero-variance groups, tool-call
-counts, sample dumps, and a warning when some component rises while correctness stays flat.
+"""Helpers to notice reward hacking early: reward decomposition per step, zero-variance groups, and a warning
+when some component rises while correctness stays flat.
 
-They read what TRL logs (``tansaku.trainer.state.log_history`` entries with ``rewards/<name>/mean``,
-``tools/call_frequency``, ``frac_reward_zero_std``) or ``tansaku.envs.rollout.Trajectory`` lists.
+They read what TRL logs (``trainer.state.log_history`` entries with ``rewards/<name>/mean``,
+``tools/call_frequency``, ``frac_reward_zero_std``). ``tansaku.trainer.monitor`` prints the warnings while
+training; ``tansaku.trainer.report`` puts them in the run report.
 
-    from tansaku.envs.monitoring import reward_decomposition, hacking_warnings, make_monitor_callback
-    tansaku.trainer.add_callback(make_monitor_callback("answer_reward"))   # prints warnings while training
-    print(hacking_warnings(reward_decomposition(tansaku.trainer.state.log_history), "answer_reward"))
+    from tansaku.envs.monitoring import hacking_warnings, reward_decomposition
+    print(hacking_warnings(reward_decomposition(trainer.state.log_history), "answer_reward"))
 """
 
 from __future__ import annotations
 
-import random
-from collections import Counter
-from pathlib import Path
-
-from tansaku.core import jsontext, safe_write
-from tansaku.envs.zh_detect import chinese_spans
-
 _EXTRA_SERIES = ("reward", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
                  "completions/mean_length", "entropy")
+# The keys of a ``reward_decomposition`` row that are not reward components.
+LOGGED_SERIES = frozenset({"step", *_EXTRA_SERIES})
 
 
 def reward_decomposition(log_history: list[dict]) -> list[dict]:
@@ -50,11 +45,6 @@ def zero_variance_share(group_rewards: list[list[float]]) -> float:
     if not group_rewards:
         return 0.0
     return sum(1 for g in group_rewards if len({round(float(x), 9) for x in g}) <= 1) / len(group_rewards)
-
-
-def tool_call_distribution(trajectories) -> dict[int, int]:
-    """How many episodes made 0, 1, 2 … tool calls."""
-    return dict(sorted(Counter(t.tool_calls for t in trajectories).items()))
 
 
 def _series(rows: list[dict], key: str) -> list[float]:
@@ -95,49 +85,3 @@ def hacking_warnings(rows: list[dict], correctness: str, window: int = 5, rise: 
         warnings.append(f"tool calls per completion grew {_mean(calls[:window]):.2f} → {_mean(calls[-window:]):.2f} "
                         f"while {correctness} changed {delta_correct:+.3f}")
     return warnings
-
-
-def dump_samples(trajectories, path: str | Path, n: int = 8, seed: int = 0) -> Path:
-    """Write ``n`` random trajectories as readable Markdown (rewards, reasoning, calls, results, Chinese spans)."""
-    picked = random.Random(seed).sample(list(trajectories), min(n, len(trajectories)))
-    lines = []
-    for t in picked:
-        lines.append(f"## row {t.row_index} sample {t.sample_index} — stop: {t.stop_reason}, "
-                     f"calls: {t.tool_calls}, parse failures: {t.parse_failures}")
-        lines.append("rewards: " + jsontext.dumps(t.rewards) + f" total: {t.total_reward}")
-        for message in t.messages:
-            role = message.get("role")
-            if message.get("reasoning_content"):
-                lines.append(f"- **{role} (reasoning)**: {message['reasoning_content']}")
-                spans = chinese_spans(message["reasoning_content"])
-                if spans:
-                    lines.append(f"  - ⚠ Chinese: {spans}")
-            for call in message.get("tool_calls") or []:
-                lines.append(f"- **call**: {jsontext.dumps(call['function'])}")
-            content = str(message.get("content") or "")
-            if content:
-                shown = content if len(content) <= 600 else content[:600] + f"…(+{len(content) - 600})"
-                lines.append(f"- **{role}**: {shown}")
-        lines.append("")
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    safe_write.write_text_atomic(out, "\n".join(lines))
-    return out
-
-
-def make_monitor_callback(correctness: str, window: int = 5, printer=print):
-    """A ``transformers.TrainerCallback`` that prints ``hacking_warnings`` at each log step (once each)."""
-    from transformers import TrainerCallback
-
-    class RewardMonitorCallback(TrainerCallback):
-        def __init__(self):
-            self.seen: set[str] = set()
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            for warning in hacking_warnings(reward_decomposition(state.log_history), correctness, window):
-                key = warning.split(" ")[0]
-                if key not in self.seen:
-                    self.seen.add(key)
-                    printer(f"[reward monitor] step {state.global_step}: {warning}")
-
-    return RewardMonitorCallback()

@@ -39,6 +39,7 @@ from tansaku.envs.answer_text import (
     per_row,
     row_aliases,
 )
+from tansaku.envs.call_keys import normalized_call_key
 from tansaku.envs.normalize import answers_match, normalize_answer
 from tansaku.envs.tools import NO_HITS
 from tansaku.envs.zh_detect import contains_chinese
@@ -60,14 +61,6 @@ class EpisodeStats:
     turns_with_reasoning: int = 0
     reasoning: list[str] = field(default_factory=list)  # every step's reasoning, in order
     final_content: str | None = None  # content of the final answer message (None: no final message)
-
-
-def _call_key(name: str, arguments: dict) -> str:
-    # Same call with cosmetic differences ("東京 都" vs "東京都", full-width digits) counts once.
-    try:
-        return name + normalize_answer(json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str))
-    except (TypeError, ValueError, RecursionError):  # unsortable keys, absurd nesting: a call of its own
-        return f"{name}#{id(arguments)}"
 
 
 def _parse_turn(rest: str, structured: list) -> tuple[str, list, list]:
@@ -123,7 +116,7 @@ def episode_stats(completion) -> EpisodeStats:
             if result.lstrip().startswith(NO_HITS):  # the search ran but found nothing: no credit
                 stats.empty_calls += 1
                 continue
-            seen_ok.add(_call_key(call.name, call.arguments))
+            seen_ok.add(normalized_call_key(call.name, call.arguments))  # cosmetic variants: once
         is_last = i >= len(messages)
         if is_last and not calls and not errors:
             stats.final_content = content
@@ -370,16 +363,18 @@ TRL_REWARD_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_sta
                         "environments")
 
 
-def reward_columns(rows: list[dict]) -> dict[str, list]:
+def reward_columns(rows: list[dict], logged: bool = False) -> dict[str, list]:
     """The fields of ``rows`` as the keyword columns reward functions take (one list per field, ``None`` where a
-    row lacks it), as TRL passes them. A field named like one of TRL's own arguments (or ``trainer_step``, the step
-    ``train rescore`` passes) is ``InputError``.
+    row lacks it), as TRL passes them. A field named like one of TRL's own arguments (or ``trainer_step``, the
+    step ``train rescore`` passes) is ``InputError``; ``logged``: the rows are ``train rl``'s logged reward
+    inputs, whose ``trainer_step`` is that step.
 
     >>> reward_columns([{"answer": "a"}, {"answer": "b", "id": 1}]) == {"answer": ["a", "b"], "id": [None, 1]}
     True
     """
     keys = list(dict.fromkeys(key for row in rows for key in row))
-    names = (*TRL_REWARD_ARGUMENTS, TRAINER_STEP)  # TRAINER_STEP: the step train rescore passes (zh_mix_penalty)
+    # TRAINER_STEP: the step train rescore passes (zh_mix_penalty), in logged rows only
+    names = TRL_REWARD_ARGUMENTS if logged else (*TRL_REWARD_ARGUMENTS, TRAINER_STEP)
     reserved = [key for key in keys if key in names]
     if reserved:
         raise InputError(f"field(s) {reserved} are names TRL gives reward functions itself "

@@ -45,7 +45,7 @@ from tansaku.core.parsing import (
 )
 from tansaku.core.progress import progress_bar
 from tansaku.envs.environments import call_tool, episode_prompt, tool_methods, tool_schemas
-from tansaku.envs.rewards import episode_stats, reward_columns
+from tansaku.envs.rewards import episode_stats
 
 
 @dataclass
@@ -251,13 +251,10 @@ def run_rollouts(client, task, rows: list[dict], environment_factory, k: int = 1
 
 
 def score_trajectories(task, rows: list[dict], trajectories: list[Trajectory], judge=None) -> None:
-    """Fill each trajectory's ``rewards`` (per component) and ``total_reward`` with the task's rewards."""
-    if not trajectories:
-        return
+    """Fill each trajectory's ``rewards`` (per component) and ``total_reward``: ``task.score`` (a row field
+    named like one of TRL's reward arguments, e.g. "completions", is ``InputError``)."""
     completions = [t.completion for t in trajectories]
-    columns = reward_columns([rows[t.row_index] for t in trajectories])  # a field named "completions": InputError
-    for name, function in zip(task.reward_weights, task.reward_functions(judge), strict=True):
-        for trajectory, value in zip(trajectories, function(completions, **columns), strict=True):
-            trajectory.rewards[name] = value
-    for trajectory in trajectories:
-        trajectory.total_reward = task.weighted_total(trajectory.rewards)
+    scores = task.score(completions, [rows[t.row_index] for t in trajectories], judge)
+    for trajectory, score in zip(trajectories, scores, strict=True):
+        trajectory.rewards.update(score.components)
+        trajectory.total_reward = score.total

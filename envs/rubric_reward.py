@@ -123,35 +123,13 @@ def make_rubric_reward(judge, max_tokens: int = 256):
         n = len(completions)
         prompts = per_row(instruction if instruction is not None else question, n)
         scores: list[float | None] = [0.0] * n
-        pending, batch_failures = [], Counter()
-        for i, (completion, items, prompt) in enumerate(zip(completions, per_row(rubric, n), prompts, strict=True)):
-            report = episode_stats(completion).final_content
-            try:
-                texts, weights, points = rubric_items(items)
-            except (TypeError, ValueError, RecursionError):
-                scores[i] = None
-                batch_failures["unreadable_rubric"] += 1
-                continue
-            if not report or not texts or sum(weights) <= 0 or looks_like_grader_injection(report):
-                continue
-            prompt = prompt if isinstance(prompt, str) else "" if prompt is None else str(prompt)
-            pending.append((i, weights, points, judge_messages(prompt, texts, report, points)))
+        batch_failures: Counter[str] = Counter()
+        pending = _pending_judgements(completions, per_row(rubric, n), prompts, scores, batch_failures)
         requests = [ChatRequest(messages=m, max_tokens=max_tokens, temperature=0.0) for *_, m in pending]
         started = time.perf_counter()
         results = list(judge.chat(requests)) if requests else []  # one batch: the client runs them concurrently
         seconds = time.perf_counter() - started
-        for k, (i, weights, points, _) in enumerate(pending):
-            result = results[k] if k < len(results) else None
-            if result is None or getattr(result, "error", None):
-                scores[i] = None
-                batch_failures["judge_error" if result is not None else "no_reply"] += 1
-                continue
-            verdict = judge_scores(getattr(result, "content", None), points)
-            if verdict is None:
-                scores[i] = None
-                batch_failures["unreadable_verdict"] += 1
-                continue
-            scores[i] = sum(w * v / top for w, v, top in zip(weights, verdict, points)) / sum(weights)
+        _score_verdicts(pending, results, scores, batch_failures)
         if batch_failures:
             failures.update(batch_failures)
             logger.warning("rubric_reward: %d of %d rows got no score (%s)", sum(batch_failures.values()), n,
@@ -166,3 +144,38 @@ def make_rubric_reward(judge, max_tokens: int = 256):
 
     rubric_reward.failures = failures
     return rubric_reward
+
+
+def _pending_judgements(completions, rubrics, prompts, scores: list, failures: Counter) -> list[tuple]:
+    """(row, weights, points, judge messages) of each row the judge must grade; a row with no report, an
+    empty rubric or a report addressing the grader keeps its 0.0, an unreadable rubric gets None."""
+    pending = []
+    for i, (completion, items, prompt) in enumerate(zip(completions, rubrics, prompts, strict=True)):
+        report = episode_stats(completion).final_content
+        try:
+            texts, weights, points = rubric_items(items)
+        except (TypeError, ValueError, RecursionError):
+            scores[i] = None
+            failures["unreadable_rubric"] += 1
+            continue
+        if not report or not texts or sum(weights) <= 0 or looks_like_grader_injection(report):
+            continue
+        prompt = prompt if isinstance(prompt, str) else "" if prompt is None else str(prompt)
+        pending.append((i, weights, points, judge_messages(prompt, texts, report, points)))
+    return pending
+
+
+def _score_verdicts(pending: list[tuple], results: list, scores: list, failures: Counter) -> None:
+    """Each judged row's weighted score from its verdict, or None (counted by reason) when there is none."""
+    for k, (i, weights, points, _) in enumerate(pending):
+        result = results[k] if k < len(results) else None
+        if result is None or getattr(result, "error", None):
+            scores[i] = None
+            failures["judge_error" if result is not None else "no_reply"] += 1
+            continue
+        verdict = judge_scores(getattr(result, "content", None), points)
+        if verdict is None:
+            scores[i] = None
+            failures["unreadable_verdict"] += 1
+            continue
+        scores[i] = sum(w * v / top for w, v, top in zip(weights, verdict, points)) / sum(weights)

@@ -2,8 +2,9 @@
 dataclass (``build_command``: each config field is an option, with its default and help), then the options of
 how it runs (``BuildContext``: --out, the LLM options, --shard / --from-shards, -q, --json). The command calls
 the pipeline's builder (``tansaku.pipelines.<name>``) and prints the funnel (``tansaku.cli`` mounts these apps
-under ``synth``). The builders are imported when a command runs, so that ``synth --help`` stays fast; bad
-input is one line and exit 2 (``tansaku.core.cli_common.friendly``).
+under ``synth``). Each pipeline is one line of ``PIPELINES`` (``IMPORTERS`` for ``synth import``). The
+builders are imported when a command runs, so that ``synth --help`` stays fast; bad input is one line and exit
+2 (``tansaku.core.cli_common.friendly``).
 
     synth build corpus --input ../shared/data/jawiki/JaQuAD --out out/jaquad
     synth build egov --laws ../shared/data/egov --out out/egov
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -24,11 +26,12 @@ from tansaku.core.cli_common import friendly
 from tansaku.core.cli_common import print_manifest as _print_manifest
 from tansaku.core.cli_types import IndexType, NumberType, PathType, SpecType, TextType, option
 from tansaku.core.llm.cli_options import ApiKey, Concurrency, ExtraBody, LlmOption, NoCache, llm_options
+from tansaku.core.llm.spec import engine_help
 from tansaku.core.value_checks import INPUT_FOLDER, OUTPUT_FOLDER
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.egov.config import EgovConfig
-from tansaku.pipelines.general_config import GeneralConfig
+from tansaku.pipelines.general.config import GeneralConfig
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.multihop.jemhopqa_config import JemhopqaImportConfig
 from tansaku.pipelines.trajectories.config import TrajectoriesConfig
@@ -48,7 +51,7 @@ Out = Annotated[Path, option("--out", parser=PathType("--out", OUTPUT_FOLDER), h
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress: no bars on a terminal, no log lines off it "
                                                            "(every TANSAKU_LOG_EVERY s, default 10).")]
 Seed = Annotated[int, option("--seed", parser=NumberType("--seed", min=0), help="Seed for every random draw in the build.")]
-LLM = Annotated[str | None, option("--llm", parser=SpecType("--llm"), help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl")]
+LLM = Annotated[str | None, option("--llm", parser=SpecType("--llm"), help=f"LLM spec: {engine_help()}")]
 Shard = Annotated[str | None, option("--shard", parser=TextType("--shard", grammar=shard_form), help="Build shard I of N (I/N): its part of the build's first record-local stages, into its own --out; merge with --from-shards.")]
 IndexTarget = Annotated[str, option("--index", parser=IndexType("--index"), help="Index folder, opensearch:NAME or https://host:9200/NAME.")]
 Json = Annotated[bool, typer.Option("--json", help="Also print the manifest as JSON on stdout.")]
@@ -103,49 +106,71 @@ def build_command(app: typer.Typer, name: str, config_class: type, builder: str,
     app.command(name)(friendly(command_from_config(config_class, run, _context_parameters(llm, shardable), doc)))
 
 
-build_command(build_app, "corpus", CorpusConfig, "tansaku.pipelines.corpus:build_corpus",
-              summary="Normalize a document collection into a document dataset (id, title, text, url, source, meta).",
-              example="synth build corpus --input ../shared/data/jawiki/JaQuAD --out out/jaquad", shardable=True)
+@dataclass(frozen=True)
+class Pipeline:
+    """One ``synth build``/``synth import`` command: its config dataclass (each field an option), its
+    builder (``module:function``, imported when the command runs), its help's summary and example, and
+    whether it takes the LLM options (``llm``) and the shard options (``shardable``)."""
+
+    config: type
+    builder: str
+    summary: str
+    example: str
+    llm: bool = False
+    shardable: bool = False
 
 
-build_command(build_app, "egov", EgovConfig, "tansaku.pipelines.egov.build:build_egov",
-              summary="e-Gov law XML → article records + 4-choice questions (no law names, no article numbers).",
-              example="synth build egov --laws ../shared/data/egov --out out/egov --limit 50",
-              llm=True, shardable=True)
+# The pipelines of `synth build NAME`: a new one is its config and builder modules plus one line here.
+PIPELINES: dict[str, Pipeline] = {
+    "corpus": Pipeline(
+        CorpusConfig, "tansaku.pipelines.corpus.build:build_corpus",
+        "Normalize a document collection into a document dataset (id, title, text, url, source, meta).",
+        "synth build corpus --input ../shared/data/jawiki/JaQuAD --out out/jaquad", shardable=True),
+    "egov": Pipeline(
+        EgovConfig, "tansaku.pipelines.egov.build:build_egov",
+        "e-Gov law XML → article records + 4-choice questions (no law names, no article numbers).",
+        "synth build egov --laws ../shared/data/egov --out out/egov --limit 50", llm=True, shardable=True),
+    "multihop": Pipeline(
+        MultihopConfig, "tansaku.pipelines.multihop.build:build_multihop",
+        "Wikipedia triples → 2-hop chains → questions → quality loop → solvability filter.",
+        "synth build multihop --corpus out/corpus --out out/multihop --heldout-share 0.2",
+        llm=True, shardable=True),
+    "trajectories": Pipeline(
+        TrajectoriesConfig, "tansaku.pipelines.trajectories.build:build_trajectories",
+        "Teacher rollouts → correct only → reasoning translated, refined, then rewritten to a scenario "
+        "(three passes) → mixed SFT chat set.",
+        "synth build trajectories --dataset out/multihop --index out/index --out out/sft "
+        "--teacher scripted:examples/teacher_script.py "
+        "--translator scripted:examples/teacher_script.py:rewrite --n 1",
+        llm=True, shardable=True),
+    "general": Pipeline(
+        GeneralConfig, "tansaku.pipelines.general.build:build_general",
+        "The base model's own answers to general prompts, no system prompt: the general half of the switch.",
+        "synth build general --prompts examples/general_prompts.jsonl --llm transformers:tiny "
+        "--out out/general --max-tokens 256", llm=True),
+    "deepresearch": Pipeline(
+        DeepResearchConfig, "tansaku.pipelines.deepresearch.build:build_deepresearch",
+        "Multi-article report instructions, confirmed by search, with a rubric each and a clarifying "
+        "exchange.",
+        "synth build deepresearch --corpus out/corpus --index out/index --out out/deepresearch "
+        "--llm scripted:deepresearch --limit 4", llm=True, shardable=True),
+}
+# The importers of `synth import NAME`, alike.
+IMPORTERS: dict[str, Pipeline] = {
+    "jemhopqa": Pipeline(
+        JemhopqaImportConfig, "tansaku.pipelines.multihop.jemhopqa:import_jemhopqa",
+        "JEMHopQA JSON → a multihop_qa evaluation dataset: every question in 'test' (the dev file: "
+        "'validation'); --as-train: 'train' + held-out 'test', with a warning.",
+        "synth import jemhopqa ../shared/data/jemhopqa/corpus_ver1.2/train_ver1.2.json --out out/jemhopqa"),
+}
 
 
-build_command(build_app, "multihop", MultihopConfig, "tansaku.pipelines.multihop.build:build_multihop",
-              summary="Wikipedia triples → 2-hop chains → questions → quality loop → solvability filter.",
-              example="synth build multihop --corpus out/corpus --out out/multihop --heldout-share 0.2",
-              llm=True, shardable=True)
+def register_commands() -> None:
+    """One command per ``PIPELINES`` / ``IMPORTERS`` entry, in the dicts' order (the order of ``--help``)."""
+    for app, registry in ((build_app, PIPELINES), (import_app, IMPORTERS)):
+        for name, pipeline in registry.items():
+            build_command(app, name, pipeline.config, pipeline.builder, summary=pipeline.summary,
+                          example=pipeline.example, llm=pipeline.llm, shardable=pipeline.shardable)
 
 
-build_command(build_app, "trajectories", TrajectoriesConfig,
-              "tansaku.pipelines.trajectories.build:build_trajectories",
-              summary="Teacher rollouts → correct only → reasoning translated, refined, then rewritten to a scenario "
-                      "(three passes) → mixed SFT chat set.",
-              example="synth build trajectories --dataset out/multihop --index out/index --out out/sft "
-                      "--teacher scripted:examples/teacher_script.py "
-                      "--translator scripted:examples/teacher_script.py:rewrite --n 1",
-              llm=True, shardable=True)
-
-
-build_command(build_app, "general", GeneralConfig, "tansaku.pipelines.general:build_general",
-              summary="The base model's own answers to general prompts, no system prompt: the general half of the "
-                      "switch.",
-              example="synth build general --prompts examples/general_prompts.jsonl --llm transformers:tiny "
-                      "--out out/general --max-tokens 256", llm=True)
-
-
-build_command(build_app, "deepresearch", DeepResearchConfig, "tansaku.pipelines.deepresearch.build:build_deepresearch",
-              summary="Multi-article report instructions, confirmed by search, with a rubric each and a clarifying exchange.",
-              example="synth build deepresearch --corpus out/corpus --index out/index --out out/deepresearch "
-                      "--llm scripted:deepresearch --limit 4", llm=True, shardable=True)
-
-
-build_command(import_app, "jemhopqa", JemhopqaImportConfig,
-              "tansaku.pipelines.multihop.jemhopqa:import_jemhopqa",
-              summary="JEMHopQA JSON → a multihop_qa evaluation dataset: every question in 'test' (the dev file: "
-                      "'validation'); --as-train: 'train' + held-out 'test', with a warning.",
-              example="synth import jemhopqa ../shared/data/jemhopqa/corpus_ver1.2/train_ver1.2.json "
-                      "--out out/jemhopqa")
+register_commands()

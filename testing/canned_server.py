@@ -20,13 +20,14 @@ of failures served, the summed latency served (``busy_seconds``), the time of th
 ``repeated``: requests whose exact body the server had received before, and ``repeated_answered_at``: for
 each, ``[when it came again, when the server had answered it]`` (the latter is the time of the repeat when it
 never had: it was still in flight); ``GET /stats/last`` the last chat request's headers and body (auth and
-``extra_body`` tests), where a credential header (``Authorization``, ``Cookie``, any name with ``key``, ``token``,
-``secret``…) shows only :func:`secret_fingerprint` of its value: any local user can read that route, so it never
-echoes a key. ``GET /v1/models`` lists the server's model with ``root`` (vLLM reports the weights
-path there) when the server was started with one. Run: ``python -m tansaku.testing.canned_server --port 8001 --name a``.
+``extra_body`` tests), where a credential header (``Authorization``, ``Cookie``, any name with ``key``,
+``token``, ``secret``…) shows only :func:`secret_fingerprint` of its value: any local user can read that
+route, so it never echoes a key. ``GET /v1/models`` lists the server's model with ``root`` (vLLM reports the
+weights path there) when the server was started with one.
+Run: ``python -m tansaku.testing.canned_server --port 8001 --name a``.
 
-It lives in ``tansaku.testing``, not ``tansaku.core``: it is scaffolding that stands in for a served model, and
-no product code may import it. It still ships in the wheel, since installed users run it: the judge of the
+It lives in ``tansaku.testing``, not ``tansaku.core``: it is scaffolding that stands in for a served model,
+and no product code may import it. It still ships in the wheel, since installed users run it: the judge of the
 ``rl-tiny-mixed`` recipe and ``examples/stand_in_llm.py`` (``--responder``) are served by it.
 """
 
@@ -53,9 +54,11 @@ _SECRET_HEADER = re.compile(r"auth|cookie|key|token|secret|passw|session|credent
 
 
 def secret_fingerprint(value: str) -> str:
-    """What ``/stats/last`` shows of a credential header: enough for a test to tell which key came, not the key.
+    """What ``/stats/last`` shows of a credential header: enough for a test to tell which key came, not the
+    key.
 
-    >>> secret_fingerprint("Bearer EMPTY") == secret_fingerprint("Bearer EMPTY") != secret_fingerprint("Bearer sk")
+    >>> empty = secret_fingerprint("Bearer EMPTY")
+    >>> empty == secret_fingerprint("Bearer EMPTY") != secret_fingerprint("Bearer sk")
     True
     """
     return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:16]
@@ -64,7 +67,8 @@ def secret_fingerprint(value: str) -> str:
 def recorded_headers(headers) -> dict[str, str]:
     """A request's headers as ``/stats/last`` returns them: credential values replaced by their fingerprint.
 
-    >>> recorded_headers({"Authorization": "Bearer sk-secret", "content-type": "application/json"})["content-type"]
+    >>> headers = {"Authorization": "Bearer sk-secret", "content-type": "application/json"}
+    >>> recorded_headers(headers)["content-type"]
     'application/json'
     >>> "sk-secret" in str(recorded_headers({"Authorization": "Bearer sk-secret", "X-Api-Key": "sk-secret"}))
     False
@@ -74,7 +78,8 @@ def recorded_headers(headers) -> dict[str, str]:
 
 
 def parse_latency(spec: str | None):
-    """``fixed:S`` | ``lognormal:MEDIAN,SIGMA[,tail:SHARE,FACTOR]`` → ``seconds(key)``, the same for the same key.
+    """``fixed:S`` | ``lognormal:MEDIAN,SIGMA[,tail:SHARE,FACTOR]`` → ``seconds(key)``, the same for the
+    same key.
 
     >>> parse_latency("fixed:0.25")("any")
     0.25
@@ -125,7 +130,8 @@ def _served_message(responder, body: dict) -> dict:
     if result.server_reasoning:
         message["reasoning_content"] = result.server_reasoning
     if result.server_tool_calls:  # wire form: arguments as JSON text, every call with an id
-        calls = [(call, call.get("function") or call) for call in result.server_tool_calls]  # wire or flat form
+        # wire or flat form
+        calls = [(call, call.get("function") or call) for call in result.server_tool_calls]
         message["tool_calls"] = [
             {"id": call.get("id") or f"call_{i}", "type": "function",
              "function": {"name": fn.get("name", ""), "arguments": _as_text(fn.get("arguments", "{}"))}}
@@ -137,35 +143,107 @@ def _as_text(arguments) -> str:
     return arguments if isinstance(arguments, str) else jsontext.dumps(arguments)
 
 
-def build_app(name: str = "canned", root: str | None = None, served_model: str = "canned", responder=None,
-              latency: str | None = None, slots: int | None = None):
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+def _fresh_state() -> dict:
+    """The server's counters and records, as ``/stats`` shows them (``/stats/reset`` puts them back)."""
+    return {"requests": 0, "in_flight": 0, "max_in_flight": 0, "failures": 0, "attempts": {}, "last": {},
+            "busy_seconds": 0.0, "first_at": None, "last_at": None, "repeated": 0, "seen": set(),
+            "answered": {}, "repeated_answered_at": [], "served": []}
 
-    app = FastAPI()
-    state = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "failures": 0, "attempts": {}, "last": {},
-             "busy_seconds": 0.0, "first_at": None, "last_at": None, "repeated": 0, "seen": set(), "answered": {},
-             "repeated_answered_at": [], "served": []}
-    delay = parse_latency(latency)
-    gate = {"slots": slots, "semaphore": None}
 
-    async def served(body: dict, key: str) -> dict:
-        if gate["slots"] and gate["semaphore"] is None:  # made inside the server's own event loop
-            gate["semaphore"] = asyncio.Semaphore(gate["slots"])
-        if gate["semaphore"] is not None:
-            await gate["semaphore"].acquire()
+class _CannedChat:
+    """What ``/v1/chat/completions`` does: note the request, then answer it with the ``responder`` (a served
+    model) or with the canned echo and its injected failures."""
+
+    def __init__(self, name: str, responder, latency: str | None, slots: int | None):
+        self.name, self.responder, self.slots = name, responder, slots
+        self.delay = parse_latency(latency)
+        self.semaphore: asyncio.Semaphore | None = None
+        self.state = _fresh_state()
+
+    async def answer(self, body: dict, headers) -> dict:
+        state = self.state
+        state["last"] = {"headers": recorded_headers(headers), "body": body}
+        state["requests"] += 1
+        key = jsontext.dumps(body, sort_keys=True)
+        if key in state["seen"]:
+            state["repeated"] += 1
+            state["repeated_answered_at"].append([time.time(), state["answered"].get(key, time.time())])
+        state["seen"].add(key)
+        state["first_at"] = state["first_at"] or time.time()
+        if self.responder is not None:
+            message = await self.served(body, key)
+            state["last_at"] = state["answered"][key] = time.time()
+            return {"id": f"cmpl-{state['requests']}", "object": "chat.completion",
+                    "created": int(time.time()), "model": body.get("model", self.name),
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": max(1, len(message["content"])),
+                              "total_tokens": 1 + max(1, len(message["content"]))}}
+        state["in_flight"] += 1
+        state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
+        try:
+            return await self.canned(body)
+        finally:
+            state["in_flight"] -= 1
+
+    async def served(self, body: dict, key: str) -> dict:
+        """The responder's message after the request's latency, at most ``slots`` requests at a time."""
+        if self.slots and self.semaphore is None:  # made inside the server's own event loop
+            self.semaphore = asyncio.Semaphore(self.slots)
+        if self.semaphore is not None:
+            await self.semaphore.acquire()
+        state = self.state
         try:
             state["in_flight"] += 1
             state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
-            seconds, began = delay(key), time.time()
+            seconds, began = self.delay(key), time.time()
             await asyncio.sleep(seconds)
             state["busy_seconds"] += seconds
             state["served"].append([began, time.time()])
-            return _served_message(responder, body)
+            return _served_message(self.responder, body)
         finally:
             state["in_flight"] -= 1
-            if gate["semaphore"] is not None:
-                gate["semaphore"].release()
+            if self.semaphore is not None:
+                self.semaphore.release()
+
+    async def canned(self, body: dict):
+        """The echo of the last user message, or the failure its directives inject (module docstring)."""
+        from fastapi.responses import JSONResponse
+
+        state = self.state
+        last = next((m.get("content") or "" for m in reversed(body["messages"]) if m["role"] == "user"), "")
+        directives = dict(_DIRECTIVE.findall(str(last)))
+        if "sleep" in directives:
+            await asyncio.sleep(float(directives["sleep"]))
+        attempt = state["attempts"].get(last, 0) + 1
+        state["attempts"][last] = attempt
+        only = _ONLY.search(str(last))
+        if attempt <= int(directives.get("fail", 0)) and (only is None or only.group(1) == self.name):
+            state["failures"] += 1
+            code = int(directives.get("status", 500))
+            headers = {"Retry-After": directives["retry_after"]} if "retry_after" in directives else None
+            return JSONResponse({"error": {"message": f"injected failure {attempt}"}}, status_code=code,
+                                headers=headers)
+        if body.get("response_format", {}).get("type") in ("json_schema", "json_object"):
+            content = jsontext.dumps({"server": self.name, "echo": last})
+        else:
+            content = f"{self.name}: {last}"
+        return {
+            "id": f"cmpl-{state['requests']}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", self.name),
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+
+
+def build_app(name: str = "canned", root: str | None = None, served_model: str = "canned", responder=None,
+              latency: str | None = None, slots: int | None = None):
+    """The FastAPI app of one canned server (see the module docstring for the routes)."""
+    from fastapi import FastAPI, Request
+
+    app = FastAPI()
+    chats = _CannedChat(name, responder, latency, slots)
+    state = chats.state
 
     @app.get("/health")
     async def health():
@@ -190,64 +268,19 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
 
     @app.post("/stats/reset")
     async def reset():
-        state.update(requests=0, in_flight=0, max_in_flight=0, failures=0, attempts={}, last={}, busy_seconds=0.0,
-                     first_at=None, last_at=None, repeated=0, seen=set(), answered={}, repeated_answered_at=[], served=[])
+        state.update(_fresh_state())
         return {"ok": True}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        body = await request.json()
-        state["last"] = {"headers": recorded_headers(request.headers), "body": body}
-        state["requests"] += 1
-        key = jsontext.dumps(body, sort_keys=True)
-        if key in state["seen"]:
-            state["repeated"] += 1
-            state["repeated_answered_at"].append([time.time(), state["answered"].get(key, time.time())])
-        state["seen"].add(key)
-        state["first_at"] = state["first_at"] or time.time()
-        if responder is not None:
-            message = await served(body, key)
-            state["last_at"] = state["answered"][key] = time.time()
-            return {"id": f"cmpl-{state['requests']}", "object": "chat.completion", "created": int(time.time()),
-                    "model": body.get("model", name),
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": max(1, len(message["content"])),
-                              "total_tokens": 1 + max(1, len(message["content"]))}}
-        state["in_flight"] += 1
-        state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
-        try:
-            last = next((m.get("content") or "" for m in reversed(body["messages"]) if m["role"] == "user"), "")
-            directives = dict(_DIRECTIVE.findall(str(last)))
-            if "sleep" in directives:
-                await asyncio.sleep(float(directives["sleep"]))
-            attempt = state["attempts"].get(last, 0) + 1
-            state["attempts"][last] = attempt
-            only = _ONLY.search(str(last))
-            if attempt <= int(directives.get("fail", 0)) and (only is None or only.group(1) == name):
-                state["failures"] += 1
-                code = int(directives.get("status", 500))
-                headers = {"Retry-After": directives["retry_after"]} if "retry_after" in directives else None
-                return JSONResponse({"error": {"message": f"injected failure {attempt}"}}, status_code=code,
-                                    headers=headers)
-            if body.get("response_format", {}).get("type") in ("json_schema", "json_object"):
-                content = jsontext.dumps({"server": name, "echo": last})
-            else:
-                content = f"{name}: {last}"
-            return {
-                "id": f"cmpl-{state['requests']}", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model", name),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-            }
-        finally:
-            state["in_flight"] -= 1
+        return await chats.answer(await request.json(), request.headers)
 
     return app
 
 
 def wait_for_health(url: str, timeout: float = 60.0) -> None:
-    """Return once ``url/health`` answers (a server started in another process); RuntimeError after ``timeout``."""
+    """Return once ``url/health`` answers (a server started in another process); RuntimeError after
+    ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -299,13 +332,15 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--name", default="canned")
     parser.add_argument("--root", default=None, help="weights path /v1/models reports (as vLLM does)")
-    parser.add_argument("--responder", default=None, help="module:function answering each request (scripted style)")
-    parser.add_argument("--latency", default=None, help="fixed:S | lognormal:MEDIAN,SIGMA[,tail:SHARE,FACTOR]")
+    parser.add_argument("--responder", default=None,
+                        help="module:function answering each request (scripted style)")
+    parser.add_argument("--latency", default=None,
+                        help="fixed:S | lognormal:MEDIAN,SIGMA[,tail:SHARE,FACTOR]")
     parser.add_argument("--slots", type=int, default=None, help="requests served at once (the rest queue)")
     args = parser.parse_args()
     responder = load_responder(args.responder) if args.responder else None
-    uvicorn.run(build_app(args.name, root=args.root, responder=responder, latency=args.latency, slots=args.slots),
-                host="127.0.0.1", port=args.port, log_level="warning", backlog=4096)
+    app = build_app(args.name, root=args.root, responder=responder, latency=args.latency, slots=args.slots)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", backlog=4096)
 
 
 if __name__ == "__main__":

@@ -51,8 +51,8 @@ class Case:
 
 
 def _corpus(root: Path) -> Path:
-    from tansaku.pipelines.corpus import build_corpus
-    from tansaku.pipelines.corpus_config import CorpusConfig
+    from tansaku.pipelines.corpus.build import build_corpus
+    from tansaku.pipelines.corpus.config import CorpusConfig
 
     out = root / "corpus"
     if not out.exists():
@@ -99,8 +99,8 @@ def _index(root: Path) -> Path:
 
 
 CASES: dict[str, Case] = {
-    "corpus": Case("tansaku.pipelines.corpus_config:CorpusConfig", lambda cls, root: cls(input=MINIWIKI, format="jsonl"),
-                   "tansaku.pipelines.corpus:build_corpus", variations={
+    "corpus": Case("tansaku.pipelines.corpus.config:CorpusConfig", lambda cls, root: cls(input=MINIWIKI, format="jsonl"),
+                   "tansaku.pipelines.corpus.build:build_corpus", variations={
                        "input": _copy(MINIWIKI, "other.jsonl"), "format": "auto", "id_field": "doc_id",
                        "title_field": "name", "text_field": "body", "url_field": "link", "license": "cc0-1.0",
                        "license_file": _copy(MINIWIKI, "LICENSE.txt")}),
@@ -144,10 +144,10 @@ CASES: dict[str, Case] = {
         "llm": f"scripted:{FIXTURES.parent.parent / 'examples' / 'stand_in_llm.py'}",
         "index": "opensearch:never-contacted", "limit": 5, "max_retrieval_rank": 10, "license": "cc0-1.0",
         "license_file": MINIWIKI}),
-    "general": Case("tansaku.pipelines.general_config:GeneralConfig", lambda cls, root: cls(
+    "general": Case("tansaku.pipelines.general.config:GeneralConfig", lambda cls, root: cls(
         prompts=FIXTURES.parent.parent / "examples" / "general_prompts.jsonl",
         llm=f"scripted:{FIXTURES.parent.parent / 'examples' / 'stand_in_llm.py'}"),
-        "tansaku.pipelines.general:build_general", variations={
+        "tansaku.pipelines.general.build:build_general", variations={
         "prompts": FIXTURES / "sft" / "general.jsonl", "limit": 3, "license": "cc0-1.0", "license_file": MINIWIKI,
         "llm": f"scripted:{FIXTURES.parent.parent / 'examples' / 'teacher_script.py'}:rewrite"}),
     "jemhopqa": Case("tansaku.pipelines.multihop.jemhopqa_config:JemhopqaImportConfig",

@@ -15,8 +15,8 @@ from tansaku.core.llm.http_backend import DEFAULT_SLOTS
 from tansaku.core.llm.settings import LLMOptions
 from tansaku.core.shards import ShardPlan
 from tansaku.core.store import read_manifest
-from tansaku.pipelines.corpus import build_corpus
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.build import build_corpus
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.testing.canned_server import ServerThread, secret_fingerprint
 
 MINIWIKI = Path(__file__).resolve().parents[1] / "examples" / "miniwiki.jsonl"

@@ -299,7 +299,7 @@ def test_jemhopqa_int_item_is_dropped(tmp_path):
 
 def test_a_bug_in_an_os_call_outside_user_paths_keeps_its_traceback(tmp_path, monkeypatch):
     """Only OS errors on the user's own paths are refusals; one elsewhere is a bug (exit 1)."""
-    import tansaku.pipelines.corpus as corpus
+    import tansaku.pipelines.corpus.build as corpus
 
     def boom(*_a, **_k):
         raise PermissionError(13, "Permission denied", "/somewhere/else")
@@ -314,7 +314,7 @@ def test_a_bug_in_an_os_call_outside_user_paths_keeps_its_traceback(tmp_path, mo
 @pytest.mark.parametrize("error", [PermissionError(13, "Permission denied"), OSError(30, "Read-only file system")])
 def test_os_error_on_the_users_out_is_one_line(tmp_path, monkeypatch, error):
     """What a read-only --out raises for a non-root user (root ignores chmod, so it is stood in here)."""
-    import tansaku.pipelines.corpus as corpus
+    import tansaku.pipelines.corpus.build as corpus
 
     def refuse(*_a, out, **_k):
         error.filename = str(Path(out) / ".work")

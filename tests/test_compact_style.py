@@ -18,8 +18,8 @@ from tansaku.envs.environments import SearchEnvironment, tool_schemas
 from tansaku.envs.search import build_index
 from tansaku.envs.tasks import COMPACT_TOOLS_CONFIG, TASKS
 from tansaku.examples.make_miniwiki import make_miniwiki
-from tansaku.pipelines.corpus import build_corpus
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.build import build_corpus
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.multihop.build import build_multihop
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories

@@ -19,8 +19,8 @@ from tansaku.core.context import BuildContext
 from tansaku.core.errors import InputError
 from tansaku.core.jsonl import iter_jsonl
 from tansaku.core.store import read_manifest, read_rows
-from tansaku.pipelines.corpus import build_corpus, detect_format
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.build import build_corpus, detect_format
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.egov.parse import iter_articles
 from tansaku.pipelines.egov.sources import list_law_sources
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from tansaku.cli import synth_app
 from tansaku.core.context import BuildContext
 from tansaku.core.store import read_manifest, read_rows
-from tansaku.pipelines.corpus import CorpusInputError, build_corpus, detect_format, read_documents
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.build import CorpusInputError, build_corpus, detect_format, read_documents
+from tansaku.pipelines.corpus.config import CorpusConfig
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 runner = CliRunner()

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from tansaku.core.context import BuildContext
 from tansaku.core.store import read_manifest, read_rows
-from tansaku.pipelines.corpus import build_corpus
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.build import build_corpus
+from tansaku.pipelines.corpus.config import CorpusConfig
 
 SCHEMA = {"id", "title", "text", "url", "source"}
 

@@ -1,4 +1,4 @@
-"""The CPU LM head (``trainer/cpu_lm_head.py``) gives what TRL's fused head gives: the same log-probs, entropy,
+"""The CPU LM head (``trainer/cpu/lm_head.py``) gives what TRL's fused head gives: the same log-probs, entropy,
 top-1 flags, loss and gradients (fp32: to rounding), zeros where the label is -100, TRL's forward untouched for
 generation and for models whose logits TRL rescales.
 
@@ -15,8 +15,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
-from tansaku.trainer import cpu_lm_head
-from tansaku.trainer.cpu_lm_head import score_labelled_positions
+from tansaku.trainer.cpu import lm_head as cpu_lm_head
+from tansaku.trainer.cpu.lm_head import score_labelled_positions
 
 
 def _pair(temperature: float, **config):

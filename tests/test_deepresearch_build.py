@@ -14,7 +14,7 @@ import pytest
 
 from tansaku.core.context import BuildContext
 from tansaku.core.store import read_manifest, read_rows
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.deepresearch.demo_llm import demo_llm, respond
 
@@ -24,7 +24,7 @@ WIKI = Path(__file__).parent / "fixtures" / "deepresearch" / "wiki.jsonl"
 @pytest.fixture(scope="module")
 def corpus_and_index(tmp_path_factory):
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
 
     root = tmp_path_factory.mktemp("deepresearch")
     build_corpus(CorpusConfig(input=WIKI), root / "corpus", BuildContext(quiet=True))
@@ -248,10 +248,10 @@ def test_each_clarify_call_is_filtered_by_rules_then_judge(corpus_and_index, tmp
 def test_rubrics_valid_and_usable_by_reward(clean):
     from tansaku.core.llm import ScriptedLLM
     from tansaku.envs.rubric_reward import make_rubric_reward
-    from tansaku.envs.tasks import check_gold
+    from tansaku.envs.tasks import TASKS
 
     _, rows = clean
-    check_gold("deepresearch", rows)
+    assert TASKS["deepresearch"].gold_failures(rows) == []
     for r in rows:
         assert abs(sum(c["weight"] for c in r["rubric"]) - 1) < 1e-3
         assert {c["kind"] for c in r["rubric"]} >= {"coverage", "fact"}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tansaku.core.context import BuildContext
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.deepresearch.keywords import KeywordConfig, keyword_groups
 
@@ -41,7 +41,7 @@ _ASCII_WORD = re.compile(r"^[\x21-\x7e]+$")
 
 def _corpus(name, src, root):
     from tansaku.core.store import iter_rows
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
 
     build_corpus(CorpusConfig(input=src), root / name, BuildContext(quiet=True))
     return root / name, list(iter_rows(root / name))

@@ -13,7 +13,7 @@ import pytest
 from tansaku.core.context import BuildContext
 from tansaku.core.llm import ScriptedLLM
 from tansaku.core.store import read_manifest, read_rows
-from tansaku.envs.tasks import check_gold
+from tansaku.envs.tasks import TASKS
 from tansaku.pipelines.egov.build import build_egov
 from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.egov.leak import audit
@@ -30,7 +30,7 @@ def check_rows(rows: list[dict]) -> None:
         assert QUESTION_COLUMNS <= set(r)
         assert len(r["choices"]) == 4 and len(set(r["choices"])) == 4
         assert 0 <= r["answer_index"] <= 3 and r["choices"][r["answer_index"]] == r["answer"]
-    check_gold("egov_mcq", rows)           # every gold scores 1.0 under the egov_mcq reward
+    assert TASKS["egov_mcq"].gold_failures(rows) == []  # every gold scores 1.0 under the egov_mcq reward
     assert audit(rows) == {}               # the independent checker reports 0 leaks over the final rows
 
 

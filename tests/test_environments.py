@@ -146,7 +146,8 @@ def test_one_grpo_step_with_environment_factory(task_name, index_dir, tiny_model
     args = GRPOConfig(
         output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, num_generations=2,
         max_completion_length=48, max_tool_calling_iterations=2, use_vllm=False, use_cpu=True,
-        reward_weights=task.weights(), report_to=[], logging_steps=1, save_strategy="no", temperature=1.0,
+        reward_weights=list(task.reward_weights.values()), report_to=[], logging_steps=1, save_strategy="no",
+        temperature=1.0,
     )
     trainer = GRPOTrainer(model=str(tiny_model_path), processing_class=tokenizer, args=args,
                           reward_funcs=task.reward_functions(judge=judge), train_dataset=Dataset.from_list(rows),

@@ -8,15 +8,8 @@ from fixtures.envs.helpers import HERE, build_fixture_index, task_rows, tool_res
 
 from tansaku.core.llm import ScriptedLLM
 from tansaku.envs.evaluate import NotReadyForRL, check_rl_readiness, pass_at_k, run_eval
-from tansaku.envs.monitoring import (
-    dump_samples,
-    hacking_warnings,
-    make_monitor_callback,
-    reward_decomposition,
-    tool_call_distribution,
-    zero_variance_share,
-)
-from tansaku.envs.tasks import TASKS, check_gold
+from tansaku.envs.monitoring import hacking_warnings, reward_decomposition, zero_variance_share
+from tansaku.envs.tasks import TASKS
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +106,7 @@ def test_pass_at_k_estimator():
 # ---------------------------------------------------------------- gold check
 def test_fixture_gold_answers_score_one():
     for name, fixture in [("multihop_qa", "multihop"), ("egov_mcq", "egov_mcq"), ("deepresearch", "deepresearch")]:
-        check_gold(TASKS[name], task_rows(fixture))
+        assert TASKS[name].gold_failures(task_rows(fixture)) == []
 
 
 def test_gold_check_names_bad_rows():
@@ -124,8 +117,8 @@ def test_gold_check_names_bad_rows():
         {"question": "q", "answer": ""},
     ]
     assert [i for i, _ in TASKS["multihop_qa"].gold_failures(rows)] == [1, 2, 3]
-    with pytest.raises(ValueError, match="3 of 4 rows"):
-        check_gold("multihop_qa", rows)
+    drops = TASKS["multihop_qa"].finalize(rows)  # what a question pipeline keeps: the good row only
+    assert [type(row).__name__ for row in drops] == ["dict", "Drop", "Drop", "Drop"]
     mcq = [{"question": "q", "choices": ["a", "b", "c", "d"], "answer_index": 4},
            {"question": "q", "choices": ["a", "a", "c", "d"], "answer_index": 0}]
     assert [i for i, _ in TASKS["egov_mcq"].gold_failures(mcq)] == [0]
@@ -175,18 +168,7 @@ def test_warning_when_a_component_rises_while_correctness_is_flat():
     assert hacking_warnings(healthy, "answer_reward") == []
 
 
-def test_monitor_callback_prints_each_warning_once():
-    from types import SimpleNamespace
-
-    printed = []
-    callback = make_monitor_callback("answer_reward", printer=printed.append)
-    state = SimpleNamespace(log_history=_history(12, answer=lambda s: 0.1, tool=lambda s: s / 12), global_step=12)
-    callback.on_log(None, state, None)
-    callback.on_log(None, state, None)
-    assert len(printed) == 2 and all("[reward monitor]" in p for p in printed)
-
-
-def test_sample_dump_and_distributions(index_dir, tmp_path):
+def test_zh_mix_penalty_and_zero_variance_share(index_dir, tmp_path):
     from tansaku.envs.environments import make_environment_factory
     from tansaku.envs.rollout import run_rollouts
 
@@ -199,10 +181,8 @@ def test_sample_dump_and_distributions(index_dir, tmp_path):
         return "<think>答える</think>{{白砂市}}"
 
     trajectories = run_rollouts(ScriptedLLM(model), task, task_rows("multihop")[:2], make_environment_factory(task, index_dir))
-    assert tool_call_distribution(trajectories) == {1: 2}
+    assert [t.tool_calls for t in trajectories] == [1, 1]
     assert [t.rewards["zh_mix_penalty"] for t in trajectories] == [-1.0, -1.0]
-    text = dump_samples(trajectories, tmp_path / "samples.md", n=2).read_text(encoding="utf-8")
-    assert "⚠ Chinese" in text and "**call**" in text and "zh_mix_penalty" in text
     assert zero_variance_share([[1.0, 1.0], [0.0, 1.0]]) == 0.5
 
 

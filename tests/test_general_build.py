@@ -21,9 +21,9 @@ from tansaku.core.provenance import sha256_path
 from tansaku.core.store import read_manifest, read_rows
 from tansaku.envs.evaluate import load_rows
 from tansaku.envs.retention import split_row
-from tansaku.pipelines.corpus_config import CorpusConfig
-from tansaku.pipelines.general import build_general
-from tansaku.pipelines.general_config import GeneralConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
+from tansaku.pipelines.general.build import build_general
+from tansaku.pipelines.general.config import GeneralConfig
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
 from tansaku.pipelines.trajectories.config import TrajectoriesConfig
@@ -186,7 +186,7 @@ def test_all_answers_empty_exits_2_naming_llm_and_max_tokens(files, tmp_path):
 
 def test_rows_feed_trajectories_sft_sources_and_retention(files, tmp_path):
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
 
     general = tmp_path / "general"

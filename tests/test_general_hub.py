@@ -34,8 +34,8 @@ from tansaku.core.chat_sources import (
 from tansaku.core.context import BuildContext
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.store import read_manifest, read_rows
-from tansaku.pipelines.general import build_general
-from tansaku.pipelines.general_config import GeneralConfig
+from tansaku.pipelines.general.build import build_general
+from tansaku.pipelines.general.config import GeneralConfig
 from tansaku.pipelines.trajectories.mix import read_chat_rows
 from tansaku.trainer.data import load_sources
 from tansaku.trainer.recipes import DataSource
@@ -259,8 +259,8 @@ def test_the_same_id_reads_a_hub_chat_set_for_trajectories_and_train_sft(cache, 
 
 def test_trajectories_mix_a_hub_chat_set_and_record_its_commit(cache, tmp_path):
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
-    from tansaku.pipelines.corpus_config import CorpusConfig
+    from tansaku.pipelines.corpus.build import build_corpus
+    from tansaku.pipelines.corpus.config import CorpusConfig
     from tansaku.pipelines.multihop.build import build_multihop
     from tansaku.pipelines.multihop.config import MultihopConfig
     from tansaku.pipelines.trajectories.build import build_trajectories

@@ -1,4 +1,4 @@
-"""The bf16 generation copy (``trainer/generation_copy.py``): the policy's generate runs on a bf16 copy holding the
+"""The bf16 generation copy (``trainer/cpu/generation_copy.py``): the policy's generate runs on a bf16 copy holding the
 training weights of the moment (refreshed at every call, so an optimizer step is seen by the next rollout), with
 ties and buffers kept, the training model untouched, and TRL's generate kept where the copy is not equivalent.
 
@@ -14,8 +14,8 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from tansaku.trainer.generation_copy import COPY_DTYPE, bf16_copy, generate_with_bf16_copy, handles
-from tansaku.trainer.prefix_generate import share_prompt_prefix
+from tansaku.trainer.cpu.generation_copy import COPY_DTYPE, bf16_copy, generate_with_bf16_copy, handles
+from tansaku.trainer.cpu.prefix_generate import share_prompt_prefix
 
 CONFIG = GenerationConfig(max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
 

@@ -108,7 +108,7 @@ def test_a_full_episode_matches_the_trl_environment_and_rewards(index):
         response = _response("雪村製菓", searched["output"], ROW["answer"])
         status, verified = client.post("/verify", {"responses_create_params": {"input": []}, "response": response,
                                                    **ROW})
-        expected = verify_scores(TASK, TASK.reward_functions(), completion_from_response(response), ROW)
+        expected = verify_scores(TASK, completion_from_response(response), ROW)
         assert status == 200 and verified["reward"] == expected["reward"] > 0
         assert verified["reward_components"] == expected["reward_components"]
         assert set(verified["reward_components"]) == set(TASK.reward_weights)

@@ -22,7 +22,7 @@ from tansaku.cli import synth_app
 from tansaku.core.context import BuildContext
 from tansaku.core.hub import local_name, upload_plan
 from tansaku.data_cards import HUB_LICENSES, card_problems, render_card
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.multihop.config import MultihopConfig
@@ -38,7 +38,7 @@ PIPELINES = ["corpus", "multihop", "egov", "egov/articles", "sft", "deepresearch
 def built(tmp_path_factory):
     """One tiny dataset of every pipeline, built with the rule-based and scripted paths (no model)."""
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
     from tansaku.pipelines.deepresearch.build import build_deepresearch
     from tansaku.pipelines.egov.build import build_egov
     from tansaku.pipelines.multihop.build import build_multihop
@@ -290,7 +290,7 @@ DAMAGED = {  # issue 28: each was a traceback from these commands
 
 @pytest.fixture(scope="module")
 def corpus_dataset(tmp_path_factory) -> Path:
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
 
     out = tmp_path_factory.mktemp("damaged") / "corpus"
     build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki.jsonl", format="jsonl", license="cc-by-4.0"), out, BuildContext(quiet=True))

@@ -22,7 +22,7 @@ from tansaku.core.store import StoreError, read_manifest, read_rows
 from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.search import build_index
 from tansaku.envs.tasks import TASKS
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.multihop.build import build_multihop
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.multihop.solvability import agent_check, keep_rule
@@ -54,7 +54,7 @@ def scripted(plan: dict[str, tuple[str, int]]) -> ScriptedLLM:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """The mini-wiki corpus, its index, and the no-policy build's questions with a solved count each."""
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
 
     base = tmp_path_factory.mktemp("stable")
     build_corpus(CorpusConfig(input=MINIWIKI, format="jsonl"), base / "corpus", BuildContext(quiet=True))

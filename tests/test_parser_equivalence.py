@@ -189,8 +189,8 @@ def test_one_grpo_step_with_environment_factory_agrees(rollout, index_dir, rows,
 
     args = GRPOConfig(output_dir=str(tmp_path / "grpo"), max_steps=1, per_device_train_batch_size=8,
                       num_generations=2, max_completion_length=4096, max_tool_calling_iterations=2,
-                      use_vllm=False, use_cpu=True, reward_weights=TASK.weights(), report_to=[], logging_steps=1,
-                      save_strategy="no", temperature=1.0)
+                      use_vllm=False, use_cpu=True, reward_weights=list(TASK.reward_weights.values()), report_to=[],
+                      logging_steps=1, save_strategy="no", temperature=1.0)
     rewards = [recording(f, name) for f, name in zip(TASK.reward_functions(), TASK.reward_weights)]
     trainer = GRPOTrainer(model=str(tiny_random_model), processing_class=AutoTokenizer.from_pretrained(tiny_random_model),
                           args=args, train_dataset=Dataset.from_list(TASK.to_trl_rows(rows)), reward_funcs=rewards,

@@ -1,4 +1,4 @@
-"""The GRPO generate wrapper that computes the rows' shared prompt tokens once (``trainer/prefix_generate.py``):
+"""The GRPO generate wrapper that computes the rows' shared prompt tokens once (``trainer/cpu/prefix_generate.py``):
 token for token the plain generate under fp32, same output width (TRL slices completions by it).
 
 Run: pytest tests/test_prefix_generate.py -m slow
@@ -10,7 +10,7 @@ import functools
 
 import pytest
 
-from tansaku.trainer.prefix_generate import share_prompt_prefix
+from tansaku.trainer.cpu.prefix_generate import share_prompt_prefix
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The shared-prompt training forward (``trainer/prefix_train.py``): micro-batches over the shared tokens' cut
+"""The shared-prompt training forward (``trainer/cpu/prefix_train.py``): micro-batches over the shared tokens' cut
 cache, plus one flush before the optimizer step, give TRL's log-probs and TRL's summed gradients (fp32: to
 rounding); calls it cannot serve take the full forward.
 
@@ -15,7 +15,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
-from tansaku.trainer.cpu_lm_head import score_labelled_positions
+from tansaku.trainer.cpu.lm_head import score_labelled_positions
 
 SHARED = 36  # the system turn + tool schemas every prompt begins with
 WIDTH = 30  # the rollout batch's left-padded prompt width beyond the shared tokens

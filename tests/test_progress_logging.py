@@ -24,8 +24,8 @@ from tansaku.core.engine import Drop, StageStats, global_stage, map_stage
 from tansaku.core.errors import InputError
 from tansaku.core.progress import BuildProgress, ensure_log_handler, log_every, progress_bar, stage_line
 from tansaku.core.runner import run_pipeline
-from tansaku.pipelines.corpus import build_corpus
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.build import build_corpus
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.egov.build import build_egov
 from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.multihop.build import build_multihop

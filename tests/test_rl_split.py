@@ -20,7 +20,7 @@ from tansaku.core.context import BuildContext
 from tansaku.core.errors import InputError
 from tansaku.core.heldout import HeldOut
 from tansaku.core.store import read_manifest, read_rows
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.trainer.recipes import RLTask
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
 
     base = tmp_path_factory.mktemp("rl-split")

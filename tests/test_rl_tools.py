@@ -112,9 +112,7 @@ def test_rescore_out_is_checked_before_scoring_and_only_its_own_folder_is_rewrit
 
 
 def _total(task, completion, row) -> float:
-    scores = {name: fn([completion], **{k: [v] for k, v in row.items()})[0]
-              for name, fn in zip(task.reward_weights, task.reward_functions())}
-    return task.weighted_total(scores)
+    return task.score([completion], [row])[0].total
 
 
 def test_abstaining_everywhere_cannot_beat_answering():

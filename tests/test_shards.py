@@ -19,8 +19,8 @@ from tansaku.core.context import BuildContext
 from tansaku.core.shards import ShardPlan
 from tansaku.core.store import read_manifest, read_rows
 from tansaku.envs.search import build_index
-from tansaku.pipelines.corpus import build_corpus
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.build import build_corpus
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.deepresearch.build import build_deepresearch
 from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.egov import build as egov_build

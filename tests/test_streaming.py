@@ -25,7 +25,7 @@ from tansaku.core.engine import Drop, Stage, batch_stage, map_stage
 from tansaku.core.runner import run_pipeline
 from tansaku.core.store import read_manifest
 from tansaku.core.streaming import MIN_WINDOW, WINDOW_PER_SLOT
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.testing.canned_server import ServerThread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -292,7 +292,7 @@ def _reset(url: str) -> None:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
 
     root = tmp_path_factory.mktemp("stream_corpus")
     build_corpus(CorpusConfig(input=ROOT / "examples" / "miniwiki_large.jsonl"), root / "corpus", BuildContext(quiet=True))

@@ -20,7 +20,7 @@ from tansaku.core.llm import ScriptedLLM
 from tansaku.core.store import read_rows
 from tansaku.envs.evaluate import run_eval
 from tansaku.envs.tasks import TASKS
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
 from tansaku.pipelines.trajectories.config import TrajectoriesConfig
@@ -38,7 +38,7 @@ OVERRIDE = "あなたは架空の検索エージェントです。考えは日�
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
 
     base = tmp_path_factory.mktemp("contract")

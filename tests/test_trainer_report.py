@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tansaku.trainer.report import plot_learning_curves, plot_loss_curve, write_run_report
+from tansaku.trainer.curves import plot_learning_curves, plot_loss_curve
+from tansaku.trainer.report import write_run_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -303,7 +303,7 @@ def test_the_cpu_paths_are_wired_into_the_trainer(tmp_path, envs_index, bf16):
     """On CPU the trainer generates through the prefix / turn-cache wrapper (on a bf16 copy when the fp32 policy
     trains under bf16) and its training forward shares the rollouts' prompts."""
     from tansaku.core.llm.turn_cache import TurnCache
-    from tansaku.trainer.prefix_train import SharedPrefix
+    from tansaku.trainer.cpu.prefix_train import SharedPrefix
     from tansaku.trainer.recipes import load_recipe
     from tansaku.trainer.rl import build_rl_trainer
 

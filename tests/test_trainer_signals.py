@@ -11,8 +11,8 @@ import struct
 
 import pytest
 
-from tansaku.trainer.curves import PANELS, learning_curves_figure
-from tansaku.trainer.report import plot_learning_curves, run_report
+from tansaku.trainer.curves import PANELS, learning_curves_figure, plot_learning_curves
+from tansaku.trainer.report import run_report
 
 GAP = {"sampling/sampling_logp_difference/mean": 0.01, "sampling/sampling_logp_difference/max": 0.2,
        "sampling/importance_sampling_ratio/min": 0.9, "sampling/importance_sampling_ratio/mean": 1.0,

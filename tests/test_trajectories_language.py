@@ -19,7 +19,7 @@ import pytest
 from tansaku.core.context import BuildContext
 from tansaku.core.llm import ScriptedLLM
 from tansaku.core.store import read_rows
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
 from tansaku.pipelines.trajectories.config import TrajectoriesConfig
@@ -129,7 +129,7 @@ def script():
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
 
     base = tmp_path_factory.mktemp("traj-language")

@@ -24,7 +24,7 @@ from tansaku.core.context import BuildContext
 from tansaku.core.errors import InputError
 from tansaku.core.llm import ScriptedLLM
 from tansaku.core.store import read_manifest, read_rows
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
@@ -48,7 +48,7 @@ def script():
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
     from tansaku.pipelines.multihop.build import build_multihop
 
     base = tmp_path_factory.mktemp("traj-passes")
@@ -205,7 +205,7 @@ def research(tmp_path_factory):
     """A deepresearch dataset (demo LLM, half the rows with a clarifying exchange) and its trajectories (the
     stand-in teacher, rubric judge and rewriter; min reward 0.5, the task's pass threshold)."""
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
     from tansaku.pipelines.deepresearch.build import build_deepresearch
 
     base = tmp_path_factory.mktemp("traj-research")

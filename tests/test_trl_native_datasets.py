@@ -23,7 +23,7 @@ from tansaku.core.store import read_rows
 from tansaku.data_cards import card_problems
 from tansaku.envs.environments import make_environment_factory, require_prompt
 from tansaku.envs.tasks import TASKS
-from tansaku.pipelines.corpus_config import CorpusConfig
+from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.deepresearch.config import DeepResearchConfig
 from tansaku.pipelines.egov.config import EgovConfig
 from tansaku.pipelines.multihop.build import build_multihop
@@ -45,7 +45,7 @@ JEM_ITEMS = [{"qid": f"q{i}", "type": "compositional", "question": f"『本{i}�
 def datasets(tmp_path_factory) -> dict[str, tuple[Path, str]]:
     """One small build of every question pipeline: name → (dataset folder, task)."""
     from tansaku.envs.search import build_index
-    from tansaku.pipelines.corpus import build_corpus
+    from tansaku.pipelines.corpus.build import build_corpus
     from tansaku.pipelines.deepresearch.build import build_deepresearch
     from tansaku.pipelines.egov.build import build_egov
 
@@ -284,7 +284,8 @@ def test_plain_grpo_trainer_rolls_out_the_datasets_own_prompts(datasets, tiny_mo
     questions = {row["prompt"][-1]["content"] for row in train}
     args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
                       max_completion_length=32, max_tool_calling_iterations=1, use_cpu=True, report_to=[],
-                      logging_steps=1, save_strategy="no", reward_weights=task.weights(), temperature=1.0)
+                      logging_steps=1, save_strategy="no", reward_weights=list(task.reward_weights.values()),
+                      temperature=1.0)
     trainer = GRPOTrainer(model=str(tiny_model_path), processing_class=AutoTokenizer.from_pretrained(tiny_model_path),
                           args=args, reward_funcs=task.reward_functions(), train_dataset=train,
                           environment_factory=make_environment_factory(task, tmp_path / "index"))

@@ -12,7 +12,7 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from tansaku.core.llm.turn_cache import TurnCache
-from tansaku.trainer.prefix_generate import share_prompt_prefix
+from tansaku.trainer.cpu.prefix_generate import share_prompt_prefix
 
 NEW = 7
 CONFIG = GenerationConfig(max_new_tokens=NEW, do_sample=False, pad_token_id=0, eos_token_id=5)

@@ -44,6 +44,8 @@ from tansaku.core.value_checks import (
     OUTPUT_FILE,
     OUTPUT_FOLDER,
 )
+from tansaku.envs.retention import TASK as GENERAL_TASK
+from tansaku.envs.tasks import TASKS  # the task registry: every --task list below is made from it
 from tansaku.envs.tool_interfaces import N_INTERFACES
 
 train_app = typer.Typer(help="Train (SFT, GRPO/GSPO), evaluate and merge models.", no_args_is_help=True,
@@ -70,12 +72,14 @@ TQDM_FLAGS = ("--disable_tqdm", "--disable-tqdm")
 
 
 def task_names(general: bool = False) -> tuple[str, ...]:
-    """What ``--task`` takes: ``tansaku.envs.tasks.TASKS`` (and ``general``, retention, for ``train eval``); asked
-    when a value is given, so that ``train --help`` imports no task."""
-    from tansaku.envs.retention import TASK as GENERAL_TASK
-    from tansaku.envs.tasks import TASKS
-
+    """What ``--task`` takes: the keys of ``tansaku.envs.tasks.TASKS`` (and ``general``, retention, for
+    ``train eval``), read when a value is given, so that a task registered after this module loaded counts."""
     return (*TASKS, GENERAL_TASK) if general else tuple(TASKS)
+
+
+def task_help(general: bool = False) -> str:
+    """``--task``'s help, made from ``TASKS``: ``multihop_qa | … | deepresearch`` (``| general (retention)``)."""
+    return " | ".join(TASKS) + (f" | {GENERAL_TASK} (retention)" if general else "")
 
 
 def trl_args(args: list[str], quiet: bool) -> list[str]:
@@ -156,8 +160,9 @@ def train_rl(
 @friendly
 def train_eval(
     model: Annotated[str, option("--model", parser=SpecType("--model"), help="LLM spec, or a model folder (= transformers:FOLDER).")],
-    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=lambda: task_names(general=True)), help="multihop_qa | multihop_qa_compact (small models) | egov_mcq | "
-                                             "deepresearch | general (retention); with --config: which of the recipe's tasks (needed when it has several).")] = None,
+    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=lambda: task_names(general=True)),
+                                       help=f"{task_help(general=True)}; with --config: which of the recipe's "
+                                            "tasks (needed when it has several).")] = None,
     dataset: Annotated[Path | None, option("--dataset", parser=PathType("--dataset", INPUT), help="Dataset folder or JSONL of rows (with --config: default the recipe task's data).")] = None,
     index: Annotated[str | None, option("--index", parser=IndexType("--index"), help="Search index the agent uses (not for general; with --config: default the recipe task's index).")] = None,
     config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="A train rl recipe: evaluate its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
@@ -206,7 +211,9 @@ def train_eval(
 @friendly(outputs=("run",))  # it writes into the run folder (checkpoint_selection.json, selection/)
 def train_select(
     run: Annotated[Path, option("--run", parser=PathType("--run", INPUT_FOLDER), help="A train sft output_dir with checkpoint-* folders.")],
-    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=task_names), help="The task RL will train (multihop_qa, egov_mcq, …); with --config: which of the recipe's tasks.")] = None,
+    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=task_names),
+                                       help=f"The task RL will train: {task_help()}; with --config: which of the "
+                                            "recipe's tasks.")] = None,
     dataset: Annotated[Path | None, option("--dataset", parser=PathType("--dataset", INPUT), help="Dataset folder with the validation split (with --config: default the recipe task's data).")] = None,
     index: Annotated[str | None, option("--index", parser=IndexType("--index"), help="Search index the agent uses (with --config: default the recipe task's index).")] = None,
     config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="The train rl recipe the start is for: its task as train rl trains it (system prompt, abstention, tools, reward weights) chooses.")] = None,
@@ -244,7 +251,9 @@ def train_select(
 @friendly
 def train_rescore(
     completions: Annotated[Path, option("--completions", parser=PathType("--completions", INPUT_FOLDER), help="A train rl run's completions folder (or the run).")],
-    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=task_names), help="The task whose rewards score them (multihop_qa, egov_mcq, …); default: the run's recipe task (its tansaku_recipe.json), or which of its tasks.")] = None,
+    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=task_names),
+                                       help=f"The task whose rewards score them: {task_help()}; default: the run's "
+                                            "recipe task (its tansaku_recipe.json), or which of its tasks.")] = None,
     config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="A train rl recipe whose task (reward weights, abstention, tools) scores them, instead of the run's own recipe copy.")] = None,
     out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for rescored.parquet and rescore_report.json.")] = None,
     judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"), help="LLM spec of the rubric judge (deepresearch).")] = None,
@@ -338,7 +347,8 @@ def train_report(
     if len(run) != 1:
         raise InputError(f"give one run, or --runs for {len(run)} runs side by side")
     from tansaku.core.errors import MissingInputError
-    from tansaku.trainer.report import plot_learning_curves, run_report
+    from tansaku.trainer.curves import plot_learning_curves
+    from tansaku.trainer.report import run_report
 
     if not run[0].is_dir():
         raise MissingInputError(f"no run folder at {run[0]}")

@@ -19,7 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
-from tansaku.trainer import cpu_lm_head
+from tansaku.trainer.cpu import lm_head as cpu_lm_head
 from tansaku.trainer.sampler_logprobs import trainer_logps
 
 

@@ -61,7 +61,7 @@ def weight_files(model_dir: str | Path) -> dict[str, Path]:
     files = [f for f in files if not f.name.startswith("adapter_")]
     if not files:
         raise MergeError(f"{d}: no *.safetensors weights found (is it a checkpoint folder?)")
-    from safetensors import safe_open
+    from safetensors import safe_open  # torch, safetensors, peft: loaded when merging
 
     names: dict[str, Path] = {}
     for f in files:
@@ -89,7 +89,7 @@ class _ShardWriter:
     def flush(self) -> None:
         if not self.pending:
             return
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file  # torch, safetensors, peft: loaded when merging
 
         # a fresh temp name (mkstemp), renamed in close() once the shard count, and so the names, are known
         tmp = safe_write.temp_path(self.out_dir / f"shard-{len(self.shards):05d}")
@@ -167,7 +167,7 @@ def merge_streaming(models: list[str | Path], combine: Callable[[str, list], obj
     The models must share tensor names and shapes (checked tensor by tensor), except tensors for which
     ``first_only(name)`` is true: those are copied from the first model as they are.
     """
-    import torch
+    import torch  # torch, safetensors, peft: loaded when merging
     from safetensors import safe_open
 
     out = check_out(out_dir, {"model": [str(m) for m in models], "side files from": str(side_files_from)})
@@ -247,7 +247,7 @@ def chat_vector(target: str | Path, instruct: str | Path, base: str | Path, out_
 
 def merge_lora(adapter: str | Path, out_dir: str | Path, base: str | None = None, dtype: str | None = None) -> Path:
     """Fold a LoRA adapter into its base model (``base`` defaults to the adapter's base_model_name_or_path)."""
-    import torch
+    import torch  # torch, safetensors, peft: loaded when merging
     from peft import PeftConfig, PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

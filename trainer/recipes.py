@@ -156,11 +156,11 @@ class TansakuRLArguments:
     tasks: list[RLTask] | str | None  # name, data, index (or auto + corpus), ratio, reward_weights, system_prompt …
     mix_size: int | None = None  # prompts in the task mix; default: the tasks' total
     # Compute the prompt tokens every episode shares once: per generate call without vLLM
-    # (tansaku.trainer.prefix_generate) and, on CPU, per optimizer step in the training forward
-    # (tansaku.trainer.prefix_train); false = TRL's plain generate and forward.
+    # (tansaku.trainer.cpu.prefix_generate) and, on CPU, per optimizer step in the training forward
+    # (tansaku.trainer.cpu.prefix_train); false = TRL's plain generate and forward.
     share_prompt_prefix: bool = True
     # Without vLLM, on CPU, fp32 weights under bf16: true: generate with a bf16 copy of the weights refreshed at
-    # every generate call (tansaku.trainer.generation_copy); false = the training model under autocast.
+    # every generate call (tansaku.trainer.cpu.generation_copy); false = the training model under autocast.
     bf16_generation_copy: bool = True
     # true: log `kl_to_start` each generation round, the policy's KL to the starting weights on its own rollouts
     # (a frozen copy of the start scores them: one no-grad forward per round; tansaku.trainer.drift). TRL logs

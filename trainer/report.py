@@ -3,7 +3,8 @@
 ``train rl`` and ``train sft`` call these when training ends; they also work on any finished (or running)
 TRL output folder:
 
-    from tansaku.trainer.report import write_run_report, plot_learning_curves
+    from tansaku.trainer.curves import plot_learning_curves
+    from tansaku.trainer.report import write_run_report
     report = write_run_report("runs/demo/rl")          # -> runs/demo/rl/run_report.json
     plot_learning_curves("runs/demo/rl")               # -> runs/demo/rl/learning_curves.png
 
@@ -44,10 +45,10 @@ from pathlib import Path
 from tansaku.core import jsontext, safe_write
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.redact import redact_mapping
-from tansaku.envs.monitoring import hacking_warnings, reward_decomposition, zero_variance_share
+from tansaku.envs.call_keys import tool_call_key
+from tansaku.envs.monitoring import LOGGED_SERIES, hacking_warnings, reward_decomposition, zero_variance_share
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.collapse import collapse_series, collapse_warnings
-from tansaku.trainer.curves import plot_learning_curves, plot_loss_curve  # noqa: F401 - re-exported
 from tansaku.trainer.run_folder import checkpoint_step
 from tansaku.trainer.signals import judge_summary, signal_summary, step_signals
 
@@ -61,9 +62,6 @@ MIN_GROUP_STD = 1e-3
 MAX_REPEATED_CALL_SHARE = 0.1
 CORRECTNESS_NAMES = {task.answer_reward_name for task in TASKS.values()}
 _NON_REWARD_COLUMNS = {"step", "prompt", "completion", "advantage", "tool_variant", "environment", "reward_inputs"}
-# What ``reward_decomposition`` keeps besides the reward components.
-_LOGGED_SERIES = {"step", "reward", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
-                  "completions/mean_length", "entropy"}
 
 
 def load_log_history(output_dir: str | Path) -> list[dict]:
@@ -120,24 +118,13 @@ def episode_calls(completion) -> list[str]:
     if isinstance(completion, str):  # a non-conversational completion: parse the text as the rollout does
         from tansaku.core.parsing import parse_tool_calls
 
-        return [_call_key(c.name, c.arguments) for c in parse_tool_calls(completion)[1]]
+        return [tool_call_key(c.name, c.arguments) for c in parse_tool_calls(completion)[1]]
     calls = []
     for message in completion or []:
         for call in (message or {}).get("tool_calls") or []:
             function = call.get("function") or call
-            calls.append(_call_key(function.get("name"), function.get("arguments")))
+            calls.append(tool_call_key(function.get("name"), function.get("arguments")))
     return calls
-
-
-def _call_key(name, arguments) -> str:
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            pass
-    if isinstance(arguments, dict):  # parquet structs fill absent keys with None: drop them
-        arguments = {k: v for k, v in arguments.items() if v is not None}
-    return f"{name}({jsontext.dumps(arguments, sort_keys=True)})"
 
 
 def _stats(values: list[float]) -> dict:
@@ -208,7 +195,7 @@ def _watch_groups(names: list[str]) -> dict[str, tuple[list[str], str | None]]:
 def hacking_checks(log_history: list[dict], window: int = 5) -> list[str]:
     """The reward watch over a whole run: a component rising while its task's correctness stays flat."""
     rows = reward_decomposition(log_history)
-    names = list(dict.fromkeys(k for row in rows for k in row if k not in _LOGGED_SERIES))
+    names = list(dict.fromkeys(k for row in rows for k in row if k not in LOGGED_SERIES))
     window = max(1, min(window, len(rows) // 2))
     warnings = []
     for task, (members, correctness) in _watch_groups(names).items():

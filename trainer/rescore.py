@@ -125,40 +125,50 @@ def rescore(completions: str | Path, task: str | Task | None = None, out: str | 
     if rows and "reward_inputs" not in rows[0]:
         raise InputError("these completions have no reward_inputs column (a run from before tansaku logged the "
                          "rows' reward columns): they cannot be scored again")
-    functions = dict(zip(task.reward_weights, task.reward_functions(judge)))
+    functions = task.scoring_functions(judge)
     prefix = "" if any(name in (rows[0] if rows else {}) for name in functions) else f"{task.name}/"
-    mine = []
-    for row in rows:
-        inputs = json.loads(row["reward_inputs"] or "{}")
-        environment = str(inputs.get("environment") or "")
-        if environment and environment.split("@tools-v", 1)[0] != task.name:
-            continue  # another task's row in a multi-task run
-        mine.append((row, inputs))
-    components = {}
-    for name, fn in functions.items():
-        stored_col, changes, stored, new = prefix + name, [], [], []
-        for k, (row, inputs) in enumerate(mine):
-            before = _score(row.get(stored_col))
-            after = _score(fn([row["completion"]], **{key: [value] for key, value in inputs.items()})[0])
-            row[f"new_{name}"] = after
-            stored.append(before)
-            new.append(after)
-            if not _same(before, after):
-                changes.append({"step": row.get("step"), "row": k, "stored": before, "new": after})
-        diffs = [abs(a - b) for a, b in zip(stored, new) if a is not None and b is not None]
-        components[name] = {"rows": len(mine), "stored_mean": _mean(stored), "new_mean": _mean(new),
-                            "changed": len(changes), "max_abs_change": max(diffs, default=0.0),
-                            "examples": changes[:SHOWN_CHANGES]}
+    mine = _task_rows(rows, task.name)
+    new_totals = []
+    for row, inputs in mine:  # one row at a time: rows of different steps log different columns
+        [score] = task.score([row["completion"]], [inputs], functions=functions, logged=True)
+        row.update({f"new_{name}": value for name, value in score.components.items()})
+        new_totals.append(score.total)
+    components = {name: _compare([_score(row.get(prefix + name)) for row, _ in mine],
+                                 [row[f"new_{name}"] for row, _ in mine], [row for row, _ in mine])
+                  for name in functions}
     totals = {"stored_mean": _mean([task.weighted_total({n: _score(row.get(prefix + n)) for n in functions})
                                     for row, _ in mine]),
-              "new_mean": _mean([task.weighted_total({n: row[f"new_{n}"] for n in functions}) for row, _ in mine])}
-    versions = {**reward_versions(task, functions), "task_source": source, "reward_weights": dict(task.reward_weights)}
+              "new_mean": _mean(new_totals)}
+    versions = {**reward_versions(task, functions), "task_source": source,
+                "reward_weights": dict(task.reward_weights)}
     report = {"completions": str(completions), "rows": len(mine), "versions": versions,
               "unchanged": all(c["changed"] == 0 for c in components.values()), "components": components,
               "total": totals}
     if out is not None:
         _write(Path(out), [row for row, _ in mine], report)
     return report
+
+
+def _task_rows(rows: list[dict], task_name: str) -> list[tuple[dict, dict]]:
+    """``(row, its logged reward inputs)`` of the rows ``task_name`` scored (a multi-task run logs them
+    all)."""
+    mine = []
+    for row in rows:
+        inputs = json.loads(row["reward_inputs"] or "{}")
+        environment = str(inputs.get("environment") or "")
+        if environment and environment.split("@tools-v", 1)[0] != task_name:
+            continue  # another task's row in a multi-task run
+        mine.append((row, inputs))
+    return mine
+
+
+def _compare(stored: list[float | None], new: list[float | None], rows: list[dict]) -> dict:
+    """One component's report: rows, stored and new means, how many changed, the largest change, examples."""
+    changes = [{"step": row.get("step"), "row": k, "stored": before, "new": after}
+               for k, (before, after, row) in enumerate(zip(stored, new, rows)) if not _same(before, after)]
+    diffs = [abs(a - b) for a, b in zip(stored, new) if a is not None and b is not None]
+    return {"rows": len(rows), "stored_mean": _mean(stored), "new_mean": _mean(new), "changed": len(changes),
+            "max_abs_change": max(diffs, default=0.0), "examples": changes[:SHOWN_CHANGES]}
 
 
 RESCORE_MARKER = ownership.RESCORE_MARKER

@@ -50,6 +50,7 @@ from tansaku.envs.rewards import reward_columns
 from tansaku.envs.search import require_index
 from tansaku.envs.tasks import TASKS
 from tansaku.envs.tool_interfaces import interface_prompt
+from tansaku.trainer.curves import plot_learning_curves
 from tansaku.trainer.data import mix_by_ratio
 from tansaku.trainer.difficulty import Band, band_prompts, banded_rows
 from tansaku.trainer.model_card import name_base_model
@@ -63,7 +64,7 @@ from tansaku.trainer.recipes import (
     require_model,
     resolve_model,
 )
-from tansaku.trainer.report import plot_learning_curves, write_run_report
+from tansaku.trainer.report import write_run_report
 from tansaku.trainer.rl_rewards import build_rewards, environment_name, rl_task
 from tansaku.trainer.run_folder import check_output_dir, claimed_output_dir, full_disk_named
 from tansaku.trainer.sft import (
@@ -164,104 +165,10 @@ def grpo_config(recipe: Recipe, reward_weights: list[float] | None = None):
 def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, bands: dict | None = None):
     """A GRPOTrainer over the recipe's tasks, environments and rewards, with the reward watch attached;
     ``bands``: only the prompts difficulty banding kept."""
-    import torch
-    from trl import GRPOTrainer, get_quantization_config
+    from trl import get_quantization_config
 
-    from tansaku.core.llm.turn_cache import TurnCache
-    from tansaku.trainer.completion_log import parquet_safe
-    from tansaku.trainer.cpu_lm_head import score_labelled_positions  # torch, trl: loaded with the trainer
-    from tansaku.trainer.drift import StartDrift
-    from tansaku.trainer.dynamic_sampling import DynamicSampling
-    from tansaku.trainer.generation_copy import generate_with_bf16_copy
-    from tansaku.trainer.prefix_generate import share_prompt_prefix
-    from tansaku.trainer.sampler_logprobs import SamplerLogprobs, correct_for_sampler
-
-    class ResumableGRPOTrainer(GRPOTrainer):
-        """TRL's RepeatSampler draws each epoch's order from one generator, so a run resumed after the first
-        epoch would replay epoch 1's order. Reseeding with (seed + epoch) in ``set_epoch``, which the Trainer
-        calls before every epoch, makes the order a function of (seed, epoch): resume replays the same data."""
-
-        def _get_train_sampler(self, *args, **kwargs):
-            sampler = super()._get_train_sampler(*args, **kwargs)
-            seed = sampler.seed if getattr(sampler, "seed", None) is not None else self.args.seed
-            sampler.set_epoch = lambda epoch: sampler.generator.manual_seed(seed + epoch)
-            return sampler
-
-        # tansaku.trainer.prefix_train: which prompt tokens a rollout batch shares, and their gradient added
-        # after the last micro-batch of an optimizer step, before the Trainer clips the gradients
-        shared_prefix = None
-        turns = None  # tansaku.core.llm.turn_cache: the last turn's KV cache, freed once the rollouts are done
-        # tansaku.trainer.sampler_logprobs: the local generator's log-probs of each token it samples (None under
-        # vLLM, whose TRL keeps its own), and whether the advantages are weighted for the sampler–trainer gap
-        sampler = None
-        correct_sampler = False
-        drift = None  # tansaku.trainer.drift: kl_to_start, when the recipe asks for it
-        fresh_rollouts = False  # a rollout round was generated since the last log
-
-        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
-            if logprobs is None and self.sampler is not None:  # TRL's transformers path keeps none
-                logprobs = self.sampler.take(completion_ids)
-            return completion_ids, logprobs
-
-        def _generate(self, prompts):
-            generated = super()._generate(prompts)
-            if self.shared_prefix is not None:  # before TRL's no-grad forwards of the round, which use them too
-                self.shared_prefix.set_prompts([torch.tensor(ids) for ids in generated[0]])
-            return generated
-
-        # tansaku.trainer.dynamic_sampling: zero-variance groups refilled from the prompt pool (recipe key
-        # dynamic_sampling_max_refills; None: off, TRL's round as sampled)
-        dynamic_sampling = None
-
-        def _calculate_rewards(self, *args, **kwargs):
-            rewards = super()._calculate_rewards(*args, **kwargs)
-            if self.dynamic_sampling is not None:  # which groups have zero variance is decided on these
-                self.dynamic_sampling.rewards = rewards
-            return rewards
-
-        def _scored_round(self, inputs):
-            output = super()._generate_and_score_completions(inputs)
-            if self.sampler is not None:
-                correct_for_sampler(self, output, correct=self.correct_sampler)
-            return output
-
-        def _generate_and_score_completions(self, inputs):
-            if self.dynamic_sampling is not None and self.model.training:
-                output = self.dynamic_sampling.refill(self, inputs, self._scored_round, self._between_rounds)
-                if self.shared_prefix is not None:  # the prompts of the batch as trained, refills included
-                    self.shared_prefix.set_rollouts(output["prompt_ids"], output["prompt_mask"])
-            else:
-                output = self._scored_round(inputs)
-            if self.drift is not None:
-                self.drift.log(self, output)
-            self.fresh_rollouts = True
-            if self.turns is not None:
-                self.turns.clear()
-            return output
-
-        def _between_rounds(self):  # a refill's prompts continue none of the last sub-round's episodes
-            if self.turns is not None:
-                self.turns.clear()
-
-        def log(self, logs, start_time=None):
-            # TRL writes its buffer of the last round's completions at every log: off-policy, a round spans
-            # several optimizer steps, and each would write it again (rescore and run reports would count it
-            # twice). Each round's completions are written once, at the step that generated them.
-            keep, self.log_completions = self.log_completions, self.log_completions and self.fresh_rollouts
-            if self.log_completions:  # pyarrow refuses a column mixing JSON and non-JSON tool-call arguments
-                logged = self._logs["completion"]
-                self._logs["completion"] = type(logged)(parquet_safe(logged), maxlen=logged.maxlen)
-            try:
-                super().log(logs, start_time)
-            finally:
-                self.log_completions, self.fresh_rollouts = keep, False
-
-        def training_step(self, model, inputs, num_items_in_batch):
-            loss = super().training_step(model, inputs, num_items_in_batch)
-            if self.shared_prefix is not None and self.accelerator.sync_gradients:
-                self.shared_prefix.flush()
-            return loss
+    from tansaku.trainer import cpu  # torch, trl: loaded with the trainer
+    from tansaku.trainer.grpo_trainer import ResumableGRPOTrainer
 
     reward_funcs, weights, groups = build_rewards(recipe, judge)
     name = recipe.model_args.model_name_or_path
@@ -277,21 +184,25 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
         environment_factory=build_environments(recipe),
         callbacks=[watch, *(callbacks or [])],
     )
-    # Without vLLM: the system turn + tool schemas once per generate call, not per row; on CPU, by a bf16 copy
-    sharing = recipe.script_args.share_prompt_prefix and not recipe.training_args.use_vllm
-    trainer.turns = TurnCache(trainer.model) if sharing else None  # kept across turns while the weights stay
+    # turn caches, shared prompt tokens, bf16 generation copy, LM head: what applies off GPU / without vLLM
+    copied = cpu.apply(trainer, recipe.script_args)
+    attach_hooks(trainer, recipe, model, copied)
+    for line in update_notes(trainer.args, local_sampler=trainer.sampler is not None, copied=copied):
+        log.warning(line)
+    return name_base_model(trainer, name, model)  # its model card names the base model, not None
 
-    def prefix(generator):
-        share_prompt_prefix(generator, turns=trainer.turns)
 
-    copied = recipe.script_args.bf16_generation_copy and generate_with_bf16_copy(
-        trainer, wrap_copy=prefix if sharing else None)
-    if sharing and not copied:
-        prefix(trainer.model)
+def attach_hooks(trainer, recipe: Recipe, model, copied: bool) -> None:
+    """The recipe's switches on ``ResumableGRPOTrainer``'s hooks: the local sampler's log-probs (and the
+    correction for the bf16 copy's gap), ``kl_to_start``, dynamic sampling."""
+    from tansaku.trainer.drift import StartDrift  # torch: loaded with the trainer
+    from tansaku.trainer.dynamic_sampling import DynamicSampling
+    from tansaku.trainer.sampler_logprobs import SamplerLogprobs
+
     if not recipe.training_args.use_vllm:  # outermost: it sees the tokens whichever generator drew them
         trainer.sampler = SamplerLogprobs.wrap(trainer.model)
         # the bf16 copy is another distribution than the fp32 training forward; the model itself is not
-        trainer.correct_sampler = bool(copied) and trainer.args.vllm_importance_sampling_correction
+        trainer.correct_sampler = copied and trainer.args.vllm_importance_sampling_correction
         if trainer.correct_sampler and trainer.args.loss_type == "vespo":  # VESPO reads the weight on its own
             raise RecipeError("loss_type vespo with rollouts from the bf16 generation copy: set "
                               "vllm_importance_sampling_correction: false or bf16_generation_copy: false")
@@ -302,11 +213,6 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
             raise RecipeError(f"dynamic_sampling_max_refills: refills one training process's rollout round "
                               f"(got {trainer.accelerator.num_processes} processes); set it to 0")
         trainer.dynamic_sampling = DynamicSampling(recipe.script_args.dynamic_sampling_max_refills)
-    for line in update_notes(trainer.args, local_sampler=trainer.sampler is not None, copied=bool(copied)):
-        log.warning(line)
-    # on CPU: the LM head over the completion's positions only, the shared prompt tokens once per optimizer step
-    trainer.shared_prefix = score_labelled_positions(trainer, share_prefix=recipe.script_args.share_prompt_prefix)
-    return name_base_model(trainer, name, model)  # its model card names the base model, not None
 
 
 def judge_client(recipe: Recipe, judge=None, llm_options=None):

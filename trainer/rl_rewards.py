@@ -23,7 +23,7 @@ from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.options import read_system_prompt
 from tansaku.envs.rewards import TRAINER_STEP, TRL_REWARD_ARGUMENTS
-from tansaku.envs.tasks import TASKS, Task
+from tansaku.envs.tasks import OVERRIDES, TASKS, Task
 from tansaku.trainer.recipes import Recipe, RecipeError, RLTask, auto_index_dir, load_recipe
 
 
@@ -104,48 +104,20 @@ def _subset_reward(fn, task_key: str, name: str):
 
 
 def rl_task(spec) -> Task:
-    """The recipe's task, complete: ``TASKS[name]`` under the recipe's ``system_prompt`` when it gives one (the
-    text the SFT rows were built with: ``synth build trajectories --system-prompt``), with the abstention reward
-    when the recipe asks for it, its ``tools`` settings over the task's (``ToolsConfig`` fields), its
-    ``reward_weights`` over the task's (so they may weigh ``abstention_reward`` too), then its
-    ``zh_mix_start_step`` / ``zh_mix_scope`` (a start step for a penalty the task weighs 0 is refused: it would do
-    nothing). The one task ``train rl`` optimises and the readiness check, banding, ``train eval --config``, ``train
-    rescore`` and ``synth serve-env --config`` measure."""
+    """The recipe's task, complete: ``TASKS[name].configured(spec)`` (``Task.configured``: the recipe's
+    ``system_prompt``, read here when it is an ``@FILE`` — the text the SFT rows were built with, ``synth build
+    trajectories --system-prompt`` —, abstention, ``tools``, ``reward_weights``, ``zh_mix_start_step`` /
+    ``zh_mix_scope``). The one task ``train rl`` optimises and the readiness check, banding, ``train eval
+    --config``, ``train rescore`` and ``synth serve-env --config`` measure; a problem is one ``RecipeError`` line
+    naming the task."""
     if spec.name not in TASKS:
         raise RecipeError(f"tasks: unknown task {spec.name!r}; choose from {sorted(TASKS)}")
-    task = TASKS[spec.name]
-    if spec.system_prompt is not None:
-        try:
-            task = task.with_system_prompt(
-                read_system_prompt(spec.system_prompt, f"tasks {spec.name}: system_prompt")
-            )
-        except TansakuError as exc:
-            raise RecipeError(str(exc)) from None
-    if spec.abstention_weight:
-        try:
-            task = task.with_abstention(spec.abstention_weight)
-        except InputError as exc:
-            raise RecipeError(str(exc)) from None
-    if spec.tools:  # e.g. interface_variants: 2 (the SFT rows and eval must be built the same way)
-        try:
-            task = task.with_tools(**spec.tools)
-        except InputError as exc:
-            raise RecipeError(f"tasks {spec.name}: tools: {exc}") from None
-    if spec.reward_weights:
-        try:
-            task = task.with_reward_weights(spec.reward_weights)
-        except InputError as exc:
-            raise RecipeError(str(exc)) from None
-    start_step, scope = spec.zh_mix_start_step, spec.zh_mix_scope
-    if start_step is not None or scope is not None:
-        try:
-            task = task.with_zh_mix(start_step, scope)
-        except InputError as exc:
-            raise RecipeError(f"tasks {spec.name}: {str(exc).removeprefix(f'task {spec.name}: ')}") from None
-        if start_step is not None and not task.reward_weights.get("zh_mix_penalty"):
-            raise RecipeError(f"tasks {spec.name}: zh_mix_start_step {start_step} starts a penalty that weighs 0 in "
-                              "this task; weigh it too (reward_weights: {zh_mix_penalty: 0.3})")
-    return task
+    try:
+        overrides = {name: getattr(spec, name, None) for name in OVERRIDES}
+        overrides["system_prompt"] = read_system_prompt(spec.system_prompt, "system_prompt")  # text or @FILE
+        return TASKS[spec.name].configured(overrides)
+    except TansakuError as exc:
+        raise RecipeError(f"tasks {spec.name}: {str(exc).removeprefix(f'task {spec.name}: ')}") from None
 
 
 def recipe_task(tasks: list[RLTask], name: str | None, where: str) -> RLTask:

@@ -27,11 +27,11 @@ import os
 from pathlib import Path
 
 from tansaku.core import ownership
+from tansaku.trainer.curves import plot_loss_curve
 from tansaku.trainer.data import mix_dataset
 from tansaku.trainer.length import apply_overlong, write_report
 from tansaku.trainer.model_card import name_base_model
 from tansaku.trainer.recipes import Recipe, RecipeError, load_recipe, require_model, resolve_model
-from tansaku.trainer.report import plot_loss_curve
 from tansaku.trainer.run_folder import (
     check_output_dir,
     claimed_output_dir,
@@ -48,6 +48,7 @@ def check_reporters(recipe: Recipe) -> None:
     """Refuse a ``report_to`` logger that transformers does not know or cannot import (its own helpers:
     ``INTEGRATION_TO_CALLBACK``, ``get_available_reporting_integrations``), naming what installs it: the
     Trainer would fail only after the model loaded. ``all`` and ``none`` were expanded by transformers."""
+    # transformers, trl: loaded with the trainer
     from transformers.integrations import integration_utils as integrations
 
     available = integrations.get_available_reporting_integrations()
@@ -85,7 +86,7 @@ def trainer_config(recipe: Recipe, **derived):
 
 def peft_config(recipe: Recipe):
     """A peft LoraConfig from ``ModelConfig`` (``use_peft``, ``lora_r`` …; TRL's ``get_peft_config``), or None."""
-    from trl import get_peft_config
+    from trl import get_peft_config  # transformers, trl: loaded with the trainer
 
     return get_peft_config(recipe.model_args)
 
@@ -126,10 +127,10 @@ def sft_config(recipe: Recipe):
 
 def build_sft_trainer(recipe: Recipe, callbacks: list | None = None):
     """An SFTTrainer ready to ``train()``: mixed dataset, model, LoRA if asked."""
-    from transformers import AutoProcessor
+    from transformers import AutoProcessor  # transformers, trl: loaded with the trainer
     from trl import SFTTrainer, get_quantization_config
 
-    from tansaku.trainer.cpu_lm_head import score_labelled_positions  # torch, trl: loaded with the trainer
+    from tansaku.trainer import cpu  # torch, trl: loaded with the trainer
 
     config = sft_config(recipe)
     name = recipe.model_args.model_name_or_path
@@ -139,7 +140,7 @@ def build_sft_trainer(recipe: Recipe, callbacks: list | None = None):
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=processing_class,
                          peft_config=peft_config(recipe), quantization_config=get_quantization_config(recipe.model_args),
                          callbacks=callbacks)
-    score_labelled_positions(trainer)  # on CPU: the LM head over the assistant turns' positions only
+    cpu.apply(trainer)  # on CPU: the LM head over the assistant turns' positions only
     return name_base_model(trainer, name, model)  # its model card names the base model, not None
 
 
@@ -169,7 +170,7 @@ def run_sft(config_path: str | os.PathLike, args: list[str] | None = None) -> di
 
     Returns ``{"output_dir", "global_step", "training_loss", "metrics"}``. Checkpoints, ``trainer_state.json``
     and the resolved recipe (``tansaku_recipe.json``) land in the recipe's ``output_dir``; the final model
-    (or LoRA adapter) and ``loss_curve.png`` (``tansaku.trainer.report``) are saved there too.
+    (or LoRA adapter) and ``loss_curve.png`` (``tansaku.trainer.curves``) are saved there too.
     """
     recipe = load_recipe(config_path, args, kind="sft")
     output_dir = recipe.training_args.output_dir

@@ -3,8 +3,8 @@
     task = build(RLTask, {"name": "multihop_qa", "data": "q.jsonl", "ratio": "2"})    # ratio == 2.0
     readiness = section(ReadinessSpec, "{k: 2}", "readiness")   # YAML text, as a command line gives it
 
-TRL's parser (``TrlParser``) reads every flat key of a recipe; a nested section reaches the recipe's dataclass as
-the mapping (or list of mappings) the YAML holds, or as YAML/JSON text from the command line (``--tasks
+TRL's parser (``TrlParser``) reads every flat key of a recipe; a nested section reaches the recipe's dataclass
+as the mapping (or list of mappings) the YAML holds, or as YAML/JSON text from the command line (``--tasks
 '[{…}]'``). ``build`` and ``section`` turn those into the section dataclasses, coercing each value to its
 field's type (``1e-7`` is a float even though YAML 1.1 reads it as a string; ``none``/``null`` clears an
 optional field). Unknown keys fail with the closest valid name. A number must be finite: ``.nan`` and ``.inf``
@@ -63,63 +63,82 @@ def _coerce(value: Any, tp, where: str) -> Any:
         if optional:
             return None
         raise RecipeError(f"{where}: a value is required (got null)")
-    tp = inner
-    origin = typing.get_origin(tp)
     try:
-        if dataclasses.is_dataclass(tp):
-            if isinstance(value, tp):
-                value = dataclasses.asdict(value)  # built elsewhere: its values are checked like a mapping's
-            if not isinstance(value, dict):
-                raise RecipeError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
-            return build(tp, value, where)
-        if origin in (typing.Union, types.UnionType):  # e.g. str | list[str]: the first type that fits
-            for option in typing.get_args(tp):
-                if isinstance(value, typing.get_origin(option) or option):
-                    return _coerce(value, option, where)
-            return _coerce(value, typing.get_args(tp)[0], where)
-        if origin is list:
-            (item_tp,) = typing.get_args(tp)
-            if not isinstance(value, list):
-                raise RecipeError(f"{where}: expected a list, got {value!r}")
-            return [_coerce(v, item_tp, f"{where}.{i}") for i, v in enumerate(value)]
-        if origin is dict:
-            if not isinstance(value, dict):
-                raise RecipeError(f"{where}: expected a mapping, got {value!r}")
-            _, val_tp = typing.get_args(tp)
-            return {str(k): _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()}
-        if tp is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("true", "yes", "on", "1"):
-                return True
-            if text in ("false", "no", "off", "0"):
-                return False
-            raise ValueError(value)
-        if tp is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError(value)
-            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
-        if tp is float:
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return finite(float(value), value, where)
-        if tp is str:
-            if isinstance(value, (dict, list)):
-                raise ValueError(value)
-            return str(value)
-        if tp is Any:
-            return value
+        return _coerce_present(value, inner, where)
     except RecipeError:
         raise
-    except (TypeError, ValueError):
-        raise RecipeError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}") from None
+    except (TypeError, ValueError):  # the value does not fit the type: say which type was expected
+        raise RecipeError(f"{where}: expected {getattr(inner, '__name__', inner)}, got {value!r}") from None
+
+
+def _coerce_present(value: Any, tp, where: str) -> Any:
+    """``value`` (not null) as ``tp``: a section, a union, a list, a mapping or a scalar; TypeError or
+    ValueError when it does not fit (``_coerce`` words it)."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _coerce_section(value, tp, where)
+    if origin in (typing.Union, types.UnionType):  # e.g. str | list[str]: the first type that fits
+        for option in typing.get_args(tp):
+            if isinstance(value, typing.get_origin(option) or option):
+                return _coerce(value, option, where)
+        return _coerce(value, typing.get_args(tp)[0], where)
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise RecipeError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, item_tp, f"{where}.{i}") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise RecipeError(f"{where}: expected a mapping, got {value!r}")
+        _, val_tp = typing.get_args(tp)
+        return {str(k): _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()}
+    if tp is bool:
+        return _to_bool(value)
+    if tp is int:
+        return _to_int(value)
+    if tp is float:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        return finite(float(value), value, where)
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ValueError(value)
+        return str(value)
+    if tp is Any:
+        return value
     raise RecipeError(f"{where}: unsupported field type {tp}")
 
 
+def _coerce_section(value: Any, tp, where: str) -> Any:
+    """A section dataclass from its mapping, or from an instance built elsewhere (checked like a mapping)."""
+    if isinstance(value, tp):
+        value = dataclasses.asdict(value)
+    if not isinstance(value, dict):
+        raise RecipeError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
+    return build(tp, value, where)
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(value)
+
+
+def _to_int(value: Any) -> int:
+    # "1e3" is a whole number YAML 1.1 leaves as text; 1.5 and True are not ints
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(value)
+    return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+
+
 def finite(number: float, value: Any, where: str) -> float:
-    """``number`` unless it is NaN or ±inf (YAML ``.nan``/``.inf``): no recipe number means that, and NaN passes
-    every ``> 0`` check (each comparison with it is False) to fail deep inside training."""
+    """``number`` unless it is NaN or ±inf (YAML ``.nan``/``.inf``): no recipe number means that, and NaN
+    passes every ``> 0`` check (each comparison with it is False) to fail deep inside training."""
     if not math.isfinite(number):
         raise RecipeError(f"{where}: expected a finite number, got {value!r}")
     return number
@@ -143,8 +162,8 @@ def build(cls, data: dict, where: str = "recipe"):
 
 
 def section(tp, value: Any, where: str):
-    """``value`` as ``tp`` (a section dataclass, or ``list[...]`` of one): a mapping or list from the YAML, a section
-    already built, or YAML/JSON text as the command line gives it (``--readiness '{k: 2}'``)."""
+    """``value`` as ``tp`` (a section dataclass, or ``list[...]`` of one): a mapping or list from the YAML, a
+    section already built, or YAML/JSON text as the command line gives it (``--readiness '{k: 2}'``)."""
     if isinstance(value, str):
         try:
             value = yaml.safe_load(value)

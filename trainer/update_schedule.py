@@ -45,7 +45,7 @@ def update_notes(args, local_sampler: bool, copied: bool) -> list[str]:
     """One line per thing the configuration does that its names do not say (empty when there is none).
 
     ``local_sampler``: rollouts come from tansaku's transformers path (not vLLM); ``copied``: from a bf16 copy
-    of the policy (``tansaku.trainer.generation_copy``), a different distribution from the training forward.
+    of the policy (``tansaku.trainer.cpu.generation_copy``), a different distribution from the training forward.
 
     >>> from types import SimpleNamespace as A
     >>> on = A(steps_per_generation=4, num_iterations=1, gradient_accumulation_steps=4, loss_type="grpo",

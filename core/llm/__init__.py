@@ -10,7 +10,8 @@ Specs: ``http:MODEL@URL[,URL…]`` (``http:MODEL`` → ``OPENAI_BASE_URL``), ``v
 ``transformers:PATH`` (a folder, a Hub id ``ORG/NAME`` or ``tiny``; a bare folder or Hub id means
 ``transformers:`` too), ``scripted:FILE.jsonl`` and ``scripted:FILE.py[:FUNCTION]`` (scripted responders; the
 ``.py`` forms execute that file's code, like a plugin: ``tansaku.core.llm.scripted``), all read by the one
-parser ``parse_spec`` (``tansaku.core.llm.spec``), which every spec option also runs while it is parsed.
+parser ``parse_spec`` (``tansaku.core.llm.spec``), which every spec option also runs while it is parsed. Each
+engine is one line of ``LLM_ENGINES`` there, naming the function that builds its client (``openers``).
 Backend modules import their heavy libraries only when used. A command's ``--no-cache`` / ``--api-key`` /
 ``--extra-body`` / ``--concurrency`` / ``--llm-option`` (vLLM engine arguments, ``vllm:`` clients) reach the
 clients it builds as one ``LLMOptions`` (``llm_options=``).
@@ -22,6 +23,7 @@ parser of it. ``parse_json`` (from there) repairs JSON by default, for teacher/j
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -31,12 +33,13 @@ from tansaku.core.parsing import LLMBadJSON, parse_json
 from .base import ChatRequest, ChatResult, LLMClient
 from .cache import ResponseCache, default_cache_path
 from .json_calls import ask_json, checked_json, json_answer, json_answers
-from .scripted import ScriptedLLM, load_scripted
-from .settings import LLMOptions, api_base, cache_disabled, key_for
-from .spec import bare_model_problem, parse_spec
+from .scripted import ScriptedLLM
+from .settings import LLMOptions, cache_disabled
+from .spec import LLM_ENGINES, Engine, bare_model_problem, parse_spec
 
 __all__ = [
-    "ChatRequest", "ChatResult", "LLMBadJSON", "LLMClient", "LLMOptions", "ResponseCache", "ScriptedLLM", "as_client",
+    "ChatRequest", "ChatResult", "Engine", "LLMBadJSON", "LLMClient", "LLMOptions", "LLM_ENGINES",
+    "ResponseCache", "ScriptedLLM", "as_client",
     "ask_json", "checked_json", "default_cache_path", "from_spec", "json_answer", "json_answers", "parse_json",
     "parse_spec",
 ]
@@ -69,30 +72,10 @@ def from_spec(spec: str, cache: ResponseCache | str | os.PathLike | bool | None 
         if problem := bare_model_problem(spec):
             raise InputError(problem)
         kind, parts = "transformers", (spec,)
-    if kind == "http":
-        from .http_backend import HTTPClient
-
-        model, urls = parts[0], list(parts[1])
-        if not urls:
-            if not os.environ.get("OPENAI_BASE_URL"):
-                raise InputError(f"http spec {spec!r} names no server: use http:MODEL@URL[,URL…] or set "
-                                 "OPENAI_BASE_URL")
-            urls = [os.environ["OPENAI_BASE_URL"]]
-        if given.api_keys:  # a key given here wins over the command's, per endpoint
-            options["api_key"] = {api_base(u): key_for(u, options.get("api_key"), given.api_keys) for u in urls}
-        options = {**given.client_options("http"), **options}
-        return HTTPClient(model, urls, cache=_open_cache(cache, True, given), **options)
-    if kind == "vllm":
-        from .vllm_backend import VLLMClient
-
-        options = {**given.client_options("vllm"), **options}  # an engine argument given here wins, as for http
-        return VLLMClient(parts[0], cache=_open_cache(cache, True, given), **options)
-    if kind == "transformers":
-        from .transformers_backend import TransformersClient
-
-        return TransformersClient(parts[0], cache=_open_cache(cache, True, given), **options)
-    # scripted: FILE.jsonl, or FILE.py[:FUNCTION] whose code runs (parse_spec has read which)
-    return load_scripted(spec, cache=_open_cache(cache, False, given), **options)
+    engine = LLM_ENGINES[kind]
+    module, _, function = engine.opener.partition(":")  # imported now: an engine's libraries load when used
+    opener = getattr(importlib.import_module(module), function)
+    return opener(spec, parts, _open_cache(cache, engine.cached, given), given, **options)
 
 
 def as_client(spec_or_client, cache: ResponseCache | str | os.PathLike | bool | None = "default",

@@ -140,7 +140,7 @@ class HTTPClient(LLMClient):
 
     def _ensure_clients(self) -> None:
         if not self._clients:
-            import openai
+            import openai  # openai: not at --help
 
             # Created inside the loop that uses them: async pools belong to one loop. max_retries=0: retrying
             # is done here, across servers (the openai client would retry the same one). A connection per
@@ -202,7 +202,7 @@ class HTTPClient(LLMClient):
         return {**body, **self.extra_body} if self.extra_body else body
 
     async def _one(self, req: ChatRequest, stage: str | None = None) -> ChatResult:
-        import openai
+        import openai  # openai: not at --help
 
         body = self._body(req)
         last_error = ""

@@ -52,7 +52,7 @@ def is_hub_id(name: str) -> bool:
 
 def cached_snapshot(repo_id: str) -> Path | None:
     """The cached snapshot folder of a Hub model, or None when it is not in the HF cache (no network)."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # huggingface_hub: only for Hub ids
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
@@ -75,7 +75,7 @@ def resolve_model(name: str | os.PathLike) -> Path:
     if hub_offline():
         raise MissingInputError(f"model {text} is not in the Hugging Face cache {hub_cache_dir()} "
                                 "and HF_HUB_OFFLINE=1 forbids downloading it")
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # huggingface_hub: only for Hub ids
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:

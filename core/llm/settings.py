@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.input_files import refuse_special
@@ -148,8 +150,6 @@ def load_extra_body(text: str | None) -> dict | None:
     over ``MAX_BODY_CHARS``, and what JSON cannot send (``option_values.value_problem``: NaN, Infinity …)."""
     if text is None:
         return None
-    import yaml
-
     if not text.strip():
         raise InputError("--extra-body is empty: give a JSON object (e.g. '{\"top_k\": 20}') or @FILE.yaml")
     source = _read_value(text.strip(), "--extra-body", MAX_BODY_CHARS)

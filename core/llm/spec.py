@@ -10,6 +10,10 @@ any work.
     scripted:FILE.jsonl     answers read from a file; scripted:FILE.py[:FUNCTION] runs that file's code
     PATH or ORG/NAME        a bare model folder or Hub id: transformers:
 
+Each engine is one line of ``LLM_ENGINES``: the form of its specs, the function that builds its client
+(imported only when a spec names it) and how the text after ``NAME:`` is read; every help text and error that
+lists the engines is made from it (``engine_help``, ``grammar``). docs/extending.md, "Adding an LLM engine".
+
 >>> parse_spec("http:Qwen/Qwen3-8B@http://gpu1:8000,http://gpu2:8000")
 ('http', ('Qwen/Qwen3-8B', ('http://gpu1:8000', 'http://gpu2:8000')))
 >>> parse_spec("http:m@gpu1:8000"), parse_spec("vllm:Qwen/Qwen3-8B"), parse_spec("runs/sft")
@@ -28,18 +32,26 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.value_checks import INPUT_FILE, check_path
 
+from .identity import is_hub_id
 from .scripted import parse_scripted_spec
 
-BACKENDS = ("http", "vllm", "transformers", "scripted")
-GRAMMAR = ("http:MODEL@URL, vllm:MODEL, transformers:PATH, scripted:FILE.jsonl or scripted:FILE.py[:FUNCTION]")
 # MODEL@URL where URL starts with a scheme: the first such '@' ends the model id, so URLs may carry user:pass@.
 _MODEL_AT_URL = re.compile(r"^(?P<model>.+?)@(?P<urls>https?://.+)$")
+
+
+def model_parts(spec: str, rest: str) -> tuple[str]:
+    """``NAME:MODEL`` → ``(MODEL,)``: the parts of an engine whose spec names one model."""
+    if not rest.strip():
+        raise InputError(f"LLM spec {spec!r} names no model: use {spec.partition(':')[0]}:MODEL")
+    return (rest,)
 
 
 def _url_problem(url: str) -> str | None:
@@ -77,6 +89,47 @@ def _http_parts(spec: str, rest: str) -> tuple[str, tuple[str, ...]]:
     return model, urls
 
 
+def _scripted_parts(spec: str, rest: str) -> tuple[Path, str | None]:
+    """``scripted:FILE.jsonl`` → ``(FILE, None)``; ``scripted:FILE.py[:FUNCTION]`` → ``(FILE, FUNCTION)``."""
+    target = parse_scripted_spec(spec)
+    return target.path, target.function
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One LLM engine. ``grammar``: how its specs are written (help texts, errors). ``opener``:
+    ``"module:function"``, imported when a spec names the engine, called as ``function(spec, parts, cache,
+    llm_options, **options)`` → an ``LLMClient``. ``parts``: ``(spec, text after NAME:)`` → the parts
+    ``parse_spec`` returns (an ``InputError`` for a bad form; read from the text alone). ``cached``: whether
+    its answers go through the response cache by default."""
+
+    grammar: str
+    opener: str
+    parts: Callable[[str, str], tuple] = model_parts
+    cached: bool = True
+
+
+# The LLM engines a spec may name, ``NAME:…``; adding one is one line here plus its module.
+LLM_ENGINES: dict[str, Engine] = {
+    "http": Engine("http:MODEL@URL[,URL…]", "tansaku.core.llm.openers:open_http", _http_parts),
+    "vllm": Engine("vllm:MODEL", "tansaku.core.llm.openers:open_vllm"),
+    "transformers": Engine("transformers:PATH|tiny", "tansaku.core.llm.openers:open_transformers"),
+    "scripted": Engine("scripted:FILE.jsonl|FILE.py[:FUNCTION]", "tansaku.core.llm.openers:open_scripted",
+                       _scripted_parts, cached=False),
+}
+
+
+def engine_help() -> str:
+    """The engines' spec forms as one option help: ``http:MODEL@URL[,URL…] | vllm:MODEL | …``."""
+    return " | ".join(engine.grammar for engine in LLM_ENGINES.values())
+
+
+def grammar() -> str:
+    """The engines' spec forms as a sentence, for errors: ``http:…, vllm:MODEL, … or scripted:…``."""
+    forms = [engine.grammar for engine in LLM_ENGINES.values()]
+    return ", ".join(forms[:-1]) + f" or {forms[-1]}" if len(forms) > 1 else "".join(forms)
+
+
 def parse_spec(spec: str) -> tuple[str, tuple]:
     """``(backend, parts)`` of an LLM spec, from its text alone; ``InputError`` (one line) for any other form.
 
@@ -84,32 +137,23 @@ def parse_spec(spec: str) -> tuple[str, tuple]:
     ``(model,)``, ``scripted`` → ``(file, function)`` (``None`` for a JSONL file), ``model`` (a bare folder or
     Hub id, which ``from_spec`` reads as ``transformers:``) → ``(text,)``."""
     if not isinstance(spec, str) or not spec.strip():
-        raise InputError(f"the LLM spec is empty; use {GRAMMAR}")
+        raise InputError(f"the LLM spec is empty; use {grammar()}")
     if any(c in spec for c in "\0\n\r"):
         raise InputError(f"LLM spec {spec!r} holds a NUL byte or a line break")
     kind, colon, rest = spec.partition(":")
     if not colon:
         return "model", (spec,)
-    if kind not in BACKENDS:
-        raise InputError(f"unknown LLM backend {kind!r} in spec {spec!r} ({', '.join(BACKENDS)})")
-    if kind == "http":
-        return kind, _http_parts(spec, rest)
-    if kind == "scripted":
-        target = parse_scripted_spec(spec)
-        return kind, (target.path, target.function)
-    if not rest.strip():
-        raise InputError(f"LLM spec {spec!r} names no model: use {kind}:MODEL")
-    return kind, (rest,)
+    if kind not in LLM_ENGINES:
+        raise InputError(f"unknown LLM backend {kind!r} in spec {spec!r} ({', '.join(LLM_ENGINES)})")
+    return kind, LLM_ENGINES[kind].parts(spec, rest)
 
 
 def bare_model_problem(spec: str) -> str | None:
     """Why a spec without a backend is no model ``from_spec`` can load (neither a folder nor an ORG/NAME Hub
     id), or None."""
-    from .identity import is_hub_id
-
     if Path(spec).expanduser().exists() or (spec.count("/") == 1 and is_hub_id(spec)):
         return None
-    return f"LLM spec {spec!r} must look like {GRAMMAR} (or be a model folder or an ORG/NAME Hub id)"
+    return f"LLM spec {spec!r} must look like {grammar()} (or be a model folder or an ORG/NAME Hub id)"
 
 
 def _scripted_file_problem(path: Path) -> str | None:

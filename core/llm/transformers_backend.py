@@ -36,6 +36,7 @@ from collections import Counter
 
 from tansaku.core import jsontext
 from tansaku.core.parsing import to_hf
+from tansaku.core.tiny_model import TINY_MODEL_NAME, tiny_model_dir
 
 from .base import ChatRequest, ChatResult, LLMClient
 from .identity import local_model_identity, resolve_model, weights_fingerprint  # noqa: F401 - re-exported
@@ -53,7 +54,7 @@ class EntropyRecorder:
         self._table = None  # the steps stacked, [steps, batch], once generation is over
 
     def __call__(self, input_ids, scores):
-        import torch
+        import torch  # torch: loaded with the model
 
         logp = torch.log_softmax(scores.float(), dim=-1)
         self.steps.append(-(logp.exp() * logp).sum(-1))
@@ -65,7 +66,7 @@ class EntropyRecorder:
         if n_tokens <= 0:
             return None
         if self._table is None:
-            import torch
+            import torch  # torch: loaded with the model
 
             self._table = torch.stack(self.steps)
         return float(self._table[:n_tokens, row].mean())
@@ -77,8 +78,6 @@ class TransformersClient(LLMClient):
     def __init__(self, path: str, cache=None, batch_size: int = 8, dtype: str = "float32", device: str = "cpu",
                  prefix_cache: bool = True, turn_cache: bool = True):
         if path == "tiny":
-            from tansaku.core.tiny_model import TINY_MODEL_NAME, tiny_model_dir
-
             self.path, model_name = tiny_model_dir(), TINY_MODEL_NAME
         else:
             # A local folder or a Hub id (resolved through the HF cache; offline mode honoured).
@@ -103,7 +102,7 @@ class TransformersClient(LLMClient):
 
     def _load(self):
         if self._model is None:
-            import torch
+            import torch  # torch: loaded with the model
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(self.path)
@@ -196,7 +195,7 @@ class TransformersClient(LLMClient):
     def _prefix_kv(self, prefix: str, probe: str):
         """(ids, KV cache) of ``prefix``, computed once; None when tokenizing prefix and rest apart would give
         other tokens than tokenizing ``probe`` (a prompt starting with it) whole."""
-        import torch
+        import torch  # torch: loaded with the model
 
         if prefix not in self._prefixes:
             tokenizer = self._tokenizer
@@ -218,7 +217,7 @@ class TransformersClient(LLMClient):
         first turn from its KV cache and each prompt's rest left-padded after it; else (no shared first turn, or
         ``prefix_cache`` off) the whole prompts left-padded. ``last``: the call's last batch, after which the last
         call's caches are freed, before this batch generates (one turn's keys and values less at the peak)."""
-        import torch
+        import torch  # torch: loaded with the model
 
         tokenizer = self._tokenizer
         if self._turns is not None and self._turns.kept:  # episodes generated last call: their caches, gathered
@@ -253,7 +252,7 @@ class TransformersClient(LLMClient):
 
     def _generate_batch(self, reqs: list[ChatRequest], prompts: list[str], temperature: float, top_p: float,
                         seed, last: bool = True) -> list[ChatResult]:
-        import torch
+        import torch  # torch: loaded with the model
 
         from tansaku.core.llm.growing_cache import growing_cache  # transformers: loaded with the model
         from tansaku.core.llm.turn_cache import end_token_ids

@@ -16,6 +16,7 @@ then refused because vLLM is missing. They are part of the cache identity and of
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -55,12 +56,10 @@ class VLLMClient(LLMClient):
     def close(self) -> None:
         """Drop the engine so its GPU memory can go back (``train rl``'s readiness check closes its engine
         before a colocated trainer starts its own)."""
-        import gc
-
         self._llm = None
         gc.collect()
         try:
-            import torch
+            import torch  # vllm, CUDA torch: GPU only, loaded with the engine
 
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -70,16 +69,16 @@ class VLLMClient(LLMClient):
 
     @staticmethod
     def _sampling_params(req: ChatRequest):
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # vllm, CUDA torch: GPU only, loaded with the engine
 
         kwargs = {"max_tokens": req.max_tokens, "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed}
         if req.json_schema is not None:
             try:
-                from vllm.sampling_params import StructuredOutputsParams
+                from vllm.sampling_params import StructuredOutputsParams  # vllm: GPU only
 
                 kwargs["structured_outputs"] = StructuredOutputsParams(json=req.json_schema)
             except ImportError:
-                from vllm.sampling_params import GuidedDecodingParams
+                from vllm.sampling_params import GuidedDecodingParams  # an older vllm's name
 
                 kwargs["guided_decoding"] = GuidedDecodingParams(json=req.json_schema)
         return SamplingParams(**kwargs)

@@ -22,6 +22,8 @@ import dataclasses
 import difflib
 from typing import Any
 
+import yaml
+
 from tansaku.core.errors import InputError
 
 from .option_values import MAX_ENGINE_DEPTH, engine_text_problem, shown, value_problem
@@ -45,7 +47,7 @@ COMMON_ENGINE_ARGS = frozenset({
 def installed_engine_args() -> tuple[str, frozenset[str]] | None:
     """(vLLM's version, its ``EngineArgs`` field names but ``model``), or None when vLLM cannot be imported."""
     try:
-        import vllm
+        import vllm  # vllm: GPU only
         from vllm.engine.arg_utils import EngineArgs
     except ImportError:  # not installed (a CPU machine); any other failure is vLLM's own, shown as it is
         return None
@@ -83,8 +85,6 @@ def require_vllm(model: str, options: dict[str, Any]) -> None:
 def parse_engine_options(values: list[str] | None) -> dict[str, Any]:
     """``KEY=VALUE`` texts → a mapping; values are YAML (``8`` int, ``0.9`` float, ``true`` bool, ``bfloat16`` str,
     ``{image: 2}`` a mapping); ``max-model-len`` means ``max_model_len``, as vLLM's own command line spells it."""
-    import yaml
-
     found: dict[str, Any] = {}
     for text in values or []:
         key, eq, raw = text.partition("=")

@@ -16,22 +16,23 @@ from pathlib import Path
 
 from tansaku.core import jsontext
 from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.out_folder import read_manifest
 
-from .backend import ANALYZER_NAMES, Backend, backend_for, is_opensearch_spec
+from .backend import SEARCH_BACKENDS, Backend, analyzer_names, backend_for, backend_named_by
 from .base import Hit, SearchResult
 from .dsl import Limits, QueryError
 
 __all__ = ["build_index", "open_index", "require_index", "QueryError", "SearchResult", "Hit", "Limits",
-           "Backend", "backend_for", "build_index_cli", "search_cli"]
+           "Backend", "SEARCH_BACKENDS", "backend_for", "build_index_cli", "search_cli"]
 
 
 def build_index(dataset_dir: str | Path, index_dir: str | Path, backend: str = "embedded",
                 analyzer: str | None = None, chunk_chars: int = 800, overwrite: bool = True) -> dict:
     """Index a document dataset folder; return the index metadata (documents, chunks, seconds …).
 
-    ``backend="embedded"``: ``index_dir`` is a folder; analyzer ``char`` (default) or ``sudachi``.
-    ``backend="opensearch"``: ``index_dir`` is an index name, ``opensearch:NAME`` or ``URL/NAME``;
-    analyzer ``auto`` (default), ``kuromoji`` or ``sudachi``.
+    ``backend``: a key of ``SEARCH_BACKENDS``, each with its analyzers. ``"embedded"``: ``index_dir`` is a
+    folder; analyzer ``char`` (default) or ``sudachi``. ``"opensearch"``: ``index_dir`` is an index name,
+    ``opensearch:NAME`` or ``URL/NAME``; analyzer ``auto`` (default), ``kuromoji`` or ``sudachi``.
     """
     return backend_for(index_dir, backend).build(dataset_dir, index_dir, analyzer, chunk_chars, overwrite)
 
@@ -49,19 +50,17 @@ def require_index(target: str | Path, hint: str = "build it with `synth index bu
 
 
 def build_index_cli(dataset: str, index: str, backend: str = "embedded", analyzer: str | None = None) -> dict:
-    """Entry point of ``synth index build --dataset DIR --index DIR [--backend embedded|opensearch]``.
+    """Entry point of ``synth index build --dataset DIR --index DIR [--backend NAME]`` (``SEARCH_BACKENDS``).
 
     Returns the index metadata to print. Raises MissingInputError/InputError for a missing or bad dataset.
     """
-    engine = backend if backend is not None else ("opensearch" if is_opensearch_spec(index) else "embedded")
-    if analyzer is not None and analyzer not in ANALYZER_NAMES.get(engine, (analyzer,)):  # before any work
-        raise InputError(f"--analyzer {analyzer!r}: the {engine} backend takes {' or '.join(ANALYZER_NAMES[engine])}")
+    engine = backend if backend is not None else backend_named_by(index)
+    if analyzer is not None and engine in SEARCH_BACKENDS and analyzer not in analyzer_names(engine):
+        # refused before any work
+        raise InputError(f"--analyzer {analyzer!r}: the {engine} backend takes "
+                         f"{' or '.join(analyzer_names(engine))}")
     if not Path(dataset).exists():
         raise MissingInputError(f"dataset folder {dataset} does not exist")
-    # Imported here, as build_index's: a search worker (workers.py) imports this package and starts 3× faster
-    # without the dataset store (pyarrow, numpy).
-    from tansaku.core.store import read_manifest
-
     manifest_file = Path(dataset) / "manifest.json"
     if manifest_file.is_file():  # an empty corpus is refused before an index folder is made for it
         splits = read_manifest(dataset).get("splits")

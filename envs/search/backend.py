@@ -7,12 +7,15 @@
     backend = cls.open("out/index")                # then .search(…), .get(doc_id), .close()
 
 ``open_index``, ``build_index``, ``require_index`` and ``search_cli`` (``envs/search/__init__.py``) all ask
-``backend_for``; a new engine is one class implementing ``Backend`` plus one branch here
-(docs/extending.md, "Adding a search backend").
+``backend_for``; a new engine is one class implementing ``Backend`` in its own module plus one line of
+``SEARCH_BACKENDS`` here (docs/extending.md, "Adding a search backend"). ``--backend``'s choices,
+``--analyzer``'s and their help texts and errors are made from that dict.
 """
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -21,12 +24,55 @@ from tansaku.core.errors import InputError
 from .base import SearchResult
 from .dsl import Limits
 
-# A spec that starts with one of these names an OpenSearch index; anything else is an index folder.
-OPENSEARCH_PREFIXES = ("opensearch:", "http://", "https://")
-BACKEND_NAMES = ("embedded", "opensearch")  # what --backend accepts
-# What --analyzer accepts per engine: core.analysis.ANALYZERS (embedded; not imported here: it loads tantivy and
-# Sudachi) and the OpenSearch plugins (opensearch_backend.JA_ANALYSIS, or "auto": sudachi when the cluster has it).
-ANALYZER_NAMES = {"embedded": ("char", "sudachi"), "opensearch": ("auto", "kuromoji", "sudachi")}
+
+@dataclass(frozen=True)
+class SearchEngine:
+    """One search engine. ``backend``: ``"module:Class"`` of its ``Backend``, imported only when an index of it
+    is built or opened (each engine loads its own libraries: tantivy, opensearch-py …). ``analyzers``: what
+    ``--analyzer`` takes with it, its default first. ``prefixes``: the spec forms that name its indexes
+    without ``--backend`` (``opensearch:NAME``, a URL); with none, only ``--backend`` chooses it (a folder is
+    ``DEFAULT_BACKEND``'s). ``title``: its name in messages."""
+
+    backend: str
+    analyzers: tuple[str, ...]
+    prefixes: tuple[str, ...] = ()
+    title: str = ""
+
+
+# The search engines ``--backend`` names; adding one is one line here plus its module. The analyzers:
+# core.analysis.ANALYZERS (embedded; not imported here: it loads tantivy and Sudachi) and the OpenSearch
+# plugins (opensearch_backend.JA_ANALYSIS, or "auto": sudachi when the cluster has it).
+SEARCH_BACKENDS: dict[str, SearchEngine] = {
+    "embedded": SearchEngine("tansaku.envs.search.embedded:EmbeddedBackend", ("char", "sudachi"),
+                             (), "tantivy"),
+    "opensearch": SearchEngine("tansaku.envs.search.opensearch_backend:OpenSearchBackend",
+                               ("auto", "kuromoji", "sudachi"), ("opensearch:", "http://", "https://"),
+                               "OpenSearch"),
+}
+DEFAULT_BACKEND = "embedded"  # what an index folder is (a spec no engine's prefixes claim)
+
+
+def backend_names() -> tuple[str, ...]:
+    """What ``--backend`` takes, now."""
+    return tuple(SEARCH_BACKENDS)
+
+
+def analyzer_names(backend: str | None = None) -> tuple[str, ...]:
+    """What ``--analyzer`` takes with ``backend`` (None: with some backend)."""
+    engines = SEARCH_BACKENDS.values() if backend is None else [SEARCH_BACKENDS[backend]]
+    return tuple(dict.fromkeys(name for engine in engines for name in engine.analyzers))
+
+
+def backend_help() -> str:
+    """``--backend``'s help: the engines, the default first (``embedded | opensearch``)."""
+    return " | ".join(SEARCH_BACKENDS)
+
+
+def analyzer_help() -> str:
+    """``--analyzer``'s help: each engine's analyzers, its default marked."""
+    return "; ".join(f"{name}: {engine.analyzers[0]} (default)"
+                     + "".join(f" | {a}" for a in engine.analyzers[1:])
+                     for name, engine in SEARCH_BACKENDS.items())
 
 
 @runtime_checkable
@@ -76,30 +122,30 @@ class Backend(Protocol):
         ...
 
 
-def is_opensearch_spec(spec: str | Path) -> bool:
-    """Whether ``spec`` names an OpenSearch index by its form (``opensearch:NAME``, ``http(s)://…``)."""
-    return str(spec).startswith(OPENSEARCH_PREFIXES)
+def backend_named_by(spec: str | Path) -> str:
+    """The engine whose spec form ``spec`` has (``opensearch:NAME``, a URL …); ``DEFAULT_BACKEND`` for a
+    folder."""
+    text = str(spec)
+    return next((name for name, engine in SEARCH_BACKENDS.items()
+                 if engine.prefixes and text.startswith(engine.prefixes)), DEFAULT_BACKEND)
 
 
 def backend_for(spec: str | Path, backend: str | None = None) -> type[Backend]:
     """The engine class for an index ``spec``; ``backend`` (``--backend``) when the user named one.
 
-    ``backend="embedded"`` with an OpenSearch spec is refused: else a folder named ``opensearch:x`` would
-    appear in the cwd. ``backend="opensearch"`` also accepts a bare index name. An unknown ``backend``:
-    InputError.
+    A spec whose form belongs to another engine is refused (``--backend embedded`` with ``opensearch:x``:
+    else a folder named ``opensearch:x`` would appear in the cwd); an engine with spec forms of its own also
+    takes a bare name (``--backend opensearch wiki``). An unknown ``backend``: InputError.
     """
     if backend is None:
-        backend = "opensearch" if is_opensearch_spec(spec) else "embedded"
+        backend = backend_named_by(spec)
+    if backend not in SEARCH_BACKENDS:
+        raise InputError(f"unknown backend {backend!r}; use {' or '.join(SEARCH_BACKENDS)}")
+    owner = backend_named_by(spec)
+    if owner != backend and owner != DEFAULT_BACKEND:
+        title = SEARCH_BACKENDS[owner].title or owner
+        raise InputError(f"--index {spec} names an {title} index; pass --backend {owner}")
     # Imported here, not at the top: each engine loads only its own libraries (tantivy and rich, or
     # opensearch-py), and a search worker (workers.py) that imports this package starts fast.
-    if backend == "embedded":
-        if is_opensearch_spec(spec):
-            raise InputError(f"--index {spec} names an OpenSearch index; pass --backend opensearch")
-        from .embedded import EmbeddedBackend
-
-        return EmbeddedBackend
-    if backend == "opensearch":
-        from .opensearch_backend import OpenSearchBackend
-
-        return OpenSearchBackend
-    raise InputError(f"unknown backend {backend!r}; use {' or '.join(BACKEND_NAMES)}")
+    module, _, name = SEARCH_BACKENDS[backend].backend.partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -21,7 +21,6 @@ from tansaku.core import jsontext
 from tansaku.core.errors import InputError
 from tansaku.core.out_folder import MANIFEST, StoreError, read_manifest
 
-BASE_FIELDS = ("id", "title", "text", "url", "source", "meta")
 SENTENCE_ENDS = "。！？!?\n"
 
 

@@ -55,7 +55,7 @@ def parse_spec(spec: str | Path) -> tuple[str | None, str]:
 
 def client_from_env(url: str | None = None):
     """An ``OpenSearch`` client from the environment; raises with a clear message when unset."""
-    from opensearchpy import OpenSearch
+    from opensearchpy import OpenSearch  # opensearch-py: only for the opensearch backend
 
     url = url or os.environ.get("OPENSEARCH_URL")
     if not url:
@@ -133,7 +133,7 @@ BULK = {"chunk_size": 500, "max_chunk_bytes": 10 * 2**20, "max_retries": 6, "ini
 def build_opensearch(rows: Iterable[dict], index: str, keyword_fields: Iterable[str] = (),
                      analyzer: str = "auto", chunk_chars: int = 800, client=None, overwrite: bool = False) -> dict:
     """Create ``index`` with Japanese analysis and stream the passages in with ``streaming_bulk``."""
-    from opensearchpy import helpers
+    from opensearchpy import helpers  # opensearch-py: only for the opensearch backend
 
     client = client or client_from_env()
     keyword_fields = [f for f in keyword_fields if f not in ("doc_id", "source")]
@@ -215,6 +215,7 @@ class OpenSearchBackend:
 
     def search(self, query: str | dict, size: int | None = 10, collapse: bool = True,
                snippet_chars: int = 200, default_size: int = 10, max_size: int | None = None) -> SearchResult:
+        # opensearch-py: only for the opensearch backend
         from opensearchpy.exceptions import RequestError, TransportError
 
         t0 = time.perf_counter()

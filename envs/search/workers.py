@@ -8,10 +8,10 @@ after them waited behind that work and timed out too).
     workers.close()
 
 ``EmbeddedBackend`` makes one pool per opened index, on its first query that ``cost.py`` does not let run
-inline. A worker is ``python -c … _serve(INDEX_DIR)``, niced (:data:`WORKER_NICE`, so the cheap queries the
-backend answers in the caller's thread keep the CPU while expensive ones run); it opens the index
-read-only, says ``{"ready": identity}`` and answers one JSON line per request line. Waiting for a free
-worker, and for a new one to be ready, counts against the deadline (a query that waited past it never
+inline. A worker is ``python -c … serve(INDEX_DIR)`` (``worker_process``), niced (:data:`WORKER_NICE`, so
+the cheap queries the backend answers in the caller's thread keep the CPU while expensive ones run); it opens
+the index read-only, says ``{"ready": identity}`` and answers one JSON line per request line. Waiting for a
+free worker, and for a new one to be ready, counts against the deadline (a query that waited past it never
 runs; a request carries the wall-clock time its query's deadline falls at, so a worker that reads it late
 answers ``expired`` without running it). At the deadline the worker running the query is killed and a
 fresh one is started in its place.
@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -58,7 +57,7 @@ def timeout_error(timeout_ms: int) -> QueryError:
 
 class _Worker:
     def __init__(self, index_dir: Path):
-        code = "import sys; from tansaku.envs.search.workers import _serve; _serve(sys.argv[1])"
+        code = "import sys; from tansaku.envs.search.worker_process import serve; serve(sys.argv[1])"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
         # stderr goes nowhere: errors come back as JSON lines; a killed worker has nothing to say.
         self.proc = subprocess.Popen([sys.executable, "-c", code, str(index_dir)], stdin=subprocess.PIPE,
@@ -253,37 +252,3 @@ class QueryWorkers:
         for worker in idle:
             worker.kill()
 
-
-def _serve(index_dir: str) -> None:
-    """The worker: answer requests from stdin until it closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; the worker ends with its stdin
-    if hasattr(os, "nice"):
-        os.nice(WORKER_NICE)
-    out = os.fdopen(os.dup(1), "wb")  # the answers; anything else printed to stdout goes to stderr (nowhere)
-    os.dup2(2, 1)
-
-    def say(message: dict) -> None:
-        out.write(jsontext.dumps(message).encode("utf-8") + b"\n")
-        out.flush()
-
-    try:
-        from .dsl import Limits
-        from .embedded import EmbeddedBackend
-
-        backend = EmbeddedBackend(index_dir, Limits(timeout_ms=0))
-    except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it as a QueryError
-        say({"error": " ".join(str(e).split())[:300]})
-        return
-    say({"ready": index_identity(index_dir)})
-    for line in sys.stdin.buffer:
-        request = json.loads(line)
-        if time.time() > request["deadline"]:
-            say({"expired": True})
-            continue
-        try:
-            hits = backend.searcher.search(backend.translate(request["query"]), request["limit"], count=False).hits
-            say({"hits": [[score, a.segment_ord, a.doc] for score, a in hits]})
-        except ValueError as e:  # tantivy refuses a query it cannot run
-            say({"error": " ".join(f"the engine refused it ({e})".split())[:300]})
-        except Exception as e:  # noqa: BLE001 - a bug: said as one line rather than a dead worker
-            say({"error": " ".join(f"the search worker failed ({type(e).__name__}: {e})".split())[:300]})

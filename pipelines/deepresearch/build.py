@@ -43,7 +43,7 @@ from tansaku.core.engine import batch_stage, global_stage, map_stage
 from tansaku.core.features import PROMPT, QUESTION_COLUMNS, STRINGS
 from tansaku.core.heldout import HeldOut
 from tansaku.core.licenses import choose_license
-from tansaku.core.options import check_count, check_fraction, check_limit, require_document_dataset
+from tansaku.core.options import require_document_dataset
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.provenance import describe_input
 from tansaku.core.store import build_dataset, iter_rows
@@ -137,27 +137,22 @@ def deepresearch_stages(c: DeepResearchConfig, llm, backend, task: Task) -> list
     ]
 
 
-def check_config(c: DeepResearchConfig) -> None:
-    """Every setting checked before any work (one line, exit 2)."""
-    check_fraction("--clarify-share", c.clarify_share, 0, 1)
-    check_limit(c.limit)
-    for flag, value, minimum in (
-            ("--chunk-size", c.chunk_size, 1), ("--batch-size", c.batch_size, 1), ("--max-turns", c.max_turns, 1),
-            ("--min-sources", c.min_sources, 1), ("--search-top-k", c.search_top_k, 1),
-            ("--single-page-chars", c.single_page_chars, 1), ("--rubric-chars", c.rubric_chars, 1),
-            ("--min-specific", c.min_specific, 0), ("--keyword-min-df", c.keyword_min_df, 1),
-            ("--keyword-max-df-floor", c.keyword_max_df_floor, 0), ("--keyword-min-chars", c.keyword_min_chars, 1),
-            ("--keyword-max-chars", c.keyword_max_chars, c.keyword_min_chars),
-            ("--keyword-min-compound-chars", c.keyword_min_compound_chars, 1),
-            ("--keyword-group-size", c.keyword_group_size, 2), ("--keyword-min-cooccur", c.keyword_min_cooccur, 1),
-            ("--keyword-min-articles", c.keyword_min_articles, 1), ("--keyword-max-per-doc", c.keyword_max_per_doc, 1)):
-        check_count(flag, value, minimum)
-    check_limit(c.keyword_max_groups, "--keyword-max-groups")
-    check_fraction("--quality-threshold", c.quality_threshold, 0, 5)  # the judge scores 1–5
-    check_fraction("--quality-floor", c.quality_floor, 0, 5)
-    check_fraction("--max-generic-share", c.max_generic_share, 0, 1)
-    check_fraction("--keyword-max-df-ratio", c.keyword_max_df_ratio, 0, 1)
-    check_fraction("--keyword-max-overlap", c.keyword_max_overlap, 0, 1)
+# The data card's fields every build shares (the license is the build's own).
+CARD = {
+    "task_categories": ["text-generation"], "tags": ["deep-research", "rubric"],
+    "description": "Japanese report instructions that need several articles of the corpus, each with the "
+                   "supporting doc ids its writer confirmed through search, for a share of the rows a clarifying "
+                   "exchange before the report (`dialogue`: the user's initial request, vaguer than the "
+                   "instruction, the assistant's clarifying question and the user's answer supplying the "
+                   "detail), and a per-instruction rubric (`rubric`: criteria with id, weight summing to 1, scale, "
+                   "kind coverage/fact/format/other, entities, source_doc_ids) for "
+                   "`tansaku.envs.rubric_reward.make_rubric_reward`.",
+    "limitations": ["Instructions, judgements and rubrics are LLM-written; the manifest's `llm` names the model "
+                    "(the demo script `scripted:deepresearch` writes templates).",
+                    "Single-page and quality filters are LLM judges and can be wrong both ways.",
+                    "Rows whose clarifying exchange failed its filters keep the instruction without it "
+                    "(`clarify_status`, `clarify_detail`)."],
+}
 
 
 def build_deepresearch(config: DeepResearchConfig, out="out/deepresearch", context: BuildContext | None = None,
@@ -173,8 +168,7 @@ def build_deepresearch(config: DeepResearchConfig, out="out/deepresearch", conte
     when it declares none; ``tansaku.core.licenses.choose_license``). ``context``: shards, LLM options,
     progress (``BuildContext``); ``task``: whose rows these are (its tool-call budget, prompt and gold check)."""
     context = context or BuildContext()
-    c = config
-    check_config(c)
+    c = config.check()  # every setting before any work (one line, exit 2)
     heldout = HeldOut(c.heldout_share, "id", c.seed)
     out = precheck_out(out, pipeline="deepresearch", inputs={  # before the corpus is read
         "--corpus": c.corpus, "--index": c.index, "--license-file": c.license_file})
@@ -195,19 +189,5 @@ def build_deepresearch(config: DeepResearchConfig, out="out/deepresearch", conte
         stages=deepresearch_stages(c, client, backend, task),
         llm=client, parents=[corpus_manifest.get("version", "")], chunk_size=c.chunk_size, context=context,
         keep_rejected=c.keep_rejected, heldout=heldout, column_types=COLUMN_TYPES, empty_hints=EMPTY_HINTS,
-        card={"pretty_name": "tansaku deepresearch instructions", **chosen.card,
-              "task_categories": ["text-generation"], "tags": ["deep-research", "rubric"],
-              "description": "Japanese report instructions that need several articles of the corpus, each with "
-                             "the supporting doc ids its writer confirmed through search, for a share of the rows a "
-                             "clarifying exchange before the report (`dialogue`: the user's initial request, "
-                             "vaguer than the instruction, the assistant's clarifying question and the user's "
-                             "answer supplying the detail), and a per-instruction rubric "
-                             "(`rubric`: criteria with id, weight summing to 1, scale, kind coverage/fact/"
-                             "format/other, entities, source_doc_ids) for `tansaku.envs.rubric_reward.make_rubric_reward`.",
-              "limitations": ["Instructions, judgements and rubrics are LLM-written; the manifest's `llm` names "
-                              "the model (the demo script `scripted:deepresearch` writes templates).",
-                              "Single-page and quality filters are LLM judges and can be wrong both ways.",
-                              "Rows whose clarifying exchange failed its filters keep the instruction without it "
-                              "(`clarify_status`, `clarify_detail`)."]},
-    )
+        card={"pretty_name": "tansaku deepresearch instructions", **chosen.card, **CARD})
     return chosen.write(out, manifest)

@@ -31,6 +31,7 @@ from tansaku.core.build_config import (
     option,
     seed_option,
 )
+from tansaku.core.errors import InputError
 from tansaku.core.value_checks import DATASET, INDEX
 
 MIN_SOURCES, MAX_TURNS, SEARCH_TOP_K = 2, 6, 5
@@ -115,6 +116,11 @@ class DeepResearchConfig(BuildConfig):
     batch_size: int = option(BATCH_SIZE, min=1, help="Records per LLM stage call.")
     chunk_size: int = option(CHUNK_SIZE, min=1, help="Records per checkpoint chunk (documents, then keyword groups; "
                                               "the unit of resume and of --shard).")
+
+    def cross_checks(self) -> None:
+        if self.keyword_max_chars < self.keyword_min_chars:
+            raise InputError(f"--keyword-max-chars must be >= --keyword-min-chars ({self.keyword_min_chars}), "
+                             f"got {self.keyword_max_chars}")
 
     def keyword_config(self) -> KeywordConfig:
         """The keyword stage's settings: the ``keyword_*`` fields."""

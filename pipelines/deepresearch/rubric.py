@@ -21,7 +21,6 @@ keys …), ``rubric_unknown_source`` (cites a doc id that is not a supporting ar
 
 from __future__ import annotations
 
-import json
 import math
 import re
 
@@ -154,8 +153,3 @@ def make_rubric_stage_fn(llm, backend, min_specific: int, max_generic_share: flo
 
     return rubric_batch
 
-
-def rubric_texts(rubric) -> list[str]:
-    """The criteria texts of a stored rubric (list of dicts or its JSON string)."""
-    items = json.loads(rubric) if isinstance(rubric, str) else rubric
-    return [c["criterion"] for c in items]

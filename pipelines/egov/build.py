@@ -44,7 +44,6 @@ from tansaku.core.errors import InputError, MissingInputError
 from tansaku.core.features import QUESTION_COLUMNS, STRINGS
 from tansaku.core.heldout import HeldOut
 from tansaku.core.licenses import choose_license
-from tansaku.core.options import check_count, check_fraction, check_limit
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.progress import quiet_loops
 from tansaku.core.provenance import describe_input
@@ -220,63 +219,35 @@ def _typed_detail(row: dict) -> dict:
     return {**row, "quality_detail": json.loads(detail) if isinstance(detail, str) else detail}
 
 
-def build_egov(config: EgovConfig, out="out/egov", context: BuildContext | None = None,
-               task: Task = EgovMCQ()) -> dict:
-    """Build ``out/articles`` and the question dataset at ``out``; return the question manifest.
-
-    ``config`` holds every setting (``EgovConfig``: its help texts are the CLI's). ``llm``: an LLM spec or
-    client (then the LLM generator and judge are used; else the rule-based kinds, ``RULE_KINDS``). ``index``:
-    an existing search index for the retrieval signal (default: build ``out/index``). ``limit``: use at most
-    this many articles for question generation (the article dataset is complete). ``heldout_share`` /
-    ``rl_share``: shares of articles whose questions form the ``test`` / ``rl`` splits
-    (``tansaku.core.heldout``); the key is ``article_id``, so the questions of one article never sit on both
-    sides. ``license``/``license_file``: the question card's license instead of the e-Gov terms
-    (``EGOV_LICENSE``; ``tansaku.core.licenses.choose_license``). ``context``: shards (of the article build;
-    the questions are built whole, on the merge), LLM options, progress; ``task``: whose rows these are (its
-    gold check and ``finalize``).
-    """
-    context = context or BuildContext()
-    c = config
-    # Every option is checked before the article dataset and index are built (hours on a full dump).
-    check_limit(c.limit)
-    check_count("--per-article", c.per_article)
-    check_count("--retrieval-k", c.retrieval_k)
-    check_count("--laws-per-chunk", c.laws_per_chunk)
-    check_count("--chunk-size", c.chunk_size)
-    check_count("--min-article-chars", c.min_article_chars, 0)
-    check_limit(c.max_retrieval_rank, "--max-retrieval-rank")
-    check_fraction("--judge-threshold", c.judge_threshold, 0, 1)
-    check_fraction("--dedup-threshold", c.dedup_threshold, 0, 1)
-    heldout = HeldOut(c.heldout_share, "article_id", c.seed, c.rl_share)
-    chosen = choose_license(c.license, c.license_file, default=EGOV_LICENSE)
-    question_card = {**QUESTION_CARD, "license_name": None, "license_link": None, **chosen.card}
-    laws, index = c.laws, c.index
-    if missing := [str(p) for p in laws if not p.exists()]:  # a typo must not build an empty dataset
+def check_inputs(c: EgovConfig) -> None:
+    """Refuse missing or wrong ``--laws`` and a damaged ``--index`` before the articles are built (hours on a
+    full dump)."""
+    if missing := [str(p) for p in c.laws if not p.exists()]:  # a typo must not build an empty dataset
         raise MissingInputError(f"--laws {', '.join(missing)}: no such file or folder")
-    if files := [str(p) for p in laws if p.is_file() and p.suffix.lower() not in (".xml", ".zip")]:
+    if files := [str(p) for p in c.laws if p.is_file() and p.suffix.lower() not in (".xml", ".zip")]:
         raise InputError(f"--laws {', '.join(files)}: a file given is a law XML (*.xml) or a zip of them (*.zip)")
-    if not any(isinstance(s, str) for s in list_law_sources(laws)):  # names only: cheap
-        raise InputError(f"--laws {', '.join(map(str, laws))}: no law XML files (*.xml, or *.xml inside a zip)")
-    if index is not None:  # a missing or damaged one is refused now, not after the articles are built
-        require_index(index, "build it with `synth index build`, or leave --index out to index the articles")
-    out = precheck_out(out, pipeline="egov_mcq", inputs={  # before out/articles and out/index are written into it
-        "--laws": laws, "--index": index, "--license-file": c.license_file})
-    articles_dir = out / "articles"
-    # --shard / --from-shards apply to the articles (their shards lie at …/articles too)
-    art_manifest = build_articles(c, articles_dir, context.nested("articles"))
-    if "shard" in art_manifest:  # one shard: its articles are done; the questions are built on the merge
-        return art_manifest
-    client = context.client(c.llm)
+    if not any(isinstance(s, str) for s in list_law_sources(c.laws)):  # names only: cheap
+        raise InputError(f"--laws {', '.join(map(str, c.laws))}: no law XML files (*.xml, or *.xml inside a zip)")
+    if c.index is not None:  # a missing or damaged one is refused now, not after the articles are built
+        require_index(c.index, "build it with `synth index build`, or leave --index out to index the articles")
 
-    backend, index_path = None, None
-    if c.retrieval or index is not None:
-        index_path = str(index) if index is not None else str(out / "index")
-        if index is None and not ownership.is_index(out / "index"):  # missing, or a build killed while writing it
-            with quiet_loops(context.quiet):  # between the two builds: -q holds here too
-                build_index(articles_dir, out / "index")
-        backend = open_index(index_path)
 
-    def retrieval_stage(batch: list[dict]) -> list:
+def retrieval_backend(c: EgovConfig, out: Path, articles_dir: Path, quiet: bool):
+    """(backend, index path) for the retrieval signal: ``--index``, or the articles indexed into ``out/index``
+    (reused when a finished one is there); (None, None) without ``--retrieval`` or ``--index``."""
+    if not c.retrieval and c.index is None:
+        return None, None
+    index_path = str(c.index) if c.index is not None else str(out / "index")
+    if c.index is None and not ownership.is_index(out / "index"):  # missing, or a build killed while writing it
+        with quiet_loops(quiet):  # between the two builds: -q holds here too
+            build_index(articles_dir, out / "index")
+    return open_index(index_path), index_path
+
+
+def retrieval_stage(c: EgovConfig, backend, index_path: str):
+    """Each question's source-article rank in a search for it; drop the not retrievable."""
+
+    def ranked(batch: list[dict]) -> list:
         results = []
         for row in batch:
             rank = generate.retrieval_rank(backend, row["question"], row["article_id"], c.retrieval_k)
@@ -286,6 +257,13 @@ def build_egov(config: EgovConfig, out="out/egov", context: BuildContext | None 
                 results.append(row | {"retrieval_rank": rank})
         return results
 
+    return batch_stage("retrieval", ranked, batch_size=64,
+                       params={"retrieval_index": index_path, **c.pick("retrieval_k", "max_retrieval_rank")})
+
+
+def question_stages(c: EgovConfig, client, articles_dir: Path, retrieval, task: Task) -> list:
+    """Generate (rules or LLM) → leak filter → judge (LLM) → dedup → retrieval → balance → gold check → leak
+    audit → the task's prompt rows."""
     stages = [_rules_stage(c.seed, c.per_article)] if client is None else _llm_stages(client, c)
     stages.append(map_stage("leak_filter", _leak_filter))
     if client is not None:
@@ -294,17 +272,43 @@ def build_egov(config: EgovConfig, out="out/egov", context: BuildContext | None 
                                   params={**c.pick("judge_threshold"), "prompt": generate.JUDGE_PROMPT}, llm=client))
     stages.append(global_stage("dedup", lambda rows: generate.near_duplicates(rows, c.dedup_threshold),
                                params=c.pick("dedup_threshold")))
-    if backend is not None:
-        stages.append(batch_stage("retrieval", retrieval_stage, batch_size=64,
-                                  params={"retrieval_index": index_path,
-                                          **c.pick("retrieval_k", "max_retrieval_rank")}))
+    if retrieval is not None:
+        stages.append(retrieval)
     task_params = {"task": task.name, "task_version": task.version}
-    stages += [global_stage("balance", lambda rows: generate.balance_positions(rows, c.seed)),
-               batch_stage("gold_check", task.gold_drops, batch_size=256, params=task_params),
-               global_stage("leak_audit", _leak_audit),
-               batch_stage("prompt", lambda rows: task.finalize([_typed_detail(r) for r in rows]), batch_size=256,
-                           params=task_params)]
+    return stages + [
+        global_stage("balance", lambda rows: generate.balance_positions(rows, c.seed)),
+        batch_stage("gold_check", task.gold_drops, batch_size=256, params=task_params),
+        global_stage("leak_audit", _leak_audit),
+        batch_stage("prompt", lambda rows: task.finalize([_typed_detail(r) for r in rows]), batch_size=256,
+                    params=task_params)]
 
+
+def build_egov(config: EgovConfig, out="out/egov", context: BuildContext | None = None,
+               task: Task = EgovMCQ()) -> dict:
+    """Build ``out/articles`` and the question dataset at ``out``; return the question manifest.
+
+    ``config`` holds every setting and its bounds (``EgovConfig``: its help texts are the CLI's); with
+    ``llm`` the LLM generator and judge are used, else the rule-based kinds (``RULE_KINDS``). ``limit``: at
+    most this many articles for questions (the article dataset is complete). ``heldout_share`` /
+    ``rl_share``: shares of articles whose questions form the ``test`` / ``rl`` splits, keyed by
+    ``article_id`` so one article's questions never sit on both sides. The card's license is the e-Gov
+    terms (``EGOV_LICENSE``) unless ``license`` says otherwise. ``context``: shards (of the article build; the
+    questions are built whole, on the merge), LLM options, progress; ``task``: whose rows these are."""
+    context = context or BuildContext()
+    c = config.check()  # every option before the article dataset and index are built (hours on a full dump)
+    heldout = HeldOut(c.heldout_share, "article_id", c.seed, c.rl_share)
+    chosen = choose_license(c.license, c.license_file, default=EGOV_LICENSE)
+    check_inputs(c)
+    out = precheck_out(out, pipeline="egov_mcq", inputs={  # before out/articles and out/index are written into it
+        "--laws": c.laws, "--index": c.index, "--license-file": c.license_file})
+    articles_dir = out / "articles"
+    # --shard / --from-shards apply to the articles (their shards lie at …/articles too)
+    art_manifest = build_articles(c, articles_dir, context.nested("articles"))
+    if "shard" in art_manifest:  # one shard: its articles are done; the questions are built on the merge
+        return art_manifest
+    client = context.client(c.llm)
+    backend, index_path = retrieval_backend(c, out, articles_dir, context.quiet)
+    retrieval = retrieval_stage(c, backend, index_path) if backend is not None else None
     recipe = {**c.recipe(), "generator": "rules" if client is None else "llm",
               "prompts": [generate.GENERATE_PROMPT, generate.JUDGE_PROMPT] if client is not None else [],
               "retrieval_index": index_path, "task": task.name, **chosen.recipe()}
@@ -312,8 +316,10 @@ def build_egov(config: EgovConfig, out="out/egov", context: BuildContext | None 
         out=out, name="egov-mcq", pipeline="egov_mcq", pipeline_version=QUESTIONS_VERSION, config=recipe,
         seed=c.seed, inputs=[describe_input(articles_dir, art_manifest["splits"].get("train", 0))
                              | {"version": art_manifest["version"]}],
-        source=lambda: islice(iter_rows(articles_dir), c.limit), stages=stages, column_types=QUESTION_TYPES,
-        card=question_card, llm=client, parents=[str(articles_dir)], chunk_size=c.chunk_size,
+        source=lambda: islice(iter_rows(articles_dir), c.limit),
+        stages=question_stages(c, client, articles_dir, retrieval, task), column_types=QUESTION_TYPES,
+        card={**QUESTION_CARD, "license_name": None, "license_link": None, **chosen.card}, llm=client,
+        parents=[str(articles_dir)], chunk_size=c.chunk_size,
         context=context.whole(),  # the questions: one build, on the merge of the article shards
         keep_rejected=c.keep_rejected, heldout=heldout)
     manifest["articles"] = {"path": str(articles_dir), "rows": art_manifest["splits"].get("train", 0),

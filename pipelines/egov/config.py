@@ -21,6 +21,7 @@ from tansaku.core.build_config import (
     rl_share_option,
     seed_option,
 )
+from tansaku.core.llm.spec import engine_help
 from tansaku.core.value_checks import INDEX, INPUT
 
 # Defaults the stage modules share: here, so `synth --help` reads them without importing pyarrow.
@@ -32,8 +33,7 @@ QUESTIONS_PER_CHUNK = 200
 @dataclass(frozen=True)
 class EgovConfig(BuildConfig):
     laws: list[Path] = option(path=INPUT, help="Folder or zip of e-Gov law XML files (repeat the option for several).")
-    llm: str | None = option(None, llm=True, help="LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | "
-                                                  "transformers:PATH|tiny | scripted:FILE.jsonl")
+    llm: str | None = option(None, llm=True, help=f"LLM spec: {engine_help()}")
     index: Path | None = option(None, path=INDEX, help="Search index for the retrieval-rank signal.")
     limit: int | None = limit_option()
     seed: int = seed_option()

@@ -54,10 +54,6 @@ def elide(sentence: str) -> str:
     return _REPEATED.sub(ELIDED, REFERENCE.sub(ELIDED, LAW_NUMBER.sub(ELIDED, sentence)))
 
 
-def has_elision(text: str) -> bool:
-    return ELIDED in text
-
-
 def says(law_text, text: str) -> bool:
     """Whether the law (``str`` or a :class:`~tansaku.pipelines.egov.lawindex.LawText`) says ``text``: when it
     holds elisions, whether each piece between them (of 4 characters or more) does — a distractor the law may

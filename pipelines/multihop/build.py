@@ -32,7 +32,7 @@ from tansaku.core.errors import InputError
 from tansaku.core.features import DERIVATIONS, QUESTION_COLUMNS, STRINGS, derivation_structs
 from tansaku.core.heldout import TEST_PHRASING, HeldOut
 from tansaku.core.licenses import choose_license
-from tansaku.core.options import check_count, check_fraction, check_limit, require_document_dataset
+from tansaku.core.options import require_document_dataset
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.provenance import describe_input
 from tansaku.core.store import build_dataset, iter_rows
@@ -42,6 +42,7 @@ from tansaku.envs.tasks import MultihopQA, Task
 from tansaku.pipelines.multihop import cardinality, chains, phrasing, quality, questions, solvability
 from tansaku.pipelines.multihop import triples as sources
 from tansaku.pipelines.multihop.config import MultihopConfig
+from tansaku.pipelines.multihop.defaults import STAGES
 from tansaku.pipelines.multihop.relations import Relations
 
 # 2: prompt column, derivations as structs, typed quality; 3: hops judged in input order; 4: ``k`` column, and
@@ -63,7 +64,6 @@ EMPTY_HINTS = {
                            "(1.0 keeps them) or use a weaker --policy",
     "solve:too_easy": "the --policy agent solved every question more often than --max-pass-rate: raise it",
 }
-STAGES = ("triples", "link", "cardinality", "chains", "questions", "quality", "prefilter", "solve", "finalize")
 SEARCHING = ("prefilter", "solve", "finalize")
 PROMPT_VERSIONS = sorted(p.name for p in (Path(__file__).with_name("prompts")).glob("*.md"))
 _VERDICT = pa.struct([("ambiguous", pa.bool_()), ("natural", pa.int64()), ("single_answer", pa.bool_()),
@@ -118,163 +118,182 @@ def final_row(record: dict) -> dict:
     }
 
 
-def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildContext | None = None,
-                   task: Task = MultihopQA()) -> dict:
-    """Run the multihop pipeline into the dataset folder ``out`` and return its manifest.
+class LazyIndex:
+    """The search backend the searching stages share, opened (or built into the work folder: the embedded
+    default over the corpus) on first use; streaming stages ask from many threads, so it is built once."""
 
-    ``config`` holds every setting (``MultihopConfig``: its help texts are the CLI's). The agent check keeps
-    questions solved in ``[min_pass_rate, max_pass_rate]`` of ``k`` tries (default ``[0.5, 1.0]``: solved
-    stably; ``max_pass_rate`` < 1 drops the always-solved, useless for RL); ``m``, a count of ``k``, replaces
-    ``min_pass_rate`` (not both; ``solvability.keep_rule``): the effective rule is the manifest's
-    ``config.solvability`` (the solve stage's params: the options and the solved counts they mean).
-    ``heldout_share`` / ``rl_share``: shares of bridge entities whose questions form the ``test`` / ``rl``
-    splits (``tansaku.core.heldout``). The key is ``bridge``, not ``qid``/``chain_id``: chains through the same
-    bridge share hop-2 facts (often the answer), so a question trained on would give away its test sibling.
-    ``heldout_phrasing``: template frame families no split but ``test_phrasing`` uses, which asks the test
-    chains again in them (``phrasing``). ``context``: shards, LLM options, progress (``BuildContext``); ``task``: whose rows these are."""
-    context = context or BuildContext()
-    c = config
-    check_limit(c.limit)
-    rule = solvability.keep_rule(c.k, c.m, c.min_pass_rate, c.max_pass_rate)  # before any work: one line, exit 2
-    check_count("--max-rounds", c.max_rounds, 0)
-    check_count("--chunk-size", c.chunk_size)
-    check_count("--prefilter-size", c.prefilter_size)
-    check_count("--max-per-relation-pair", c.max_per_relation_pair, 0)
-    if c.min_support is not None:
-        check_count("--min-support", c.min_support, 1)
-    check_fraction("--question-temperature", c.question_temperature, 0, None)
-    check_fraction("--cardinality-threshold", c.cardinality_threshold, 0, 1)
-    if not 0 < check_fraction("--cardinality-confidence", c.cardinality_confidence, 0, 1, high_open=True):
-        raise InputError(f"--cardinality-confidence {c.cardinality_confidence}: give a number between 0 and 1, "
-                         "both excluded (e.g. 0.95)")
-    caps = c.caps()
-    families = phrasing.check_options(c.heldout_phrasing, c.llm, c.heldout_share)
-    heldout = HeldOut(c.heldout_share, "bridge", c.seed, c.rl_share,
-                      phrasing_column=phrasing.FAMILY_COLUMN if families else None)
-    table = Relations.load(Path(c.relations) if c.relations is not None else None)
-    corpus, index, triples_path, until, seed = c.corpus, c.index, c.triples, c.until, c.seed
+    def __init__(self, index: Path | None, corpus: Path | None, work: Path):
+        self.index, self.corpus, self.work = index, corpus, work
+        self._backend = None
+        self._lock = threading.Lock()
 
-    if until is not None and until not in STAGES:
-        raise InputError(f"--until {until!r}: choose one of {', '.join(STAGES)}")
-    if corpus is None and triples_path is None:
+    def __call__(self):
+        with self._lock:
+            if self._backend is None:
+                target = self.index
+                if target is None:
+                    target = self.work / "search-index"
+                    build_index(self.corpus, target)
+                self._backend = open_index(str(target))
+            return self._backend
+
+
+def stage_plan(c: MultihopConfig) -> list[str]:
+    """The stages this config runs (``until``), refused before any work when an input they need is missing."""
+    if c.until is not None and c.until not in STAGES:
+        raise InputError(f"--until {c.until!r}: choose one of {', '.join(STAGES)}")
+    if c.corpus is None and c.triples is None:
         raise InputError("give --corpus DIR (a document dataset) or --triples PATH")
-    names = list(STAGES[: STAGES.index(until) + 1] if until else STAGES)
-    if any(n in SEARCHING for n in names) and corpus is None and index is None:
-        raise InputError(f"stage {next(n for n in names if n in SEARCHING)!r} searches: give --corpus or "
-                         "--index, or stop earlier with --until questions/quality")
-    if corpus is not None:  # a question dataset or a broken manifest is refused here, not mid-build
-        require_document_dataset(corpus, "--corpus")
-    if index is not None and any(n in SEARCHING for n in names):
-        require_index(index)
-    out = precheck_out(out, pipeline="multihop", inputs={  # before the inputs are read
-        "--corpus": corpus, "--triples": triples_path, "--index": index, "--relations": c.relations,
-        "--license-file": c.license_file})
-    chosen = choose_license(c.license, c.license_file, corpus, DEFAULT_LICENSE)
-    llm, policy = context.client(c.llm), context.client(c.policy)
+    names = list(STAGES[: STAGES.index(c.until) + 1] if c.until else STAGES)
+    searching = [n for n in names if n in SEARCHING]
+    if searching and c.corpus is None and c.index is None:
+        raise InputError(f"stage {searching[0]!r} searches: give --corpus or --index, or stop earlier with "
+                         "--until questions/quality")
+    if c.corpus is not None:  # a question dataset or a broken manifest is refused here, not mid-build
+        require_document_dataset(c.corpus, "--corpus")
+    if c.index is not None and searching:
+        require_index(c.index)
+    return names
 
-    if triples_path is not None:
-        given = list(sources.read_triples_file(triples_path))  # fails fast on a malformed file
-        article_index = corpus_index(corpus) if corpus is not None else sources.index_from_triples(given)
-        source, inputs = given, [describe_input(triples_path, len(given))]
-        first = map_stage("triples", lambda t: t, params={"source": "file"})
-    else:
-        article_index = corpus_index(corpus)
-        source, inputs = (lambda: iter_rows(corpus)), [describe_input(corpus)]
-        first = batch_stage("triples", lambda docs: document_triples(docs, llm, seed), batch_size=16,
-                            params={"source": "infobox" + ("+llm" if llm is not None else "")}, llm=llm)
-    if corpus is not None and triples_path is not None:
-        inputs.append(describe_input(corpus))
 
-    backend_holder: dict = {}
-    backend_lock = threading.Lock()  # streaming stages call backend() from many threads: build the index once
+def first_stage(c: MultihopConfig, llm) -> tuple:
+    """(source, inputs, article index, the ``triples`` stage): a triples file as given, or each document's
+    infobox (and LLM-extracted) triples; entities are linked against the corpus when there is one."""
+    if c.triples is not None:
+        given = list(sources.read_triples_file(c.triples))  # fails fast on a malformed file
+        article_index = corpus_index(c.corpus) if c.corpus is not None else sources.index_from_triples(given)
+        inputs = [describe_input(c.triples, len(given))] + ([describe_input(c.corpus)] if c.corpus else [])
+        return given, inputs, article_index, map_stage("triples", lambda t: t, params={"source": "file"})
+    stage = batch_stage("triples", lambda docs: document_triples(docs, llm, c.seed), batch_size=16,
+                        params={"source": "infobox" + ("+llm" if llm is not None else "")}, llm=llm)
+    return (lambda: iter_rows(c.corpus)), [describe_input(c.corpus)], corpus_index(c.corpus), stage
 
-    def backend():
-        with backend_lock:
-            return _backend()
 
-    def _backend():
-        if "b" not in backend_holder:
-            target = index
-            if target is None:  # the embedded default: index the corpus once, inside the work folder
-                target = out / ".work" / "search-index"
-                build_index(corpus, target)
-            backend_holder["b"] = open_index(str(target))
-        return backend_holder["b"]
-
-    def solve(batch):
-        environments = make_environment_factory(task, backend(), seed=seed)
-        return solvability.agent_check(batch, policy, environments, task, k=c.k, m=c.m, seed=seed,
-                                       min_pass_rate=c.min_pass_rate, max_pass_rate=c.max_pass_rate)
-
-    all_stages = {
-        "triples": first,
+def fact_stages(c: MultihopConfig, article_index, table: Relations, llm) -> dict:
+    """``link`` → ``cardinality`` → ``chains``: triples to unambiguous 2-hop chains."""
+    min_support = c.resolved_min_support()  # the default derives from the threshold
+    caps = c.caps()
+    return {
         "link": map_stage("link", lambda t: sources.link_stage_triple(t, article_index, table),
                           params={"relations_version": table.version}),
         "cardinality": global_stage("cardinality", lambda ts: cardinality.filter_unique_hops(
-            ts, c.cardinality_threshold, llm=llm, min_support=c.resolved_min_support(), seed=seed,
+            ts, c.cardinality_threshold, llm=llm, min_support=min_support, seed=c.seed,
             confidence=c.cardinality_confidence, set_valued=table.set_valued()),
             params={**c.pick("cardinality_threshold", "cardinality_confidence", "min_support"),
-                    "min_support_applied": c.resolved_min_support(),  # the default derives from the threshold
-                    "rule": cardinality.RULE, "set_valued_relations": sorted(table.set_valued())}, llm=llm),
-        "chains": global_stage("chains", lambda ts: chains.chain_stage(ts, caps, seed, c.limit,
+                    "min_support_applied": min_support, "rule": cardinality.RULE,
+                    "set_valued_relations": sorted(table.set_valued())}, llm=llm),
+        "chains": global_stage("chains", lambda ts: chains.chain_stage(ts, caps, c.seed, c.limit,
                                                                      require_linked_bridge=True),
                                params={**c.pick("max_per_subject", "max_per_bridge", "max_per_relation_pair",
                                                 "limit"), "require_linked_bridge": True}),
-        "questions": (batch_stage("questions", lambda cs: questions.generate_llm(cs, llm, seed, c.question_temperature),
-                                  batch_size=32, params=c.pick("question_temperature"), llm=llm)
-                      if llm is not None else map_stage(
-                          "questions", lambda r: phrasing.template_questions(r, seed, table, families, heldout),
-                          params={"generator": "template", "relations_version": table.version,
-                                  **(c.pick("heldout_phrasing") if families else {})})),
-        "quality": (batch_stage("quality", lambda rs: quality.quality_loop(rs, llm, c.max_rounds, c.min_natural, seed=seed),
-                                32, params=c.pick("max_rounds", "min_natural"), llm=llm)
-                    if llm is not None else map_stage("quality", lambda r: {**r, "quality": None})),
+    }
+
+
+def question_stages(c: MultihopConfig, table: Relations, families: tuple, heldout: HeldOut, llm) -> dict:
+    """``questions`` → ``quality``: the LLM writer and its judge/fix loop, or the templates (no loop)."""
+    if llm is None:
+        params = {"generator": "template", "relations_version": table.version,
+                  **(c.pick("heldout_phrasing") if families else {})}
+        return {"questions": map_stage("questions", lambda r: phrasing.template_questions(
+                    r, c.seed, table, families, heldout), params=params),
+                "quality": map_stage("quality", lambda r: {**r, "quality": None})}
+    return {
+        "questions": batch_stage("questions", lambda cs: questions.generate_llm(
+            cs, llm, c.seed, c.question_temperature), batch_size=32, params=c.pick("question_temperature"), llm=llm),
+        "quality": batch_stage("quality", lambda rs: quality.quality_loop(
+            rs, llm, c.max_rounds, c.min_natural, seed=c.seed), 32, params=c.pick("max_rounds", "min_natural"),
+            llm=llm),
+    }
+
+
+def search_stages(c: MultihopConfig, rule: dict, backend: LazyIndex, policy, task: Task) -> dict:
+    """``prefilter`` → ``solve`` → ``finalize`` (→ ``phrasing_pairs``): retrievable hops, questions the
+    ``policy`` agent solves within the keep rule, the task's finished rows."""
+
+    def solve(batch):
+        environments = make_environment_factory(task, backend(), seed=c.seed)
+        return solvability.agent_check(batch, policy, environments, task, k=c.k, m=c.m, seed=c.seed,
+                                       min_pass_rate=c.min_pass_rate, max_pass_rate=c.max_pass_rate)
+
+    solve_params = {**c.pick("k", "m", "min_pass_rate", "max_pass_rate"),  # the options and the counts they mean
+                    "min_solved": rule["min_solved"], "max_solved": rule["max_solved"]}
+    return {
         "prefilter": batch_stage("prefilter", lambda rs: solvability.prefilter(rs, backend(), c.prefilter_size),
                                  batch_size=64, params=c.pick("prefilter_size", "index")),
-        "solve": (batch_stage("solve", solve, batch_size=16, llm=policy,  # the options and the counts they mean
-                              params={**c.pick("k", "m", "min_pass_rate", "max_pass_rate"),
-                                      "min_solved": rule["min_solved"], "max_solved": rule["max_solved"]})
-                  if policy is not None
+        "solve": (batch_stage("solve", solve, batch_size=16, llm=policy, params=solve_params) if policy is not None
                   else map_stage("solve", lambda r: {**r, "pass_rate": None, "k": None})),
         "finalize": batch_stage("finalize", lambda rs: task.finalize([final_row(r) for r in rs]), batch_size=256,
                                 params={"task": task.name, "task_version": task.version}),
         # with held-out phrasings: a test_phrasing row stays only beside its chain's test row
         "phrasing_pairs": global_stage("phrasing_pairs", phrasing.keep_pairs, params=c.pick("heldout_phrasing")),
     }
-    if families and "finalize" in names:
-        names.append("phrasing_pairs")
+
+
+def dataset_card(out: Path, families: tuple, chosen) -> dict:
+    """The data card's fields: what the rows are, and what they cannot promise."""
+    phrasing_note = [f"`{TEST_PHRASING}` asks the `test` chains again in the held-out phrasing families "
+                     f"{', '.join(families)} (column `phrasing_family`; every row's frame is its `frame`), which "
+                     "no other split uses: it measures whether what training taught survives new phrasings."]
+    return {
+        "description": "Two-hop Japanese questions built from (subject, relation, object) triples: hop 1's "
+                       "object is hop 2's subject; the bridge entity is never named in the question.",
+        "pretty_name": f"tansaku multihop: {Path(out).name}", "task_categories": ["question-answering"],
+        **chosen.card,
+        "limitations": [
+            "Only hops whose subject has one value in the data are kept (and none of a relation the data "
+            "shows to be 1:N or N:N, or the relation table calls set-valued); a value missing from the "
+            "corpus can still make a question ambiguous in the world.",
+            "Template questions (no --llm) come from 12 fixed frames chosen per relation pair "
+            "(relations.json); the LLM generator and judge vary and smooth them.",
+            *(phrasing_note if families else []),
+            "`pass_rate` is the share of `k` agent tries that solved the item with the configured policy "
+            "and search index (kept: within the manifest's config.solvability); it is a difficulty signal "
+            "for that policy only.",
+            "Facts come from the corpus as it was indexed and may be out of date (`time_dependent`)."],
+    }
+
+
+def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildContext | None = None,
+                   task: Task = MultihopQA()) -> dict:
+    """Run the multihop pipeline into the dataset folder ``out`` and return its manifest.
+
+    ``config`` holds every setting and its bounds (``MultihopConfig``: its help texts are the CLI's). The
+    agent check keeps questions solved in ``[min_pass_rate, max_pass_rate]`` of ``k`` tries (``m``, a count,
+    replaces ``min_pass_rate``; ``solvability.keep_rule``, the manifest's ``config.solvability``).
+    ``heldout_share`` / ``rl_share``: shares of bridge entities whose questions form the ``test`` / ``rl``
+    splits; the key is ``bridge``, not ``qid``: chains through one bridge share hop-2 facts (often the
+    answer), so a question trained on would give away its test sibling. ``heldout_phrasing``: template
+    families only ``test_phrasing`` uses (``phrasing``). ``context``: shards, LLM options, progress."""
+    context = context or BuildContext()
+    c = config.check()
+    rule = solvability.keep_rule(c.k, c.m, c.min_pass_rate, c.max_pass_rate)  # before any work: one line, exit 2
+    families = phrasing.check_options(c.heldout_phrasing, c.llm, c.heldout_share)
+    heldout = HeldOut(c.heldout_share, "bridge", c.seed, c.rl_share,
+                      phrasing_column=phrasing.FAMILY_COLUMN if families else None)
+    table = Relations.load(Path(c.relations) if c.relations is not None else None)
+    names = stage_plan(c) + (["phrasing_pairs"] if families and (not c.until or c.until == "finalize") else [])
+    out = precheck_out(out, pipeline="multihop", inputs={  # before the inputs are read
+        "--corpus": c.corpus, "--triples": c.triples, "--index": c.index, "--relations": c.relations,
+        "--license-file": c.license_file})
+    chosen = choose_license(c.license, c.license_file, c.corpus, DEFAULT_LICENSE)
+    llm, policy = context.client(c.llm), context.client(c.policy)
+    source, inputs, article_index, first = first_stage(c, llm)
+    stages = {"triples": first, **fact_stages(c, article_index, table, llm),
+              **question_stages(c, table, families, heldout, llm),
+              **search_stages(c, rule, LazyIndex(c.index, c.corpus, out / ".work"), policy, task)}
     recipe = {
-        **c.recipe(), "solvability": rule,
-        "question_generator": "llm" if llm is not None else "template",
+        **c.recipe(), "solvability": rule, "question_generator": "llm" if llm is not None else "template",
         "quality": "llm judge/fix loop" if llm is not None else "skipped (no --llm)",
         "agent_check": "rollouts" if policy is not None else "skipped (no --policy)",
         # The LLM and policy identities are stage recipes (triples/cardinality/questions/quality, solve).
         "prompts": PROMPT_VERSIONS, **chosen.recipe(),
     }
+    summarize = (lambda m: phrasing.summary(out, m["splits"], families, table)) if families else None
     manifest = build_dataset(
-        out=out, name=out.name, pipeline="multihop", pipeline_version=PIPELINE_VERSION, config=recipe, seed=seed,
-        inputs=inputs, source=source, stages=[all_stages[n] for n in names], llm=llm, context=context,
+        out=out, name=out.name, pipeline="multihop", pipeline_version=PIPELINE_VERSION, config=recipe, seed=c.seed,
+        inputs=inputs, source=source, stages=[stages[n] for n in names], llm=llm, context=context,
         chunk_size=c.chunk_size, keep_rejected=c.keep_rejected, empty_hints=EMPTY_HINTS,
         column_types=COLUMN_TYPES if "finalize" in names else None,  # earlier stages write working records
         heldout=heldout if "questions" in names else None,  # records before it are triples/chains, not questions
-        summarize=(lambda m: phrasing.summary(out, m["splits"], families, table)) if families and "questions" in names
-        else None,
-        card={"description": "Two-hop Japanese questions built from (subject, relation, object) triples: hop 1's "
-                             "object is hop 2's subject; the bridge entity is never named in the question.",
-              "pretty_name": f"tansaku multihop: {Path(out).name}", "task_categories": ["question-answering"],
-              **chosen.card,
-              "limitations": [
-                  "Only hops whose subject has one value in the data are kept (and none of a relation the data "
-                  "shows to be 1:N or N:N, or the relation table calls set-valued); a value missing from the "
-                  "corpus can still make a question ambiguous in the world.",
-                  "Template questions (no --llm) come from 12 fixed frames chosen per relation pair "
-                  "(relations.json); the LLM generator and judge vary and smooth them.",
-                  *([f"`{TEST_PHRASING}` asks the `test` chains again in the held-out phrasing families "
-                     f"{', '.join(families)} (column `phrasing_family`; every row's frame is its `frame`), which no "
-                     "other split uses: it measures whether what training taught survives new phrasings."]
-                    if families else []),
-                  "`pass_rate` is the share of `k` agent tries that solved the item with the configured policy "
-                  "and search index (kept: within the manifest's config.solvability); it is a difficulty signal "
-                  "for that policy only.",
-                  "Facts come from the corpus as it was indexed and may be out of date (`time_dependent`)."]})
+        summarize=summarize if "questions" in names else None, card=dataset_card(out, families, chosen))
     return chosen.write(out, manifest)

@@ -38,7 +38,7 @@ import polars as pl
 from tansaku.core.engine import Drop
 from tansaku.core.llm import ChatRequest, ask_json
 from tansaku.pipelines.multihop import spill
-from tansaku.pipelines.multihop.config import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
+from tansaku.pipelines.multihop.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
 from tansaku.pipelines.multihop.triples import index_from_triples, link_triple, read_triples_file
 
 CARDINALITY_SCHEMA = {"type": "object", "properties": {"single_valued": {"type": "boolean"}},

@@ -34,7 +34,7 @@ from tansaku.core.engine import Drop
 from tansaku.core.errors import InputError
 from tansaku.core.features import derivation_lists
 from tansaku.pipelines.multihop import spill
-from tansaku.pipelines.multihop.config import MAX_PER_BRIDGE, MAX_PER_RELATION_PAIR, MAX_PER_SUBJECT
+from tansaku.pipelines.multihop.defaults import MAX_PER_BRIDGE, MAX_PER_RELATION_PAIR, MAX_PER_SUBJECT
 
 TRIPLE_COLUMNS = ("triple_id", "subject", "relation", "relation_text", "object", "subject_key", "object_key", "subject_id",
                   "object_id", "subject_title", "object_title", "doc_id", "source", "evidence")

@@ -20,20 +20,22 @@ from tansaku.core.build_config import (
     seed_option,
 )
 from tansaku.core.heldout import DEFAULT_RL_SHARE, DEFAULT_SHARE
+from tansaku.core.llm.spec import engine_help
 from tansaku.core.value_checks import DATASET, INDEX, INPUT_FILE
+from tansaku.pipelines.multihop.defaults import (  # shared with the stage modules, which polars comes with
+    DEFAULT_CONFIDENCE,
+    DEFAULT_THRESHOLD,
+    MAX_PER_BRIDGE,
+    MAX_PER_RELATION_PAIR,
+    MAX_PER_SUBJECT,
+    STAGES,
+)
 
-# Defaults the stage modules share (chains.Caps, cardinality): here, so `synth --help` reads them without
-# importing polars.
-MAX_PER_SUBJECT, MAX_PER_BRIDGE, MAX_PER_RELATION_PAIR = 3, 10, 50
-DEFAULT_THRESHOLD = 0.9
-DEFAULT_CONFIDENCE = 0.95  # of the interval that decides whether a relation's class can be told from the data
-LLM_SPEC = "LLM spec: http:MODEL@URL[,URL…] | vllm:MODEL | transformers:PATH|tiny | scripted:FILE.jsonl"
+LLM_SPEC = f"LLM spec: {engine_help()}"  # made from the engine registry (core.llm.spec.LLM_ENGINES)
 
 
 def stage_names() -> tuple[str, ...]:
-    """What ``--until`` takes (the build's stages; imported when a value is given: polars is not for --help)."""
-    from tansaku.pipelines.multihop.build import STAGES
-
+    """What ``--until`` takes: the build's stages."""
     return STAGES
 
 

@@ -6,7 +6,8 @@
   ``{subject, relation, objects}`` structs) plus TRL's ``prompt``. JEMHopQA is an evaluation set: every
   question of the dev file (``dev_*.json``) is in the ``validation`` split, of any other file in ``test``;
   no ``train`` split unless ``--as-train`` (``as_train``) asks for one: then ``train`` plus a held-out
-  ``test`` (``--heldout-share``), a warning on stderr, and the card and manifest say so. License: CC BY-SA 4.0.
+  ``test`` (``--heldout-share``), a warning on stderr, and the card and manifest say so.
+  License: CC BY-SA 4.0.
   In Python: ``import_jemhopqa(JemhopqaImportConfig(path=PATH), out=DIR)`` (every setting: the config).
 * :func:`chain_recall` — feed every derivation of a file as input triples through linking, cardinality
   and the chain join, then check that each compositional question's (hop 1, hop 2) comes out as a
@@ -45,16 +46,16 @@ from tansaku.pipelines.multihop.triples import index_from_triples, link_stage_tr
 
 # 2: derivations as structs, prompt column, dev file → validation; 3: the config is JemhopqaImportConfig's
 # fields, and the task's finalize stage adds task + prompt and drops a question whose gold cannot score;
-# 4: JEMHopQA is an evaluation set: a file other than dev goes wholly to 'test' (was 'train' + held-out 'test'),
-# 'train' only with as_train (--as-train), warned and named in the card
+# 4: JEMHopQA is an evaluation set: a file other than dev goes wholly to 'test' (was 'train' + held-out
+# 'test'), 'train' only with as_train (--as-train), warned and named in the card
 IMPORT_VERSION = "4"
 JEMHOPQA_LICENSE = "cc-by-sa-4.0"
 FIELDS = ("qid", "type", "question", "answer", "derivations", "page_ids", "time_dependent")
 # Declared Features: the multihop ones, for the columns JEMHopQA shares with them.
 IMPORT_TYPES = {name: COLUMN_TYPES[name] for name in (*FIELDS, "task", "generator", "prompt")}
-AS_TRAIN_WARNING = ("import jemhopqa --as-train: JEMHopQA is an evaluation set, yet %d of its questions are in the "
-                    "'train' split of %s (%d held out in 'test', share %s); a model trained on them cannot be "
-                    "evaluated on JEMHopQA as unseen questions")
+AS_TRAIN_WARNING = ("import jemhopqa --as-train: JEMHopQA is an evaluation set, yet %d of its questions are "
+                    "in the 'train' split of %s (%d held out in 'test', share %s); a model trained on them "
+                    "cannot be evaluated on JEMHopQA as unseen questions")
 
 log = logging.getLogger(__name__)
 
@@ -118,32 +119,35 @@ def import_split(config: JemhopqaImportConfig) -> str:
 def import_description(config: JemhopqaImportConfig, task_name: str) -> str:
     """The card's description: what was imported, and in words where the questions went and why."""
     if config.as_train:
-        where = ("Imported as training data on request (`--as-train`), although JEMHopQA is an evaluation set: "
-                 f"the questions are in `train`, except a held-out share ({config.heldout_share}, by `qid`) in "
-                 "`test`. A model trained on `train` cannot be evaluated on JEMHopQA as unseen questions.")
+        where = ("Imported as training data on request (`--as-train`), although JEMHopQA is an evaluation "
+                 "set: the questions are in `train`, except a held-out share "
+                 f"({config.heldout_share}, by `qid`) in `test`. A model trained on `train` cannot be "
+                 "evaluated on JEMHopQA as unseen questions.")
     else:
         split = import_split(config)
         where = (f"JEMHopQA is an evaluation set: every question is in the `{split}` split "
-                 f"(`train eval --dataset DIR{'' if split == 'test' else ' --split ' + split}`); there is no `train` "
-                 "split (`synth import jemhopqa --as-train` makes one).")
+                 f"(`train eval --dataset DIR{'' if split == 'test' else ' --split ' + split}`); "
+                 "there is no `train` split (`synth import jemhopqa --as-train` makes one).")
     return (f"JEMHopQA (Ishii et al.) questions imported for the {task_name} task. {where} "
             "License: CC BY-SA 4.0 (see the original repository).")
 
 
 def import_jemhopqa(config: JemhopqaImportConfig, out: str | Path = "out/jemhopqa",
                     context: BuildContext | None = None, task: Task = MultihopQA()) -> dict:
-    """Write the JEMHopQA file ``config.path`` as a ``task`` (``multihop_qa``) dataset into ``out``. JEMHopQA is
-    an evaluation set: every question of the dev file is in the ``validation`` split, of any other file in
-    ``test``. ``as_train``: a ``train`` split instead, ``heldout_share`` of the questions (key ``qid``;
-    ``tansaku.core.heldout``) held out as ``test`` — logged as a warning, and named in the card's description
-    and the manifest's ``config`` (``as_train``, ``split``). ``license``: the card's license id
-    (default: JEMHopQA's CC BY-SA 4.0). The last stage is the task's ``finalize`` (``task`` and TRL's
-    ``prompt`` columns, and the gold check: a question whose answer cannot score 1.0 is dropped, as it could
-    never be passed in an eval). ``context``: progress (``BuildContext``; this import does not shard)."""
+    """Write the JEMHopQA file ``config.path`` as a ``task`` (``multihop_qa``) dataset into ``out``.
+    JEMHopQA is an evaluation set: every question of the dev file is in the ``validation`` split, of any
+    other file in ``test``. ``as_train``: a ``train`` split instead, ``heldout_share`` of the questions
+    (key ``qid``; ``tansaku.core.heldout``) held out as ``test`` — logged as a warning, and named in the
+    card's description and the manifest's ``config`` (``as_train``, ``split``). ``license``: the card's
+    license id (default: JEMHopQA's CC BY-SA 4.0). The last stage is the task's ``finalize`` (``task`` and
+    TRL's ``prompt`` columns, and the gold check: a question whose answer cannot score 1.0 is dropped, as it
+    could never be passed in an eval). ``context``: progress (``BuildContext``; this import does not
+    shard)."""
     context = context or BuildContext()
     c = config
     heldout = HeldOut(c.heldout_share, "qid", c.seed)  # checks the share before anything is read
-    out = precheck_out(out, pipeline="import-jemhopqa", inputs={"PATH": c.path, "--license-file": c.license_file})
+    out = precheck_out(out, pipeline="import-jemhopqa",
+                       inputs={"PATH": c.path, "--license-file": c.license_file})
     chosen = choose_license(c.license, c.license_file, default=license_card(JEMHOPQA_LICENSE))
     split = import_split(c)
     items = load_items(c.path)
@@ -151,7 +155,8 @@ def import_jemhopqa(config: JemhopqaImportConfig, out: str | Path = "out/jemhopq
               batch_stage("finalize", task.finalize, batch_size=256,
                           params={"task": task.name, "task_version": task.version})]
     manifest = chosen.write(out, build_dataset(
-        out=out, name=f"jemhopqa-{Path(c.path).stem}", pipeline="import-jemhopqa", pipeline_version=IMPORT_VERSION,
+        out=out, name=f"jemhopqa-{Path(c.path).stem}", pipeline="import-jemhopqa",
+        pipeline_version=IMPORT_VERSION,
         config={**c.recipe(), "task": task.name, "split": split, **chosen.recipe()},
         seed=c.seed, inputs=[describe_input(c.path, len(items))], source=items, stages=stages,
         card={"description": import_description(c, task.name), "pretty_name": f"JEMHopQA {Path(c.path).stem}",
@@ -178,9 +183,64 @@ def gold_chain(item: dict) -> tuple[list, list] | None:
                 continue
             from_bridge = [d for d in derivations if entity_key(d[0]) == entity_key(b[0])]
             ans = entity_key(item["answer"])
-            matching = [d for d in from_bridge if any(ans in entity_key(o) or entity_key(o) in ans for o in d[2])]
+            matching = [d for d in from_bridge
+                        if any(ans in entity_key(o) or entity_key(o) in ans for o in d[2])]
             return a, (matching or from_bridge)[-1]
     return None
+
+
+def _hop_verdicts(linked: list[dict], config: MultihopConfig, table: Relations,
+                  filter_cardinality: bool) -> tuple[list[dict], dict[tuple, str]]:
+    """The hops the cardinality stage keeps, and each hop's fate by (subject key, object key): ``kept``, else
+    the first reason it was dropped (every hop kept when ``filter_cardinality`` is off)."""
+    hop_reason: dict[tuple, str] = {}
+    kept = []
+    stats = relation_stats(linked, config.cardinality_threshold, config.cardinality_confidence,
+                           config.resolved_min_support())
+    verdicts = (judge_hops(linked, stats, set_valued=table.set_valued()) if filter_cardinality
+                else ((t, None) for t in linked))
+    for triple, reason in verdicts:
+        ident = (triple["subject_key"], entity_key(triple["object"]))
+        if reason is None:
+            kept.append(triple)
+            hop_reason[ident] = "kept"
+        else:
+            hop_reason.setdefault(ident, reason)
+    return kept, hop_reason
+
+
+def _chain_outcomes(pairs) -> dict[tuple, str]:
+    """Each joined (subject, bridge, answer) key — an answer alias counts as the answer — with ``kept`` when
+    some chain for it survived, else the first rule that dropped it."""
+    outcome: dict[tuple, str] = {}
+    for row in pairs.select("subject_key_1", "relation_1", "object_key_1", "relation_2", "object_2",
+                            "object_aliases_2", "drop").iter_rows():
+        s, r1, b, r2, answer, aliases, drop = row
+        for a in [answer, *(aliases or [])]:
+            key = (s, b, entity_key(a))
+            if outcome.get(key) != "kept":
+                outcome[key] = drop or "kept"
+    return outcome
+
+
+def _miss_class(item: dict, outcome: dict[tuple, str], hop_reason: dict[tuple, str], join_key) -> str | None:
+    """Where a compositional question's chain was lost (``None`` when it was rebuilt): no gold chain, a hop
+    dropped by cardinality, or a chain rule."""
+    gold = gold_chain(item)
+    if gold is None:
+        return "no_shared_bridge"
+    (s1, r1, o1), (s2, r2, o2s) = gold
+    keys = [(join_key(s1), join_key(o1[0]), entity_key(o)) for o in o2s]
+    found = [outcome[k] for k in keys if k in outcome]
+    if "kept" in found:
+        return None
+    hop1 = hop_reason.get((join_key(s1), entity_key(o1[0])), "missing")
+    hop2 = [hop_reason.get((join_key(s2), entity_key(o)), "missing") for o in o2s]
+    if hop1 != "kept":
+        return f"cardinality:hop1:{hop1}"
+    if "kept" not in hop2:
+        return f"cardinality:hop2:{hop2[0]}"
+    return f"chain:{found[0]}" if found else "chain:not_joined"
 
 
 def chain_recall(path: str | Path, caps=None, seed: int = 0, filter_cardinality: bool = True,
@@ -203,51 +263,17 @@ def chain_recall(path: str | Path, caps=None, seed: int = 0, filter_cardinality:
         hit = index.link(name)
         return exact_key(hit[1]) if hit else entity_key(name)
 
-    hop_reason: dict[tuple, str] = {}
-    kept = []
-    stats = relation_stats(linked, config.cardinality_threshold, config.cardinality_confidence,
-                           config.resolved_min_support())
-    verdicts = (judge_hops(linked, stats, set_valued=table.set_valued()) if filter_cardinality
-                else ((t, None) for t in linked))
-    for triple, reason in verdicts:
-        ident = (triple["subject_key"], entity_key(triple["object"]))
-        if reason is None:
-            kept.append(triple)
-            hop_reason[ident] = "kept"
-        else:
-            hop_reason.setdefault(ident, reason)
+    kept, hop_reason = _hop_verdicts(linked, config, table, filter_cardinality)
     pairs = join_chains(triples_frame(kept), caps, seed)
-    outcome: dict[tuple, str] = {}
-    for row in pairs.select("subject_key_1", "relation_1", "object_key_1", "relation_2", "object_2",
-                            "object_aliases_2", "drop").iter_rows():
-        s, r1, b, r2, answer, aliases, drop = row
-        for a in [answer, *(aliases or [])]:
-            key = (s, b, entity_key(a))
-            if outcome.get(key) != "kept":
-                outcome[key] = drop or "kept"
+    outcome = _chain_outcomes(pairs)
     misses: Counter = Counter()
     examples: dict[str, list] = {}
     items = [i for i in load_items(path) if i.get("type") == "compositional"]
     for item in items:
-        gold = gold_chain(item)
-        if gold is None:
-            cls = "no_shared_bridge"
-        else:
-            (s1, r1, o1), (s2, r2, o2s) = gold
-            keys = [(join_key(s1), join_key(o1[0]), entity_key(o)) for o in o2s]
-            found = [outcome[k] for k in keys if k in outcome]
-            if "kept" in found:
-                continue
-            hop1 = hop_reason.get((join_key(s1), entity_key(o1[0])), "missing")
-            hop2 = [hop_reason.get((join_key(s2), entity_key(o)), "missing") for o in o2s]
-            if hop1 != "kept":
-                cls = f"cardinality:hop1:{hop1}"
-            elif "kept" not in hop2:
-                cls = f"cardinality:hop2:{hop2[0]}"
-            else:
-                cls = f"chain:{found[0]}" if found else "chain:not_joined"
-        misses[cls] += 1
-        examples.setdefault(cls, []).append({k: item[k] for k in ("qid", "question", "derivations")})
+        cls = _miss_class(item, outcome, hop_reason, join_key)
+        if cls is not None:
+            misses[cls] += 1
+            examples.setdefault(cls, []).append({k: item[k] for k in ("qid", "question", "derivations")})
     n = len(items)
     return {"compositional": n, "reconstructed": n - sum(misses.values()),
             "recall": round((n - sum(misses.values())) / n, 4) if n else 0.0,
@@ -265,12 +291,14 @@ def build_recall(path: str | Path, dataset: str | Path) -> dict:
         for a in [row["answer"], *(row["answer_aliases"] or [])]:
             facts.add((entity_key(s), entity_key(b), entity_key(a)))
             spelled.add((entity_key(s), r1, entity_key(b), r2, entity_key(a)))
-    golds = [g for g in map(gold_chain, (i for i in load_items(path) if i.get("type") == "compositional")) if g]
+    compositional = (i for i in load_items(path) if i.get("type") == "compositional")
+    golds = [g for g in map(gold_chain, compositional) if g]
     found = same = 0
     for (s1, r1, o1), (_, r2, o2s) in golds:
         found += any((entity_key(s1), entity_key(o1[0]), entity_key(o)) in facts for o in o2s)
-        same += any((entity_key(s1), display_name(r1), entity_key(o1[0]), display_name(r2), entity_key(o)) in spelled
-                    for o in o2s)  # display_name: how the triples stage writes a relation (NFKC, spaces)
+        # display_name: how the triples stage writes a relation (NFKC, spaces)
+        same += any((entity_key(s1), display_name(r1), entity_key(o1[0]), display_name(r2), entity_key(o))
+                    in spelled for o in o2s)
     n = len(golds)
     return {"gold_chains": n, "recall": round(found / n, 4) if n else 0.0,
             "recall_same_relations": round(same / n, 4) if n else 0.0}
@@ -281,7 +309,8 @@ def main(argv: list[str]) -> None:
     print(f"join alone (no cardinality filter): recall {join_only['recall']} {join_only['misses']}")
     report = chain_recall(argv[0])
     print(f"recall {report['recall']} ({report['reconstructed']}/{report['compositional']}); "
-          f"triples {report['triples']}, hops kept {report['hops_kept']}, chains kept {report['chains_kept']}")
+          f"triples {report['triples']}, hops kept {report['hops_kept']}, "
+          f"chains kept {report['chains_kept']}")
     for cls, n in report["misses"].items():
         print(f"  {n:3d}  {cls}")
         for ex in report["examples"][cls][:3]:

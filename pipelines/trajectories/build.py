@@ -38,8 +38,8 @@ from tansaku.core.chat_sources import describe_source
 from tansaku.core.context import BuildContext
 from tansaku.core.errors import InputError
 from tansaku.core.licenses import choose_license
-from tansaku.core.options import check_count, check_fraction, check_limit, read_system_prompt
 from tansaku.core.options import dataset_manifest as checked_manifest
+from tansaku.core.options import read_system_prompt
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.provenance import describe_input
 from tansaku.core.store import REJECTED, build_dataset, iter_rows
@@ -100,38 +100,51 @@ def _empty_hints(rewriter_is_teacher: bool) -> dict[str, str]:
             "verify": "every rewrite changed the tool calls or results: check --translator"}
 
 
-def _check(c: TrajectoriesConfig) -> None:
-    """Every number, before any work (a bad --ratio used to fail only after every rollout was paid for)."""
-    check_count("--n", c.n)
-    check_count("--chunk-size", c.chunk_size)
-    check_limit(c.limit)
-    check_fraction("--ratio", c.ratio, 0, None)
-    check_fraction("--temperature", c.temperature, 0, None)
-    check_count("--max-tokens", c.max_tokens)
-    check_fraction("--min-reward", c.min_reward, 0, 1)
-    check_count("--result-chars", c.result_chars)
-    check_count("--rewrite-max-tokens", c.rewrite_max_tokens)
-    check_fraction("--rewrite-temperature", c.rewrite_temperature, 0, None)
-    check_fraction("--min-japanese-share", c.min_japanese_share, 0, 1)
-    check_count("--min-chinese-chars", c.min_chinese_chars)
+def trajectory_task(c: TrajectoriesConfig, dataset_manifest: dict, system_prompt: str | None):
+    """The task whose questions these are (``--task``, else the dataset's), with the build's system prompt
+    and tool interfaces; refused when it cannot say which rollouts are correct."""
+    first = next(iter(question_source(c.dataset, 1)()), None)
+    if first is None:
+        raise InputError(f"{c.dataset} has no questions in its train split")
+    overrides = {**({"system_prompt": system_prompt} if system_prompt is not None else {}),
+                 **({"tools": {"interface_variants": c.interface_variants}} if c.interface_variants is not None
+                    else {})}
+    task = task_named(c.task or guess_task(dataset_manifest, first["row"])).configured(overrides)
+    if c.judge is None:  # correct-only needs an answer reward: an automatic one, or a rubric and --judge
+        try:
+            task.answer_reward()
+        except ValueError as exc:
+            raise InputError(f"task {task.name!r} cannot filter trajectories: {exc}") from None
+    return task
+
+
+def trajectory_stages(c: TrajectoriesConfig, task, tools, clients: dict, catalog_data: dict, general_rows) -> list:
+    """Teacher rollouts → correct only → the rewrite passes → verify → format → mix with general chat."""
+    return [
+        teacher_stage(clients["teacher"], task, tools, seed=c.seed, **c.pick("n", "temperature", "max_tokens")),
+        correct_only_stage(task, judge=clients["judge"], **c.pick("min_reward")),
+        # The seed's passes, in its order, one stage each: translate, then refine the translation, then rewrite
+        # the refined reasoning into a drawn scenario (each stage's prompt and language check its own).
+        *(rewrite_stage(kind, clients["translator"], seed=c.seed,
+                        catalog=catalog_data if kind == "scenario" else None, **c.pick(*REWRITE_SETTINGS))
+          for kind in REWRITE_PASSES),
+        verify_stage(tools).configured({"tools_config": tools.config.to_dict()}),
+        format_stage(task),
+        mix_stage(general_rows, c.ratio, c.seed),
+    ]
 
 
 def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: BuildContext | None = None) -> dict:
     """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring).
 
-    ``config`` holds every setting (``TrajectoriesConfig``: its help texts are the CLI's). ``task``: the task's
-    name, default the dataset's own (``teacher.guess_task``). ``chunk_size``: questions per checkpoint (what an
-    interruption costs; the unit a ``--shard`` takes). ``license``/``license_file``: the card's license
-    (``tansaku.core.licenses.choose_license``); default the ``dataset`` card's, whose questions the rows hold.
-    ``system_prompt``: the text (or ``@FILE``) every agentic row (and the teacher) gets instead of the task's own
-    system prompts — give ``train rl``/``train eval`` the same (a recipe task's ``system_prompt``,
-    ``--system-prompt``) so the switch stays one text. ``interface_variants``: tool interfaces the teacher's
-    episodes draw from (``Task.with_tools``; 2: ``find``/``read`` too, ``tansaku.envs.tool_interfaces``),
-    recorded in the config's ``tools_config``; None: the task's own. ``context``: shards, LLM options,
-    progress (``BuildContext``)."""
+    ``config`` holds every setting and its bounds (``TrajectoriesConfig``: its help texts are the CLI's);
+    ``task`` defaults to the dataset's own (``teacher.guess_task``); the license defaults to the
+    ``dataset`` card's, whose questions the rows hold. ``system_prompt`` (text or ``@FILE``) replaces the
+    task's own system prompts in every agentic row and the teacher: give ``train rl``/``train eval`` the same
+    so the switch stays one text. ``interface_variants``: tool interfaces the teacher's episodes draw from
+    (``tansaku.envs.tool_interfaces``). ``context``: shards, LLM options, progress (``BuildContext``)."""
     context = context or BuildContext()
-    c = config
-    _check(c)
+    c = config.check()  # every number before any work: a bad --ratio once failed after every rollout was paid
     system_prompt = read_system_prompt(c.system_prompt)  # @FILE: a missing file is refused before any work
     catalog_data = load_catalog(c.catalog)  # an input's shape, checked before the out folder is claimed
     out = precheck_out(out, pipeline="trajectories", inputs={  # before the questions are read
@@ -139,40 +152,15 @@ def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: Build
         "--license-file": c.license_file})
     dataset_manifest = checked_manifest(c.dataset, "--dataset")
     chosen = choose_license(c.license, c.license_file, c.dataset)  # refused before the first rollout is paid for
-    first = next(iter(question_source(c.dataset, 1)()), None)
-    if first is None:
-        raise InputError(f"{c.dataset} has no questions in its train split")
-    task = task_named(c.task or guess_task(dataset_manifest, first["row"]))
+    task = trajectory_task(c, dataset_manifest, system_prompt)
     # The recipe records what the options came to: a guessed task and a build naming it are the same build,
     # as are a prompt given as text and as @FILE.
     c = c.replace(task=task.name, system_prompt=system_prompt)
-    if system_prompt is not None:
-        task = task.with_system_prompt(system_prompt)
-    if c.interface_variants is not None:
-        task = task.with_tools(interface_variants=c.interface_variants)
-    if c.judge is None:  # correct-only needs an answer reward: an automatic one, or a rubric and --judge
-        try:
-            task.answer_reward()
-        except ValueError as exc:
-            raise InputError(f"task {task.name!r} cannot filter trajectories: {exc}") from None
     general_rows = read_chat_rows(c.general) if c.general else None
     teacher = context.client(c.teacher)
-    rewriter = context.client(c.translator) if c.translator is not None else teacher
-    judge = context.client(c.judge) if c.judge is not None else None
+    clients = {"teacher": teacher, "translator": context.client(c.translator) if c.translator is not None else teacher,
+               "judge": context.client(c.judge) if c.judge is not None else None}
     tools = make_tools(task, c.index, seed=c.seed)
-    rewrites = c.pick(*REWRITE_SETTINGS)
-
-    stages = [
-        teacher_stage(teacher, task, tools, seed=c.seed, **c.pick("n", "temperature", "max_tokens")),
-        correct_only_stage(task, judge=judge, **c.pick("min_reward")),
-        # The seed's passes, in its order, one stage each: translate, then refine the translation, then rewrite
-        # the refined reasoning into a drawn scenario (each stage's prompt and language check its own).
-        *(rewrite_stage(kind, rewriter, seed=c.seed, catalog=catalog_data if kind == "scenario" else None, **rewrites)
-          for kind in REWRITE_PASSES),
-        verify_stage(tools).configured({"tools_config": tools.config.to_dict()}),
-        format_stage(task),
-        mix_stage(general_rows, c.ratio, c.seed),
-    ]
     recipe = {
         **c.recipe(), "task_version": task.version, "prompts": PROMPTS,
         "scenario_catalog_version": catalog_data["version"], "tools_config": tools.config.to_dict(),
@@ -180,8 +168,7 @@ def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: Build
         **chosen.recipe(),  # another license is another recipe: a rerun refuses it, never mixes
     }
     # Full descriptions for the card; the fingerprint holds only their identities (the stages' llm).
-    models = {"teacher": _describe(teacher), "translator": _describe(rewriter),
-              "judge": _describe(judge) if judge is not None else None}
+    models = {name: _describe(client) if client is not None else None for name, client in clients.items()}
     inputs = [describe_input(c.dataset), describe_input(c.catalog or CATALOG_PATH), describe_input(c.index)]
     if c.general:
         inputs.append(describe_source(c.general, len(general_rows), option="--general"))  # hf:…: the commit read
@@ -195,9 +182,11 @@ def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: Build
     return chosen.write(out, build_dataset(
         out=out, name=c.name or f"trajectories-{Path(c.dataset).name}", pipeline="trajectories",
         pipeline_version=PIPELINE_VERSION, config=recipe, seed=c.seed, inputs=inputs,
-        source=question_source(c.dataset, c.limit), stages=stages, llm=teacher, keep_rejected=True,
-        summarize=summarize, card=lambda m: trajectory_card(m) | chosen.card, chunk_size=c.chunk_size,
-        column_types=COLUMN_TYPES, context=context, empty_hints=_empty_hints(c.translator is None),
+        source=question_source(c.dataset, c.limit),
+        stages=trajectory_stages(c, task, tools, clients, catalog_data, general_rows), llm=teacher,
+        keep_rejected=True, summarize=summarize, card=lambda m: trajectory_card(m) | chosen.card,
+        chunk_size=c.chunk_size, column_types=COLUMN_TYPES, context=context,
+        empty_hints=_empty_hints(c.translator is None),
         parents=[dataset_manifest.get("version")] if dataset_manifest.get("version") else []))
 
 

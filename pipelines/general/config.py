@@ -1,8 +1,8 @@
 """``GeneralConfig``: every setting of ``synth build general``, once (the CLI's options, the builder's argument,
 the generate stage's params and the manifest's ``config`` all read it; ``tansaku.core.build_config``).
 
-    from tansaku.pipelines.general import build_general
-    from tansaku.pipelines.general_config import GeneralConfig
+    from tansaku.pipelines.general.build import build_general
+    from tansaku.pipelines.general.config import GeneralConfig
     build_general(GeneralConfig(prompts="examples/general_prompts.jsonl", llm="transformers:tiny",
                                 max_tokens=256), out="out/general")
 """
@@ -21,6 +21,7 @@ from tansaku.core.build_config import (
     option,
     seed_option,
 )
+from tansaku.core.llm.spec import engine_help
 from tansaku.core.value_checks import INPUT
 
 
@@ -31,8 +32,7 @@ class GeneralConfig(BuildConfig):
                                 "(never downloaded). Rows: 'messages', 'conversations' (ShareGPT), 'prompt' or "
                                 "'instruction' (+ 'input'); a trailing answer is replaced; optional 'id'.")
     # A spec, or a client (demo.py passes the tiny model's, loaded in bf16): the recipe records its identity.
-    llm: str = option(llm=True, help="The base model you will fine-tune (its own answers): http:MODEL@URL | "
-                                     "vllm:MODEL | transformers:PATH|tiny | scripted:FILE.py[:FN].")
+    llm: str = option(llm=True, help=f"The base model you will fine-tune (its own answers): {engine_help()}.")
     reasoning: bool = option(False, help="Keep the model's reasoning as it wrote it (assistant reasoning_content); "
                                          "default: the answer only.")
     max_tokens: int = option(1024, min=1, help="Tokens per answer; an answer cut there is dropped (truncated).")

@@ -19,7 +19,8 @@ Input formats, detected from the path unless ``--format`` says:
   in place; splits from ``id/*.id``).
 - ``jaquad``: JaQuAD SQuAD-style JSON files; one document per article title.
 
-The readers live in ``tansaku.pipelines.corpus_readers``. Everything streams: memory is bounded by one chunk of records plus 16 bytes per kept document (dedup).
+The readers live in ``tansaku.pipelines.corpus.readers``. Everything streams: memory is bounded by one chunk
+of records plus 16 bytes per kept document (dedup).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from tansaku.core.options import check_count
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.provenance import describe_input
 from tansaku.core.store import build_dataset
-from tansaku.pipelines.corpus_config import CorpusConfig
-from tansaku.pipelines.corpus_readers import (  # noqa: F401 - CorpusInputError, read_documents: part of this API
+from tansaku.pipelines.corpus.config import CorpusConfig
+from tansaku.pipelines.corpus.readers import (  # noqa: F401 - CorpusInputError, read_documents: part of this API
     FORMATS,
     CorpusInputError,
     JsonlFields,

@@ -1,6 +1,6 @@
 """GRPO's training forward with the prompt tokens several rollouts share run once per optimizer step.
 
-    shared = SharedPrefix(model)          # build_rl_trainer wires it on CPU (tansaku.trainer.cpu_lm_head)
+    shared = SharedPrefix(model)          # build_rl_trainer wires it on CPU (tansaku.trainer.cpu.lm_head)
     shared.set_prompts(rows)              # after each rollout batch is generated: the prefixes its prompts share
     hidden, computed = shared.hidden_states(input_ids, attention_mask)   # in each micro-batch's forward
     shared.flush()                        # after the last micro-batch's backward, before gradient clipping
@@ -37,7 +37,7 @@ import torch
 from transformers import DynamicCache
 
 from tansaku.core.llm.turn_cache import common_length
-from tansaku.trainer.prefix_generate import MIN_SHARED_TOKENS
+from tansaku.trainer.cpu.prefix_generate import MIN_SHARED_TOKENS
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """On CPU, TRL's fused LM head scored through plain bf16 projections of the labelled positions only.
 
-    from tansaku.trainer.cpu_lm_head import score_labelled_positions
-    score_labelled_positions(trainer)   # build_sft_trainer and build_rl_trainer do this when training on CPU
+    from tansaku.trainer.cpu.lm_head import score_labelled_positions
+    score_labelled_positions(trainer)   # tansaku.trainer.cpu.apply does this for train sft and train rl
 
 TRL's SFT and GRPO trainers patch the model with a fused LM head (``trl.trainer.utils.add_fused_lm_head``) and
 call it as ``model(..., labels=labels, fused_lm_head=True)`` for per-token log-probs without the full logits.
@@ -15,7 +15,7 @@ with the autocast dtype's matmuls and fp32 log-softmax: the path every trainer t
 0.84 s on the same row. It returns TRL's ``FusedCausalLMOutput`` with the same fields and zeros where the
 label is -100. Models whose logits TRL rescales (soft-capping, ``logit_scale`` and kin), MoE router losses and
 non-CPU devices keep TRL's own head. For GRPO, ``share_prefix`` has the policy's training forwards run the
-prompt tokens all rollouts of a batch share once per optimizer step (``tansaku.trainer.prefix_train``).
+prompt tokens all rollouts of a batch share once per optimizer step (``tansaku.trainer.cpu.prefix_train``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from peft import PeftModel
 from torch.utils.checkpoint import checkpoint
 from trl.trainer.utils import FusedCausalLMOutput
 
-from tansaku.trainer.prefix_train import SharedPrefix
+from tansaku.trainer.cpu.prefix_train import SharedPrefix
 
 BLOCK_ROWS = 256  # rows of logits alive at once: 256 × 49k vocab × fp32 is 50 MB per temporary
 # Config keys TRL's head handles and this one does not: rescaled or capped logits, MoE router losses.
@@ -70,7 +70,7 @@ def handles(model) -> bool:
 def score_labelled_positions(trainer, share_prefix: bool = False) -> SharedPrefix | None:
     """Wrap the forward TRL patched on the trainer's model (and reference model) when ``handles`` says so.
     ``share_prefix`` (GRPO): the policy's training forwards run the rollouts' shared prompt tokens once per
-    optimizer step (``tansaku.trainer.prefix_train``); returns that ``SharedPrefix`` for the trainer to feed."""
+    optimizer step (``tansaku.trainer.cpu.prefix_train``); returns that ``SharedPrefix`` for the trainer to feed."""
     temperature = getattr(trainer, "temperature", 1.0)  # GRPO's sampling temperature; SFT scores at 1.0
     policy = trainer.model.get_base_model() if isinstance(trainer.model, PeftModel) else trainer.model
     # Not under gradient checkpointing: its recomputation would write the cache twice, so the training forward

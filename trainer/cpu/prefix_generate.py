@@ -1,8 +1,8 @@
 """GRPO generation with transformers that computes the prompt part every episode shares once per call, and
 an episode's earlier turns once per episode.
 
-    from tansaku.trainer.prefix_generate import share_prompt_prefix
-    share_prompt_prefix(trainer.model)   # build_rl_trainer does this unless the recipe sets share_prompt_prefix: false
+    from tansaku.trainer.cpu.prefix_generate import share_prompt_prefix
+    share_prompt_prefix(trainer.model)   # cpu.apply does this unless the recipe sets share_prompt_prefix: false
 
 Without vLLM, TRL's GRPOTrainer generates each turn with ``model.generate`` over the left-padded batch of every
 active episode's whole context. Those contexts all begin with the same system turn and tool schemas (most

@@ -1,8 +1,8 @@
 """``CorpusConfig``: every setting of ``synth build corpus``, once (the CLI's options, the builder's argument,
 the stages' params and the manifest's ``config`` all read it; ``tansaku.core.build_config``).
 
-    from tansaku.pipelines.corpus import build_corpus
-    from tansaku.pipelines.corpus_config import CorpusConfig
+    from tansaku.pipelines.corpus.build import build_corpus
+    from tansaku.pipelines.corpus.config import CorpusConfig
     build_corpus(CorpusConfig(input="examples/miniwiki.jsonl", format="jsonl"), out="out/corpus")
 """
 
@@ -18,7 +18,7 @@ from tansaku.core.value_checks import INPUT
 def format_names() -> tuple[str, ...]:
     """What ``--format`` takes: ``auto`` and each reader's name (asked when a value is given: ``--help`` stays
     fast)."""
-    from tansaku.pipelines.corpus_readers import FORMATS
+    from tansaku.pipelines.corpus.readers import FORMATS  # the readers' imports: not at --help
 
     return ("auto", *FORMATS)
 

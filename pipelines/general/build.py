@@ -1,12 +1,12 @@
 """``synth build general``: the general half of the system-prompt switch — the base model's own answers to
 general prompts, as SFT chat rows with no system prompt.
 
-    from tansaku.pipelines.general import GeneralConfig, build_general
+    from tansaku.pipelines.general.build import GeneralConfig, build_general
     build_general(GeneralConfig(prompts="examples/general_prompts.jsonl", llm="transformers:tiny", max_tokens=256),
                   out="out/general")
     # CLI: synth build general --prompts FILE|hf:OWNER/NAME --llm SPEC --out DIR [--reasoning] [--max-tokens N]
     #      [--temperature T] [--limit N] [--seed S] [--heldout-share F] [--license ID] [-q]
-    # (every option is a GeneralConfig field: tansaku.pipelines.general_config)
+    # (every option is a GeneralConfig field: tansaku.pipelines.general.config)
 
 Why: SFT that teaches a model to search again and to reason in Japanese pulls it far from its own output
 distribution, and its general skills drop (the blog's SFTでの精度劣化). The fix is to train two things at
@@ -68,7 +68,7 @@ from tansaku.core.out_folder import precheck_out
 from tansaku.core.parsing import split_think, strip_end_markers
 from tansaku.core.provenance import describe_input
 from tansaku.core.store import StoreError, build_dataset, read_records
-from tansaku.pipelines.general_config import GeneralConfig
+from tansaku.pipelines.general.config import GeneralConfig
 
 PIPELINE = "general"
 # 2: the config is GeneralConfig's fields (prompts, llm, seed, heldout_share, keep_rejected, license_file,
@@ -126,11 +126,6 @@ def read_prompts(value: str | Path) -> Prompts:
             raise InputError(f"--prompts: {exc}") from None
         records = [{"row": row, "where": f"{p} row {i}"} for i, row in enumerate(rows)]
     return Prompts(records, p.name.split(".")[0], describe_input(p, len(records)), p if p.is_dir() else None)
-
-
-def read_prompt_rows(path: str | Path) -> list[dict]:
-    """``read_prompts(path).records``: ``[{"row": value, "where": "FILE:LINE"} | {"bad": …, "where": …}]``."""
-    return read_prompts(path).records
 
 
 def _messages(value: list, key: str) -> list | str:

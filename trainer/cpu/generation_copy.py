@@ -1,7 +1,7 @@
 """On CPU, GRPO's transformers generation run by a bf16 copy of the policy, refreshed before every generate call.
 
-    from tansaku.trainer.generation_copy import generate_with_bf16_copy
-    generate_with_bf16_copy(trainer)   # build_rl_trainer does this unless the recipe sets bf16_generation_copy: false
+    from tansaku.trainer.cpu.generation_copy import generate_with_bf16_copy
+    generate_with_bf16_copy(trainer)   # cpu.apply does this unless the recipe sets bf16_generation_copy: false
 
 RL at a learning rate of 1e-5 keeps fp32 master weights (``bf16: true`` without ``dtype``): bf16 weights would
 round most updates away. Accelerate then runs every forward under bf16 autocast, and autocast drops its cache

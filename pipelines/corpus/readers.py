@@ -1,6 +1,6 @@
 """The readers of ``synth build corpus``: each input format yields raw records (``id, title, text, url,
 source, meta`` plus ``_where``, the file:line a drop names; a bad line or file is an ``_error`` record, never an
-exception), which ``tansaku.pipelines.corpus`` normalizes.
+exception), which ``tansaku.pipelines.corpus.build`` normalizes.
 
     for raw in read_documents("../shared/data/jawiki/JaQuAD", "auto"): ...
     read_documents("docs.jsonl", "jsonl", JsonlFields(id="doc_id", title="title_guess"))
