@@ -10,6 +10,9 @@ stdout; without ``--json`` stdout holds only a command's result (search hits, a 
 Every command's ``--help`` ends with an example::
 
     synth index build --dataset out/corpus --index out/index --json | jq .documents
+
+What a command runs is imported inside it: the search engine, the trainer and the builders bring torch,
+tantivy, polars and pyarrow, which ``synth --help`` and a refused option must not wait for.
 """
 
 from __future__ import annotations

@@ -37,7 +37,6 @@ from tansaku.core import jsontext
 from tansaku.core.context import BuildContext
 from tansaku.core.engine import Drop, global_stage, map_stage
 from tansaku.core.licenses import SOURCE_LICENSES, choose_license
-from tansaku.core.options import check_count
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.provenance import describe_input
 from tansaku.core.store import build_dataset
@@ -166,10 +165,9 @@ def build_corpus(config: CorpusConfig, out: str | Path, context: BuildContext | 
     ``config`` holds every setting (``CorpusConfig``). ``keep_rejected`` is off by default: the drops are
     whole documents (duplicates of a dump can be many); turn it on to inspect what ``min_length``/``dedup``
     removed (the ``rejected`` split). ``context``: shards and progress (``BuildContext``)."""
-    c = config
+    c = config.check()  # every option's declared bounds, before any work
     fields = JsonlFields(id=c.id_field, title=c.title_field, text=c.text_field, url=c.url_field)
     min_chars = c.min_chars
-    check_count("--min-chars", min_chars, 0)
     input = Path(c.input)
     fmt = detect_format(input) if c.format == "auto" else c.format
     read_documents(input, fmt, fields)  # fail fast on a bad path/format, before any work is set up

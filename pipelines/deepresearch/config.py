@@ -32,6 +32,7 @@ from tansaku.core.build_config import (
     seed_option,
 )
 from tansaku.core.errors import InputError
+from tansaku.core.llm.spec import engine_help
 from tansaku.core.value_checks import DATASET, INDEX
 
 MIN_SOURCES, MAX_TURNS, SEARCH_TOP_K = 2, 6, 5
@@ -69,7 +70,7 @@ class KeywordConfig:
 class DeepResearchConfig(BuildConfig):
     corpus: Path = option(path=DATASET, help="Document dataset (synth build corpus).")
     index: str = option(path=INDEX, help="Search index over that corpus.")
-    llm: str = option(llm=True, builtins=(DEMO_SPEC,), help="LLM spec (http:…, vllm:…, transformers:…, scripted:…).")
+    llm: str = option(llm=True, builtins=(DEMO_SPEC,), help=f"LLM spec: {engine_help()}.")
     clarify_share: float = option(0.5, min=0, max=1, help="Share of instructions with clarifying Q/A (a seeded draw per instruction).")
     limit: int | None = limit_option("keyword groups")
     seed: int = seed_option()

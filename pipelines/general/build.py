@@ -63,7 +63,6 @@ from tansaku.core.heldout import HeldOut
 from tansaku.core.jsonl import BadLine, iter_jsonl
 from tansaku.core.licenses import choose_license
 from tansaku.core.llm import ChatRequest
-from tansaku.core.options import check_count, check_fraction, check_limit
 from tansaku.core.out_folder import precheck_out
 from tansaku.core.parsing import split_think, strip_end_markers
 from tansaku.core.provenance import describe_input
@@ -242,12 +241,7 @@ def build_general(config: GeneralConfig, out: str | Path = "out/general",
     ``--license`` names one). ``chunk_size``:
     prompts per checkpoint. ``context``: LLM options and progress (``BuildContext``; this build does not shard)."""
     context = context or BuildContext()
-    c = config
-    check_limit(c.limit)
-    check_count("--max-tokens", c.max_tokens)
-    check_fraction("--temperature", c.temperature, 0, None)
-    check_count("--batch-size", c.batch_size)
-    check_count("--chunk-size", c.chunk_size)
+    c = config.check()  # every option's declared bounds, before any work
     heldout = HeldOut(c.heldout_share, "prompt_id", c.seed)
     hub = parse_hub_source(c.prompts, "--prompts")  # a malformed hf: value: refused before --out is looked at
     given = snapshot(hub, "--prompts")[0] if hub is not None else c.prompts  # a Hub dataset: its cached snapshot

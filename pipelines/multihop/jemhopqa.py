@@ -144,8 +144,8 @@ def import_jemhopqa(config: JemhopqaImportConfig, out: str | Path = "out/jemhopq
     could never be passed in an eval). ``context``: progress (``BuildContext``; this import does not
     shard)."""
     context = context or BuildContext()
-    c = config
-    heldout = HeldOut(c.heldout_share, "qid", c.seed)  # checks the share before anything is read
+    c = config.check()  # every option's declared bounds, before anything is read
+    heldout = HeldOut(c.heldout_share, "qid", c.seed)
     out = precheck_out(out, pipeline="import-jemhopqa",
                        inputs={"PATH": c.path, "--license-file": c.license_file})
     chosen = choose_license(c.license, c.license_file, default=license_card(JEMHOPQA_LICENSE))

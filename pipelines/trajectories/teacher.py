@@ -29,7 +29,7 @@ from tansaku.core.engine import batch_stage
 from tansaku.core.errors import InputError
 from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.rollout import run_rollouts
-from tansaku.envs.tasks import task_for_dataset
+from tansaku.envs.tasks import TASKS, task_for_dataset
 from tansaku.envs.tool_interfaces import INTERFACES
 from tansaku.pipelines.trajectories.records import fail
 from tansaku.pipelines.trajectories.verify import arguments_text
@@ -40,8 +40,8 @@ def guess_task(dataset_manifest: dict, first_row: dict | None) -> str:
     (each task class says which pipelines and columns are its own: ``tasks.task_for_dataset``)."""
     task = task_for_dataset(str(dataset_manifest.get("pipeline", "")), first_row)
     if task is None:
-        raise InputError("cannot tell the task of this dataset (no multihop/egov pipeline in its manifest, no "
-                         "answer/answer_index column); pass --task multihop_qa or --task egov_mcq")
+        raise InputError("cannot tell the task of this dataset (no task's pipeline in its manifest, no task's "
+                         f"columns in its rows); pass --task with one of {', '.join(TASKS)}")
     return task.name
 
 
