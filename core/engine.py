@@ -169,7 +169,8 @@ def map_stage(name: str, fn: Callable[[Record], Record | Drop | list[Record]], *
 
 
 def batch_stage(name: str, fn: Callable[[list[Record]], list], batch_size: int = 64, *,
-                params: dict | None = None, llm: Any = None, client: Any = None) -> Stage:
+                params: dict | None = None, llm: Any = None, client: Any = None,
+                separable: bool = False) -> Stage:
     """A record-local stage over batches (LLM calls): ``fn(batch)`` returns one result per input record,
     each a record, a list of records or a Drop. ``batch_size`` is recorded in ``params``.
 
@@ -177,11 +178,30 @@ def batch_stage(name: str, fn: Callable[[list[Record]], list], batch_size: int =
     ``slots`` (an HTTP server pool), the runner streams: it calls ``fn`` on one record at a time, as many at
     once as the client has slots, so ``fn``'s result for a record must not depend on the other records of
     its batch (``tansaku.core.streaming``). A client with ``large_batches`` (vLLM offline) gets a whole
-    chunk per call instead."""
+    chunk per call instead.
+
+    ``separable``: ``fn``'s result for a record never depends on the other records of its batch, so a stage
+    with no streaming client may run on each record as it arrives (``fn([record])``) instead of holding a
+    stream until a chunk's every record reached it (a search prefilter between two LLM stages). Not
+    fingerprinted: the outputs are the same either way."""
     if client is None and llm is not None and not isinstance(llm, dict):
         client = llm
-    return Stage(name, batches(name, fn, batch_size), True, *_params({**(params or {}), "batch_size": batch_size}, llm),
-                 batch_fn=fn, batch_size=batch_size, client=client)
+    recipe = _params({**(params or {}), "batch_size": batch_size}, llm)
+    return Stage(name, batches(name, fn, batch_size), True, *recipe, batch_fn=fn, batch_size=batch_size,
+                 client=client,
+                 record_fn=_one_record(name, fn) if separable else None)
+
+
+def _one_record(name: str, fn: Callable[[list[Record]], list]) -> Callable[[Record], Any]:
+    """``fn`` of a separable batch stage on one record: its one result."""
+
+    def call(record: Record):
+        outs = fn([record])
+        if len(outs) != 1:
+            raise ValueError(f"batch stage {name!r} returned {len(outs)} results for 1 record")
+        return outs[0]
+
+    return call
 
 
 def batches(name: str, fn: Callable[[list[Record]], list], batch_size: int):

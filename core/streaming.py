@@ -11,7 +11,8 @@ records flow instead:
   function on one record at a time, in a pool of that many threads, and passes each record on **as soon as it
   is finished**, whatever came before it: one slow answer holds back neither the records behind it nor their
   later LLM stages, and the next chunk's requests go out while the last ones drain;
-- a map stage applies its function to each record as it arrives; a batch stage whose client has
+- a map stage, and a batch stage with no LLM client declared ``separable`` (a search prefilter, the task's
+  finish), applies its function to each record as it arrives; a batch stage whose client has
   ``large_batches`` (vLLM offline) gets ``LARGE_BATCH`` records per call, across chunk boundaries, so the
   engine's own scheduler fills the GPU;
 - any other stage runs over each chunk's records in key order, as the chunked runner ran it.
@@ -102,7 +103,7 @@ def run_stream(segment: list[Stage], tagged: Iterator[Tagged | ChunkEnd], stats_
             in_order = False
         elif stage.batch_fn is not None and getattr(stage.client, "large_batches", False):
             stream = _in_large_batches(k, stage, stream, stats_for, drops_for)
-        elif stage.record_fn is not None:
+        elif stage.record_fn is not None and stage.client is None:  # a map stage, a separable batch stage
             stream = _per_record(k, stage, stream, stats_for, drops_for)
         else:
             stream = _per_chunk(k, stage, stream, stats_for, drops_for, in_order)

@@ -28,6 +28,7 @@ import math
 from pathlib import Path
 
 from tansaku.core.errors import InputError
+from tansaku.core.tiny_model import tiny_model_dir
 
 TASK = "general"
 
@@ -38,8 +39,6 @@ def resolve_model_dir(model) -> str:
         raise InputError("the general task needs a transformers:PATH model spec or a model folder")
     path = model.removeprefix("transformers:")
     if path == "tiny":
-        from tansaku.core.tiny_model import tiny_model_dir
-
         return str(tiny_model_dir())
     if model.startswith("transformers:") or Path(model).is_dir():
         return path

@@ -55,6 +55,18 @@ LLM = Annotated[str | None, option("--llm", parser=SpecType("--llm"), help=f"LLM
 Shard = Annotated[str | None, option("--shard", parser=TextType("--shard", grammar=shard_form), help="Build shard I of N (I/N): its part of the build's first record-local stages, into its own --out; merge with --from-shards.")]
 IndexTarget = Annotated[str, option("--index", parser=IndexType("--index"), help="Index folder, opensearch:NAME or https://host:9200/NAME.")]
 Json = Annotated[bool, typer.Option("--json", help="Also print the manifest as JSON on stdout.")]
+Executor = Annotated[str | None, option(
+    "--executor", parser=TextType("--executor", choices=("dask",)),
+    help="Run the build's shards as tasks on a running Dask distributed cluster (--scheduler), retrying lost "
+         "ones, then merge them here as --from-shards does (shards in OUT.shards).")]
+Scheduler = Annotated[str | None, option("--scheduler", parser=TextType("--scheduler"),
+                                         help="The Dask scheduler's address for --executor dask (tcp://host:8786).")]
+Shards = Annotated[int | None, option(
+    "--shards", parser=NumberType("--shards", min=1),
+    help="Shards for --executor (default: the cluster's worker count; the dataset is the same for any count).")]
+ShardRetries = Annotated[int, option(
+    "--shard-retries", parser=NumberType("--shard-retries", min=0),
+    help="Submissions of a lost shard (its worker died) after the first, for --executor; each resumes the shard.")]
 FromShards = Annotated[list[Path] | None, option("--from-shards", parser=PathType("--from-shards", INPUT_FOLDER, guarded=False), help="Finished shards (0 … N-1) of this same build, merged and finished here: the folder holding them, or each shard folder (repeat the option).")]
 
 
@@ -70,7 +82,9 @@ def _context_parameters(llm: bool, shardable: bool) -> list[inspect.Parameter]:
                   keyword("extra_body", ExtraBody, None), keyword("concurrency", Concurrency, None),
                   keyword("llm_option", LlmOption, None)]
     if shardable:
-        found += [keyword("shard", Shard, None), keyword("from_shards", FromShards, None)]
+        found += [keyword("shard", Shard, None), keyword("from_shards", FromShards, None),
+                  keyword("executor", Executor, None), keyword("scheduler", Scheduler, None),
+                  keyword("shards", Shards, None), keyword("shard_retries", ShardRetries, 2)]
     return found + [keyword("quiet", Quiet, False), keyword("as_json", Json, False)]
 
 
@@ -91,15 +105,21 @@ def build_command(app: typer.Typer, name: str, config_class: type, builder: str,
     context options; runs ``builder`` (``module:function``, imported when the command runs so that
     ``synth --help`` stays fast) as ``builder(config, out, context)`` and prints the funnel."""
     def run(config, out: Path, quiet: bool = False, as_json: bool = False, no_cache: bool = False,
-            api_key=None, extra_body=None, concurrency=None, llm_option=None, shard=None, from_shards=None):
+            api_key=None, extra_body=None, concurrency=None, llm_option=None, shard=None, from_shards=None,
+            executor=None, scheduler=None, shards=None, shard_retries=2):
         from tansaku.core.context import BuildContext
+        from tansaku.core.executors import ExecutorPlan, build_on_cluster
         from tansaku.core.shards import ShardPlan
 
         context = BuildContext(shards=ShardPlan.from_options(shard, from_shards), quiet=quiet,
                                llm=llm_options(no_cache, api_key, extra_body, concurrency, llm_option))
         _refuse_missing_engines(config, context)
-        module, _, function = builder.partition(":")
-        manifest = getattr(importlib.import_module(module), function)(config, out, context)
+        cluster = ExecutorPlan.from_options(executor, scheduler, shards, shard_retries)
+        if cluster is not None:  # the shards as tasks on the cluster, then the merge here
+            manifest = build_on_cluster(builder, config, out, context, cluster)
+        else:
+            module, _, function = builder.partition(":")
+            manifest = getattr(importlib.import_module(module), function)(config, out, context)
         _print_manifest(manifest, out, as_json=as_json, quiet=quiet)
 
     doc = f"{summary}\n\nExample:\n\n  {example}"

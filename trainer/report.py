@@ -44,6 +44,7 @@ from pathlib import Path
 
 from tansaku.core import jsontext, safe_write
 from tansaku.core.errors import InputError, MissingInputError
+from tansaku.core.parsing import parse_tool_calls
 from tansaku.core.redact import redact_mapping
 from tansaku.envs.call_keys import tool_call_key
 from tansaku.envs.monitoring import LOGGED_SERIES, hacking_warnings, reward_decomposition, zero_variance_share
@@ -116,8 +117,6 @@ def episode_calls(completion) -> list[str]:
     ['open_doc({"doc_id": "d1"})']
     """
     if isinstance(completion, str):  # a non-conversational completion: parse the text as the rollout does
-        from tansaku.core.parsing import parse_tool_calls
-
         return [tool_call_key(c.name, c.arguments) for c in parse_tool_calls(completion)[1]]
     calls = []
     for message in completion or []:

@@ -133,7 +133,8 @@ def deepresearch_stages(c: DeepResearchConfig, llm, backend, task: Task) -> list
                     params={"prompts": [PROMPTS["clarify_answer"], PROMPTS["clarify_answer_judge"]]}),
         batch_stage("rubric", make_rubric_stage_fn(llm, backend, c.min_specific, c.max_generic_share, c.rubric_chars),
                     c.batch_size, params=c.pick("min_specific", "max_generic_share", "rubric_chars"), llm=llm),
-        batch_stage("finish", finish, c.batch_size, params={"task": task.name, "task_version": task.version}),
+        batch_stage("finish", finish, c.batch_size, params={"task": task.name, "task_version": task.version},
+                    separable=True),
     ]
 
 

@@ -219,11 +219,11 @@ def search_stages(c: MultihopConfig, rule: dict, backend: LazyIndex, policy, tas
                     "min_solved": rule["min_solved"], "max_solved": rule["max_solved"]}
     return {
         "prefilter": batch_stage("prefilter", lambda rs: solvability.prefilter(rs, backend(), c.prefilter_size),
-                                 batch_size=64, params=c.pick("prefilter_size", "index")),
+                                 batch_size=64, params=c.pick("prefilter_size", "index"), separable=True),
         "solve": (batch_stage("solve", solve, batch_size=16, llm=policy, params=solve_params) if policy is not None
                   else map_stage("solve", lambda r: {**r, "pass_rate": None, "k": None})),
         "finalize": batch_stage("finalize", lambda rs: task.finalize([final_row(r) for r in rs]), batch_size=256,
-                                params={"task": task.name, "task_version": task.version}),
+                                params={"task": task.name, "task_version": task.version}, separable=True),
         # with held-out phrasings: a test_phrasing row stays only beside its chain's test row
         "phrasing_pairs": global_stage("phrasing_pairs", phrasing.keep_pairs, params=c.pick("heldout_phrasing")),
     }
