@@ -32,6 +32,7 @@ from tansaku.envs.retention import TASK as GENERAL_TASK
 from tansaku.envs.retention import general_report
 from tansaku.envs.rewards import reward_columns
 from tansaku.envs.rollout import run_rollouts
+from tansaku.envs.search_health import health_summary
 from tansaku.envs.tasks import TASKS, Task
 from tansaku.envs.tool_interfaces import variant_label
 
@@ -107,6 +108,8 @@ def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
         "stop_reasons": dict(Counter(t.stop_reason for t in trajectories)),
         "tool_call_distribution": dict(sorted(Counter(t.tool_calls for t in trajectories).items())),
         "by_tool_variant": by_tool_variant(task, trajectories, pass_threshold),
+        # searches per episode (distribution), query repeats, open/grounding before answering: envs/search_health
+        "search_health": health_summary([t.completion for t in trajectories]),
     }
 
 

@@ -16,7 +16,7 @@ a reward"). A task names the rewards it weighs in ``reward_weights``.
 Traceback (most recent call last):
 ...
 tansaku.core.errors.InputError: unknown reward 'nope': choose one of format_reward, tool_call_reward, \
-zh_mix_penalty, abstention_reward, answer_reward, mcq_reward, rubric_reward
+zh_mix_penalty, abstention_reward, answer_reward, mcq_reward, rubric_reward, grounded_answer_reward
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tansaku.core.errors import InputError
-from tansaku.envs import abstention, rewards, rubric_reward
+from tansaku.envs import abstention, grounding, rewards, rubric_reward
 
 RewardFactory = Callable[[Any, Any], Callable]  # (task, judge) -> TRL reward function
 
@@ -52,6 +52,7 @@ REWARDS: dict[str, RewardFactory] = {
     "answer_reward": plain(rewards.answer_reward),
     "mcq_reward": plain(rewards.mcq_reward),
     "rubric_reward": _rubric,
+    "grounded_answer_reward": plain(grounding.grounded_answer_reward),
 }
 
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tansaku.cli import train_app
 from tansaku.core.errors import InputError
-from tansaku.envs import rewards
+from tansaku.envs.reward_registry import REWARDS, plain
 from tansaku.envs.tasks import TASKS
 from tansaku.trainer.collapse import collapse_warnings
 from tansaku.trainer.recipes import RecipeError, load_recipe
@@ -65,7 +65,8 @@ def test_rescore_reproduces_stored_rewards_when_nothing_changed(tmp_path):
 
 def test_rescore_reports_what_a_changed_reward_function_changes(tmp_path, monkeypatch):
     run = write_run(tmp_path / "run")
-    monkeypatch.setattr(rewards, "answer_reward", lambda completions, **_: [1.0] * len(completions))
+    # a changed reward is a changed registry entry (envs/reward_registry.py: one line per reward)
+    monkeypatch.setitem(REWARDS, "answer_reward", plain(lambda completions, **_: [1.0] * len(completions)))
     report = rescore(run, "multihop_qa")
     answer = report["components"]["answer_reward"]
     assert not report["unchanged"] and answer["changed"] == 6 and answer["new_mean"] == 1.0

@@ -76,23 +76,23 @@ def _png_size(path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_learning_curves_have_nine_panels_with_right_axes_for_logged_signals(tmp_path):
+def test_learning_curves_have_twelve_panels_with_right_axes_for_logged_signals(tmp_path):
     write_history(tmp_path)
     figure = learning_curves_figure(run_report(tmp_path))
     assert _titles(figure) == list(PANELS)
     # three right axes: kl beside the loss, clipped_ratio beside the lengths, IS ratios beside the logp gap
-    assert len(figure.axes) == 12
+    assert len(figure.axes) == 15  # 12 panels (search health: 4th row) + 3 right axes
     labels = {text for ax in figure.axes for text in ax.get_legend_handles_labels()[1]}
     assert {"kl (right axis)", "clip_ratio/region_mean", "entropy", "mean", "max", "logp difference mean",
             "IS ratio mean (right axis)", "judge failures / judged"} <= labels
     png = plot_learning_curves(tmp_path, tmp_path / "curves.png")
-    assert _png_size(png) == (1680, 1020)  # 3 × 5.6 in by 3 × 3.4 in at 100 dpi
+    assert _png_size(png) == (1680, 1360)  # 3 × 5.6 in by 4 × 3.4 in at 100 dpi
 
 
 def test_learning_curves_note_missing_signals_instead_of_drawing_them(tmp_path):
     write_history(tmp_path, full=False)
     figure = learning_curves_figure(run_report(tmp_path))
-    assert _titles(figure) == list(PANELS) and len(figure.axes) == 9  # no right axis without its signal
+    assert _titles(figure) == list(PANELS) and len(figure.axes) == 12  # no right axis without its signal
     notes = [t.get_text() for ax in figure.axes for t in ax.texts]
     assert any("vllm_importance_sampling_correction" in n for n in notes)
     assert any("no clip ratio logged" in n for n in notes)

@@ -3,7 +3,7 @@
 (``report["per_step"]``); a signal the run did not log leaves its panel empty with a note saying what would
 log it, never a made-up line.
 
-``learning_curves_figure(report)`` is the 3×3 figure (``plot_learning_curves`` saves it), row by row:
+``learning_curves_figure(report)`` is the 4×3 figure (``plot_learning_curves`` saves it), row by row:
 
 1. reward components (``rewards/<name>/mean`` and the weighted total) · tool calls per episode · failed tool
    calls, episodes repeating a call and the rubric judge's failure share;
@@ -11,7 +11,10 @@ log it, never a made-up line.
 3. completion length (mean / min / max tokens; ``completions/clipped_ratio`` on the right axis) ·
    zero-variance group share (TRL's ``frac_reward_zero_std`` and the share read from the completions) ·
    sampler–trainer gap (``sampling/sampling_logp_difference/*``; ``sampling/importance_sampling_ratio/*``
-   on the right axis).
+   on the right axis);
+4. search health (``tansaku.envs.search_health``, ``search_health/*``): searches per episode (mean, p90; the
+   shares with 0 and 1 searches on the right axis) · distinct-query ratio and repeated queries · open before
+   answering, grounded answers, answers without a search.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ PANELS = ("reward components (mean per step)", "tool calls per episode",
           "failures: tool calls, repeats, judge",
           "loss / KL to the reference", "clip ratios", "policy entropy",
           "completion length (tokens)", "zero-variance group share",
-          "sampler–trainer gap (vLLM IS correction)")
+          "sampler–trainer gap (vLLM IS correction)",
+          "searches per episode", "queries: distinct ratio, repeats", "evidence before the answer")
 
 
 def new_figure(rows: int, cols: int, width: float = 6, height: float = 3.6):
@@ -156,14 +160,33 @@ class _CurvePanels:
             _absent(gap, "not logged: TRL reports it with use_vllm\nand vllm_importance_sampling_correction")
 
 
+    def health_row(self, searches, queries, evidence) -> None:
+        """Searches per episode · distinct queries and repeats · open / grounded / no-search answers."""
+        xs, key = self.xs, "search_health/{}".format
+        shown = [_plot(searches, xs, self.signal(key("searches_mean")), "mean"),
+                 _plot(searches, xs, self.signal(key("searches_p90")), "p90", linestyle="--")]
+        self.twin(searches, [(key("searches_share_0"), "share with 0 (right axis)"),
+                             (key("searches_share_1"), "share with 1 (right axis)")], "share", linestyle=":")
+        shown.append(_plot(queries, xs, self.signal(key("distinct_query_ratio")), "distinct-query ratio"))
+        shown.append(_plot(queries, xs, self.signal(key("repeated_queries_per_episode")),
+                           "repeated queries / episode", linestyle="--"))
+        for name, label in (("open_before_answer_share", "opened a document before answering"),
+                            ("grounded_answer_share", "answer in retrieved text"),
+                            ("answered_without_search_share", "answered without a search")):
+            shown.append(_plot(evidence, xs, self.signal(key(name)), label))
+        if not any(shown) and searches not in self.twins:
+            _absent(evidence, "search_health/* not logged\n(an older run, or no completions)")
+
+
 def learning_curves_figure(report: dict):
-    """The 3×3 ``matplotlib.figure.Figure`` of ``report`` (titles: ``PANELS``; twin axes carry no title)."""
-    figure, axes = new_figure(3, 3, width=5.6, height=3.4)
+    """The 4×3 ``matplotlib.figure.Figure`` of ``report`` (titles: ``PANELS``; twin axes carry no title)."""
+    figure, axes = new_figure(4, 3, width=5.6, height=3.4)
     panels = _CurvePanels(report)
-    (rewards, calls, failures), (loss, clip, entropy), (length, zero, gap) = axes
+    (rewards, calls, failures), (loss, clip, entropy), (length, zero, gap), health = axes
     panels.episode_row(rewards, calls, failures)
     panels.optimiser_row(loss, clip, entropy)
     panels.completion_row(length, zero, gap)
+    panels.health_row(*health)
     for ax, title in zip(axes.flat, PANELS):
         ax.set_title(title, fontsize=10, loc="left")
         ax.set_xlabel("step")

@@ -47,7 +47,7 @@ from tansaku.core.heldout import RL as RL_SPLIT
 from tansaku.core.llm.identity import resolve_model as resolve_local_model
 from tansaku.core.redact import redact_mapping
 from tansaku.core.tiny_model import tiny_model_dir
-from tansaku.trainer.recipe_sections import DifficultySpec, JudgeSpec, ReadinessSpec, WatchSpec
+from tansaku.trainer.recipe_sections import DifficultySpec, JudgeSpec, ReadinessSpec, RetentionSpec, WatchSpec
 from tansaku.trainer.typed_config import RecipeError, section
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,8 @@ class RLTask:
     split: str | None = None  # None: the dataset's `rl` split (prompts SFT never saw), else `train` (prompt_split)
     index: str | None = None  # search index folder or OpenSearch URL; "auto": built from `corpus` (task_indexes.ensure_indexes)
     corpus: str | None = None  # documents (.jsonl or dataset folder) the "auto" index is built from, once
+    # a `synth serve-env` server (http://host:port) instead of an index: tools and rewards run there
+    environment_url: str | None = None  # (tansaku.envs.remote_env; its task's tools and reward weights)
     max_rows: int | None = None
     reward_weights: dict[str, float] = field(default_factory=dict)  # overrides of the task's weights
     abstention_weight: float = 0.0  # > 0: add abstention_reward (Task.with_abstention; at most the answer's weight)
@@ -125,7 +127,8 @@ def _check_train_split(where: str, split: str) -> None:
                                         "are kept for `train eval`); train on 'train'")
 
 
-RL_SECTIONS = {"watch": WatchSpec, "readiness": ReadinessSpec, "difficulty": DifficultySpec, "judge": JudgeSpec}
+RL_SECTIONS = {"watch": WatchSpec, "readiness": ReadinessSpec, "difficulty": DifficultySpec, "judge": JudgeSpec,
+               "retention": RetentionSpec}
 # A nested section's type is `Section | str | None`: TRL's parser then passes the YAML's mapping through and reads
 # the command line's text as a string (as TrainingArguments' `dict | str` fields), which __post_init__ builds.
 
@@ -138,6 +141,7 @@ class TansakuSFTArguments:
     mix_size: int | None = None  # rows in the mixed dataset; default: the sources' total
     # Rows longer than max_length (tansaku.trainer.length): drop | fit (elide tool results) | error; never truncated.
     overlong: Literal["drop", "fit", "error"] = "drop"
+    retention: RetentionSpec | str | None = field(default_factory=RetentionSpec)  # general ability while training
 
     def __post_init__(self):
         self.data = section(list[DataSource], self.data, "data")
@@ -147,6 +151,8 @@ class TansakuSFTArguments:
             _check_train_split(f"data.{i}", src.split)
         _check(self.mix_size is None or self.mix_size > 0, "mix_size: must be > 0")
         _check(self.overlong in OVERLONG, f"overlong: one of {', '.join(OVERLONG)} (got {self.overlong!r})")
+        self.retention = section(RetentionSpec, self.retention or {}, "retention")
+        _check(not self.retention.problems(), "; ".join(self.retention.problems()))
 
 
 @dataclass
@@ -174,6 +180,7 @@ class TansakuRLArguments:
     readiness: ReadinessSpec | str | None = field(default_factory=ReadinessSpec)
     difficulty: DifficultySpec | str | None = field(default_factory=DifficultySpec)
     judge: JudgeSpec | str | None = field(default_factory=JudgeSpec)  # `judge: SPEC` or a mapping (JudgeSpec)
+    retention: RetentionSpec | str | None = field(default_factory=RetentionSpec)  # general ability while training
 
     def __post_init__(self):
         self.tasks = section(list[RLTask], self.tasks, "tasks")
@@ -183,7 +190,11 @@ class TansakuRLArguments:
             _check(task.abstention_weight >= 0,
                    f"tasks.{i}.abstention_weight: must be >= 0 (got {task.abstention_weight})")
             _check_train_split(f"tasks.{i}", task.split or "train")
-            _check(bool(task.index), f"tasks.{i}.index: the search index (folder or OpenSearch target) is required")
+            _check(bool(task.index) or bool(task.environment_url),
+                   f"tasks.{i}.index: the search index (folder or OpenSearch target) is required "
+                   "(or environment_url: a serve-env server)")
+            _check(not (task.index and task.environment_url),
+                   f"tasks.{i}: index or environment_url (a serve-env server searching its own), not both")
             _check(task.index != AUTO_INDEX or bool(task.corpus),
                    f"tasks.{i}.index: 'auto' builds the index from the task's corpus; set tasks.{i}.corpus")
         names = [t.name for t in self.tasks]
@@ -194,7 +205,7 @@ class TansakuRLArguments:
             self.judge = {"model": self.judge}  # `judge: http:MODEL@URL`, the spec alone
         for name, section_type in RL_SECTIONS.items():  # null: the section's defaults
             setattr(self, name, section(section_type, getattr(self, name) or {}, name))
-        for problem in self.difficulty.problems() + self.judge.problems():
+        for problem in self.difficulty.problems() + self.judge.problems() + self.retention.problems():
             raise RecipeError(problem)
 
 

@@ -43,9 +43,11 @@ import logging
 import os
 
 from tansaku.core import jsontext
+from tansaku.core.errors import InputError
 from tansaku.core.llm import as_client
 from tansaku.envs.environments import episode_interface, episode_variant, variant_factories
 from tansaku.envs.evaluate import load_rows
+from tansaku.envs.remote_env import remote_factories
 from tansaku.envs.rewards import reward_columns
 from tansaku.envs.search import require_index
 from tansaku.envs.tasks import TASKS
@@ -65,6 +67,7 @@ from tansaku.trainer.recipes import (
     resolve_model,
 )
 from tansaku.trainer.report import write_run_report
+from tansaku.trainer.retention_callback import attach_retention
 from tansaku.trainer.rl_rewards import build_rewards, environment_name, rl_task
 from tansaku.trainer.run_folder import check_output_dir, claimed_output_dir, full_disk_named
 from tansaku.trainer.sft import (
@@ -99,6 +102,16 @@ def task_rows(spec: RLTask, task, band: Band | None = None) -> list[dict]:
     return task.to_trl_rows(rows)
 
 
+def remote_tasks(recipe: Recipe) -> list[str]:
+    """The tasks served by an ``environment_url`` (no local index: the readiness check, which rolls out over
+    an index, is skipped for the run, with a warning)."""
+    names = [spec.name for spec in recipe.script_args.tasks if spec.environment_url]
+    if names:
+        log.warning("tasks %s run on remote environments: no readiness check (train eval measures them over "
+                    "the served index)", names)
+    return names
+
+
 def check_recipe(recipe: Recipe, judge=None) -> None:
     """What needs no model, before the readiness or difficulty rollouts load one: tasks, system prompts, abstention
     and reward weights, each task's rows, the model folder (RecipeError: one line)."""
@@ -106,6 +119,8 @@ def check_recipe(recipe: Recipe, judge=None) -> None:
         raise RecipeError("reward_weights: train rl weights each task's reward components itself; set "
                           "tasks[].reward_weights instead")
     build_rewards(recipe, judge)
+    if recipe.script_args.difficulty.samples and any(t.environment_url for t in recipe.script_args.tasks):
+        raise RecipeError("difficulty: banding rolls out over a local index; a task with environment_url has none")
     for spec in recipe.script_args.tasks:  # a column named like one of TRL's own reward arguments is refused here
         reward_columns(task_rows(spec, rl_task(spec)))
     require_model(recipe.model_args.model_name_or_path)
@@ -144,7 +159,18 @@ def build_environments(recipe: Recipe) -> dict:
     ``reset`` alone would never reach the prompt."""
 
     return {environment_name(spec.name, variant, interface): factory for spec in recipe.script_args.tasks
-            for (variant, interface), factory in variant_factories(rl_task(spec), spec.index).items()}
+            for (variant, interface), factory in task_factories(spec).items()}
+
+
+def task_factories(spec: RLTask) -> dict:
+    """One task's ``{(variant, interface): factory}``: over its index, or on its ``environment_url`` server
+    (``tansaku.envs.remote_env``: the rollout here, tools and rewards there)."""
+    if spec.environment_url:
+        try:
+            return remote_factories(rl_task(spec), spec.environment_url)
+        except InputError as exc:
+            raise RecipeError(str(exc)) from None
+    return variant_factories(rl_task(spec), spec.index)
 
 
 def grpo_config(recipe: Recipe, reward_weights: list[float] | None = None):
@@ -187,6 +213,7 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     # turn caches, shared prompt tokens, bf16 generation copy, LM head: what applies off GPU / without vLLM
     copied = cpu.apply(trainer, recipe.script_args)
     attach_hooks(trainer, recipe, model, copied)
+    attach_retention(trainer, recipe.script_args.retention, recipe.training_args.output_dir)  # recipe retention:
     for line in update_notes(trainer.args, local_sampler=trainer.sampler is not None, copied=copied):
         log.warning(line)
     return name_base_model(trainer, name, model)  # its model card names the base model, not None
@@ -260,7 +287,8 @@ def run_rl(config_path: str | os.PathLike, args: list[str] | None = None, skip_r
         write_recipe_copy(recipe)  # first: from now on the folder is provably this run's
         ensure_indexes(recipe)
         for spec in script_args.tasks:  # each opened once: a damaged index is one line, before any model loads
-            require_index(spec.index)
+            if not spec.environment_url:  # a remote task's server searches its own
+                require_index(spec.index)
         resume = resume_checkpoint(recipe)
         model_path = resolve_model(recipe.model_args.model_name_or_path)
         bands = None
@@ -268,7 +296,8 @@ def run_rl(config_path: str | os.PathLike, args: list[str] | None = None, skip_r
             bands = band_prompts(recipe, model_path, {t.name: rl_task(t) for t in script_args.tasks}, judge)
             readiness = []
         else:
-            readiness = [] if skip_readiness or resume else check_readiness(recipe, model_path, judge)
+            readiness = [] if skip_readiness or resume or remote_tasks(recipe) \
+                else check_readiness(recipe, model_path, judge)
         trainer = build_rl_trainer(recipe, judge=judge, bands=bands)
         try:
             result = trainer.train(resume_from_checkpoint=resume)

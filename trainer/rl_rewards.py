@@ -22,7 +22,9 @@ from pathlib import Path
 from tansaku.core import jsontext, ownership
 from tansaku.core.errors import InputError, TansakuError
 from tansaku.core.options import read_system_prompt
+from tansaku.envs.remote_env import remote_reward
 from tansaku.envs.rewards import TRAINER_STEP, TRL_REWARD_ARGUMENTS
+from tansaku.envs.search_health import step_metrics
 from tansaku.envs.tasks import OVERRIDES, TASKS, Task
 from tansaku.trainer.recipes import Recipe, RecipeError, RLTask, auto_index_dir, load_recipe
 
@@ -67,6 +69,9 @@ def _logging_tool_variants(fn):
                 # No tool_interface column: trainer/report.py would read a numeric column as a reward.
                 interfaces = {getattr(e, "tool_interface", 0) for e in environments}
                 log_metric("tools/distinct_interface_variants", float(len(interfaces)))
+        if log_metric is not None:  # is the policy still searching, and answering from what it read?
+            for name, value in step_metrics(completions).items():
+                log_metric(f"search_health/{name}", value)
         if log_extra is not None:
             inputs = dict(columns)
             step = getattr(columns.get("trainer_state"), "global_step", None)
@@ -186,6 +191,12 @@ def build_rewards(recipe: Recipe, judge=None) -> tuple[list, list[float], dict[s
     funcs, weights, groups = [], [], {}
     for spec in tasks:
         task = rl_task(spec)
+        if spec.environment_url:  # scored by its server's /verify: the served task's weighted total
+            name = f"{spec.name}/remote_reward" if multi else "remote_reward"
+            funcs.append(_subset_reward(remote_reward, spec.name, name) if multi else _named(remote_reward, name))
+            weights.append(1.0)
+            groups[spec.name] = ([name], name)
+            continue
         names = []
         for (component, weight), fn in zip(task.reward_weights.items(), task.reward_functions(judge), strict=True):
             name = f"{spec.name}/{component}" if multi else component

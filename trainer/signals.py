@@ -21,9 +21,13 @@ TRL 1.16's ``GRPOTrainer`` logs, per step (names exactly as in ``log_history``):
 - with ``dynamic_sampling_max_refills`` > 0 (``tansaku.trainer.dynamic_sampling``): ``dynamic_sampling/refills``,
   ``/groups_dropped``, ``/zero_std_groups_kept``, ``/zero_std_share``, ``/extra_rollouts``.
 
+- the search-health signals ``search_health/<name>`` (``tansaku.envs.search_health.STEP_METRICS``: searches per
+  episode, distinct queries, open before answering, grounded answers, answers without a search), logged by
+  the first reward function (``tansaku.trainer.rl_rewards``).
+
 A signal a run did not log is absent (never 0): ``step_signals`` keeps only finite numbers, and TRL writes
 ``None`` for a metric whose every value was NaN. Any other key of the ``clip_ratio/``, ``sampling/``,
-``rubric/`` or ``dynamic_sampling/`` families is kept too, after the known ones.
+``rubric/``, ``dynamic_sampling/`` or ``search_health/`` families is kept too, after the known ones.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ SIGNALS = (
     "sampling/importance_sampling_ratio/max",
     "rubric/judge_failures", "rubric/judge_seconds", "rubric/judged",
 )
-FAMILIES = ("clip_ratio/", "sampling/", "rubric/", "dynamic_sampling/")
+FAMILIES = ("clip_ratio/", "sampling/", "rubric/", "dynamic_sampling/", "search_health/")
 JUDGE_KEYS = ("rubric/judge_failures", "rubric/judge_seconds", "rubric/judged")
 
 
