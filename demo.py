@@ -25,7 +25,8 @@ folder (or resume from their checkpoints), trained models and eval reports are r
    SFT model solves sometimes (difficulty banding), as ``bench/efficacy.py`` trains;
 6. ``train eval`` of the base, SFT and RL models on the held-out questions, and ``train eval --task general``
    on the held-out general prompts (retention = exp(log-prob/token of the base's own answers, after −
-   before), in ``summary.json``'s ``retention``); a summary table of every
+   before), in ``summary.json``'s ``retention``: the log-likelihood proxy, since a demo has no LLM judge; the
+   measure the seed reports is ``train eval --task mt_bench``, docs/general_eval.md); a summary table of every
    artifact, also written as ``summary.json`` (every number of the table: per-step seconds, rows and memory,
    eval per task and stage, peak RSS; rewritten after each step, ``"complete": true`` at the end) and
    ``summary.md``, with the RL learning curves copied to ``learning_curves.png``. Each pass@1 comes with its

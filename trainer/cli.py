@@ -47,6 +47,7 @@ from tansaku.core.value_checks import (
 from tansaku.envs.retention import TASK as GENERAL_TASK
 from tansaku.envs.tasks import TASKS  # the task registry: every --task list below is made from it
 from tansaku.envs.tool_interfaces import N_INTERFACES
+from tansaku.trainer import mt_bench_cli  # train eval --task mt_bench: its options and runner
 
 train_app = typer.Typer(help="Train (SFT, GRPO/GSPO), evaluate and merge models.", no_args_is_help=True,
                         pretty_exceptions_enable=False)
@@ -74,12 +75,13 @@ TQDM_FLAGS = ("--disable_tqdm", "--disable-tqdm")
 def task_names(general: bool = False) -> tuple[str, ...]:
     """What ``--task`` takes: the keys of ``tansaku.envs.tasks.TASKS`` (and ``general``, retention, for
     ``train eval``), read when a value is given, so that a task registered after this module loaded counts."""
-    return (*TASKS, GENERAL_TASK) if general else tuple(TASKS)
+    return (*TASKS, GENERAL_TASK, mt_bench_cli.TASK) if general else tuple(TASKS)
 
 
 def task_help(general: bool = False) -> str:
     """``--task``'s help, made from ``TASKS``: ``multihop_qa | … | deepresearch`` (``| general (retention)``)."""
-    return " | ".join(TASKS) + (f" | {GENERAL_TASK} (retention)" if general else "")
+    extra = f" | {GENERAL_TASK} (retention) | {mt_bench_cli.TASK} (LLM judge)"
+    return " | ".join(TASKS) + (extra if general else "")
 
 
 def trl_args(args: list[str], quiet: bool) -> list[str]:
@@ -159,7 +161,8 @@ def train_rl(
 @train_app.command("eval")
 @friendly
 def train_eval(
-    model: Annotated[str, option("--model", parser=SpecType("--model"), help="LLM spec, or a model folder (= transformers:FOLDER).")],
+    model: Annotated[str | None, option("--model", parser=SpecType("--model"),
+                                        help="LLM spec, or a model folder (= transformers:FOLDER).")] = None,
     task: Annotated[str | None, option("--task", parser=TextType("--task", choices=lambda: task_names(general=True)),
                                        help=f"{task_help(general=True)}; with --config: which of the recipe's "
                                             "tasks (needed when it has several).")] = None,
@@ -171,11 +174,15 @@ def train_eval(
     limit: Limit = None,
     out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for report.json and trajectories.jsonl.")] = None,
     max_tokens: MaxTokens = 1024,
-    judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"), help="LLM spec of the rubric judge (deepresearch).")] = None,
+    judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"),
+                                        help="LLM spec of the judge (deepresearch, mt_bench).")] = None,
     system_prompt: SystemPrompt = None,
     interface_variants: InterfaceVariants = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None, llm_option: LlmOption = None,
+    answers: mt_bench_cli.Answers = None, pairwise: mt_bench_cli.Pairwise = None,
+    judge_prompts: mt_bench_cli.JudgePrompts = None, baseline: mt_bench_cli.Baseline = None,
+    judge_price_in: mt_bench_cli.JudgePriceIn = 0.0, judge_price_out: mt_bench_cli.JudgePriceOut = 0.0,
     seed: Seed = 0,
     quiet: Quiet = False,
     as_json: AsJson = False,
@@ -184,10 +191,12 @@ def train_eval(
     summary on stderr; the whole report with --json on stdout and, with --out, in report.json).
 
     With --config RECIPE: the recipe's task as train rl trains it (its reward weights …), over its data and index
-    unless given.
+    unless given. --task mt_bench: Japanese MT-Bench graded by --judge, with and without the agentic prompt.
 
     Example: train eval --task multihop_qa --dataset out/multihop --model runs/sft --index out/index --k 1
     """
+    if task == mt_bench_cli.TASK:  # its own runner and table; every option is passed on by name
+        return mt_bench_cli.mt_bench_command(**locals())
     from tansaku.core.progress import quiet_loops
     from tansaku.envs.evaluate import run_eval
     from tansaku.trainer.rl_rewards import measured_task
@@ -196,6 +205,8 @@ def train_eval(
     task, given = measured_task(config, task, {"--dataset": dataset},
                                 {"--system-prompt": system_prompt, "--interface-variants": interface_variants})
     dataset, index = given["--dataset"], given.get("--index", index)
+    if model is None:
+        raise InputError(f"--task {task} needs --model (the model that runs the episodes)")
     if Path(model).is_dir():
         model = f"transformers:{model}"
     with quiet_loops(quiet):

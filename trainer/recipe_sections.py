@@ -1,6 +1,6 @@
 """The nested sections of an RL recipe that configure checks around training: the reward watch (``watch:``), the
-readiness check (``readiness:``) and difficulty banding (``difficulty:``), and the rubric judge (``judge:``).
-``tansaku.trainer.recipes`` reads them.
+readiness check (``readiness:``) and difficulty banding (``difficulty:``), and the rubric judge (``judge:``);
+and retention during SFT and RL (``retention:``). ``tansaku.trainer.recipes`` reads them.
 """
 
 from __future__ import annotations
@@ -133,3 +133,46 @@ class JudgeSpec:
             if self.api_key is not None:  # KEY, URL=KEY or @FILE, as --api-key reads it
                 options["api_key"] = parse_api_keys([self.api_key])
         return options
+
+
+@dataclass
+class RetentionSpec:
+    """Retention inside training (``tansaku.trainer.retention_callback``, ``train sft`` and ``train rl``):
+    every ``every_steps`` optimizer steps, general ability on held-out prompts against the start of the run,
+    logged as ``retention/*`` beside the rewards. Without ``judge``: the log-likelihood proxy
+    (``tansaku.envs.retention``) on ``prompts``; with a judge: MT-Bench on the first ``subset`` questions of
+    ``questions``, judged."""
+
+    every_steps: int = 0  # 0: off
+    prompts: str = "examples/general_chat.jsonl"  # general chat rows (messages, or prompt + answer) held out
+    rows: int = 8  # the first N rows of prompts
+    self_answers: bool = True  # proxy: score the start model's own greedy answers ("what it used to say")
+    max_new_tokens: int = 64  # the start model's answers (proxy) / each MT-Bench turn (judge)
+    max_drop: float | None = None  # stop training once retention < 1 - max_drop (None: never stop)
+    judge: str | None = None  # LLM spec: MT-Bench on a fixed subset instead of the proxy
+    questions: str | None = None  # an MT-Bench folder (question.jsonl, reference_answer/), with judge
+    subset: int = 8  # MT-Bench questions judged each time
+
+    def problems(self) -> list[str]:
+        """What is wrong with these settings, as recipe error messages (empty: fine)."""
+        checks = [
+            (self.every_steps >= 0,
+             f"retention.every_steps: must be >= 0 (got {self.every_steps}; 0 turns it off)"),
+            (self.rows >= 1 and self.subset >= 1 and self.max_new_tokens >= 1,
+             "retention: rows, subset and max_new_tokens must be >= 1"),
+            (self.max_drop is None or 0 < self.max_drop < 1,
+             f"retention.max_drop: a fraction, 0 < max_drop < 1 (got {self.max_drop})"),
+            (self.judge is None or bool(self.questions),
+             "retention.judge: MT-Bench needs retention.questions (an MT-Bench folder)"),
+            (self.judge is None or self._spec_problem() is None, self._spec_problem()),
+        ]
+        return [message for ok, message in checks if not ok]
+
+    def _spec_problem(self) -> str | None:
+        if self.judge is None:
+            return None
+        try:
+            check_spec(self.judge, "retention.judge")
+        except InputError as exc:
+            return str(exc)
+        return None

@@ -131,6 +131,7 @@ def build_sft_trainer(recipe: Recipe, callbacks: list | None = None):
     from trl import SFTTrainer, get_quantization_config
 
     from tansaku.trainer import cpu  # torch, trl: loaded with the trainer
+    from tansaku.trainer.retention_callback import attach_retention
 
     config = sft_config(recipe)
     name = recipe.model_args.model_name_or_path
@@ -141,6 +142,7 @@ def build_sft_trainer(recipe: Recipe, callbacks: list | None = None):
                          peft_config=peft_config(recipe), quantization_config=get_quantization_config(recipe.model_args),
                          callbacks=callbacks)
     cpu.apply(trainer)  # on CPU: the LM head over the assistant turns' positions only
+    attach_retention(trainer, recipe.script_args.retention, recipe.training_args.output_dir)  # recipe retention:
     return name_base_model(trainer, name, model)  # its model card names the base model, not None
 
 

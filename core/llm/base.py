@@ -102,6 +102,7 @@ class ChatResult:
     cached: bool = False
     finish_reason: str | None = None
     tokens: int | None = None  # completion tokens, when the backend says (the progress line's tokens/s)
+    prompt_tokens: int | None = None  # prompt tokens, when the backend says (a judge's cost)
     # Mean per-token entropy (nats) of the model's next-token distribution over the generated tokens, at
     # temperature 1 — what TRL logs as ``entropy``; local backends only (None elsewhere).
     entropy: float | None = None

@@ -278,11 +278,12 @@ def _to_result(response) -> ChatResult:
         return ChatResult(error=f"server sent a choice without a message: {_short(str(choice))}")
     # vLLM/transformers send `reasoning_content`; newer vLLM `reasoning` (both are extra fields).
     reasoning = message.get("reasoning_content") or message.get("reasoning")
-    usage = response.get("usage")
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    tokens, prompt_tokens = usage.get("completion_tokens"), usage.get("prompt_tokens")
     return ChatResult(content=message.get("content") or "", server_reasoning=reasoning,
                       server_tool_calls=message.get("tool_calls") or [],
-                      finish_reason=choice.get("finish_reason"), tokens=tokens if isinstance(tokens, int) else None)
+                      finish_reason=choice.get("finish_reason"), tokens=tokens if isinstance(tokens, int) else None,
+                      prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None)
 
 
 def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, clients: list) -> None:
