@@ -273,9 +273,30 @@ def build_app(name: str = "canned", root: str | None = None, served_model: str =
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        return await chats.answer(await request.json(), request.headers)
+        body = await request.json()
+        answer = await chats.answer(body, request.headers)
+        return sse_response(answer) if body.get("stream") and isinstance(answer, dict) else answer
 
     return app
+
+
+def sse_response(completion: dict):
+    """A chat completion as the stream an OpenAI-compatible server sends for ``"stream": true`` (verifiers'
+    clients ask for one): the whole message as one delta (tool calls indexed), the finish reason, the usage,
+    then ``[DONE]``."""
+    from fastapi.responses import StreamingResponse
+
+    [choice] = completion["choices"]
+    delta = dict(choice["message"])
+    if "tool_calls" in delta:
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(delta["tool_calls"])]
+    head = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
+            "model": completion["model"]}
+    chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+              {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+              {**head, "choices": [], "usage": completion["usage"]}]
+    events = "".join(f"data: {jsontext.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+    return StreamingResponse(iter([events]), media_type="text/event-stream")
 
 
 def wait_for_health(url: str, timeout: float = 60.0) -> None:
