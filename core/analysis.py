@@ -55,12 +55,14 @@ _SKIP_POS = {"補助記号", "空白"}
 
 
 def _tantivy_char_analyzer():
-    return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"\S")).filter(tantivy.Filter.lowercase()).build()
+    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"\S"))
+            .filter(tantivy.Filter.lowercase()).build())
 
 
 def _tantivy_bigram_analyzer():
     # Indexing feeds it text with whitespace removed (embedded.py), so grams are adjacent char tokens.
-    return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.ngram(2, 2)).filter(tantivy.Filter.lowercase()).build()
+    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.ngram(2, 2))
+            .filter(tantivy.Filter.lowercase()).build())
 
 
 @dataclass

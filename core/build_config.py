@@ -50,7 +50,8 @@ from tansaku.core.heldout import DEFAULT_RL_SHARE, DEFAULT_SHARE
 from tansaku.core.value_checks import INDEX, INPUT_FILE, OUTPUT_INDEX, check_number
 
 
-def option(default: Any = MISSING, *, help: str, flag: str | None = None, recipe: bool = True, llm: bool = False,
+def option(default: Any = MISSING, *, help: str, flag: str | None = None, recipe: bool = True,
+           llm: bool = False,
            argument: bool = False, factory: Any = MISSING, path: str | None = None, min: Any = None,
            max: Any = None, min_open: bool = False, max_open: bool = False, builtins: tuple[str, ...] = (),
            choices: Any = None, multiline: bool = False, split: str | None = None, **typer_options: Any):
@@ -68,8 +69,8 @@ def option(default: Any = MISSING, *, help: str, flag: str | None = None, recipe
     it may take; ``split``: several values in one (``answer,about``)."""
     metadata = {"help": help, "flag": flag, "recipe": recipe, "llm": llm, "argument": argument,
                 "path": path, "bounds": {"min": min, "max": max, "min_open": min_open, "max_open": max_open},
-                "builtins": tuple(builtins), "text": {"choices": choices, "multiline": multiline, "split": split},
-                "typer": typer_options}
+                "builtins": tuple(builtins),
+                "text": {"choices": choices, "multiline": multiline, "split": split}, "typer": typer_options}
     if factory is not MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -86,12 +87,14 @@ def limit_option(what: str = "items"):
 
 def heldout_share_option(what: str = "questions"):
     return option(DEFAULT_SHARE, min=0, max=1, max_open=True,
-                  help=f"Share of {what} held out as the 'test' split (train on 'train', eval on 'test'; 0: none).")
+                  help=f"Share of {what} held out as the 'test' split (train on 'train', eval on 'test'; 0: "
+                       f"none).")
 
 
 def rl_share_option(what: str = "questions"):
     return option(DEFAULT_RL_SHARE, min=0, max=1, max_open=True,
-                  help=f"Share of {what} in the 'rl' split: train rl's prompts, never in SFT's train split (0: none).")
+                  help=f"Share of {what} in the 'rl' split: train rl's prompts, never in SFT's train split "
+                       f"(0: none).")
 
 
 def license_option(default: str = "the input's license"):
@@ -100,8 +103,9 @@ def license_option(default: str = "the input's license"):
 
 
 def license_file_option():
-    return option(None, path=INPUT_FILE, help="License text, copied into the dataset as LICENSE; needed with --license other:NAME "
-                             "unless the input folder ships a LICENSE (then carried over).")
+    return option(None, path=INPUT_FILE,
+                  help="License text, copied into the dataset as LICENSE; needed with --license other:NAME "
+                       "unless the input folder ships a LICENSE (then carried over).")
 
 
 def cli_flag(f: dataclasses.Field) -> str:
@@ -163,8 +167,8 @@ class BuildConfig:
 
     def recipe(self) -> dict:
         """Every recipe field as a JSON value: the manifest's ``config`` and part of the fingerprint."""
-        return {f.name: spec_identity(getattr(self, f.name)) if f.metadata.get("llm") else plain(getattr(self, f.name))
-                for f in fields(self) if f.metadata.get("recipe", True)}
+        return {f.name: spec_identity(getattr(self, f.name)) if f.metadata.get("llm")
+                else plain(getattr(self, f.name)) for f in fields(self) if f.metadata.get("recipe", True)}
 
     def pick(self, *names: str) -> dict:
         """These fields as a stage's ``params`` (so a stage never retypes a setting)."""
@@ -185,8 +189,8 @@ def _value_type(annotation: Any) -> Any:
 
 def field_parser(f: dataclasses.Field, annotation: Any, name: str) -> OptionType | None:
     """The ``tansaku.core.cli_types`` type that checks field ``f``'s value on the command line (``name``: its
-    flag or argument), from what the field declares: an LLM spec, a path of its kind (an index: ``IndexType``),
-    a bounded number, text."""
+    flag or argument), from what the field declares: an LLM spec, a path of its kind (an index:
+    ``IndexType``), a bounded number, text."""
     meta, value_type = f.metadata, _value_type(annotation)
     if meta.get("llm"):
         return SpecType(name, meta.get("builtins", ()))
@@ -207,7 +211,8 @@ def _typer_parameter(f: dataclasses.Field, annotation: Any) -> inspect.Parameter
     meta = f.metadata
     name = f.name.upper() if meta.get("argument") else cli_flag(f).split("/")[0].split(" ")[0]
     parser = field_parser(f, annotation, name)
-    checked = {"parser": parser, **shown_bounds(parser)} if parser is not None else {}  # bounds: in --help too
+    # bounds: in --help too
+    checked = {"parser": parser, **shown_bounds(parser)} if parser is not None else {}
     info = (typer.Argument(help=meta["help"], **checked, **meta["typer"]) if meta.get("argument")
             else typer.Option(*cli_flag(f).split(" "), help=meta["help"], **checked, **meta["typer"]))
     if f.default is not MISSING:

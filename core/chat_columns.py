@@ -52,7 +52,8 @@ def _sharegpt(value) -> list:
             text = turn.get("value")
             if role is None or not isinstance(text, str):
                 raise UnusableRow("malformed", f"conversations turn {i}: needs 'from' in "
-                                               f"{sorted(SHAREGPT_ROLES)} and text 'value', got {str(turn)[:80]!r}")
+                                               f"{sorted(SHAREGPT_ROLES)} and text 'value', got "
+                                               f"{str(turn)[:80]!r}")
             if not (role == "system" and not text.strip()):  # an empty system turn says nothing
                 out.append({"role": role, "content": text})
         else:

@@ -1,6 +1,7 @@
 """Where general chat data comes from: a local file or dataset folder, or a Hugging Face Hub dataset read from
-the local HF cache through ``datasets.load_dataset``; and how a row of a typical chat set becomes chat messages.
-(In core: ``synth build general``, ``synth build trajectories --general`` and ``train sft`` all read it.)
+the local HF cache through ``datasets.load_dataset``; and how a row of a typical chat set becomes chat
+messages. (In core: ``synth build general``, ``synth build trajectories --general`` and ``train sft`` all read
+it.)
 
     hf:OWNER/NAME[:CONFIG][@REVISION][#SPLIT]
 
@@ -19,16 +20,18 @@ Nothing is downloaded, ever, online or not: the snapshot is looked up in the loc
 are read by ``load_dataset(SNAPSHOT_FOLDER, CONFIG, split=SPLIT, streaming=True)`` under offline mode
 (nothing is written to the datasets cache either). ``datasets`` itself does not resolve a hub-cache snapshot
 offline: ``load_dataset("owner/name")`` with ``HF_HUB_OFFLINE=1`` only finds what an earlier online
-``load_dataset`` prepared in its own cache, hence the snapshot folder. A dataset that is not cached is one line
-(exit 2) that says how to get it: ``hf download --repo-type dataset OWNER/NAME`` (where there is a network), or
-pass a file. The resolved commit sha, config, split, the data files' sha256 and the license the dataset's card
-declares (``README.md`` metadata) are what a build records (``HubData.input`` / ``HubData.record``).
+``load_dataset`` prepared in its own cache, hence the snapshot folder. A dataset that is not cached is one
+line (exit 2) that says how to get it: ``hf download --repo-type dataset OWNER/NAME`` (where there is a
+network), or pass a file. The resolved commit sha, config, split, the data files' sha256 and the license the
+dataset's card declares (``README.md`` metadata) are what a build records (``HubData.input`` /
+``HubData.record``).
 
 Column mapping (``chat_messages``), the first of these a row has (a null column counts as absent):
 
 - ``messages``: ``[{role, content, …}]`` as it is (or that list as JSON text);
-- ``conversations``: ShareGPT ``[{from, value}]``, ``from`` human/user → user, gpt/assistant/chatgpt/bard/bing/
-  model → assistant, system → system (an empty system turn is left out); ``{role, content}`` items as they are;
+- ``conversations``: ShareGPT ``[{from, value}]``, ``from`` human/user → user,
+  gpt/assistant/chatgpt/bard/bing/ model → assistant, system → system (an empty system turn is left out);
+  ``{role, content}`` items as they are;
 - ``prompt`` (text, or TRL's list of messages) + optional ``response`` / ``completion`` (text or messages);
 - ``instruction`` + optional ``input`` / ``context`` (appended after a blank line) + optional ``output`` /
   ``response`` (Alpaca, Dolly).
@@ -59,7 +62,8 @@ log = logging.getLogger(__name__)
 HUB_PREFIX = "hf:"
 GRAMMAR = "hf:OWNER/NAME[:CONFIG][@REVISION][#SPLIT]"
 _SHA = re.compile(r"[0-9a-f]{40}")
-# Splits a tansaku dataset keeps out of training (tansaku.core.heldout): refused from a tansaku dataset on the Hub.
+# Splits a tansaku dataset keeps out of training (tansaku.core.heldout): refused from a tansaku dataset on the
+# Hub.
 HELDOUT = ("test", "rl")
 
 
@@ -81,7 +85,8 @@ class HubSource:
 
 
 def is_hub_source(value) -> bool:
-    """Whether an input option's value names a Hub dataset (``hf:…``; a ``Path`` too, as the CLI passes it)."""
+    """Whether an input option's value names a Hub dataset (``hf:…``; a ``Path`` too, as the CLI passes
+    it)."""
     return isinstance(value, (str, os.PathLike)) and os.fspath(value).startswith(HUB_PREFIX)
 
 
@@ -96,7 +101,8 @@ def parse_hub_source(value, option: str = "input") -> HubSource | None:
     >>> parse_hub_source("hf:org/chat@", "--prompts")
     Traceback (most recent call last):
     ...
-    tansaku.core.errors.InputError: --prompts hf:org/chat@: an empty revision after '@'; write hf:OWNER/NAME[:CONFIG][@REVISION][#SPLIT]
+    tansaku.core.errors.InputError: --prompts hf:org/chat@: an empty revision after '@'; write
+    hf:OWNER/NAME[:CONFIG][@REVISION][#SPLIT]
     """
     if not is_hub_source(value):
         return None
@@ -126,7 +132,8 @@ def repo_id_hint(value) -> str:
 
 
 def hub_cache() -> Path:
-    """The hub cache folder, as ``huggingface_hub`` finds it, read now (its constant is read once, at import)."""
+    """The hub cache folder, as ``huggingface_hub`` finds it, read now (its constant is read once, at
+    import)."""
     home = os.environ.get("HF_HOME") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
     hub = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(
@@ -136,8 +143,9 @@ def hub_cache() -> Path:
 
 def _get_it(source: HubSource) -> str:
     revision = f" --revision {source.revision}" if source.revision else ""
-    return (f"get it where there is a network with `hf download --repo-type dataset {source.repo_id}{revision}` "
-            f"(HF_HUB_CACHE or HF_HOME pointing at the cache this run reads), or pass a local file or folder")
+    return (f"get it where there is a network with `hf download --repo-type dataset "
+            f"{source.repo_id}{revision}` (HF_HUB_CACHE or HF_HOME pointing at the cache this run reads), or "
+            f"pass a local file or folder")
 
 
 def snapshot(source: HubSource, option: str) -> tuple[Path, str]:
@@ -159,12 +167,13 @@ def snapshot(source: HubSource, option: str) -> tuple[Path, str]:
                                 f"{_get_it(source)}") from None
     except (LocalEntryNotFoundError, FileNotFoundError):
         at = f" at revision {source.revision}" if source.revision else ""
-        raise MissingInputError(f"{option} {source.text()}: not in the local Hugging Face cache ({cache}){at}; "
-                                f"tansaku never downloads: {_get_it(source)}") from None
+        raise MissingInputError(f"{option} {source.text()}: not in the local Hugging Face cache "
+                                f"({cache}){at}; tansaku never downloads: {_get_it(source)}") from None
     except HFValidationError as exc:
         raise InputError(f"{option} {source.text()}: {str(exc).splitlines()[0]}") from None
     if not _SHA.fullmatch(folder.name):
-        raise InputError(f"{option} {source.text()}: {folder} is no hub-cache snapshot (snapshots/<commit sha>)")
+        raise InputError(f"{option} {source.text()}: {folder} is no hub-cache snapshot (snapshots/<commit "
+                         f"sha>)")
     return folder, folder.name
 
 
@@ -211,7 +220,8 @@ def _license(folder: Path) -> str | None:
     from huggingface_hub.repocard import metadata_load  # datasets, huggingface_hub: only for hf: sources
 
     try:
-        value = (metadata_load(folder / "README.md") or {}).get("license") if (folder / "README.md").is_file() else None
+        value = ((metadata_load(folder / "README.md") or {}).get("license")
+                 if (folder / "README.md").is_file() else None)
     except Exception:  # noqa: BLE001 - a card whose YAML does not parse declares nothing we can read
         return None
     return value if isinstance(value, str) else None
@@ -240,7 +250,8 @@ class HubData:
                 "sha256": _sha256_files(self.folder, self.files)}
 
     def record(self) -> dict:
-        """The dataset as a manifest records it beside ``inputs``: id, revision, config, split, license, files."""
+        """The dataset as a manifest records it beside ``inputs``: id, revision, config, split, license,
+        files."""
         return {"repo_id": self.source.repo_id, "revision": self.revision, "requested": self.source.text(),
                 "config": self.config, "split": self.split, "license": self.license,
                 "data_files": [str(f.relative_to(self.folder)) if f.is_relative_to(self.folder) else f.name
@@ -265,8 +276,8 @@ def resolve_hub(source: HubSource, option: str, split: str = "train") -> HubData
     files = (builder.config.data_files or {}).get(split)
     if not files:
         splits = ", ".join(map(str, builder.config.data_files or {})) or "none"
-        raise InputError(f"{where}: no split {split!r} in config {builder.config.name!r} (splits: {splits}); name "
-                         "one with #SPLIT")
+        raise InputError(f"{where}: no split {split!r} in config {builder.config.name!r} (splits: {splits}); "
+                         "name one with #SPLIT")
     return HubData(source, folder, revision, builder.config.name or "default", split,
                    sorted(Path(str(f)) for f in files), [], _license(folder))
 
@@ -282,8 +293,8 @@ def load_hub_rows(source: HubSource, option: str, split: str = "train") -> HubDa
             data.rows = list(load_dataset(str(data.folder), source.config, split=data.split, streaming=True,
                                           cache_dir=scratch))
         except (ValueError, FileNotFoundError, RuntimeError, ConnectionError, OSError, TypeError) as exc:
-            raise InputError(f"{option} {source.text()} (snapshot {data.revision[:12]}): datasets could not read "
-                             f"it: {_one_line(exc)}") from None
+            raise InputError(f"{option} {source.text()} (snapshot {data.revision[:12]}): datasets could not "
+                             f"read it: {_one_line(exc)}") from None
     log.info("%s %s → %s: %d rows", option, source.text(), data.text(), len(data.rows))
     return data
 
@@ -304,17 +315,18 @@ def _is_tansaku_dataset(folder: Path) -> bool:
 def read_chat_source(value, split: str = "train", option: str = "general chat set") -> list[dict]:
     """The rows of a Hub chat set (``hf:…``) with ``messages`` mapped from its columns (``chat_messages``) and
     ending in an answer, for the readers that train on them (``synth build trajectories --general``, a ``train
-    sft`` data source). A row that is ``unmappable``, ``malformed`` or has ``no_answer`` is dropped and counted
-    in one warning; none left is refused. A tansaku dataset's held-out split (test, rl) is refused."""
+    sft`` data source). A row that is ``unmappable``, ``malformed`` or has ``no_answer`` is dropped and
+    counted in one warning; none left is refused. A tansaku dataset's held-out split (test, rl) is refused."""
     data = load_hub_rows(parse_hub_source(value, option), option, split)
     if data.split in HELDOUT and _is_tansaku_dataset(data.folder):
-        raise InputError(f"{option} {data.text()}: '{data.split}' is a tansaku dataset's held-out split, kept for "
-                         "`train eval`; train on 'train'")
+        raise InputError(f"{option} {data.text()}: '{data.split}' is a tansaku dataset's held-out split, "
+                         "kept for `train eval`; train on 'train'")
     rows, dropped, first = [], Counter(), {}
     for i, row in enumerate(data.rows):
         try:
             _, messages = chat_messages(row)
-            if not any(isinstance(m, dict) and m.get("role") == "assistant" and m.get("content") for m in messages):
+            if not any(isinstance(m, dict) and m.get("role") == "assistant" and m.get("content")
+                       for m in messages):
                 raise UnusableRow("no_answer", "no assistant message with text")
         except UnusableRow as exc:
             dropped[exc.reason] += 1
@@ -323,7 +335,8 @@ def read_chat_source(value, split: str = "train", option: str = "general chat se
         rows.append({"id": row.get("id") if isinstance(row.get("id"), (str, int)) else None,
                      **({"tools": row["tools"]} if row.get("tools") else {}), "messages": messages})
     if dropped:
-        log.warning("%s %s: dropped %d of %d rows (%s)", option, data.text(), sum(dropped.values()), len(data.rows),
+        log.warning("%s %s: dropped %d of %d rows (%s)", option, data.text(), sum(dropped.values()),
+                    len(data.rows),
                     "; ".join(f"{reason} {n}, e.g. {first[reason]}" for reason, n in dropped.most_common()))
     if not rows:
         raise InputError(f"{option} {data.text()}: no row is a chat with an answer; each needs {FORMATS}")

@@ -1,6 +1,6 @@
-"""What every tansaku command line shares: the bad-input wrapper (``friendly``), ``--version``, ``--quiet`` and
-``--json`` (``Quiet``, ``AsJson``) and how a summary is printed; and what the ``synth build`` commands share:
-``--license``/``--license-file`` and the funnel table (``print_manifest``).
+"""What every tansaku command line shares: the bad-input wrapper (``friendly``), ``--version``, ``--quiet``
+and ``--json`` (``Quiet``, ``AsJson``) and how a summary is printed; and what the ``synth build`` commands
+share: ``--license``/``--license-file`` and the funnel table (``print_manifest``).
 
 Output contract. A command's summary (a build's funnel, an index's counts, the cache's size) is a table on
 stderr, for a person, unless quiet (``--quiet`` or ``TANSAKU_QUIET=1``); stdout carries JSON only when
@@ -13,11 +13,11 @@ digits, ``rounded``: ``0.30000000000000004`` prints as ``0.3``, a threshold of `
     print_table(comparison_table(result), result, as_json=as_json, quiet=quiet)  # a command's own table
 
 ``synth`` (``tansaku.cli``) and ``train`` (``tansaku.trainer.cli``) commands are wrapped in ``friendly``: bad
-input (a ``TansakuError``, an OS error on a path the user gave, a refused connection, a full disk) ends in one line on
-stderr and exit 2; anything else is a bug and keeps its traceback (exit 1). ``TANSAKU_DEBUG=1`` shows the
-traceback of bad input too. An option's value is checked by its type (``tansaku.core.cli_types``) while Typer
-parses it, refused in the same one line; ``friendly`` then refuses an output option that is, lies inside or
-holds an input option, before the command starts.
+input (a ``TansakuError``, an OS error on a path the user gave, a refused connection, a full disk) ends in one
+line on stderr and exit 2; anything else is a bug and keeps its traceback (exit 1). ``TANSAKU_DEBUG=1`` shows
+the traceback of bad input too. An option's value is checked by its type (``tansaku.core.cli_types``) while
+Typer parses it, refused in the same one line; ``friendly`` then refuses an output option that is, lies inside
+or holds an input option, before the command starts.
 """
 
 from __future__ import annotations
@@ -44,23 +44,31 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-Version = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print tansaku's version.")]
-License = Annotated[str | None, typer.Option("--license", help="The card's license: a Hub id (cc-by-sa-4.0, cc-by-4.0 …) or other:NAME (with --license-file; the card links LICENSE). Default: the input's license.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary table on stderr (TANSAKU_QUIET=1 does the same).")]
-AsJson = Annotated[bool, typer.Option("--json", help="Print the summary as one JSON value on stdout (without it stdout stays empty).")]
+Version = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                       help="Print tansaku's version.")]
+License = Annotated[str | None, typer.Option("--license",
+                                             help="The card's license: a Hub id (cc-by-sa-4.0, cc-by-4.0 …) "
+                                                  "or other:NAME (with --license-file; the card links "
+                                                  "LICENSE). Default: the input's license.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary table on stderr "
+                                                           "(TANSAKU_QUIET=1 does the same).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the summary as one JSON value on stdout (without "
+                                                     "it stdout stays empty).")]
 
 _SHOWN_REASONS = 3  # drop reasons named per funnel row; a long tail would bury the counts
 _JSON_DIGITS = 12  # significant digits of a float in printed JSON: binary noise gone, every set value kept
 
 
 # The options that name what a command writes, most specific first: a full disk names the first one given.
-# Only outputs: ``--index`` is an input of most commands (``train eval``, ``train select``, ``synth search``), so a
-# command whose output is another option names it itself (``synth index build``: ``friendly(outputs=("index",))``).
+# Only outputs: ``--index`` is an input of most commands (``train eval``, ``train select``, ``synth search``),
+# so a command whose output is another option names it itself (``synth index build``:
+# ``friendly(outputs=("index",))``).
 OUTPUT_OPTIONS = ("out", "export", "dir")
 
 
 def friendly(fn=None, *, outputs: tuple[str, ...] = OUTPUT_OPTIONS):
-    """Bad input (``TansakuError``, OS error on a user's path, refused connection, full disk) → one line, exit 2.
+    """Bad input (``TansakuError``, OS error on a user's path, refused connection, full disk) → one line, exit
+    2.
 
     ``@friendly``, or ``@friendly(outputs=(…))`` for a command that writes to options other than
     ``OUTPUT_OPTIONS``: the parameter names, most specific first, that a full disk with no file name is
@@ -74,7 +82,8 @@ def friendly(fn=None, *, outputs: tuple[str, ...] = OUTPUT_OPTIONS):
         try:
             if not types:
                 types.update(types_of(fn) or {None: None})
-            refuse_overlaps({k: v for k, v in types.items() if k}, kwargs)  # an output is no input, before any work
+            # an output is no input, before any work
+            refuse_overlaps({k: v for k, v in types.items() if k}, kwargs)
             return fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - re-raised unless it is bad input
             given = [x for v in (*args, *kwargs.values()) for x in (v if isinstance(v, list) else [v])]
@@ -83,7 +92,8 @@ def friendly(fn=None, *, outputs: tuple[str, ...] = OUTPUT_OPTIONS):
             text = (str(e).strip() or type(e).__name__) if ours else user_error_line(e, given, written)
             if text is None or os.environ.get("TANSAKU_DEBUG") == "1":
                 raise
-            # an error may quote a --llm spec or an endpoint with its user:pass@ or ?api-key= (tansaku.core.redact)
+            # an error may quote a --llm spec or an endpoint with its user:pass@ or ?api-key=
+            # (tansaku.core.redact)
             echo_refusal(naming_the_option(text if ours and e.multiline else text.splitlines()[0], kwargs))
             raise typer.Exit(2) from None
 
@@ -92,7 +102,8 @@ def friendly(fn=None, *, outputs: tuple[str, ...] = OUTPUT_OPTIONS):
 
 def naming_the_option(text: str, values: Mapping[str, Any]) -> str:
     """``text`` as it is when it names one of the running command's options; else led by the option(s) whose
-    given value it quotes (``--format: unknown format 'nope'``), so a refusal raised deep in a builder or reader
+    given value it quotes (``--format: unknown format 'nope'``), so a refusal raised deep in a builder or
+    reader
     still says which option to change. One place for every command: a message need not know its option.
 
     >>> import click
@@ -132,7 +143,8 @@ def _quotes_flag(text: str, flag: str) -> bool:
 
 
 def _quotes_value(text: str, value: Any) -> bool:
-    """Whether ``text`` quotes ``value`` (a path or text the user gave; numbers and flags are too short to tell)."""
+    """Whether ``text`` quotes ``value`` (a path or text the user gave; numbers and flags are too short to
+    tell)."""
     items = value if isinstance(value, list | tuple) else [value]
     shown = [str(v) for v in items if isinstance(v, str | Path) and not isinstance(v, bool)]
     return any(len(v.strip()) >= 2 and v in text for v in shown)
@@ -187,7 +199,8 @@ def cell(value: Any) -> str:
 
 
 def print_json(value: Any) -> None:
-    """``value`` as one JSON line on stdout, floats cleaned (``rounded``), secrets masked (``redact_mapping``)."""
+    """``value`` as one JSON line on stdout, floats cleaned (``rounded``), secrets masked
+    (``redact_mapping``)."""
     typer.echo(jsontext.dumps(redact_mapping(rounded(value)), default=str))
 
 
@@ -260,7 +273,8 @@ def produced(stage: Mapping) -> str:
     teacher sampling 4 answers per question), '' for the others; read with ``in`` and ``out`` it says why a
     stage ends with more rows than it received.
 
-    >>> produced({"received": 20, "kept": 80, "dropped": {}}), produced({"received": 20, "kept": 15, "dropped": {"x": 5}})
+    >>> (produced({"received": 20, "kept": 80, "dropped": {}}),
+    ...  produced({"received": 20, "kept": 15, "dropped": {"x": 5}}))
     ('×4 per input', '')
     """
     received, kept = _count(stage.get("received")), _count(stage.get("kept"))
@@ -272,7 +286,8 @@ def produced(stage: Mapping) -> str:
 
 
 def funnel_table(manifest: Mapping, out: Path | str):
-    """A build's funnel as a rich table: stage | in | out | produced (fan-out stages only) | dropped | seconds."""
+    """A build's funnel as a rich table: stage | in | out | produced (fan-out stages only) | dropped |
+    seconds."""
     from rich.table import Table  # rich: imported when something is printed
 
     stages = [s for s in manifest.get("stages") or [] if isinstance(s, Mapping)]

@@ -1,8 +1,8 @@
 """The option types every ``synth`` and ``train`` command uses: one per kind of value, checked while Typer
 parses the command line, before any work, each refusal one ``error:`` line naming the option (exit 2).
 
-    PathType      a path of a declared kind (``value_checks.INPUT_FILE`` … ``OUTPUT_FOLDER``): ``~`` expanded, a
-                  FIFO, device or socket refused without being opened, a folder for a file refused …
+    PathType      a path of a declared kind (``value_checks.INPUT_FILE`` … ``OUTPUT_FOLDER``): ``~`` expanded,
+                  a FIFO, device or socket refused without being opened, a folder for a file refused …
     NumberType    a whole number or float with declared bounds: 64 bits at most, finite
     SpecType      an LLM spec, read by the one grammar ``tansaku.core.llm.spec.parse_spec``; a ``scripted:``
                   file must exist
@@ -10,12 +10,13 @@ parses the command line, before any work, each refusal one ``error:`` line namin
     ModelRefType  a local model folder (a path-like value must exist) or a Hub repo id
     IndexType     a search index: a folder, opensearch:NAME or http(s)://host:port/NAME
     TextType      text: one line (or free text), no control characters, bounded; its choices where known
-    (the LLM options' own ``LLMOptionType``, ``--api-key`` … ``--llm-option``: ``tansaku.core.llm.cli_options``)
+    (the LLM options' own ``LLMOptionType``, ``--api-key`` … ``--llm-option``:
+    ``tansaku.core.llm.cli_options``)
 
 Each is a parser (Typer's ``parser=``) bound to its option's name; :func:`option` and :func:`argument` attach
-one. A config field of a build gets its type from ``tansaku.core.build_config.option`` (``path=``, ``min=`` …),
-so ``synth build`` options are checked the same way. The checks themselves are ``tansaku.core.value_checks``
-(and ``parse_spec``), which Python callers use too.
+one. A config field of a build gets its type from ``tansaku.core.build_config.option`` (``path=``, ``min=``
+…), so ``synth build`` options are checked the same way. The checks themselves are
+``tansaku.core.value_checks`` (and ``parse_spec``), which Python callers use too.
 
     out: Annotated[Path, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder to write.")]
     size: Annotated[int, option("--size", parser=NumberType("--size", min=1), help="Hits.")] = 10
@@ -58,7 +59,8 @@ def echo_refusal(text: str) -> None:
 
 def current_context():
     """The click context of the command being parsed or run, or None (outside a command)."""
-    for name in ("typer._click.globals", "click"):  # typer >= 0.2x carries its own click; older ones use click's
+    # typer >= 0.2x carries its own click; older ones use click's
+    for name in ("typer._click.globals", "click"):
         try:
             ctx = importlib.import_module(name).get_current_context(silent=True)
         except (ImportError, AttributeError):
@@ -106,8 +108,8 @@ class OptionType:
 class PathType(OptionType):
     """A path of ``kind`` (``value_checks``' kinds); ``text=True`` for an option whose value the command takes
     as a string (an index option, which may also name a service, and model lists). ``guarded=False``: an input
-    an output may lie in (``--from-shards``' folder holding the shards may hold their merge too: the shards are
-    found by their markers, never the merge)."""
+    an output may lie in (``--from-shards``' folder holding the shards may hold their merge too: the shards
+    are found by their markers, never the merge)."""
 
     def __init__(self, option: str, kind: str, text: bool = False, guarded: bool = True):
         super().__init__(option)
@@ -125,8 +127,8 @@ class PathType(OptionType):
 
 
 class NumberType(OptionType):
-    """A whole number (``integer``, the default) or a finite float within ``[min, max]`` (``*_open``: the bound
-    excluded); whole numbers never past 64 bits."""
+    """A whole number (``integer``, the default) or a finite float within ``[min, max]`` (``*_open``: the
+    bound excluded); whole numbers never past 64 bits."""
 
     def __init__(self, option: str, *, integer: bool = True, min=None, max=None, min_open: bool = False,
                  max_open: bool = False):
@@ -162,9 +164,10 @@ class RepoIdType(OptionType):
 
 
 def is_model_path(text: str) -> bool:
-    """Whether a model reference names a local folder rather than a Hub id: it exists, starts with ``.``, ``/``
-    or ``~``, or has more than one ``/`` (a Hub id is NAME or ORG/NAME)."""
-    return os.path.lexists(os.path.expanduser(text)) or text.startswith((".", "/", "~")) or text.count("/") > 1
+    """Whether a model reference names a local folder rather than a Hub id: it exists, starts with ``.``,
+    ``/`` or ``~``, or has more than one ``/`` (a Hub id is NAME or ORG/NAME)."""
+    return (os.path.lexists(os.path.expanduser(text)) or text.startswith((".", "/", "~"))
+            or text.count("/") > 1)
 
 
 class ModelRefType(OptionType):
@@ -174,7 +177,8 @@ class ModelRefType(OptionType):
         text = os.fspath(value)
         if is_model_path(text):
             path = check_path(text, INPUT_FOLDER, self.option)
-            if not path.exists():  # a path is never a Hub id: missing, it would fail only when the model loads
+            # a path is never a Hub id: missing, it would fail only when the model loads
+            if not path.exists():
                 raise MissingInputError(f"{self.option} {path}: no such model folder (a Hub id is ORG/NAME)")
             return str(path)
         return value_checks.check_repo_id(text, self.option)
@@ -191,15 +195,16 @@ class IndexType(PathType):
 
     def check(self, value):
         target = super().check(value)
-        if isinstance(target, str) and target.startswith("opensearch:") and not os.environ.get("OPENSEARCH_URL"):
+        if (isinstance(target, str) and target.startswith("opensearch:")
+                and not os.environ.get("OPENSEARCH_URL")):
             raise InputError(f"{self.option} {target}: OPENSEARCH_URL is not set; set it (and "
                              "OPENSEARCH_USER/PASSWORD) or give the cluster: https://host:9200/NAME")
         return target
 
 
 class TextType(OptionType):
-    """Text (``tansaku.core.text_values.check_text``): one line unless ``multiline`` (a prompt, a query), never a
-    lone surrogate, NUL or other control character, at most ``max_chars``; ``required``: not empty;
+    """Text (``tansaku.core.text_values.check_text``): one line unless ``multiline`` (a prompt, a query),
+    never a lone surrogate, NUL or other control character, at most ``max_chars``; ``required``: not empty;
     ``choices``: the values it may take (a callable: asked only when a value is given, so ``--help`` imports
     nothing); ``split``: several values in one (``answer,about``), each checked; ``grammar``: a callable that
     raises ``InputError`` for a value of the wrong form (``--shard``'s ``parse_shard``)."""
@@ -212,23 +217,24 @@ class TextType(OptionType):
 
     def check(self, value):
         choices = self.choices() if callable(self.choices) else self.choices
-        value = check_text(value, self.option, choices=choices, required=self.required, multiline=self.multiline,
-                           max_chars=self.max_chars, split=self.split)
+        value = check_text(value, self.option, choices=choices, required=self.required,
+                           multiline=self.multiline, max_chars=self.max_chars, split=self.split)
         if self.grammar is not None:
             self.grammar(value)
         return value
 
 
 def shown_bounds(parser: OptionType | None) -> dict:
-    """A ``NumberType``'s closed bounds as Typer's ``min``/``max``, for ``--help`` only (``[x>=1]``: Typer has no
-    open bound, so an open one is left to the help text); the parser does the checking."""
+    """A ``NumberType``'s closed bounds as Typer's ``min``/``max``, for ``--help`` only (``[x>=1]``: Typer has
+    no open bound, so an open one is left to the help text); the parser does the checking."""
     if not isinstance(parser, NumberType):
         return {}
     return {"min": None if parser.min_open else parser.min, "max": None if parser.max_open else parser.max}
 
 
 def option(*decls: str, parser: OptionType, **kwargs) -> Any:
-    """``typer.Option(*decls, parser=parser, **kwargs)``; a ``NumberType``'s bounds also show in ``--help``."""
+    """``typer.Option(*decls, parser=parser, **kwargs)``; a ``NumberType``'s bounds also show in
+    ``--help``."""
     return typer.Option(*decls, parser=parser, **{**shown_bounds(parser), **kwargs})
 
 

@@ -55,7 +55,8 @@ class DatasetSpec:
 
     def recipe(self) -> dict:
         """What the fingerprint hashes: a rerun into the same folder must have the same."""
-        return build_recipe(pipeline=self.pipeline, pipeline_version=self.pipeline_version, config=self.config,
+        return build_recipe(pipeline=self.pipeline, pipeline_version=self.pipeline_version,
+                            config=self.config,
                             seed=self.seed, inputs=self.inputs, stages=self.stages, llm=self.llm,
                             chunk_size=self.chunk_size, keep_rejected=self.keep_rejected,
                             heldout=self.heldout.recipe() if self.heldout is not None else None)
@@ -66,7 +67,8 @@ class DatasetSpec:
         return self.split_of or (lambda r: "train")
 
     def split_names(self, rows: Iterable[Record]) -> list[str]:
-        """Every split the rule can give (an empty one is written as a typed empty file: a tiny build's test)."""
+        """Every split the rule can give (an empty one is written as a typed empty file: a tiny build's
+        test)."""
         split_of = self.row_split()
         expected = set(self.heldout.splits) if self.heldout is not None else set()
         splits = sorted(expected | {split_of(r) for r in rows}) or ["train"]
@@ -99,7 +101,8 @@ class DatasetSpec:
             "stages": [{"name": s["name"], "params": s["params"], "llm": s["llm"], **funnel}
                        for s, funnel in zip(recipe["stages"], result.stages)],
             "chunk_size": self.chunk_size, "keep_rejected": self.keep_rejected, **self.heldout_record(counts),
-            "splits": counts, "resumed_chunks": result.resumed_chunks, "seconds": round(time.time() - started, 3),
+            "splits": counts, "resumed_chunks": result.resumed_chunks,
+            "seconds": round(time.time() - started, 3),
             "code": code_version(), "packages": package_versions(),
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "parents": self.parents or [],
         }

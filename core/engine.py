@@ -32,10 +32,11 @@ of the LLM it calls in ``llm`` (backend + model, from ``client.describe()``)::
 ``tansaku.core.store.build_dataset`` hashes every stage's name, params and llm into the resume fingerprint
 and lists them in the manifest, so a rerun with another threshold or model is refused instead of mixed.
 
-Rejected records. ``Drop(reason, record=…, detail=…)`` may carry the dropped record; ``map_stage``/``batch_stage`` attach
-their input record themselves. With ``tansaku.core.runner.run_pipeline(…, keep_rejected=True)`` every drop is also written,
-chunk by chunk like the output (datatrove's exclusion writer), as ``{"stage", "reason", "detail", "record"}``
-with ``record`` a JSON string (None when a global stage dropped without naming one): ``result.rejected()``.
+Rejected records. ``Drop(reason, record=…, detail=…)`` may carry the dropped record;
+``map_stage``/``batch_stage`` attach their input record themselves. With
+``tansaku.core.runner.run_pipeline(…, keep_rejected=True)`` every drop is also written, chunk by chunk like
+the output (datatrove's exclusion writer), as ``{"stage", "reason", "detail", "record"}`` with ``record`` a
+JSON string (None when a global stage dropped without naming one): ``result.rejected()``.
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ def _with_record(out: Record | Drop, record: Record) -> Record | Drop:
 
 def _emit(out: Record | Drop | list | None) -> Iterator[Record | Drop]:
     if out is None:
-        raise TypeError("a stage function returned None; return the record, a list of records, or Drop(reason)")
+        raise TypeError("a stage function returned None; return the record, a list of records, or "
+                        "Drop(reason)")
     if isinstance(out, list):
         yield from out
     else:
@@ -212,7 +214,8 @@ def batches(name: str, fn: Callable[[list[Record]], list], batch_size: int):
         while batch := list(islice(it, batch_size)):
             outs = fn(batch)
             if len(outs) != len(batch):
-                raise ValueError(f"batch stage {name!r} returned {len(outs)} results for {len(batch)} records")
+                raise ValueError(f"batch stage {name!r} returned {len(outs)} results for {len(batch)} "
+                                 f"records")
             for record, out in zip(batch, outs):
                 yield from emit_for(out, record)
 
@@ -262,7 +265,8 @@ class StageStats:
 
 
 def instrumented(stage: Stage, upstream: Iterable[Record], stats: StageStats,
-                  reject: RejectSink | None = None, tick: Callable[[], None] | None = None) -> Iterator[Record]:
+                  reject: RejectSink | None = None,
+                  tick: Callable[[], None] | None = None) -> Iterator[Record]:
     """Run ``stage`` over ``upstream`` counting records in, kept and dropped by reason, and the seconds
     spent inside the stage itself (time spent pulling from upstream stages is subtracted). Drops go to
     ``reject`` too when rejected records are kept. ``tick()`` is called after each record received

@@ -60,7 +60,8 @@ _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust's std::io::Error 
 
 
 def _storage_full(exc: BaseException) -> tuple[int, str | None] | None:
-    """(errno, file name or None) when ``exc`` — or an error it was raised from — is a full disk, else None."""
+    """(errno, file name or None) when ``exc`` — or an error it was raised from — is a full disk, else
+    None."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -80,7 +81,8 @@ def _within(name: str, roots: list[Path]) -> bool:
 def _service_url(given: list) -> str:
     for value in given:  # the --index the user gave names the cluster (URL/NAME or opensearch:NAME)
         if isinstance(value, str) and value.startswith(("http://", "https://", "opensearch:")):
-            return value if "://" in value else f"{os.environ.get('OPENSEARCH_URL', 'http://localhost:9200')} ({value})"
+            return (value if "://" in value
+                    else f"{os.environ.get('OPENSEARCH_URL', 'http://localhost:9200')} ({value})")
     return os.environ.get("OPENSEARCH_URL", "the search service")
 
 

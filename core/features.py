@@ -5,20 +5,21 @@ Arrow infers a column's type from its values: a column that is None in every row
 without ``--policy``, ``retrieval_rank`` without an index) would come out typed ``null``, and the same column
 ``double`` in another build. A pipeline passes ``column_types`` (name → Arrow type) to
 ``tansaku.core.store.build_dataset``; ``declare`` puts them over the inferred schema, and every other column
-still typed ``null`` becomes ``string``, ``list<null>`` ``list<string>`` (Arrow and the Hub viewer handle an all-null string column; a
-``null``-typed one breaks concatenation with any later build).
+still typed ``null`` becomes ``string``, ``list<null>`` ``list<string>`` (Arrow and the Hub viewer handle an
+all-null string column; a ``null``-typed one breaks concatenation with any later build).
 
 Three columns stay JSON text on purpose. ``tools`` of SFT rows: TRL's own convention (``SFTTrainer`` runs
-``json.loads`` on a string ``tools``), and Arrow would merge the tools' different ``parameters`` schemas into one
-struct, filling every tool with the others' properties as nulls that chat templates then render. A corpus's
-``meta``: it carries the input's own metadata, whose keys the user chooses per row. e-Gov ``paragraphs``: a
-recursive tree (items hold subitems to any depth) that Arrow cannot type. Everything with fixed keys is typed:
-e-Gov articles' ``meta`` (``pipelines.egov.parse.ARTICLE_META``), ``quality_detail``, ``derivations``, ``prompt``,
-SFT trajectories' gold ``answer`` (``pipelines.trajectories.format.GOLD``).
+``json.loads`` on a string ``tools``), and Arrow would merge the tools' different ``parameters`` schemas into
+one struct, filling every tool with the others' properties as nulls that chat templates then render. A
+corpus's ``meta``: it carries the input's own metadata, whose keys the user chooses per row. e-Gov
+``paragraphs``: a recursive tree (items hold subitems to any depth) that Arrow cannot type. Everything with
+fixed keys is typed: e-Gov articles' ``meta`` (``pipelines.egov.parse.ARTICLE_META``), ``quality_detail``,
+``derivations``, ``prompt``, SFT trajectories' gold ``answer`` (``pipelines.trajectories.format.GOLD``).
 
     from tansaku.core.features import DERIVATIONS, PROMPT, declare, derivation_structs
     schema = declare(inferred, {"pass_rate": pa.float64(), "prompt": PROMPT})
-    derivation_structs([["本A", "著者", ["作家B"]]])   # [{"subject": "本A", "relation": "著者", "objects": ["作家B"]}]
+    derivation_structs([["本A", "著者", ["作家B"]]])
+    # [{"subject": "本A", "relation": "著者", "objects": ["作家B"]}]
 """
 
 from __future__ import annotations

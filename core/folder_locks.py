@@ -20,8 +20,9 @@ class FolderBusyError(InputError):
 
 
 def locked(folder: Path) -> int | None:
-    """A new descriptor of the existing folder ``folder`` holding an exclusive ``flock`` on it; None when another
-    descriptor holds one (another process's, or another of this process's: flock locks are per open file)."""
+    """A new descriptor of the existing folder ``folder`` holding an exclusive ``flock`` on it; None when
+    another descriptor holds one (another process's, or another of this process's: flock locks are per open
+    file)."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -34,7 +35,8 @@ def locked(folder: Path) -> int | None:
 
 
 def still_names(fd: int, path: Path) -> bool:
-    """Whether ``path`` still names the folder open as ``fd`` (not removed or replaced since it was opened)."""
+    """Whether ``path`` still names the folder open as ``fd`` (not removed or replaced since it was
+    opened)."""
     try:
         st, now = os.fstat(fd), os.stat(path)
     except OSError:
@@ -44,7 +46,8 @@ def still_names(fd: int, path: Path) -> bool:
 
 @contextmanager
 def folder_lock(folder: Path, option: str) -> Iterator[None]:
-    """Hold an exclusive lock on the existing folder ``folder``; FolderBusyError when another process holds it."""
+    """Hold an exclusive lock on the existing folder ``folder``; FolderBusyError when another process holds
+    it."""
     fd = locked(folder)
     if fd is None:
         raise FolderBusyError(f"{option} {folder} is being built by another process right now; wait for it "

@@ -1,7 +1,7 @@
 """Whether this machine computes bf16 natively, and so the dtype local generation and training should use.
 
-bf16 halves memory traffic, which makes it about twice as fast as fp32 on a CPU with native bf16 (AVX512_BF16 or
-AMX) and on a GPU that has it; a CPU without (AVX2 only) emulates it, and there a 1024³ bf16 matmul took
+bf16 halves memory traffic, which makes it about twice as fast as fp32 on a CPU with native bf16 (AVX512_BF16
+or AMX) and on a GPU that has it; a CPU without (AVX2 only) emulates it, and there a 1024³ bf16 matmul took
 68× as long as the fp32 one (2.6 s against 39 ms). The answer comes from the CPU's feature flags (as torch
 reads them), never from a timing, so one machine always gets the same dtype, and with it the same numbers.
 
@@ -34,6 +34,6 @@ def emulated_bf16_warning(bf16: bool, device: str = "cpu") -> str | None:
     """One line for a run that asks for bf16 on a device that only emulates it, else None."""
     if not bf16 or native_bf16(device):
         return None
-    return (f"bf16 is emulated on this {device.split(':')[0].upper()} (no AVX512_BF16 or AMX): its matmuls run "
-            "tens of times slower than fp32; set bf16: false (and dtype: float32) unless the numbers must match "
-            "a bf16 run")
+    return (f"bf16 is emulated on this {device.split(':')[0].upper()} (no AVX512_BF16 or AMX): its matmuls "
+            "run tens of times slower than fp32; set bf16: false (and dtype: float32) unless the numbers "
+            "must match a bf16 run")

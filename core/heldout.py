@@ -37,7 +37,8 @@ TEST_PHRASING = "test_phrasing"
 HELDOUT_SPLITS = (TEST, TEST_PHRASING)  # what training never reads: `train eval` measures on them
 FALLBACK_KEY = "question"  # the key of a row that lacks the pipeline's key column
 DEFAULT_SHARE = 0.2
-DEFAULT_RL_SHARE = 0.0  # multihop and egov: --rl-share 0.3 gives RL prompts SFT never sees (off until measured)
+# multihop and egov: --rl-share 0.3 gives RL prompts SFT never sees (off until measured)
+DEFAULT_RL_SHARE = 0.0
 
 
 def heldout_split(key: str, share: float, seed: int, rl_share: float = 0.0) -> str:
@@ -73,16 +74,16 @@ class HeldOut:
     key: str = "id"
     seed: int = 0
     rl_share: float = 0.0  # of the keys, the share that forms the ``rl`` split (RL prompts SFT never sees)
-    # A column that marks a test row asked again in a held-out form (multihop's ``phrasing_family``): a row with
-    # a value there goes to ``test_phrasing``. None: no such split.
+    # A column that marks a test row asked again in a held-out form (multihop's ``phrasing_family``): a row
+    # with a value there goes to ``test_phrasing``. None: no such split.
     phrasing_column: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "share", check_share(self.share))
         rl = self.rl_share
         if not isinstance(rl, (int, float)) or not 0 <= rl < 1 or self.share + rl >= 1:
-            raise InputError(f"--rl-share must be within [0, 1) and leave rows for train with --heldout-share "
-                             f"{self.share} (0 = no rl split), got {rl}")
+            raise InputError(f"--rl-share must be within [0, 1) and leave rows for train with "
+                             f"--heldout-share {self.share} (0 = no rl split), got {rl}")
         object.__setattr__(self, "rl_share", float(rl))
 
     @property
@@ -98,8 +99,8 @@ class HeldOut:
         return str(value)
 
     def split_of(self, row: dict) -> str:
-        """The row's split; a row marked in ``phrasing_column`` must be a test row (its key's side), and goes to
-        ``test_phrasing``.
+        """The row's split; a row marked in ``phrasing_column`` must be a test row (its key's side), and goes
+        to ``test_phrasing``.
 
         >>> rule = HeldOut(0.2, "bridge", seed=0, phrasing_column="phrasing_family")
         >>> rule.split_of({"bridge": "q2"}), rule.split_of({"bridge": "q2", "phrasing_family": "answer"})
@@ -117,6 +118,7 @@ class HeldOut:
         """What decides the assignment: part of the build's resume fingerprint (``rl_share`` only when there
         is an rl split, so builds without one keep their fingerprints)."""
         return {"split": TEST, "share": self.share, "key": self.key, "fallback_key": FALLBACK_KEY,
-                "seed": self.seed, **({"rl_split": RL, "rl_share": self.rl_share} if self.rl_share > 0 else {}),
+                "seed": self.seed,
+                **({"rl_split": RL, "rl_share": self.rl_share} if self.rl_share > 0 else {}),
                 **({"phrasing_split": TEST_PHRASING, "phrasing_column": self.phrasing_column}
                    if self.phrasing_column else {})}

@@ -10,8 +10,8 @@ temporary files (``.NAME.*.tmp``, core/safe_write.py), lock files, and
 the search index (``index/``, a folder holding ``tansaku_index.json``) unless ``include_index``; the index is
 rebuilt from the rows and holds machine-specific files.
 
-Nothing uploaded holds a secret (``tansaku.core.redact``): builds record manifests, cards and the rejected split's
-``detail`` redacted, and the plan redacts them again, for folders built before that (an LLM URL's
+Nothing uploaded holds a secret (``tansaku.core.redact``): builds record manifests, cards and the rejected
+split's ``detail`` redacted, and the plan redacts them again, for folders built before that (an LLM URL's
 ``user:pass@`` or ``?api-key=`` in a manifest, a card, a rejected row's error text).
 
 The uploaded manifests and cards hold no absolute local path: each one becomes relative to the dataset folder
@@ -60,9 +60,11 @@ def _is_index(folder: Path) -> bool:
 
 
 def _skipped(rel: PurePosixPath, root: Path, include_index: bool) -> bool:
-    """Checkpoints, a killed write's temporary files and lock files always; a search index unless asked for."""
+    """Checkpoints, a killed write's temporary files and lock files always; a search index unless asked
+    for."""
     half_written = rel.name.startswith(".") and rel.name.endswith(".tmp")
-    if half_written or rel.name.endswith(".lock") or any(p == ".work" or p.endswith(".partial") for p in rel.parts):
+    if (half_written or rel.name.endswith(".lock")
+            or any(p == ".work" or p.endswith(".partial") for p in rel.parts)):
         return True
     folders = [root.joinpath(*rel.parts[: i + 1]) for i in range(len(rel.parts) - 1)]
     return not include_index and any(_is_index(f) for f in folders)
@@ -123,8 +125,8 @@ def _card_for_upload(root: Path, text: str) -> str:
 
 def upload_plan(path: str | Path, include_index: bool = False) -> dict[str, Path | bytes]:
     """Every file that would upload, by its path in the repo: the local file, or the bytes of a rewritten
-    manifest/card (no absolute local paths, no secret) or rejected split shard (no secret in ``detail``). Checks the
-    folder loads (``validate_for_push``) first."""
+    manifest/card (no absolute local paths, no secret) or rejected split shard (no secret in ``detail``).
+    Checks the folder loads (``validate_for_push``) first."""
     root = Path(path)
     quiet = datasets.utils.are_progress_bars_disabled()
     datasets.disable_progress_bars()  # the plan is the output: no per-split progress bars around it
@@ -151,13 +153,15 @@ def upload_plan(path: str | Path, include_index: bool = False) -> dict[str, Path
             plan[card_rel] = (_card_for_upload(root, text) if card_rel == CARD else text).encode()
     for rel, src in list(plan.items()):
         shard = PurePosixPath(rel)
-        if shard.parent.name == "data" and shard.name.startswith(f"{REJECTED}-") and shard.suffix == ".parquet":
+        if (shard.parent.name == "data" and shard.name.startswith(f"{REJECTED}-")
+                and shard.suffix == ".parquet"):
             plan[rel] = _redacted_rejected(src) or src
     return plan
 
 
 def _redacted_rejected(path: Path) -> bytes | None:
-    """A rejected split's shard with its ``detail`` text redacted, as bytes; None when that changes nothing."""
+    """A rejected split's shard with its ``detail`` text redacted, as bytes; None when that changes
+    nothing."""
     import pyarrow as pa  # huggingface_hub, pyarrow: only when pushing
     import pyarrow.parquet as pq
 
@@ -169,7 +173,8 @@ def _redacted_rejected(path: Path) -> bytes | None:
     if clean == details:
         return None
     column = table.column_names.index("detail")
-    table = table.set_column(column, table.schema.field(column), pa.array(clean, type=table.schema.field(column).type))
+    table = table.set_column(column, table.schema.field(column),
+                             pa.array(clean, type=table.schema.field(column).type))
     sink = io.BytesIO()
     pq.write_table(table, sink)
     return sink.getvalue()
@@ -187,7 +192,9 @@ def push_to_hub(path: str | Path, repo_id: str, private: bool | None, include_in
 
     api = HfApi(token=token)
     api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-    operations = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=src if isinstance(src, bytes) else str(src))
+    operations = [CommitOperationAdd(path_in_repo=rel,
+                                     path_or_fileobj=src if isinstance(src, bytes) else str(src))
                   for rel, src in plan.items()]
-    api.create_commit(repo_id, operations, commit_message="Upload dataset with tansaku synth push", repo_type="dataset")
+    api.create_commit(repo_id, operations, commit_message="Upload dataset with tansaku synth push",
+                      repo_type="dataset")
     return f"https://huggingface.co/datasets/{repo_id}"

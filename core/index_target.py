@@ -16,7 +16,8 @@ every index option while the command line is parsed (``tansaku.core.cli_types.In
 >>> parse_service("ftp://h/x")
 Traceback (most recent call last):
 ...
-tansaku.core.errors.InputError: ftp://h/x: unknown scheme 'ftp'; an index is an index folder, opensearch:NAME or http(s)://host:port/NAME
+tansaku.core.errors.InputError: ftp://h/x: unknown scheme 'ftp'; an index is an index folder, opensearch:NAME
+or http(s)://host:port/NAME
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def _shown(text: str) -> str:
 def index_name_problem(name: str) -> str | None:
     """Why ``name`` is not the name of one OpenSearch index, or None."""
     if not name or _BAD_NAME.search(name) or not name.isprintable():
-        return ("names no one OpenSearch index: an index name has no * , / \\ # : or spaces and does not start "
-                "with _ - +, e.g. opensearch:my-index")
+        return ("names no one OpenSearch index: an index name has no * , / \\ # : or spaces and does not "
+                "start with _ - +, e.g. opensearch:my-index")
     return None
 
 

@@ -1,10 +1,10 @@
 """What a reader may open: a regular file, never a FIFO, a device or a socket.
 
 Opening a FIFO for reading blocks until some other process writes to it, and a character device such as
-``/dev/zero`` or ``/dev/urandom`` never ends: a build handed either (``--input x.jsonl`` that is a named pipe, or
-one ``*.json`` inside an ``--input`` folder) would hang or fill memory instead of failing. So every reader looks
-at the file's type with ``stat`` first (which never blocks) and opens only a regular file: a path given as an
-option is refused in one line (:func:`refuse_special`), a file found by walking a folder is skipped
+``/dev/zero`` or ``/dev/urandom`` never ends: a build handed either (``--input x.jsonl`` that is a named pipe,
+or one ``*.json`` inside an ``--input`` folder) would hang or fill memory instead of failing. So every reader
+looks at the file's type with ``stat`` first (which never blocks) and opens only a regular file: a path given
+as an option is refused in one line (:func:`refuse_special`), a file found by walking a folder is skipped
 (:func:`regular_files`), as a folder walk skips what is not data.
 
 >>> import os, tempfile
@@ -17,7 +17,8 @@ option is refused in one line (:func:`refuse_special`), a file found by walking 
 >>> refuse_special(fifo, "--input")
 Traceback (most recent call last):
 ...
-tansaku.core.errors.InputError: --input .../x.jsonl is a FIFO (named pipe), not a regular file: reading it could block forever
+tansaku.core.errors.InputError: --input .../x.jsonl is a FIFO (named pipe), not a regular file: reading it
+could block forever
 >>> list(regular_files([fifo, folder]))
 []
 >>> tmp.cleanup()
@@ -38,7 +39,8 @@ _SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character 
 
 
 def kind_of_mode(mode: int) -> str | None:
-    """``"a FIFO (named pipe)"`` … for a special file's ``st_mode``; None for a regular file, folder or link."""
+    """``"a FIFO (named pipe)"`` … for a special file's ``st_mode``; None for a regular file, folder or
+    link."""
     return next((words for test, words in _SPECIAL if test(mode)), None)
 
 

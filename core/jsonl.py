@@ -19,7 +19,8 @@ never ``str.splitlines()``, which also breaks at U+2028 and other separators tha
 >>> list(iter_jsonl(p, objects=False))
 Traceback (most recent call last):
 ...
-tansaku.core.errors.InputError: ...x.jsonl:4: not valid JSON (Expecting property name enclosed in double quotes)
+tansaku.core.errors.InputError: ...x.jsonl:4: not valid JSON (Expecting property name enclosed in double
+quotes)
 >>> folder.cleanup()
 """
 

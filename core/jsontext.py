@@ -1,7 +1,7 @@
 """JSON text in and out of tansaku that no input can break: lone surrogates and hostile nesting.
 
     from tansaku.core import jsontext
-    line = jsontext.dumps(row)              # json.dumps(ensure_ascii=False); a lone surrogate is written as U+FFFD
+    line = jsontext.dumps(row)              # json.dumps(ensure_ascii=False); lone surrogates become U+FFFD
     value = jsontext.loads(text_or_bytes)   # json.loads with nesting bounded; lone surrogates read as U+FFFD
     value, n = jsontext.scrub(value)        # a value made elsewhere (a model's answer, a Python callable's)
     value = jsontext.read_file(path)        # a JSON file: any way it fails is one JSONInputError
@@ -26,8 +26,8 @@ invalid JSON, with ``msg`` saying why.
 
 Files. :func:`read_file` is how tansaku reads a JSON file (a manifest, an index's metadata, a report, a
 trainer state): the bytes through ``loads``, and every way the file fails to give a value — unreadable,
-not UTF-8, not JSON, too deep — is one ``JSONInputError``, so each caller words one line (or treats the file as
-absent, :func:`read_object`) instead of listing the exceptions it remembered.
+not UTF-8, not JSON, too deep — is one ``JSONInputError``, so each caller words one line (or treats the file
+as absent, :func:`read_object`) instead of listing the exceptions it remembered.
 
 >>> dumps({"title": "\\ud800港"})
 '{"title": "\\ufffd港"}'
@@ -76,8 +76,9 @@ def clean_text(text: str) -> str:
 
 
 def dumps(value: Any, **kwargs) -> str:
-    """``json.dumps(value, ensure_ascii=False, **kwargs)`` as text any UTF-8 writer takes: ``ensure_ascii=False``
-    writes a lone surrogate as it is (for the writer to refuse later); here it becomes U+FFFD."""
+    """``json.dumps(value, ensure_ascii=False, **kwargs)`` as text any UTF-8 writer takes:
+    ``ensure_ascii=False`` writes a lone surrogate as it is (for the writer to refuse later); here it becomes
+    U+FFFD."""
     return clean_text(json.dumps(value, ensure_ascii=False, **kwargs))
 
 
@@ -171,7 +172,8 @@ def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
         depth += 1
         if depth > limit:
             return True
-        level = [child for item in containers for child in (item.values() if isinstance(item, dict) else item)]
+        level = [child for item in containers
+                 for child in (item.values() if isinstance(item, dict) else item)]
     return False
 
 
@@ -206,8 +208,8 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH, decoded: bool = Fals
 
 
 def read_file(path: str | Path, *, max_depth: int = MAX_DEPTH) -> Any:
-    """The JSON value in the file at ``path``: its bytes read by :func:`loads` (nesting bounded, a BOM allowed,
-    lone surrogates read as U+FFFD).
+    """The JSON value in the file at ``path``: its bytes read by :func:`loads` (nesting bounded, a BOM
+    allowed, lone surrogates read as U+FFFD).
 
     Raises :class:`JSONInputError` (a ``json.JSONDecodeError``, so a ``ValueError``), and only that, for every
     file that gives no value; ``msg`` says why: the file cannot be read (missing, a folder, no permission: the

@@ -14,7 +14,8 @@ checks all of it before a build does any work; the build puts ``recipe()`` in it
 is another recipe, refused on a rerun rather than mixed) and calls ``write`` once the dataset is finished:
 
     chosen = choose_license(license, license_file, source=corpus, default={"license": "cc-by-sa-4.0"})
-    manifest = chosen.write(out, build_dataset(..., config={**config, **chosen.recipe()}, card={**chosen.card}))
+    manifest = chosen.write(out, build_dataset(..., config={**config, **chosen.recipe()},
+                                               card={**chosen.card}))
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def input_license(folder: str | Path | None) -> dict:
 
 def license_card(license: str) -> dict:
     """The card keys of a ``--license ID`` override (``other:NAME``: ``custom_card``); an id the Hub does not
-    list is refused in one line (``other`` too: it needs a ``license_name``, which an id alone cannot give)."""
+    list is refused in one line (``other`` too: it needs a ``license_name``, which an id alone cannot
+    give)."""
     if license.startswith(CUSTOM):
         return custom_card(license)
     if license not in HUB_LICENSES or license == "other":
@@ -67,8 +69,8 @@ def custom_card(license: str) -> dict:
     """The card keys of ``--license other:NAME``; a NAME the Hub would refuse is refused here, in one line."""
     name = license[len(CUSTOM):]
     if not LICENSE_NAME.fullmatch(name):
-        raise InputError(f"--license {license!r}: write other:NAME with NAME of lowercase letters, digits and "
-                         "'-', '.' or '+' (e.g. other:my-license-1.0)")
+        raise InputError(f"--license {license!r}: write other:NAME with NAME of lowercase letters, digits "
+                         "and '-', '.' or '+' (e.g. other:my-license-1.0)")
     return {"license": "other", "license_name": name, "license_link": LICENSE_FILE}
 
 
@@ -95,27 +97,30 @@ class ChosenLicense:
     asked: str | None = None
 
     def recipe(self) -> dict:
-        """Config keys: none without ``--license``/``--license-file`` (the recipe of earlier builds, unchanged),
-        else the license asked for and the sha256 of the text written (a new text is a new recipe)."""
+        """Config keys: none without ``--license``/``--license-file`` (the recipe of earlier builds,
+        unchanged), else the license asked for and the sha256 of the text written (a new text is a new
+        recipe)."""
         keys = {"license": self.asked} if self.asked else {}
         return keys | ({"license_file": _sha256(self.file)} if self.file is not None else {})
 
     def write(self, out: str | Path, manifest: dict) -> dict:
-        """Copy the license text into the finished dataset folder ``out`` (after its manifest, so the folder is
-        provably tansaku's when it appears); a shard is no dataset and gets none. Returns ``manifest``."""
+        """Copy the license text into the finished dataset folder ``out`` (after its manifest, so the folder
+        is provably tansaku's when it appears); a shard is no dataset and gets none. Returns ``manifest``."""
         target = Path(out) / LICENSE_FILE
         if self.file is None or "shard" in manifest:
             return manifest
-        # Written after the build released --out: a rerun that finds the build finished may write it at the same
-        # time, so one at a time (the lock), and only then is a temp file left beside it a killed write's.
+        # Written after the build released --out: a rerun that finds the build finished may write it at the
+        # same time, so one at a time (the lock), and only then is a temp file left beside it a killed
+        # write's.
         with folder_lock(Path(out), "--out"):
             safe_write.sweep_temps(out, (LICENSE_FILE,))
             if target.is_file():
                 if _sha256(target) == _sha256(self.file):
                     return manifest  # a rerun of the finished build: nothing to write
-                # A pipeline whose recipe does not hold the license text would otherwise swap it under its rows.
-                raise InputError(f"--out {out} holds another license text in {LICENSE_FILE}; remove the folder or "
-                                 "choose another --out")
+                # A pipeline whose recipe does not hold the license text would otherwise swap it under its
+                # rows.
+                raise InputError(f"--out {out} holds another license text in {LICENSE_FILE}; remove the "
+                                 "folder or choose another --out")
             # the file the user named (a link they made is followed), written through a fresh temp name
             safe_write.write_bytes_atomic(target, Path(self.file).read_bytes())
         return manifest
@@ -127,7 +132,8 @@ def choose_license(license: str | None, license_file: str | Path | None, source:
     ``other:NAME``), else the card of the input folder ``source``, else ``default`` (else ``license: other``,
     which ``synth push`` refuses until a rebuild names one). The text written as LICENSE: ``license_file``,
     else, for ``other:NAME`` or an inherited card that links one, the ``LICENSE`` the input folder ships;
-    ``other:NAME`` with neither is refused (MissingInputError), as is a ``license_file`` that is not a file."""
+    ``other:NAME`` with neither is refused (MissingInputError), as is a ``license_file`` that is not a
+    file."""
     file = Path(license_file) if license_file is not None else None
     if file is not None and not file.is_file():
         raise MissingInputError(f"--license-file {file}: no such file")
@@ -139,7 +145,7 @@ def choose_license(license: str | None, license_file: str | Path | None, source:
         card = custom_card(license)
         file = file or _linked_file(source, card)
         if file is None:
-            raise MissingInputError(f"--license {license} needs --license-file FILE: the license text, written "
-                                    f"into the dataset folder as {LICENSE_FILE}")
+            raise MissingInputError(f"--license {license} needs --license-file FILE: the license text, "
+                                    f"written into the dataset folder as {LICENSE_FILE}")
         return ChosenLicense(card, file, license)
     return ChosenLicense(license_card(license), file, license)

@@ -130,7 +130,8 @@ class RSSMeter:
             self._thread.join()
 
 
-CHILD_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "1048576"}  # a value the user set is kept
+# a value the user set is kept
+CHILD_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "1048576"}
 
 
 @contextlib.contextmanager
@@ -146,7 +147,8 @@ def _child_environment():
 
 
 def trim_heap() -> bool:
-    """Give glibc's freed heap pages back to the system (``malloc_trim(0)``); False where there is no glibc."""
+    """Give glibc's freed heap pages back to the system (``malloc_trim(0)``); False where there is no
+    glibc."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else None
@@ -173,7 +175,8 @@ def run_isolated(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` in a fresh child process; returns ``(result, the child's peak RSS in MB)``.
 
     ``fn`` must be importable (a module-level function) and its arguments and result picklable; or give it as
-    ``"package.module:function"``, so that a module that pulls in torch is imported in the child only. The child is
+    ``"package.module:function"``, so that a module that pulls in torch is imported in the child only. The
+    child is
     *spawned*, not forked: a fork would copy this process's heap and torch's thread pools (a fork after
     OpenMP has started can deadlock), while a spawned child starts empty and returns all its memory when it
     exits. An exception in ``fn`` is raised here (with the child's traceback as its cause).

@@ -2,8 +2,8 @@
 
 A bad option must fail in the first second with one line naming it, not after hours of work (an egov
 ``--limit -1`` used to fail only once articles and index were built) and never silently (``limit=-1`` once
-meant ``[:-1]``, dropping the last chain). Each ``build_*`` calls these at its top, so programmatic callers get
-the same refusal as the CLI; every check raises ``InputError`` (CLI: one line, exit 2). The bounds are
+meant ``[:-1]``, dropping the last chain). Each ``build_*`` calls these at its top, so programmatic callers
+get the same refusal as the CLI; every check raises ``InputError`` (CLI: one line, exit 2). The bounds are
 checked by ``tansaku.core.value_checks.check_number``, the check every number option of the CLI runs while it
 is parsed (``tansaku.core.cli_types``), so both refuse a value in the same words.
 
@@ -52,7 +52,8 @@ def check_count(name: str, value, minimum: int = 1) -> int:
 
 
 def check_fraction(name: str, value, low: float, high: float | None, high_open: bool = False) -> float:
-    """A finite number in ``[low, high]`` (``[low, high)`` with ``high_open``; no upper bound if ``high`` is None).
+    """A finite number in ``[low, high]`` (``[low, high)`` with ``high_open``; no upper bound if ``high`` is
+    None).
     NaN is refused explicitly: every comparison with it is False, so a range check alone lets it through."""
     return check_number(name, value, low=low, high=high, high_open=high_open)
 
@@ -69,7 +70,8 @@ def require_document_dataset(path, option: str = "--corpus") -> dict:
     dataset of another kind (a question dataset has no ``title``/``text`` columns) before any work."""
     path = Path(path)
     if not path.is_dir():
-        raise MissingInputError(f"{option} {path}: no such dataset folder; build it with `synth build corpus`")
+        raise MissingInputError(f"{option} {path}: no such dataset folder; build it with `synth build "
+                                f"corpus`")
     manifest = dataset_manifest(path, option)
     shards = sorted((path / "data").glob("train-*.parquet"))
     if not shards:
@@ -79,8 +81,8 @@ def require_document_dataset(path, option: str = "--corpus") -> dict:
     except (OSError, ValueError) as exc:  # ArrowInvalid (a ValueError) or OSError: a foreign file
         raise InputError(f"{option} {shards[0]}: not a readable parquet file ({exc})") from None
     if missing := [c for c in DOCUMENT_COLUMNS if c not in columns]:
-        raise InputError(f"{option} {path} is not a document dataset (no {', '.join(missing)} column; pipeline "
-                         f"{manifest.get('pipeline')!r}); build one with `synth build corpus`")
+        raise InputError(f"{option} {path} is not a document dataset (no {', '.join(missing)} column; "
+                         f"pipeline {manifest.get('pipeline')!r}); build one with `synth build corpus`")
     return manifest
 
 
@@ -96,7 +98,8 @@ def dataset_manifest(path, option: str = "--dataset", required: tuple[str, ...] 
 
 
 def read_system_prompt(value: str | None, option: str = "--system-prompt") -> str | None:
-    """A system prompt given as text, or as ``@FILE`` (its UTF-8 text, the final newline dropped); None stays None.
+    """A system prompt given as text, or as ``@FILE`` (its UTF-8 text, the final newline dropped); None stays
+    None.
 
     >>> read_system_prompt("日本語で考えてください。")
     '日本語で考えてください。'
@@ -115,7 +118,8 @@ def read_system_prompt(value: str | None, option: str = "--system-prompt") -> st
         try:
             text = path.read_text(encoding="utf-8").removesuffix("\n")
         except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"{option} {value}: cannot read it as UTF-8 text ({type(exc).__name__})") from None
+            raise InputError(f"{option} {value}: cannot read it as UTF-8 text "
+                             f"({type(exc).__name__})") from None
     if not text.strip():
         raise InputError(f"{option}: the system prompt is empty")
     return text

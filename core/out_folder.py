@@ -39,8 +39,9 @@ class EmptyBuildError(InputError):
 
 
 def read_manifest(path: str | Path) -> dict:
-    """The manifest of the dataset folder ``path``, checked; ``StoreError`` (one line naming the file) when there
-    is none, when it is not a readable JSON object (``jsontext.read_file``) or its splits and stages are malformed."""
+    """The manifest of the dataset folder ``path``, checked; ``StoreError`` (one line naming the file) when
+    there is none, when it is not a readable JSON object (``jsontext.read_file``) or its splits and stages are
+    malformed."""
     p = Path(path) / MANIFEST
     if not p.exists():
         raise StoreError(f"{path} is not a tansaku dataset (no {MANIFEST}); build it with `synth build …`")
@@ -49,7 +50,8 @@ def read_manifest(path: str | Path) -> dict:
     except jsontext.JSONInputError as exc:  # unreadable, not UTF-8, not JSON, nested too deeply
         raise StoreError(f"{p}: not valid JSON ({exc.msg}); rebuild the dataset") from None
     if not isinstance(manifest, dict):
-        raise StoreError(f"{p}: not a tansaku manifest (a JSON {type(manifest).__name__}); rebuild the dataset")
+        raise StoreError(f"{p}: not a tansaku manifest (a JSON {type(manifest).__name__}); rebuild the "
+                         f"dataset")
     # What every reader indexes into: row counts per split, one object per stage (else a TypeError far away).
     splits, stages = manifest.get("splits", {}), manifest.get("stages", [])
     if not isinstance(splits, dict) or not all(type(n) is int and n >= 0 for n in splits.values()):
@@ -63,13 +65,14 @@ def read_manifest(path: str | Path) -> dict:
 
 
 def _held_build(out: Path, option: str) -> tuple[dict | None, dict | None]:
-    """(finished manifest, unfinished work recipe) of tansaku's build in ``out`` — (None, None) for a missing or
-    empty folder; StoreError (one line) for a file, an index, a foreign manifest or anything tansaku did not make.
-    Reads markers only, writes nothing."""
+    """(finished manifest, unfinished work recipe) of tansaku's build in ``out`` — (None, None) for a missing
+    or empty folder; StoreError (one line) for a file, an index, a foreign manifest or anything tansaku did
+    not make. Reads markers only, writes nothing."""
     ownership.refuse_other_kind(out, option, "dataset")
     if (out / MANIFEST).exists():
         if not ownership.is_dataset(out):
-            raise StoreError(f"{option} {out} holds a {MANIFEST} that tansaku did not write; choose another {option}")
+            raise StoreError(f"{option} {out} holds a {MANIFEST} that tansaku did not write; choose another "
+                             f"{option}")
         return read_manifest(out), None
     if (work := ownership.work_recipe(out)) is not None:
         return None, work
@@ -90,8 +93,8 @@ def precheck_out(out: str | Path, *, pipeline: str, inputs: dict[str, object] | 
     finished, work = _held_build(out, option)
     held = finished or work
     if held is not None and held.get("pipeline") != pipeline:
-        raise StoreError(f"{option} {out} holds a tansaku {held.get('pipeline')} dataset, not a {pipeline} build; "
-                         f"choose another {option}")
+        raise StoreError(f"{option} {out} holds a tansaku {held.get('pipeline')} dataset, not a {pipeline} "
+                         f"build; choose another {option}")
     ownership.refuse_overlap(out, inputs or {}, option)
     return out
 
@@ -105,8 +108,8 @@ def check_out(out: Path, recipe: dict, fp: str) -> dict | None:
         if finished.get("fingerprint") == fp:
             return finished
         raise StoreError(f"--out {out} was built with a different recipe: "
-                         f"{describe_changes(recipe_of_manifest(finished), recipe)}; remove the folder or choose "
-                         "another --out")
+                         f"{describe_changes(recipe_of_manifest(finished), recipe)}; remove the folder or "
+                         "choose another --out")
     if work is not None and fingerprint(work) != fp:
         raise StoreError(f"--out {out} holds an unfinished build with a different recipe: "
                          f"{describe_changes(work, recipe)}; rerun with the original options to resume it, "
@@ -132,21 +135,25 @@ def empty_reason(manifest: dict, hints: dict[str, str] | None = None) -> str:
     count, and the hint for ``stage:reason`` or ``stage`` (or ``input`` when the input gave no record).
 
     >>> stages = [{"name": "read", "received": 5, "kept": 5, "dropped": {}},
-    ...           {"name": "normalize", "received": 5, "kept": 0, "dropped": {"empty_title": 4, "empty_text": 1}}]
+    ...           {"name": "normalize", "received": 5, "kept": 0,
+    ...            "dropped": {"empty_title": 4, "empty_text": 1}}]
     >>> empty_reason({"name": "c", "stages": stages}, {"normalize:empty_title": "pass --title-field KEY"})
-    "c: 0 rows: stage 'normalize' dropped all 5 records it received (top reason empty_title: 4 of 5); pass --title-field KEY"
+    "c: 0 rows: stage 'normalize' dropped all 5 records it received (top reason empty_title: 4 of 5); pass
+    --title-field KEY"
     """
     hints = hints or {}
     stage = emptied_by(manifest.get("stages") or [])
     name = manifest.get("name", "the build")
     if stage is None:
-        return f"{name}: 0 rows: the input gave no records" + (f"; {hints['input']}" if "input" in hints else "")
+        return (f"{name}: 0 rows: the input gave no records"
+                + (f"; {hints['input']}" if "input" in hints else ""))
     dropped = stage.get("dropped") or {}
     reason, count = max(dropped.items(), key=lambda kv: (kv[1], kv[0])) if dropped else ("none", 0)
     received = stage["received"]
     if dropped and set(dropped) <= UNUSABLE_REASONS:
-        head = (f"{name}: 0 rows: all {sum(dropped.values())} LLM answers were unusable: stage {stage['name']!r} "
-                f"dropped every record ({', '.join(f'{r} {n}' for r, n in sorted(dropped.items()))})")
+        head = (f"{name}: 0 rows: all {sum(dropped.values())} LLM answers were unusable: stage "
+                f"{stage['name']!r} dropped every record "
+                f"({', '.join(f'{r} {n}' for r, n in sorted(dropped.items()))})")
         default_hint = "see the rejected split or check --llm"
     else:
         head = (f"{name}: 0 rows: stage {stage['name']!r} dropped all {received} records it received "
@@ -161,5 +168,6 @@ def refuse_empty(manifest: dict, out: str | Path, hints: dict[str, str] | None =
     :func:`empty_reason`) saying that what was written stays in ``out``."""
     if data_rows(manifest) or "shard" in manifest:
         return manifest
-    raise EmptyBuildError(f"{empty_reason(manifest, hints)} (written to {out} for a look: `synth info {out}`; "
+    raise EmptyBuildError(f"{empty_reason(manifest, hints)} (written to {out} for a look: `synth info "
+                          f"{out}`; "
                           "remove it before a rebuild with other options)")

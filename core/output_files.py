@@ -1,20 +1,22 @@
 """Single-file outputs (``train report --out PNG``, ``synth serve-env --export JSONL``, any option of kind
 ``value_checks.OUTPUT_FILE``): written only where nothing is yet, or over a file tansaku can prove it made.
 
-An output folder is claimed with a marker inside it (``tansaku.core.ownership``). A single file has no inside, and
-an owner record beside it would be one more file in the user's folder to own and keep in step, so the proof is
-the file's own content: a PNG tansaku drew carries a ``tEXt`` chunk keyed ``tansaku`` (:data:`PNG_METADATA`,
-which ``tansaku.trainer.curves.save_figure`` hands matplotlib), and such a file, regular and the user's own, may
-be drawn again (``train report RUN --out curves.png``, rerun after more steps). Nothing else that exists at the
-path is tansaku's to replace: a user's file, a file of a format with no room for a mark (an exported JSONL is a
-list of rows a trainer reads), a symbolic link, dangling or not (a rename would replace the user's link, a
-plain open would write through it), a FIFO. Each is refused in one line that names the option and says to
-remove it or choose another path; so is a path whose folder is missing, not a folder, or not writable.
+An output folder is claimed with a marker inside it (``tansaku.core.ownership``). A single file has no inside,
+and an owner record beside it would be one more file in the user's folder to own and keep in step, so the
+proof is the file's own content: a PNG tansaku drew carries a ``tEXt`` chunk keyed ``tansaku``
+(:data:`PNG_METADATA`, which ``tansaku.trainer.curves.save_figure`` hands matplotlib), and such a file,
+regular and the user's own, may be drawn again (``train report RUN --out curves.png``, rerun after more
+steps). Nothing else that exists at the path is tansaku's to replace: a user's file, a file of a format with
+no room for a mark (an exported JSONL is a list of rows a trainer reads), a symbolic link, dangling or not (a
+rename would replace the user's link, a plain open would write through it), a FIFO. Each is refused in one
+line that names the option and says to remove it or choose another path; so is a path whose folder is missing,
+not a folder, or not writable.
 
-:func:`check_output_file` runs while the command line is parsed (``value_checks.check_path``), before any work;
-:func:`output_file` writes: into a fresh temp file beside the target (``safe_write.temp_path``: never an existing
-name, never a link), synced, then checked again (the work may have taken hours) and published with ``os.link``,
-which fails when anything, a link included, appeared at the path meanwhile; a file proven ours is renamed over.
+:func:`check_output_file` runs while the command line is parsed (``value_checks.check_path``), before any
+work; :func:`output_file` writes: into a fresh temp file beside the target (``safe_write.temp_path``: never an
+existing name, never a link), synced, then checked again (the work may have taken hours) and published with
+``os.link``, which fails when anything, a link included, appeared at the path meanwhile; a file proven ours is
+renamed over.
 
 >>> import tempfile
 >>> folder = Path(tempfile.mkdtemp())
@@ -23,7 +25,8 @@ which fails when anything, a link included, appeared at the path meanwhile; a fi
 >>> check_output_file(folder / "rows.jsonl", "--export")
 Traceback (most recent call last):
 ...
-tansaku.core.errors.InputError: --export ... exists and tansaku cannot prove it made it (only a PNG it drew carries its mark); remove it or choose another --export
+tansaku.core.errors.InputError: --export ... exists and tansaku cannot prove it made it (only a PNG it drew
+carries its mark); remove it or choose another --export
 """
 
 from __future__ import annotations
@@ -65,8 +68,8 @@ def _png_marked(f) -> bool:
 
 
 def made_by_tansaku(path: str | Path) -> bool:
-    """Whether ``path`` is a regular file of the current user's (never a link: opened with ``O_NOFOLLOW``) whose
-    content carries tansaku's mark."""
+    """Whether ``path`` is a regular file of the current user's (never a link: opened with ``O_NOFOLLOW``)
+    whose content carries tansaku's mark."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -93,7 +96,8 @@ def check_output_file(path: str | Path, option: str) -> Path:
 
 
 def _ours_there(path: Path, option: str) -> bool:
-    """:func:`check_output_file`'s check; True when a file tansaku made is at ``path``, False when nothing is."""
+    """:func:`check_output_file`'s check; True when a file tansaku made is at ``path``, False when nothing
+    is."""
     parent = path.parent
     again = f"remove it or choose another {option}"
     try:
@@ -114,13 +118,13 @@ def _ours_there(path: Path, option: str) -> bool:
     except OSError as exc:
         raise InputError(f"{option} {path} {stat_problem(exc)}") from None
     if stat.S_ISLNK(st.st_mode):
-        raise InputError(f"{option} {path} is a symbolic link (to {os.readlink(path)}): tansaku neither replaces "
-                         f"a link nor writes through one; {again}")
+        raise InputError(f"{option} {path} is a symbolic link (to {os.readlink(path)}): tansaku neither "
+                         f"replaces a link nor writes through one; {again}")
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{option} {path} exists and is not a file tansaku wrote; {again}")
     if not made_by_tansaku(path):
-        raise InputError(f"{option} {path} exists and tansaku cannot prove it made it (only a PNG it drew carries "
-                         f"its mark); {again}")
+        raise InputError(f"{option} {path} exists and tansaku cannot prove it made it (only a PNG it drew "
+                         f"carries its mark); {again}")
     return True
 
 
@@ -143,9 +147,10 @@ def _publish(tmp: Path, path: Path, option: str) -> None:
 
 @contextmanager
 def output_file(path: str | Path, option: str) -> Iterator[Path]:
-    """A fresh temp path beside ``path`` to fill (a library writing a path itself: give it ``format=``, the name
-    ends in ``.tmp``); published at ``path`` when the block ends without an error (:func:`_publish`), removed
-    in every case. Checked first, so a Python caller is refused before any work as the command line is."""
+    """A fresh temp path beside ``path`` to fill (a library writing a path itself: give it ``format=``, the
+    name ends in ``.tmp``); published at ``path`` when the block ends without an error (:func:`_publish`),
+    removed in every case. Checked first, so a Python caller is refused before any work as the command line
+    is."""
     path = Path(path)
     check_output_file(path, option)
     tmp = temp_path(path)

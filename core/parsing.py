@@ -1,5 +1,6 @@
-"""The one parser of what a model writes: ``<think>…</think>``, Qwen3/Hermes ``<tool_call>{json}</tool_call>``,
-``{{answer}}``, JSON answers, and the two message forms (``to_hf`` / ``to_wire``).
+"""The one parser of what a model writes: ``<think>…</think>``, Qwen3/Hermes
+``<tool_call>{json}</tool_call>``, ``{{answer}}``, JSON answers, and the two message forms (``to_hf`` /
+``to_wire``).
 
 LLM backends (``tansaku.core.llm``) return the raw generated text; everything that reads it parses it here.
 The policy's tool calls are parsed strictly, as TRL's GRPO loop does (transformers' ``parse_response``):
@@ -16,7 +17,8 @@ Run the examples: ``pytest tests/test_doctests.py -k parsing``.
 ...                             '"arguments": {"query": "あまちゃん"}}\\n</tool_call>')
 >>> turn.reasoning, turn.content, turn.tool_calls[0].name, turn.tool_calls[0].arguments
 ('検索する', '', 'search', {'query': 'あまちゃん'})
->>> parse_assistant_text('<tool_call>{name: "search", "arguments": {"query": "東京",}}</tool_call>').errors[0].kind
+>>> parse_assistant_text('<tool_call>{name: "search", "arguments": {"query": "東京",}}'
+...                      '</tool_call>').errors[0].kind
 'bad_json'
 """
 
@@ -63,7 +65,8 @@ class ToolCall:
 class ParseError:
     """A tool call the model tried to make but that could not be parsed."""
 
-    kind: str  # bad_json | not_object | missing_name | bad_arguments | unclosed | not_text (a response of another type)
+    # bad_json | not_object | missing_name | bad_arguments | unclosed | not_text (a response of another type)
+    kind: str
     message: str
     raw: str
 
@@ -156,7 +159,8 @@ def coerce_tool_call(obj: object, raw: str = "", *, in_text: bool = False) -> To
             return ParseError("bad_arguments", f"arguments string is not JSON: {exc.msg}", raw[:200])
     if not isinstance(arguments, dict):
         return ParseError("bad_arguments", '"arguments" must be a JSON object', raw)
-    if jsontext.depth_exceeds(arguments, MAX_JSON_DEPTH):  # a dict a server or callable made: no text to check
+    # a dict a server or callable made: no text to check
+    if jsontext.depth_exceeds(arguments, MAX_JSON_DEPTH):
         return ParseError("bad_arguments", f"arguments nested deeper than {MAX_JSON_DEPTH} levels", raw[:200])
     return ToolCall(name if in_text else name.strip(), arguments)
 
@@ -239,12 +243,14 @@ def _call_id(call: object) -> dict:
 
 
 def to_hf(messages: list[dict]) -> list[dict]:
-    """Messages in the HF/TRL form: each tool call ``{"type": "function", "function": {"name", "arguments": dict}}``.
+    """Messages in the HF/TRL form: each tool call
+    ``{"type": "function", "function": {"name", "arguments": dict}}``.
 
     What chat templates render and TRL hands to reward functions (and what trajectories hold). Arguments
     given as JSON text are decoded strictly, by ``coerce_tool_call``; a call's ``id`` is kept when it has one;
     messages without tool calls pass through. Raises ``ValueError`` for a call that is not valid (no name,
-    arguments that are not a JSON object): stored data with a broken call is a bug to fix, not a call to guess.
+    arguments that are not a JSON object): stored data with a broken call is a bug to fix, not a call to
+    guess.
 
     >>> wire = [{"role": "assistant", "content": "", "tool_calls": [{"id": "c0", "type": "function",
     ...          "function": {"name": "search", "arguments": '{"query": "東京"}'}}]}]
@@ -268,8 +274,8 @@ def to_hf(messages: list[dict]) -> list[dict]:
 
 
 def to_wire(messages: list[dict]) -> list[dict]:
-    """Messages in the OpenAI wire form: each tool call ``{"type": "function", "function": {"name", "arguments":
-    "<JSON text>"}}``.
+    """Messages in the OpenAI wire form: each tool call ``{"type": "function", "function": {"name",
+    "arguments": "<JSON text>"}}``.
 
     What OpenAI-compatible servers take, and how tool calls are stored (Arrow would merge the argument keys
     of every call into one struct). A dict is dumped with ``ensure_ascii=False`` in its own key order;
@@ -278,7 +284,8 @@ def to_wire(messages: list[dict]) -> list[dict]:
     for a call without a function name.
 
     >>> to_wire([{"role": "assistant", "tool_calls": [{"name": "search", "arguments": {"query": "東京"}}]}])
-    [{'role': 'assistant', 'tool_calls': [{'type': 'function', 'function': {'name': 'search', 'arguments': '{"query": "東京"}'}}]}]
+    [{'role': 'assistant', 'tool_calls': [{'type': 'function', 'function': {'name': 'search', 'arguments':
+    '{"query": "東京"}'}}]}]
     """
     out = []
     for i, message in enumerate(messages):
@@ -291,7 +298,8 @@ def to_wire(messages: list[dict]) -> list[dict]:
                 arguments = fn.get("arguments")
                 arguments = {} if arguments is None else arguments
                 text = arguments if isinstance(arguments, str) else jsontext.dumps(arguments)
-                calls.append({**_call_id(call), "type": "function", "function": {"name": fn["name"], "arguments": text}})
+                calls.append({**_call_id(call), "type": "function",
+                              "function": {"name": fn["name"], "arguments": text}})
             message = {**message, "tool_calls": calls}
         out.append(message)
     return out
@@ -299,7 +307,8 @@ def to_wire(messages: list[dict]) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------- JSON answers
 class LLMBadJSON(InputError):
-    """The model's text holds no usable JSON object (or misses required keys). Stages drop with ``llm_bad_json``."""
+    """The model's text holds no usable JSON object (or misses required keys). Stages drop with
+    ``llm_bad_json``."""
 
     reason = "llm_bad_json"
 
@@ -311,11 +320,13 @@ class LLMBadOutput(LLMBadJSON):
     reason = "llm_bad_output"
 
 
-MAX_JSON_DEPTH = 32  # bracket levels; no answer schema has more than four, and json/json-repair recurse per level
+# bracket levels; no answer schema has more than four, and json/json-repair recurse per level
+MAX_JSON_DEPTH = 32
 
 
 def parse_json(text: str, schema: dict | None = None, repair: bool = True) -> dict:
-    """The JSON object a teacher or judge answered with (``ask_json``-style calls), after any ``<think>`` block.
+    """The JSON object a teacher or judge answered with (``ask_json``-style calls), after any ``<think>``
+    block.
 
     The first object in the answer wins; chatter before or after it is ignored. ``repair`` (on by default,
     for teacher/judge answers): an object that is not valid JSON is fixed by json-repair (fences, trailing

@@ -5,8 +5,10 @@ progress goes to the ``tansaku`` logger instead, one INFO line per stage at most
 ``TANSAKU_LOG_EVERY`` seconds (default 10; 0 = every update) once the stage has received a record, plus a
 final line per stage (a stage that is waiting for its input logs nothing, not ``received 0, kept 0``)::
 
-    2026-11-30 06:20:01 tansaku multihop · chains: received 1200/5000, kept 900, dropped 300 (cap_subject=280, …), 410.2 rec/s, ETA 0:00:09
-    2026-11-30 06:20:10 tansaku multihop · chains done: received 5000, kept 3700, dropped 1300 (…), 402.7 rec/s, 0:00:12
+    2026-11-30 06:20:01 tansaku multihop · chains: received 1200/5000, kept 900, dropped 300 (cap_subject=280,
+        …), 410.2 rec/s, ETA 0:00:09
+    2026-11-30 06:20:10 tansaku multihop · chains done: received 5000, kept 3700, dropped 1300 (…),
+        402.7 rec/s, 0:00:12
 
 ``quiet=True`` (``--quiet``) or ``TANSAKU_QUIET=1`` silences both. When nothing has configured logging
 (no handler on ``tansaku`` or the root logger), the first progress off a terminal adds one stderr handler
@@ -86,8 +88,8 @@ def log_every() -> float:
 
 
 class RedactingFormatter(logging.Formatter):
-    """Log lines with secrets masked (``tansaku.core.redact``): a warning may quote an LLM error that names its
-    endpoint with ``user:pass@`` or ``?api-key=``, and logs are kept and shared."""
+    """Log lines with secrets masked (``tansaku.core.redact``): a warning may quote an LLM error that names
+    its endpoint with ``user:pass@`` or ``?api-key=``, and logs are kept and shared."""
 
     def format(self, record: logging.LogRecord) -> str:
         return redact_text(super().format(record))
@@ -179,7 +181,8 @@ class BuildProgress:
 
     def watch(self, stages) -> None:
         """Add an LLM part to the lines of the stages that call a client (``Stage.client``)."""
-        self.clients = {s.name: s.client for s in stages if getattr(s.client, "stage_stats", None) is not None}
+        self.clients = {s.name: s.client for s in stages
+                        if getattr(s.client, "stage_stats", None) is not None}
 
     def __enter__(self) -> BuildProgress:
         _building.append(self)
@@ -219,10 +222,12 @@ class BuildProgress:
             extra = f", {llm_part(llm, now - started)}" if llm is not None else ""
             log.info(stage_line(self.label, stats, total, now - started, final) + extra)
 
-    def _bar(self, stats: StageCounts, total: int | None, final: bool, llm: Mapping[str, int] | None = None) -> None:
+    def _bar(self, stats: StageCounts, total: int | None, final: bool,
+             llm: Mapping[str, int] | None = None) -> None:
         assert self.bars is not None
         if stats.name not in self.tasks:
-            self.tasks[stats.name] = self.bars.add_task(f"{self.label} · {stats.name}", total=total, counts="")
+            self.tasks[stats.name] = self.bars.add_task(f"{self.label} · {stats.name}", total=total,
+                                                        counts="")
         # A finished stage's total is what it received (it was unknown for stages fed mid-segment).
         self.bars.update(self.tasks[stats.name], completed=stats.received,
                          total=stats.received if final else total,
@@ -247,7 +252,8 @@ def quiet_loops(quiet: bool = False) -> Iterator[None]:
 
 
 @contextmanager
-def progress_bar(description: str, total: int | None = None, quiet: bool = False) -> Iterator[Callable[[int], None]]:
+def progress_bar(description: str, total: int | None = None,
+                 quiet: bool = False) -> Iterator[Callable[[int], None]]:
     """``advance(n)`` counts ``n`` more items: a bar on a terminal, throttled log lines off it (a final one
     with the count and rate), nothing when quiet. Inside a build (rollouts of a stage, its search index) the
     loop is a passing bar under the build's own, and logs nothing: the stage lines already count it."""

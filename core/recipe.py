@@ -2,12 +2,14 @@
 
 A recipe is everything that decides a dataset's rows: pipeline and version, config, seed, inputs (with their
 hashes), the LLM identity (backend + model), each stage's name, ``params`` and LLM identity, the chunk size
-and whether rejected records are kept. ``tansaku.core.store.build_dataset`` keeps it in ``OUT/.work/recipe.json``
-while building and in ``manifest.json`` (``config``, ``seed``, ``inputs``, ``stages[].params``/``llm`` …) after,
-and refuses a rerun whose recipe differs, naming the differences with :func:`recipe_changes`:
+and whether rejected records are kept. ``tansaku.core.store.build_dataset`` keeps it in
+``OUT/.work/recipe.json`` while building and in ``manifest.json`` (``config``, ``seed``, ``inputs``,
+``stages[].params``/``llm`` …) after, and refuses a rerun whose recipe differs, naming the differences with
+:func:`recipe_changes`:
 
     old, new = recipe_of_manifest(read_manifest(out)), build_recipe(...)
-    "; ".join(recipe_changes(old, new))   # "stage 'judge' param threshold 0.75 → 0.9; llm scripted:a → scripted:b"
+    "; ".join(recipe_changes(old, new))
+    # "stage 'judge' param threshold 0.75 → 0.9; llm scripted:a → scripted:b"
 
 >>> a = build_recipe(pipeline="p", pipeline_version="1", config={"k": 4}, seed=0, inputs=[], stages=[],
 ...                  llm={"backend": "scripted", "model": "scripted:a.jsonl"})
@@ -121,13 +123,17 @@ def recipe_changes(old: dict, new: dict) -> list[str]:
             changes.append(f"input {path} {'added' if a is None else 'removed'}")
         elif a != b:
             changes.append(f"input {path} changed" + (f" (sha256 {str(a.get('sha256'))[:8]} → "
-                                                      f"{str(b.get('sha256'))[:8]})" if a.get("sha256") != b.get("sha256") else ""))
-    # LLM changes: one phrase per (old → new) pair; stages are named unless the build-level LLM made that change.
-    top = (_llm_label(old.get("llm")), _llm_label(new.get("llm"))) if old.get("llm") != new.get("llm") else None
+                                                      f"{str(b.get('sha256'))[:8]})"
+                                                      if a.get("sha256") != b.get("sha256") else ""))
+    # LLM changes: one phrase per (old → new) pair; stages are named unless the build-level LLM made that
+    # change.
+    top = ((_llm_label(old.get("llm")), _llm_label(new.get("llm"))) if old.get("llm") != new.get("llm")
+           else None)
     llms: dict[tuple[str, str], list[str]] = {top: []} if top else {}
     old_stages, new_stages = old.get("stages") or [], new.get("stages") or []
     if [s["name"] for s in old_stages] != [s["name"] for s in new_stages]:
-        changes.append(f"stages {', '.join(s['name'] for s in old_stages)} → {', '.join(s['name'] for s in new_stages)}")
+        changes.append(f"stages {', '.join(s['name'] for s in old_stages)} → "
+                       f"{', '.join(s['name'] for s in new_stages)}")
     else:
         for a, b in zip(old_stages, new_stages):
             changes += _dict_changes(f"stage '{a['name']}' param", a.get("params"), b.get("params"))

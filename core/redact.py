@@ -1,8 +1,9 @@
-"""One redaction for everything tansaku records: manifests, dataset cards, rejected rows' ``detail``, LLM errors,
-recipe copies, reports, the lines a command prints.
+"""One redaction for everything tansaku records: manifests, dataset cards, rejected rows' ``detail``, LLM
+errors, recipe copies, reports, the lines a command prints.
 
     redact_text("APIConnectionError at http://alice:pw@gpu1:8000/v1?api-key=k1")
-    redact_mapping({"judge": {"model": "http:j@http://u:p@h", "api_key": "sk-…"}, "args": ["--hub_token", "hf_…"]})
+    redact_mapping({"judge": {"model": "http:j@http://u:p@h", "api_key": "sk-…"},
+                    "args": ["--hub_token", "hf_…"]})
 
 A secret reaches a record by a few channels, and each has one rule here:
 
@@ -16,21 +17,25 @@ A secret reaches a record by a few channels, and each has one rule here:
 - tokens of well-known shapes (``sk-…``, ``hf_…``, ``ghp_…``) anywhere, and the value of any secret-named
   environment variable (``OPENAI_API_KEY``, ``HF_TOKEN`` …, as set at the call) wherever it appears.
 
-:func:`redact_mapping` walks dicts and lists: a secret-named key's value is masked whole (a mapping of keys per
-endpoint keeps its shape), every other string goes through :func:`redact_text`, and in a list of command-line
-words the word after a secret-named ``--option`` is masked. Both are idempotent, and leave everything else
+:func:`redact_mapping` walks dicts and lists: a secret-named key's value is masked whole (a mapping of keys
+per endpoint keeps its shape), every other string goes through :func:`redact_text`, and in a list of
+command-line words the word after a secret-named ``--option`` is masked. Both are idempotent, and leave
+everything else
 alone: Japanese text, URLs without user information or query, file paths, numbers, ``max_tokens=512``,
 ``pad_token``.
 
->>> redact_text("gave up: APIConnectionError at http://alice:pwSECRET@127.0.0.1:8000/v1?api-key=k1: Connection error.")
+>>> redact_text("gave up: APIConnectionError at "
+...             "http://alice:pwSECRET@127.0.0.1:8000/v1?api-key=k1: Connection error.")
 'gave up: APIConnectionError at http://***@127.0.0.1:8000/v1?api-key=***: Connection error.'
 >>> redact_text("http:Qwen/Qwen3-8B@http://tok123@gpu1:8000,https://gpu2:8000/v1")
 'http:Qwen/Qwen3-8B@http://***@gpu1:8000,https://gpu2:8000/v1'
 >>> redact_text('{"api_key": "sk-x", "max_tokens": 512} Authorization: Bearer abc.def --hub_token hf_x')
 '{"api_key": "***", "max_tokens": 512} Authorization: *** --hub_token ***'
->>> redact_text("架空図書館運営法 第一条 /data/egov/506AC.xml https://laws.e-gov.go.jp/law/506AC0000000901 3.14")
+>>> redact_text("架空図書館運営法 第一条 /data/egov/506AC.xml "
+...             "https://laws.e-gov.go.jp/law/506AC0000000901 3.14")
 '架空図書館運営法 第一条 /data/egov/506AC.xml https://laws.e-gov.go.jp/law/506AC0000000901 3.14'
->>> redact_mapping({"api_keys": {"*": "sk-a"}, "base_urls": ["http://u:p@h/v1"], "pad_token": "<pad>", "n": 3})
+>>> redact_mapping({"api_keys": {"*": "sk-a"}, "base_urls": ["http://u:p@h/v1"], "pad_token": "<pad>",
+...                 "n": 3})
 {'api_keys': {'*': '***'}, 'base_urls': ['http://***@h/v1'], 'pad_token': '<pad>', 'n': 3}
 >>> redact_mapping(["--max_steps", "2", "--hub_token", "hf_abc", "--api-key=sk-b"])
 ['--max_steps', '2', '--hub_token', '***', '--api-key=***']
@@ -49,7 +54,8 @@ MASK = "***"
 # Not "pwd": $PWD is the working directory, and masking it would mangle every path.
 _SECRET_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "secrets", "authorization", "apikey",
                            "apikeys", "credential", "credentials", "bearer", "cookie"})
-_KEY_OWNERS = frozenset({"api", "private", "secret", "access", "signing", "encryption"})  # api_key, private_key …
+# api_key, private_key …
+_KEY_OWNERS = frozenset({"api", "private", "secret", "access", "signing", "encryption"})
 _SPECIAL_TOKENS = frozenset({"pad", "eos", "bos", "unk", "sep", "cls", "mask", "special", "additional"})
 _NOT_SECRET_VALUES = frozenset({"", MASK, "None", "null", "EMPTY", "''", '""'})
 _MIN_ENV_SECRET = 8  # shorter environment values (a flag, "EMPTY") would mask ordinary words
@@ -61,11 +67,13 @@ _USERINFO = re.compile(rf"({_SCHEME})[^\s/?#@\"'<>\\]*(?:@[^\s/?#@\"'<>\\]*)*@")
 _QUERY = re.compile(rf"({_SCHEME}[^\s?#\"'<>\\]*)\?([^\s#\"'<>\\]*)")
 _TRAILING = re.compile(r"[.,;:!)\]}]+$")  # sentence punctuation after a URL in error text
 _BEARER = re.compile(r"(?i)\b(bearer)\s+(?!\*\*\*)[^\s\"',;]+")
-# KEY (sep) VALUE: a bare, quoted or JSON key; '=' or ':'; a quoted value, or a bare one, after an auth scheme word
+# KEY (sep) VALUE: a bare, quoted or JSON key; '=' or ':'; a quoted value, or a bare one, after an auth scheme
+# word
 _PAIR = re.compile(
     r"""(?<![A-Za-z0-9_.-])(?P<q>["']?)(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)(?P<sep>\s*[:=]\s*)"""
     r"""(?P<value>(?:(?i:basic|bearer|token|digest)\s+)?(?:"(?:[^"\\]|\\.)*"|'[^']*'|[^\s,;&"'}\])]+))""")
-_OPTION = re.compile(r"(?<![\w-])(?P<option>--?[A-Za-z][A-Za-z0-9_-]*)(?P<sep>[ \t]+|=)(?P<value>(?!-)[^\s\"',;]+)")
+_OPTION = re.compile(r"(?<![\w-])(?P<option>--?[A-Za-z][A-Za-z0-9_-]*)(?P<sep>[ "
+                     r"\t]+|=)(?P<value>(?!-)[^\s\"',;]+)")
 _OPTION_WORD = re.compile(r"^--?[A-Za-z][A-Za-z0-9_-]*$")
 _TOKEN_SHAPES = re.compile(r"\b(?:sk|hf|ghp|gho|ghs|ghu|github_pat|xoxb|xoxp)[-_][A-Za-z0-9_-]{16,}")
 
@@ -75,11 +83,12 @@ def is_secret_name(name: Any) -> bool:
 
     >>> [n for n in ("api_key", "x-api-key", "OPENAI_API_KEY", "apiKey", "hub_token", "HF_TOKEN", "token",
     ...              "accessToken", "client_secret", "password", "Authorization", "http_auth", "--api-key")
-    ...  if is_secret_name(n)] == ["api_key", "x-api-key", "OPENAI_API_KEY", "apiKey", "hub_token", "HF_TOKEN",
-    ...  "token", "accessToken", "client_secret", "password", "Authorization", "http_auth", "--api-key"]
+    ...  if is_secret_name(n)] == ["api_key", "x-api-key", "OPENAI_API_KEY", "apiKey", "hub_token",
+    ...  "HF_TOKEN", "token", "accessToken", "client_secret", "password", "Authorization", "http_auth",
+    ...  "--api-key"]
     True
-    >>> [n for n in ("max_tokens", "tokens", "tokenizer", "pad_token", "eos_token_id", "key", "keyword_fields",
-    ...              "PWD", "author", "heldout", "tok/s") if is_secret_name(n)]
+    >>> [n for n in ("max_tokens", "tokens", "tokenizer", "pad_token", "eos_token_id", "key",
+    ...              "keyword_fields", "PWD", "author", "heldout", "tok/s") if is_secret_name(n)]
     []
     """
     if not isinstance(name, str):
@@ -147,7 +156,8 @@ def _redact(text: str, env: list[str]) -> str:
 
 
 def redact_text(text: str) -> str:
-    """``text`` with every secret this module knows masked (see the module docstring); anything else unchanged.
+    """``text`` with every secret this module knows masked (see the module docstring); anything else
+    unchanged.
 
     >>> redact_text("password=hunter2 passwd: 'x y' token=abc&page=2")
     "password=*** passwd: '***' token=***&page=2"
@@ -175,11 +185,12 @@ def _walk(value: Any, env: list[str]) -> Any:
     if isinstance(value, str):
         return _redact(value, env) if value else value
     if isinstance(value, Mapping):
-        return {(_redact(k, env) if isinstance(k, str) else k): _masked(v) if is_secret_name(k) else _walk(v, env)
-                for k, v in value.items()}
+        return {(_redact(k, env) if isinstance(k, str) else k): _masked(v) if is_secret_name(k)
+                else _walk(v, env) for k, v in value.items()}
     if isinstance(value, list | tuple):
         out, after_secret_option = [], False
-        for item in value:  # a list of command-line words: the word after --api-key / --hub_token is the secret
+        # a list of command-line words: the word after --api-key / --hub_token is the secret
+        for item in value:
             if after_secret_option and isinstance(item, str) and not item.startswith("-"):
                 out.append(_masked(item))
             else:
@@ -194,7 +205,8 @@ def redact_mapping(value: Any) -> Any:
     """A copy of ``value`` (dicts, lists, tuples, strings) fit to record: secret-named keys' values masked,
     every string (keys too) through :func:`redact_text`, the word after a secret ``--option`` masked.
 
-    >>> redact_mapping({"judge": {"model": "http:j@http://u:p@h:1", "api_key": "sk-judge"}, "hub_token": None})
+    >>> redact_mapping({"judge": {"model": "http:j@http://u:p@h:1", "api_key": "sk-judge"},
+    ...                 "hub_token": None})
     {'judge': {'model': 'http:j@http://***@h:1', 'api_key': '***'}, 'hub_token': None}
     """
     return _walk(value, _env_secrets())

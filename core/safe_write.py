@@ -1,11 +1,12 @@
 """Writes that a symbolic link planted in an output folder cannot redirect, and the check that refuses an
 output folder where another user could plant one.
 
-Every file tansaku writes goes to a fresh temporary name that ``tempfile.mkstemp`` creates (``O_EXCL``: never an
-existing name, never a link) beside the target, ``.NAME.XXXXXXXX.tmp``, and is then renamed onto the target:
-a rename replaces a link that sits at the target instead of writing through it, and readers never see half a
-file. A failed write removes its temporary file. A file that must grow in place (a log) is opened with
-``O_NOFOLLOW``. Folders made under a temporary name come from ``tempfile.mkdtemp`` (``NAME.XXXXXXXX.partial``).
+Every file tansaku writes goes to a fresh temporary name that ``tempfile.mkstemp`` creates (``O_EXCL``: never
+an existing name, never a link) beside the target, ``.NAME.XXXXXXXX.tmp``, and is then renamed onto the
+target: a rename replaces a link that sits at the target instead of writing through it, and readers never see
+half a file. A failed write removes its temporary file. A file that must grow in place (a log) is opened with
+``O_NOFOLLOW``. Folders made under a temporary name come from ``tempfile.mkdtemp``
+(``NAME.XXXXXXXX.partial``).
 
     write_text_atomic(out / "README.md", card)
     with open_atomic(out / "rows.jsonl") as f:          # streamed: the rows appear all at once
@@ -13,8 +14,8 @@ file. A failed write removes its temporary file. A file that must grow in place 
     with atomic_path(out / "rescored.parquet") as tmp:  # a library that insists on writing a path itself
         pq.write_table(table, tmp)
 
-:func:`refuse_shared_folder` runs before any work on every output folder (``tansaku.core.ownership``): a folder
-another user may write into could get such a link planted at any time, so it is refused in one line.
+:func:`refuse_shared_folder` runs before any work on every output folder (``tansaku.core.ownership``): a
+folder another user may write into could get such a link planted at any time, so it is refused in one line.
 
 >>> import tempfile
 >>> folder = Path(tempfile.mkdtemp())
@@ -62,7 +63,8 @@ def partial_of(name: str) -> str | None:
 
 
 def _umask() -> int:
-    """The process's umask, read without setting it (``os.umask`` reads only by setting, racing other threads)."""
+    """The process's umask, read without setting it (``os.umask`` reads only by setting, racing other
+    threads)."""
     with suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as f:
         for line in f:
             if line.startswith("Umask:"):
@@ -83,8 +85,9 @@ def temp_path(path: str | Path) -> Path:
 
 
 def sync_file(path: str | Path) -> None:
-    """Flush what was written to the file ``path`` (never through a link) to the disk: a full disk that the file
-    system reports only now (delayed allocation, a network file system, a quota) raises here, not after a rename."""
+    """Flush what was written to the file ``path`` (never through a link) to the disk: a full disk that the
+    file system reports only now (delayed allocation, a network file system, a quota) raises here, not after a
+    rename."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         os.fsync(fd)
@@ -164,9 +167,9 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
 
 
 def copy_file_atomic(src: str | Path, dst: str | Path) -> Path:
-    """Copy the regular file ``src`` to ``dst`` (atomically); LinkRefusedError when ``src`` is a symbolic link:
-    its target, wherever it points, would be copied (opened with ``O_NOFOLLOW``, so a link planted after a
-    check is refused too)."""
+    """Copy the regular file ``src`` to ``dst`` (atomically); LinkRefusedError when ``src`` is a symbolic
+    link: its target, wherever it points, would be copied (opened with ``O_NOFOLLOW``, so a link planted after
+    a check is refused too)."""
     try:
         fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
@@ -181,14 +184,16 @@ def copy_file_atomic(src: str | Path, dst: str | Path) -> Path:
 
 
 def open_for_append(path: str | Path, encoding: str = "utf-8") -> IO:
-    """``open(path, "a")`` that refuses (OSError ELOOP) a symbolic link at ``path`` instead of following it."""
+    """``open(path, "a")`` that refuses (OSError ELOOP) a symbolic link at ``path`` instead of following
+    it."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     return os.fdopen(fd, "a", encoding=encoding)
 
 
 def ensure_dir(path: str | Path) -> Path:
     """``path`` (and its parents) created when missing; InputError when ``path`` is a symbolic link: a fixed
-    folder name inside an output (``.work``, a segment) is tansaku's own, and a link there points elsewhere."""
+    folder name inside an output (``.work``, a segment) is tansaku's own, and a link there points
+    elsewhere."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     if path.is_symlink():
@@ -224,10 +229,10 @@ def sweep_partials(path: str | Path) -> None:
 
 
 def sweep_temps(folder: str | Path, names: tuple[str, ...]) -> None:
-    """Remove the temporary files that killed writes of ``names`` left in ``folder`` (a link is removed itself,
-    never followed). Call it only where no live write of those names can be under way (holding the folder's
-    lock, or once nothing writes them again): a live write's temp file looks the same. Tidying only: a folder
-    that cannot be read or written (a finished dataset made read-only) keeps them."""
+    """Remove the temporary files that killed writes of ``names`` left in ``folder`` (a link is removed
+    itself, never followed). Call it only where no live write of those names can be under way (holding the
+    folder's lock, or once nothing writes them again): a live write's temp file looks the same. Tidying only:
+    a folder that cannot be read or written (a finished dataset made read-only) keeps them."""
     with suppress(OSError), os.scandir(folder) as entries:
         for entry in entries:
             if temp_of(entry.name) in names and not entry.is_dir(follow_symlinks=False):
@@ -248,7 +253,8 @@ def _nearest(path: Path) -> tuple[Path, os.stat_result]:
     while True:
         try:
             return path, os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):  # not there yet (or under a file: creating it says so)
+        # not there yet (or under a file: creating it says so)
+        except (FileNotFoundError, NotADirectoryError):
             if path.parent == path:
                 raise
             path = path.parent
@@ -258,8 +264,9 @@ def refuse_shared_folder(folder: str | Path, option: str) -> None:
     """InputError (one line, nothing written) when another user could plant a link where tansaku writes in
     ``folder``: it is a symbolic link another user made or that points to a place another user owns, or it is
     group- or world-writable and another user's; or the folder it is (or would be) created in is, without the
-    sticky bit (with it, as in ``/tmp``, others can neither rename nor remove what tansaku creates there, and a
-    link planted before tansaku creates ``folder`` is refused here when it checks again after creating it)."""
+    sticky bit (with it, as in ``/tmp``, others can neither rename nor remove what tansaku creates there, and
+    a link planted before tansaku creates ``folder`` is refused here when it checks again after creating
+    it)."""
     given = Path(folder)
     with suppress(FileNotFoundError, NotADirectoryError):
         link = os.lstat(given)
@@ -271,16 +278,17 @@ def refuse_shared_folder(folder: str | Path, option: str) -> None:
                 raise InputError(f"{option} {folder} is a symbolic link to {target}, which does not exist; "
                                  f"create that folder or choose another {option}") from None
             if not mine:
-                raise InputError(f"{option} {folder} is a symbolic link to {target}, and another user owns the "
-                                 f"link or its target; choose a folder of your own for {option}")
+                raise InputError(f"{option} {folder} is a symbolic link to {target}, and another user owns "
+                                 f"the link or its target; choose a folder of your own for {option}")
     resolved = Path(os.path.realpath(given))
     with suppress(FileNotFoundError, NotADirectoryError):
         if (st := os.stat(resolved)).st_mode & _SHARED and not owned_by_me(st):
             raise InputError(f"{option} {folder} is writable by other users and owned by another "
-                             f"(mode {stat.S_IMODE(st.st_mode):o}): any of them could plant a link where tansaku "
-                             f"writes; choose a folder of your own for {option}")
+                             f"(mode {stat.S_IMODE(st.st_mode):o}): any of them could plant a link where "
+                             f"tansaku writes; choose a folder of your own for {option}")
     parent, st = _nearest(resolved.parent)
     if st.st_mode & _SHARED and not st.st_mode & stat.S_ISVTX and not owned_by_me(st):
-        raise InputError(f"{option} {folder}: the folder it lies in, {parent}, is writable by other users and "
-                         f"owned by another (mode {stat.S_IMODE(st.st_mode):o}, no sticky bit): any of them "
-                         f"could replace {option} while tansaku writes; choose a folder inside one of your own")
+        raise InputError(f"{option} {folder}: the folder it lies in, {parent}, is writable by other users "
+                         f"and owned by another (mode {stat.S_IMODE(st.st_mode):o}, no sticky bit): any of "
+                         f"them could replace {option} while tansaku writes; choose a folder inside one of "
+                         f"your own")

@@ -11,8 +11,8 @@ chunk ``c`` holds input records ``[c·size, (c+1)·size)``, so a chunk's content
 the recipe). Shard ``i`` of ``N`` runs the pipeline's first record-local segment over the chunks ``c`` with
 ``c % N == i`` and commits them exactly as a single run would (global stages before that segment run whole in
 every shard: they are deterministic and cheap next to what is sharded); its folder holds ``.work/recipe.json``
-(the same recipe and fingerprint as the single build) and ``.work/shard.json`` (which shard, how many chunks the
-input has). A shard is resumable like any build. What each build shards:
+(the same recipe and fingerprint as the single build) and ``.work/shard.json`` (which shard, how many chunks
+the input has). A shard is resumable like any build. What each build shards:
 
     corpus         parsing and normalizing documents (the CPU and I/O side of a dump)
     multihop       corpus → infobox triples (then cardinality, chain join, questions run on the merge)
@@ -67,7 +67,8 @@ class ShardPlan:
         (True, True)
         """
         if shard and merge_from:
-            raise InputError("--shard and --from-shards do not go together: build the shards, then merge them")
+            raise InputError("--shard and --from-shards do not go together: build the shards, then merge "
+                             "them")
         index, of = parse_shard(shard) if shard else (None, None)
         return cls(index, of, tuple(Path(p) for p in merge_from or ()))
 
@@ -84,7 +85,8 @@ class ShardPlan:
             if _is_shard(path / self.sub) or not path.is_dir():
                 found.append(path / self.sub)  # (a missing one is refused by check_shards, by name)
                 continue
-            found += sorted(p / self.sub for p in path.iterdir() if _is_shard(p / self.sub)) or [path / self.sub]
+            found += (sorted(p / self.sub for p in path.iterdir() if _is_shard(p / self.sub))
+                      or [path / self.sub])
         return found
 
 
@@ -99,8 +101,10 @@ def parse_shard(text: str) -> tuple[int, int]:
     (0, 4)
     """
     match = _SPEC.match(text.strip())
-    if not match or not 0 <= int(match[1]) < int(match[2]) <= INT64_MAX:  # N too fits in 64 bits, as every number
-        raise InputError(f"--shard {text!r}: give I/N with 0 <= I < N (e.g. 0/4 for the first of four shards)")
+    # N too fits in 64 bits, as every number
+    if not match or not 0 <= int(match[1]) < int(match[2]) <= INT64_MAX:
+        raise InputError(f"--shard {text!r}: give I/N with 0 <= I < N (e.g. 0/4 for the first of four "
+                         f"shards)")
     return int(match[1]), int(match[2])
 
 
@@ -109,7 +113,8 @@ def _is_shard(folder: Path) -> bool:
 
 
 def write_shard_marker(work: Path, plan: ShardPlan, fingerprint: str, segment: str, chunks: int) -> dict:
-    """``work/shard.json`` once the shard's chunks are all committed: its index, ``N``, the input's chunk count."""
+    """``work/shard.json`` once the shard's chunks are all committed: its index, ``N``, the input's chunk
+    count."""
     marker = {"shard": plan.index, "of": plan.of, "fingerprint": fingerprint, "segment": segment,
               "input_chunks": chunks, "complete": True}
     safe_write.write_text_atomic(work / SHARD_FILE, json.dumps(marker, indent=1))
@@ -135,17 +140,20 @@ def check_shards(fingerprint: str, shard_dirs: list[Path]) -> list[tuple[Path, d
         try:
             marker = json.loads(marker_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            raise ShardError(f"--from-shards {folder}: not a finished shard (no readable .work/{SHARD_FILE}); "
+            raise ShardError(f"--from-shards {folder}: not a finished shard (no readable "
+                             f".work/{SHARD_FILE}); "
                              "run its --shard build to the end") from None
         if not isinstance(marker, dict) or marker.get("fingerprint") != fingerprint:
-            raise ShardError(f"{folder}: a shard of another recipe (inputs, config or seed differ from this build)")
+            raise ShardError(f"{folder}: a shard of another recipe (inputs, config or seed differ from this "
+                             f"build)")
         markers.append((folder, marker))
     if not markers:
         return []
     ofs = {m["of"] for _, m in markers}
     indices = sorted(m["shard"] for _, m in markers)
     if len(ofs) != 1 or indices != list(range(next(iter(ofs)))):
-        raise ShardError(f"--from-shards needs shards 0 … N-1 of one N exactly once; got {indices} of {sorted(ofs)}")
+        raise ShardError(f"--from-shards needs shards 0 … N-1 of one N exactly once; got {indices} of "
+                         f"{sorted(ofs)}")
     return markers
 
 
@@ -163,7 +171,8 @@ def adopt_shards(work: Path, markers: list[tuple[Path, dict]]) -> int:
     for c in range(chunks):
         folder = next(f for f, m in markers if c % m["of"] == m["shard"])
         src, stem = folder / ".work" / segment, f"chunk-{c:06d}"
-        for suffix in (".jsonl", ".rejected.jsonl", ".stats.json"):  # the stats file last: it is the commit marker
+        # the stats file last: it is the commit marker
+        for suffix in (".jsonl", ".rejected.jsonl", ".stats.json"):
             if (src / (stem + suffix)).exists():  # a linked chunk is refused, never copied through its link
                 safe_write.copy_file_atomic(src / (stem + suffix), seg_dir / (stem + suffix))
         if not (seg_dir / f"{stem}.stats.json").exists():

@@ -34,7 +34,8 @@ class Summary:
     steps: list[dict] = field(default_factory=list)
     meter: RSSMeter = field(default_factory=RSSMeter)
 
-    folder: Path | None = None  # set: summary.json is rewritten after every step (an interrupted run keeps it)
+    # set: summary.json is rewritten after every step (an interrupted run keeps it)
+    folder: Path | None = None
 
     def add(self, step: str, artifact: Path | str, numbers: str, seconds: float, **data) -> None:
         """One table row; ``data`` holds the row's numbers as JSON values (rows, pass@1, loss, …)."""
@@ -59,7 +60,8 @@ class Summary:
                 # getrusage's high-water marks: this process, and the largest of its (isolated) children.
                 "peak_rss_mb": {**maxrss_mb(), "sampled_tree": self.meter.peak}}
         data = redact_mapping(data)  # a step's artifact or section may name an endpoint (tansaku.core.redact)
-        safe_write.write_text_atomic(folder / "summary.json", jsontext.dumps(data, indent=2, default=str) + "\n")
+        safe_write.write_text_atomic(folder / "summary.json",
+                                     jsontext.dumps(data, indent=2, default=str) + "\n")
         lines = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
         lines += ["| " + " | ".join(redact_text(cell).replace("|", "\\|") for cell in row) + " |"
                   for row in self.rows]

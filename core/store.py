@@ -1,13 +1,17 @@
 """The versioned dataset store: every ``synth build …`` writes one folder
 
     DIR/data/<split>-00000-of-0000N.parquet   rows (``datasets.load_dataset(DIR)`` loads them)
-    DIR/data/rejected-…parquet                dropped records (``keep_rejected``): stage, reason, detail, record
-    DIR/manifest.json                         the recipe: config, seed, inputs, llm, stage params + funnel, code
-    DIR/README.md                             an HF dataset card rendered from the manifest (see ``data_cards``)
+    DIR/data/rejected-…parquet                dropped records (``keep_rejected``): stage, reason, detail,
+                                              record
+    DIR/manifest.json                         the recipe: config, seed, inputs, llm, stage params + funnel,
+                                              code
+    DIR/README.md                             an HF dataset card rendered from the manifest (see
+                                              ``data_cards``)
 
 ``build_dataset`` glues the engine to the store: it runs the stages with checkpoints under ``DIR/.work``
 (a rerun with the same ``--out`` resumes), writes the rows, the manifest and the card, then removes the
-work folder. The dataset ``version`` hashes the rows' content (every split): same inputs, config, seed → same version.
+work folder. The dataset ``version`` hashes the rows' content (every split): same inputs, config, seed → same
+version.
 
 A rerun is only allowed with the same recipe (``tansaku.core.recipe``: pipeline, config, seed, inputs,
 LLM identity, every stage's name/params/LLM, chunk size, ``keep_rejected``); otherwise ``StoreError`` says
@@ -81,7 +85,8 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
     safe_write.sweep_partials(data_dir)  # what killed builds left
     tmp_dir = safe_write.fresh_dir(data_dir)  # mkdtemp: never a fixed name that a planted link redirects
     try:
-        version, counts = _write_splits(tmp_dir, rows_by_split, rows_per_shard, fixed_schemas or {}, column_types)
+        version, counts = _write_splits(tmp_dir, rows_by_split, rows_per_shard, fixed_schemas or {},
+                                        column_types)
     except BaseException:  # a failed write (a full disk): its space back now, not only at the next build
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
@@ -89,10 +94,11 @@ def write_rows(out_dir: str | Path, rows_by_split: dict[str, Callable[[], Iterab
     return version, counts
 
 
-def _write_splits(tmp_dir: Path, rows_by_split: dict[str, Callable[[], Iterable[Record]]], rows_per_shard: int,
-                  fixed: dict[str, pa.Schema], column_types: dict[str, pa.DataType] | None) -> tuple[str, dict[str, int]]:
-    """:func:`write_rows` into the new folder ``tmp_dir``: each shard written, then synced (a full disk that the
-    file system reports only at the sync fails the build, not the rows)."""
+def _write_splits(
+    tmp_dir: Path, rows_by_split: dict[str, Callable[[], Iterable[Record]]], rows_per_shard: int,
+    fixed: dict[str, pa.Schema], column_types: dict[str, pa.DataType] | None) -> tuple[str, dict[str, int]]:
+    """:func:`write_rows` into the new folder ``tmp_dir``: each shard written, then synced (a full disk that
+    the file system reports only at the sync fails the build, not the rows)."""
     version = hashlib.sha256()
     counts: dict[str, int] = {}
     inferred: dict[str, list[pa.Schema]] = {}
@@ -114,8 +120,8 @@ def _write_splits(tmp_dir: Path, rows_by_split: dict[str, Callable[[], Iterable[
     every_data_split = [s for split in sorted(inferred) if split not in fixed for s in inferred[split]]
     for split in sorted(rows_by_split):  # pass 2: the rows, one row group at a time
         schemas = inferred[split] or every_data_split
-        schema = fixed.get(split) or declare(pa.unify_schemas(schemas, promote_options="permissive") if schemas
-                                             else pa.schema([]), column_types)
+        schema = fixed.get(split) or declare(pa.unify_schemas(schemas, promote_options="permissive")
+                                             if schemas else pa.schema([]), column_types)
         n_shards = max(1, -(-counts[split] // rows_per_shard))
         names = iter(_shard_names(split, n_shards))
         rows = iter(rows_by_split[split]())
@@ -142,15 +148,16 @@ def write_manifest(out_dir: str | Path, manifest: dict) -> None:
 
 def _sweep_killed_writes(out: Path, finished: bool) -> None:
     """Remove what a build killed in ``out`` left that no build writes again: the temp files of its card and
-    manifest (this build holds the lock, or the manifest is there and nothing writes them any more), what a nested
-    output swapped in whole left (egov's ``.index.old-*``: a kill after the swap, and the index is never built
-    again; a live build's leftovers are locked, and stay) and, once the manifest is there, its checkpoints
-    (``.work``: a whole copy of the rows, were it killed before removing it)."""
+    manifest (this build holds the lock, or the manifest is there and nothing writes them any more), what a
+    nested output swapped in whole left (egov's ``.index.old-*``: a kill after the swap, and the index is
+    never built again; a live build's leftovers are locked, and stay) and, once the manifest is there, its
+    checkpoints (``.work``: a whole copy of the rows, were it killed before removing it)."""
     safe_write.sweep_temps(out, ("README.md", MANIFEST))
     for nested in {ownership.leftover_of(entry) for entry in out.iterdir()} - {None}:
         ownership.sweep_leftovers(out / nested)
     work = out / ".work"
-    if finished and work.is_symlink():  # rmtree refuses a link: remove the link itself, never what it points to
+    # rmtree refuses a link: remove the link itself, never what it points to
+    if finished and work.is_symlink():
         with suppress(OSError):  # tidying only (a read-only folder keeps it)
             work.unlink()
     elif finished:
@@ -170,9 +177,11 @@ def build_dataset(*, context: BuildContext | None = None, **fields) -> dict:
     out = ownership.require_named(spec.out, "--out")
     recipe = spec.recipe()
     fp = fingerprint(recipe)
-    progress = BuildProgress(spec.pipeline, quiet=context.quiet)  # a bad TANSAKU_LOG_EVERY: refused before writing
+    # a bad TANSAKU_LOG_EVERY: refused before writing
+    progress = BuildProgress(spec.pipeline, quiet=context.quiet)
     progress.watch(spec.stages)  # the lines of LLM stages add requests in flight, req/s, tok/s, cache hits
-    merging = shards.check_shards(fp, context.shards.shard_folders())  # --from-shards: refused before any write
+    # --from-shards: refused before any write
+    merging = shards.check_shards(fp, context.shards.shard_folders())
     # --out is checked before any write (a refused folder is left untouched), then locked to the build's end.
     with ownership.claimed(out, "--out", lambda: check_out(out, recipe, fp)) as finished:
         _sweep_killed_writes(out, finished is not None)
@@ -180,7 +189,8 @@ def build_dataset(*, context: BuildContext | None = None, **fields) -> dict:
             return refuse_empty(finished, out, spec.empty_hints)
         work = safe_write.ensure_dir(out / ".work")
         _write_json(work / "recipe.json", recipe)  # before any checkpoint: proves whose checkpoints they are
-        if context.shards.index is not None:  # one shard of the build: its part of the first segment, no dataset
+        # one shard of the build: its part of the first segment, no dataset
+        if context.shards.index is not None:
             with progress:
                 return {"name": spec.name, "pipeline": spec.pipeline, **shards.run_shard(
                     context.shards, spec.source, spec.stages, work, fp, spec.chunk_size, progress,
@@ -197,7 +207,8 @@ def build_dataset(*, context: BuildContext | None = None, **fields) -> dict:
         if spec.summarize is not None:
             manifest.update(spec.summarize(manifest))
         # What is recorded holds no secret: an LLM URL's user:pass@ or ?api-key=, a key in a config
-        # (tansaku.core.redact). The card is rendered from the same redacted manifest; its sample rows are data.
+        # (tansaku.core.redact). The card is rendered from the same redacted manifest; its sample rows are
+        # data.
         manifest = redact_mapping(manifest)
         _write_card(out, manifest, spec.card, splits)
         write_manifest(out, manifest)  # written last: its presence means the folder is complete
@@ -205,12 +216,14 @@ def build_dataset(*, context: BuildContext | None = None, **fields) -> dict:
         return refuse_empty(manifest, out, spec.empty_hints)
 
 
-def _write_build_rows(out: Path, spec: DatasetSpec, result: PipelineResult, splits: list[str]) -> tuple[str, dict]:
+def _write_build_rows(out: Path, spec: DatasetSpec, result: PipelineResult,
+                      splits: list[str]) -> tuple[str, dict]:
     """Write each split's rows (and the dropped records with ``keep_rejected``); (version, row counts)."""
     split_of = spec.row_split()
     rows_by_split = {s: (lambda s=s: (r for r in result.rows() if split_of(r) == s)) for s in splits}
-    if spec.keep_rejected and next(result.rejected(), None) is not None:  # no drops: no split (an empty
-        rows_by_split[REJECTED] = result.rejected                         # parquet does not load with `datasets`)
+    # no drops: no split (an empty parquet does not load with `datasets`)
+    if spec.keep_rejected and next(result.rejected(), None) is not None:
+        rows_by_split[REJECTED] = result.rejected
     return write_rows(out, rows_by_split, fixed_schemas={REJECTED: REJECTED_SCHEMA},
                       column_types=spec.column_types)
 
@@ -219,7 +232,8 @@ def _write_card(out: Path, manifest: dict, card, splits: list[str]) -> None:
     """The HF dataset card, rendered from the (redacted) manifest with three sample rows."""
     samples = [r for _, r in zip(range(3), iter_rows(out, split="train" if "train" in splits else splits[0]))]
     card_info = redact_mapping(card(manifest) if callable(card) else card or {})
-    safe_write.write_text_atomic(out / "README.md", render_card(manifest, samples, card_info, nested_datasets(out)))
+    safe_write.write_text_atomic(out / "README.md",
+                                 render_card(manifest, samples, card_info, nested_datasets(out)))
 
 
 # ---------------------------------------------------------------- reading
@@ -273,7 +287,8 @@ def read_records(path: str | Path, split: str = "train") -> list[Record]:
             return pq.read_table(p).to_pylist()
         except pa.ArrowInvalid as exc:
             raise StoreError(f"{p}: not a readable parquet file ({exc})") from None
-    raise StoreError(f"{p}: unsupported file type {p.suffix!r} (use a dataset folder, .jsonl, .json or .parquet)")
+    raise StoreError(f"{p}: unsupported file type {p.suffix!r} (use a dataset folder, .jsonl, .json or "
+                     f".parquet)")
 
 
 def validate_for_push(path: str | Path) -> dict:
@@ -293,17 +308,20 @@ def validate_for_push(path: str | Path) -> dict:
         DatasetCard.load(card)
     except (ValueError, OSError, yaml.YAMLError) as exc:
         raise StoreError(f"{card}: not a valid dataset card ({type(exc).__name__}: "
-                         f"{(str(exc).strip().splitlines() or [''])[0]}); fix its YAML header or rebuild") from None
+                         f"{(str(exc).strip().splitlines() or [''])[0]}); fix its YAML header or "
+                         f"rebuild") from None
     for split, n in manifest["splits"].items():
-        for f in shard_files(path, split):  # a truncated or foreign file, named here, not deep inside `datasets`
+        # a truncated or foreign file, named here, not deep inside `datasets`
+        for f in shard_files(path, split):
             try:
                 pq.read_metadata(f)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise StoreError(f"{f}: not a readable parquet file ({exc}); rebuild the dataset") from None
         if not n:  # an empty split is a typed empty file that `datasets` cannot load (and no card config)
             continue
-        # A cache of its own: `datasets` keeps what it read of a path and serves it again after a rebuild of the
-        # same folder (seen: last build's row count and columns), which would check the old rows, not these.
+        # A cache of its own: `datasets` keeps what it read of a path and serves it again after a rebuild of
+        # the same folder (seen: last build's row count and columns), which would check the old rows, not
+        # these.
         with tempfile.TemporaryDirectory(prefix="tansaku-push-check-") as cache:
             ds = load_dataset("parquet", data_files=[str(f) for f in shard_files(path, split)], split="train",
                               cache_dir=cache)

@@ -1,7 +1,8 @@
-"""The check behind every text option (a field name, a task, a dataset name, a prompt, a query …): text that can
-never be used is refused while the command line is parsed, in one line naming the option, instead of failing
-after the work (a field named ``a\\nb`` matched no row: "0 rows") or with a traceback (a lone surrogate, which
-the shell passes for bytes that are not UTF-8, cannot be written to a manifest or sent to an engine).
+"""The check behind every text option (a field name, a task, a dataset name, a prompt, a query …): text that
+can never be used is refused while the command line is parsed, in one line naming the option, instead of
+failing after the work (a field named ``a\\nb`` matched no row: "0 rows") or with a traceback (a lone
+surrogate, which the shell passes for bytes that are not UTF-8, cannot be written to a manifest or sent to an
+engine).
 
 Never usable: a lone surrogate, a NUL byte or another control character (a line break too, unless the text is
 free text such as a prompt or a query, ``multiline``), more characters than the option allows, an empty value
@@ -34,7 +35,8 @@ _CONTROL_IN_FREE_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # 
 
 
 def shown(text: str, limit: int = 60) -> str:
-    """``text`` quoted as one printable line: control characters and lone surrogates escaped, a long one cut."""
+    """``text`` quoted as one printable line: control characters and lone surrogates escaped, a long one
+    cut."""
     quoted = repr(text)  # repr escapes what is not printable, a lone surrogate included
     return quoted if len(quoted) <= limit else f"{quoted[:40]}…' ({len(text)} characters)"
 
@@ -62,19 +64,22 @@ def text_problem(text: str, multiline: bool = False) -> str | None:
 
 def check_text(value, option: str, *, choices: Iterable[str] | None = None, required: bool = True,
                multiline: bool = False, max_chars: int | None = None, split: str | None = None) -> str:
-    """``value`` when it is text the option can use; ``InputError`` naming ``option`` otherwise (the rules: the
-    module's docstring). ``max_chars``: default ``LINE_MAX_CHARS``, ``FREE_TEXT_MAX_CHARS`` for ``multiline``."""
+    """``value`` when it is text the option can use; ``InputError`` naming ``option`` otherwise (the rules:
+    the module's docstring). ``max_chars``: default ``LINE_MAX_CHARS``, ``FREE_TEXT_MAX_CHARS`` for
+    ``multiline``."""
     if not isinstance(value, str):
         raise InputError(f"{option} must be text, got {type(value).__name__}")
     if problem := text_problem(value, multiline):
         raise InputError(f"{option} {shown(value)}: {problem}")
     limit = max_chars or (FREE_TEXT_MAX_CHARS if multiline else LINE_MAX_CHARS)
     if len(value) > limit:
-        raise InputError(f"{option} {shown(value)}: {len(value):,} characters, more than the {limit:,} it takes")
+        raise InputError(f"{option} {shown(value)}: {len(value):,} characters, more than the {limit:,} it "
+                         f"takes")
     items = [value] if split is None else [item.strip() for item in value.split(split) if item.strip()]
     known = tuple(choices) if choices is not None else None
     if required and not any(item.strip() for item in items):
-        raise InputError(f"{option}: the value is empty" + (f"; choose one of {', '.join(known)}" if known else ""))
+        raise InputError(f"{option}: the value is empty"
+                         + (f"; choose one of {', '.join(known)}" if known else ""))
     for item in items if known is not None else ():
         if item not in known:
             raise InputError(f"{option} {shown(item)}: choose one of {', '.join(known)}")

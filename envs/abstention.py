@@ -33,12 +33,13 @@ def is_abstention(answer: str | None) -> bool:
 
 
 def abstention_reward(completions, answerable=None, **_columns) -> list[float]:
-    """1.0 for an abstention (``{{分かりません}}``) on a row whose gold cannot be found (``answerable`` false);
-    0.0 for everything else — an abstention on a findable row earns nothing, and a row without the column
-    is findable. Opt-in (``Task.with_abstention``): its weight is capped at the answer's, so abstaining
+    """1.0 for an abstention (``{{分かりません}}``) on a row whose gold cannot be found (``answerable``
+    false); 0.0 for everything else — an abstention on a findable row earns nothing, and a row without the
+    column is findable. Opt-in (``Task.with_abstention``): its weight is capped at the answer's, so abstaining
     never earns more than answering.
 
-    >>> abstention_reward(["{{分かりません}}", "{{分かりません}}", "{{東京}}"], answerable=[False, True, False])
+    >>> abstention_reward(["{{分かりません}}", "{{分かりません}}", "{{東京}}"],
+    ...                   answerable=[False, True, False])
     [1.0, 0.0, 0.0]
     """
     n = len(completions)

@@ -31,7 +31,8 @@ def message_text(content) -> str:
         return content
     if isinstance(content, (list, tuple)):
         return "".join(p["text"] for p in content
-                       if isinstance(p, dict) and p.get("type", "text") == "text" and isinstance(p.get("text"), str))
+                       if isinstance(p, dict) and p.get("type", "text") == "text"
+                       and isinstance(p.get("text"), str))
     return ""
 
 
@@ -47,8 +48,8 @@ def _plain(value):
 
 
 def per_row(column, n: int) -> list:
-    """A TRL column as ``n`` per-row values: a list of ``n`` as is, None → Nones, anything else (a bare string,
-    a single row's list of a different length) → that same value for every row."""
+    """A TRL column as ``n`` per-row values: a list of ``n`` as is, None → Nones, anything else (a bare
+    string, a single row's list of a different length) → that same value for every row."""
     column = _plain(column)
     if column is None:
         return [None] * n
@@ -132,7 +133,8 @@ def judge_scores(reply, top_points: list[int]) -> list[float] | None:
 
 
 def _message(message: dict) -> dict:
-    # Content may be OpenAI-style parts or None; tool_calls anything at all: make both safe to read once, here.
+    # Content may be OpenAI-style parts or None; tool_calls anything at all: make both safe to read once,
+    # here.
     calls = message.get("tool_calls")
     return {**message, "content": message_text(message.get("content")),
             "reasoning_content": message_text(message.get("reasoning_content")) or None,
@@ -148,7 +150,8 @@ def as_messages(completion) -> list[dict]:
     """
     if isinstance(completion, str):
         return [{"role": "assistant", "content": completion, "reasoning_content": None, "tool_calls": []}]
-    items = [completion] if isinstance(completion, dict) else completion if isinstance(completion, (list, tuple)) else []
+    items = ([completion] if isinstance(completion, dict) else completion
+             if isinstance(completion, (list, tuple)) else [])
     messages = []
     for m in items:
         if isinstance(m, dict):
@@ -168,7 +171,8 @@ def as_messages(completion) -> list[dict]:
 # only an answer that is no label is compared with the choice texts.
 # Anything else — two labels, a label plus the wrong text, a text matching no choice — is wrong.
 _KANA_LABELS = "アイウエオカキクケコ"
-_LABEL = re.compile(r"^(?:選択肢|選択|no\.?)?\(?([0-9]{1,2}|[a-j]|[アイウエオカキクケコ])\)?(?:番目?|\.|:|\)|、)?(.*)$")
+_LABEL = re.compile(r"^(?:選択肢|選択|no\.?)?\(?([0-9]{1,2}|[a-j]|[アイウエオカキクケコ])\)?(?:番"
+                    r"目?|\.|:|\)|、)?(.*)$")
 
 
 def _label_index(label: str, n: int) -> int | None:

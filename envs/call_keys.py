@@ -35,10 +35,11 @@ def tool_call_key(name, arguments) -> str:
 
 def normalized_call_key(name, arguments) -> str:
     """``tool_call_key`` with the text normalized as answers are (``normalize_answer``): the same call with
-    cosmetic differences ("東京 都" vs "東京都", full-width digits) counts once. Arguments that cannot be keyed
-    (unsortable keys, absurd nesting) make a call of their own.
+    cosmetic differences ("東京 都" vs "東京都", full-width digits) counts once. Arguments that cannot be
+    keyed (unsortable keys, absurd nesting) make a call of their own.
 
-    >>> normalized_call_key("search", {"query": "東京 都"}) == normalized_call_key("search", {"query": "東京都"})
+    >>> (normalized_call_key("search", {"query": "東京 都"})
+    ...  == normalized_call_key("search", {"query": "東京都"}))
     True
     """
     try:

@@ -88,7 +88,8 @@ def comparison_rows(comparison: dict) -> list[tuple[str, str, str, str]]:
     def fmt(value, sign=""):
         return "–" if value is None else format(value, f"{sign}.4f")
 
-    return [(name, fmt(m["a"]), fmt(m["b"]), fmt(m["delta"], "+")) for name, m in comparison["metrics"].items()]
+    return [(name, fmt(m["a"]), fmt(m["b"]), fmt(m["delta"], "+")) for name,
+            m in comparison["metrics"].items()]
 
 
 def comparison_table(comparison: dict) -> Table:

@@ -1,4 +1,5 @@
-"""The search tools, as TRL's environment class: ``GRPOTrainer(environment_factory=…)`` and every other episode.
+"""The search tools, as TRL's environment class: ``GRPOTrainer(environment_factory=…)`` and every other
+episode.
 
 ``SearchEnvironment`` is the only tool implementation. RL (TRL 1.16), eval (``tansaku.envs.evaluate``),
 teacher rollouts (``pipelines/trajectories``) and solvability checks (``pipelines/multihop``) all get one
@@ -12,16 +13,16 @@ means the task's ``top_k`` (stated in the description: schemas carry no defaults
 ``top_k`` in the signature so a ``"size"`` inside a JSON query body still counts). ``tool_methods`` /
 ``tool_schemas`` read what the model is shown; ``tool_variant`` records which variant it was.
 
-Per-episode tool interfaces (opt-in, ``tansaku.envs.tool_interfaces``): with ``ToolsConfig.interface_variants``
-= 2, ``reset`` also draws an interface (``draw_interface``: stable per row and seed, independent of the
-description draw; ``interface=`` or ``ToolsConfig.interface_variant`` fixes it). Interface 0 is this class,
-``search(query, size)`` / ``open_doc(doc_id, offset)``; interface 1 is ``FindReadEnvironment``,
-``find(keywords: list[str], top_k)`` / ``read(doc_id, page)``, the same backend calls and replies. TRL lists
-tool names on the *class*, so the instance takes its interface's class (``_bind`` sets ``__class__``; the
-subclass hides ``search``/``open_doc`` behind non-functions): ``type(env)`` lists exactly the drawn tools,
-and a call in the other interface's shape (``search`` on interface 1, ``find(query=…)``) fails like any
-other tool error. ``tool_interface`` records it; ``episode_prompt`` renames the tools a system prompt
-mentions (``search で…`` → ``find で…``), as RL's dataset, eval/teacher rollouts and SFT rows all do.
+Per-episode tool interfaces (opt-in, ``tansaku.envs.tool_interfaces``): with
+``ToolsConfig.interface_variants`` = 2, ``reset`` also draws an interface (``draw_interface``: stable per row
+and seed, independent of the description draw; ``interface=`` or ``ToolsConfig.interface_variant`` fixes it).
+Interface 0 is this class, ``search(query, size)`` / ``open_doc(doc_id, offset)``; interface 1 is
+``FindReadEnvironment``, ``find(keywords: list[str], top_k)`` / ``read(doc_id, page)``, the same backend calls
+and replies. TRL lists tool names on the *class*, so the instance takes its interface's class (``_bind`` sets
+``__class__``; the subclass hides ``search``/``open_doc`` behind non-functions): ``type(env)`` lists exactly
+the drawn tools, and a call in the other interface's shape (``search`` on interface 1, ``find(query=…)``)
+fails like any other tool error. ``tool_interface`` records it; ``episode_prompt`` renames the tools a system
+prompt mentions (``search で…`` → ``find で…``), as RL's dataset, eval/teacher rollouts and SFT rows all do.
 
 How TRL 1.16 (``trl/trainer/grpo_trainer.py``) uses this class, and why RL passes one factory per variant:
 * ``__init__`` (l. 685-704) calls each factory once (a probe instance), lists the tool names on the *class*
@@ -110,7 +111,8 @@ class SearchEnvironment:
     def __init__(self, backend, tools_config: dict | ToolsConfig | None = None, max_tool_calls: int = 16,
                  variant: int | None = None, seed: int = 0, require_prompt: bool = False,
                  interface: int | None = None):
-        config = tools_config if isinstance(tools_config, ToolsConfig) else ToolsConfig(**(tools_config or {}))
+        config = (tools_config if isinstance(tools_config, ToolsConfig)
+                  else ToolsConfig(**(tools_config or {})))
         fixed = variant if variant is not None else config.description_variant
         if fixed is not None and not 0 <= fixed < N_VARIANTS:
             raise ValueError(f"variant must be in 0..{N_VARIANTS - 1}, got {fixed}")
@@ -120,7 +122,8 @@ class SearchEnvironment:
         self._fixed_variant, self._seed, self._require_prompt = fixed, seed, require_prompt
         self._fixed_interface = fixed_interface
         self._calls, self._variant, self._interface = 0, None, None
-        # Before any reset (TRL's probe instance): the fixed variant/interface, else the draws for an empty row.
+        # Before any reset (TRL's probe instance): the fixed variant/interface, else the draws for an empty
+        # row.
         self._bind(*self._draw(""))
 
     def _draw(self, key: str) -> tuple[int, int]:
@@ -157,9 +160,9 @@ class SearchEnvironment:
 
     def reset(self, /, **row) -> str | None:
         """Start an episode for one dataset row: fresh call budget, this episode's description variant and
-        interface. With ``require_prompt`` (factories' default) a row without a non-empty user turn is refused.
-        ``self`` is positional-only: a row may have a field named ``self`` (TRL and ``serve-env`` pass the row
-        as keywords)."""
+        interface. With ``require_prompt`` (factories' default) a row without a non-empty user turn is
+        refused. ``self`` is positional-only: a row may have a field named ``self`` (TRL and ``serve-env``
+        pass the row as keywords)."""
         if self._require_prompt:
             require_prompt(row)
         self._calls = 0
@@ -263,7 +266,8 @@ class FindReadEnvironment(SearchEnvironment):
         return numbered_page_text(self._backend, self._config, doc_id, page)
 
 
-ENVIRONMENT_CLASSES = (SearchEnvironment, FindReadEnvironment)  # by interface number (tool_interfaces.INTERFACES)
+# by interface number (tool_interfaces.INTERFACES)
+ENVIRONMENT_CLASSES = (SearchEnvironment, FindReadEnvironment)
 
 
 def tool_methods(environment) -> dict[str, Callable]:
@@ -300,7 +304,8 @@ def call_tool(functions: dict[str, Callable], name: str, arguments) -> tuple[str
 
 
 def open_backend(index):
-    """An opened search backend from an index folder / OpenSearch target, or ``index`` itself if already open."""
+    """An opened search backend from an index folder / OpenSearch target, or ``index`` itself if already
+    open."""
     if isinstance(index, (str, Path)):
         return open_index(str(index))
     return index
@@ -330,8 +335,8 @@ def make_environment_factory(task, index, variant: int | None = None, seed: int 
                              require_prompt: bool = True, interface: int | None = None) -> EnvironmentFactory:
     """The task's environments (its ``tools_config`` and ``max_tool_calls``) over ``index``.
 
-    ``index``: an index folder / OpenSearch target for ``tansaku.envs.search.open_index``, or an opened backend.
-    ``seed`` changes which variant (and interface) each row draws.
+    ``index``: an index folder / OpenSearch target for ``tansaku.envs.search.open_index``, or an opened
+    backend. ``seed`` changes which variant (and interface) each row draws.
     """
     return EnvironmentFactory(open_backend(index), ToolsConfig(**task.tools_config), task.max_tool_calls,
                               variant, seed, require_prompt, interface)
@@ -358,14 +363,16 @@ def episode_variant(task, row: dict, seed: int = 0) -> int:
 
 
 def episode_interface(task, row: dict, seed: int = 0) -> int:
-    """The interface ``reset(**row)`` draws for ``row`` in the task's environments (fixed one if configured)."""
+    """The interface ``reset(**row)`` draws for ``row`` in the task's environments (fixed one if
+    configured)."""
     config = ToolsConfig(**task.tools_config)
     fixed = config.interface_variant
     return fixed if fixed is not None else draw_interface(episode_key(row), seed, config.interface_variants)
 
 
 def variant_factories(task, index) -> dict[tuple[int, int], EnvironmentFactory]:
-    """``{(variant, interface): factory with both fixed}`` over one backend, for TRL (see module docstring)."""
+    """``{(variant, interface): factory with both fixed}`` over one backend, for TRL (see module
+    docstring)."""
     backend = open_backend(index)
     return {(v, i): make_environment_factory(task, backend, variant=v, interface=i)
             for v in task_variants(task) for i in task_interfaces(task)}

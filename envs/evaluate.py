@@ -1,13 +1,13 @@
 """Evaluate a model with the search environment over a dataset split, and the RL readiness check.
 
-``run_eval`` runs ``k`` episodes per question through ``tansaku.envs.rollout``, writes ``trajectories.jsonl`` and
-``report.json``, and returns the report: pass@1, pass@k, mean tool calls, parse-failure rate, each reward
+``run_eval`` runs ``k`` episodes per question through ``tansaku.envs.rollout``, writes ``trajectories.jsonl``
+and ``report.json``, and returns the report: pass@1, pass@k, mean tool calls, parse-failure rate, each reward
 component's mean and the weights ``mean_total_reward`` sums them with (``reward_weights``), stop reasons, the
 share of zero-variance groups, and parse failures, tool errors and pass@1 per tool description variant ×
-interface (``by_tool_variant``: ``{"d0-i0": {…}, …}``). The task is a name (its defaults) or a ``Task`` object: a
-recipe's task as ``train rl`` trains it (``rl_task``), so a measurement scores the task that was trained.
-``check_rl_readiness(report)`` raises ``NotReadyForRL`` with the numbers when RL would learn nothing (pass@k ≈ 0,
-or every group has zero reward variance so every GRPO advantage is 0).
+interface (``by_tool_variant``: ``{"d0-i0": {…}, …}``). The task is a name (its defaults) or a ``Task``
+object: a recipe's task as ``train rl`` trains it (``rl_task``), so a measurement scores the task that was
+trained. ``check_rl_readiness(report)`` raises ``NotReadyForRL`` with the numbers when RL would learn nothing
+(pass@k ≈ 0, or every group has zero reward variance so every GRPO advantage is 0).
 
     from tansaku.envs.evaluate import run_eval, check_rl_readiness
     report = run_eval("multihop_qa", "out/multihop", "http:Qwen/Qwen3-8B@http://gpu1:8000", "out/index",
@@ -55,7 +55,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def is_correct(task, trajectory, pass_threshold: float = 1.0) -> bool:
-    """Whether an episode passes: its correctness reward (the task's answer reward) reaches ``pass_threshold``."""
+    """Whether an episode passes: its correctness reward (the task's answer reward) reaches
+    ``pass_threshold``."""
     value = trajectory.rewards.get(task.answer_reward_name)
     return value is not None and value >= pass_threshold - 1e-9
 
@@ -96,7 +97,8 @@ def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
         "pass@1": sum(pass1) / max(len(pass1), 1),
         f"pass@{k}": sum(passk) / max(len(passk), 1),
         "mean_tool_calls": sum(t.tool_calls for t in trajectories) / n,
-        "tool_error_rate": sum(t.tool_errors for t in trajectories) / max(sum(t.tool_calls for t in trajectories), 1),
+        "tool_error_rate": sum(t.tool_errors for t in trajectories)
+        / max(sum(t.tool_calls for t in trajectories), 1),
         "parse_failure_rate": sum(t.parse_failures for t in trajectories) / max(attempts, 1),
         "episodes_with_parse_failure": sum(1 for t in trajectories if t.parse_failures) / n,
         "mean_total_reward": sum(t.total_reward or 0.0 for t in trajectories) / n,
@@ -108,7 +110,8 @@ def summarize(task, trajectories, k: int, pass_threshold: float = 1.0) -> dict:
         "stop_reasons": dict(Counter(t.stop_reason for t in trajectories)),
         "tool_call_distribution": dict(sorted(Counter(t.tool_calls for t in trajectories).items())),
         "by_tool_variant": by_tool_variant(task, trajectories, pass_threshold),
-        # searches per episode (distribution), query repeats, open/grounding before answering: envs/search_health
+        # searches per episode (distribution), query repeats, open/grounding before answering:
+        # envs/search_health
         "search_health": health_summary([t.completion for t in trajectories]),
     }
 
@@ -131,7 +134,8 @@ def by_tool_variant(task, trajectories, pass_threshold: float = 1.0) -> dict[str
     return out
 
 
-def check_rl_readiness(report: dict, min_pass_at_k: float = 0.02, max_zero_variance_share: float = 0.999) -> None:
+def check_rl_readiness(report: dict, min_pass_at_k: float = 0.02,
+                       max_zero_variance_share: float = 0.999) -> None:
     """Refuse (raise ``NotReadyForRL``) when pass@k ≈ 0 or (nearly) every group has zero reward variance."""
     k = report["k"]
     problems = []
@@ -143,23 +147,26 @@ def check_rl_readiness(report: dict, min_pass_at_k: float = 0.02, max_zero_varia
                         f"{report['questions']} (every GRPO advantage would be 0)")
     if problems:
         raise NotReadyForRL(
-            f"not ready for RL on {report['task']} v{report['task_version']} ({report['questions']} questions × "
-            f"{k} samples; pass@1 = {report['pass@1']:.3f}, mean tool calls = {report['mean_tool_calls']:.2f}, "
-            f"parse failures = {report['parse_failure_rate']:.3f}): " + "; ".join(problems)
-            + ". Use easier data, SFT first, or a stronger starting model."
+            f"not ready for RL on {report['task']} v{report['task_version']} ({report['questions']} "
+            f"questions × {k} samples; pass@1 = {report['pass@1']:.3f}, mean tool calls = "
+            f"{report['mean_tool_calls']:.2f}, parse failures = {report['parse_failure_rate']:.3f}): "
+            + "; ".join(problems) + ". Use easier data, SFT first, or a stronger starting model."
         )
 
 
 def load_rows(dataset: str | Path, split: str = "test", limit: int | None = None) -> list[dict]:
-    """Rows of a dataset folder written by ``tansaku.core.store`` (or a ``.jsonl``/``.json``/``.parquet`` file).
+    """Rows of a dataset folder written by ``tansaku.core.store`` (or a ``.jsonl``/``.json``/``.parquet``
+    file).
 
     No fallback to another split: evaluating on rows the model trained on would overstate it."""
 
     if Path(dataset).is_dir() and not any((Path(dataset) / "data").glob(f"{split}-*.parquet")):
         held = sorted({f.name.split("-")[0] for f in (Path(dataset) / "data").glob("*-*.parquet")})
-        hint = ("rebuild it with --heldout-share > 0 for a held-out 'test' split, or name one of its splits with "
-                "--split" if split == "test" else "name one of its splits with --split (or a dataset that has this one)")
-        raise InputError(f"--dataset {dataset} has no '{split}' split (it holds: {', '.join(held) or 'none'}): {hint}")
+        hint = ("rebuild it with --heldout-share > 0 for a held-out 'test' split, or name one of its splits "
+                "with --split" if split == "test"
+                else "name one of its splits with --split (or a dataset that has this one)")
+        raise InputError(f"--dataset {dataset} has no '{split}' split (it holds: "
+                         f"{', '.join(held) or 'none'}): {hint}")
     rows = read_records(dataset, split=split)
     return rows[:limit] if limit else rows
 
@@ -176,7 +183,8 @@ def run_eval(task: str | Task, dataset: str | Path, model, index, split: str = "
             ``Task`` object as a recipe trains it (``Task.configured``,
             ``tansaku.trainer.rl_rewards.rl_task``: its system prompt, tools and reward weights, which
             ``mean_total_reward`` and the report's ``reward_weights`` then use).
-            Or ``general``: retention on chat rows (``tansaku.envs.retention``; ``transformers:`` models only).
+            Or ``general``: retention on chat rows (``tansaku.envs.retention``; ``transformers:`` models
+            only).
         dataset: dataset folder (``tansaku.core.store`` layout) or a ``.jsonl`` file of rows.
         model: an LLM spec for ``tansaku.core.llm.from_spec`` (``http:…``, ``vllm:…``, ``transformers:…``,
             ``scripted:…``) or a client object.
@@ -184,18 +192,19 @@ def run_eval(task: str | Task, dataset: str | Path, model, index, split: str = "
             closed at the end, worker processes and all), or an opened backend (left open: the caller's).
         split: dataset split to read. ``limit``: first N rows only.
         k: samples per question (pass@k; also the group size of the zero-variance check).
-        out_dir: where ``trajectories.jsonl`` and ``report.json`` go (None: write nothing): missing, empty or an
-            eval folder tansaku made, checked before the model loads (:func:`eval_out`).
+        out_dir: where ``trajectories.jsonl`` and ``report.json`` go (None: write nothing): missing, empty or
+            an eval folder tansaku made, checked before the model loads (:func:`eval_out`).
         max_turns, max_tokens, temperature, seed: rollout settings (max_turns defaults to the task's).
         judge: LLM spec or client for rubric tasks (``deepresearch``).
-        pass_threshold: correctness reward value that counts as a pass (default: the task's ``pass_threshold``).
-        system_prompt: text (or ``@FILE``) instead of the task's system prompts — the one the model was trained
-            under (``synth build trajectories --system-prompt``, a recipe task's ``system_prompt``).
+        pass_threshold: correctness reward value that counts as a pass (default: the task's
+            ``pass_threshold``).
+        system_prompt: text (or ``@FILE``) instead of the task's system prompts — the one the model was
+            trained under (``synth build trajectories --system-prompt``, a recipe task's ``system_prompt``).
         interface_variants: tool interfaces drawn per episode (``Task.configured`` tools; 2: ``find``/``read``
             too,
             ``tansaku.envs.tool_interfaces``); None: the task's own ``tools_config``.
-        llm_options: the command's ``--api-key`` / ``--extra-body`` / ``--concurrency`` / ``--no-cache`` for the
-            clients built here from specs (``LLMOptions``).
+        llm_options: the command's ``--api-key`` / ``--extra-body`` / ``--concurrency`` / ``--no-cache`` for
+            the clients built here from specs (``LLMOptions``).
     """
     check_limit(limit)
     check_count("--k", k)
@@ -240,10 +249,12 @@ def eval_task(task: str | Task, system_prompt: str | None = None,
 
 
 def _episodes(client, task: Task, rows: list[dict], index, judge, **settings) -> list:
-    """``run_rollouts`` over ``index``: a backend opened here from a path is closed after (its workers too)."""
+    """``run_rollouts`` over ``index``: a backend opened here from a path is closed after (its workers
+    too)."""
     backend = open_backend(index)
     try:
-        return run_rollouts(client, task, rows, make_environment_factory(task, backend), judge=judge, **settings)
+        return run_rollouts(client, task, rows, make_environment_factory(task, backend), judge=judge,
+                            **settings)
     finally:
         if backend is not index and hasattr(backend, "close"):
             backend.close()
@@ -275,9 +286,9 @@ def _task_rows(task: Task, dataset, split: str, limit: int | None) -> list[dict]
 
 
 def eval_out(out_dir: str | Path | None, dataset, index) -> Path | None:
-    """``out_dir`` as a Path when an evaluation may write into it: missing, empty or an eval folder tansaku made
-    (``tansaku_eval.json``, or an older tansaku's report); InputError for anything else — a user's folder, a
-    dataset or index — and for a folder that is, lies in or holds the dataset or index it reads."""
+    """``out_dir`` as a Path when an evaluation may write into it: missing, empty or an eval folder tansaku
+    made (``tansaku_eval.json``, or an older tansaku's report); InputError for anything else — a user's
+    folder, a dataset or index — and for a folder that is, lies in or holds the dataset or index it reads."""
     if out_dir is None:
         return None
     out = ownership.refuse_unmarked(out_dir, "--out", ownership.EVAL_MARKER, "eval", "eval folder")
@@ -286,8 +297,8 @@ def eval_out(out_dir: str | Path | None, dataset, index) -> Path | None:
 
 
 def write_out(out: Path, report: dict, trajectories=None) -> None:
-    """The eval marker first (a killed evaluation's folder stays provably its own), then the trajectories, then
-    ``report.json``: its presence means the evaluation finished. The report names the model and judge (an
+    """The eval marker first (a killed evaluation's folder stays provably its own), then the trajectories,
+    then ``report.json``: its presence means the evaluation finished. The report names the model and judge (an
     endpoint's user:pass@, ?api-key=): it is redacted (``tansaku.core.redact``)."""
     report = redact_mapping(report)
     ownership.write_marker(out, ownership.EVAL_MARKER, {"kind": "eval", "task": report.get("task"),

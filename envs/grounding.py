@@ -2,14 +2,16 @@
 
 A correct guess from memory and a correct answer read off a retrieved document score the same under
 ``answer_reward``; this reward tells them apart. 1.0 when the final ``{{…}}`` answer matches ``answer`` or an
-alias (``tansaku.envs.normalize.answers_match``, as ``answer_reward``) *and* the answer, the gold answer or one
-of its aliases (normalized the same way) appears in a tool result the episode received (a search hit or an
+alias (``tansaku.envs.normalize.answers_match``, as ``answer_reward``) *and* the answer, the gold answer or
+one of its aliases (normalized the same way) appears in a tool result the episode received (a search hit or an
 opened page: ``tansaku.envs.search_health.episode_health``); 0.0 otherwise. Optional: a task weighs it by
 naming it in its ``reward_weights`` (a recipe's ``tasks[].reward_weights: {grounded_answer_reward: 0.5}``).
 
 >>> guess = [{"role": "assistant", "content": "{{白砂港}}"}]
->>> read = [{"role": "assistant", "content": "", "tool_calls": [{"name": "search", "arguments": {"query": "港"}}]},
-...         {"role": "tool", "content": "1. [d1] 白砂港 — 白砂市の港"}, {"role": "assistant", "content": "{{白砂港}}"}]
+>>> read = [{"role": "assistant", "content": "",
+...          "tool_calls": [{"name": "search", "arguments": {"query": "港"}}]},
+...         {"role": "tool", "content": "1. [d1] 白砂港 — 白砂市の港"},
+...         {"role": "assistant", "content": "{{白砂港}}"}]
 >>> grounded_answer_reward([guess, read], answer=["白砂港"] * 2)
 [0.0, 1.0]
 """

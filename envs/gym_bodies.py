@@ -1,9 +1,10 @@
-"""The JSON bodies ``synth serve-env`` accepts, with the size of each field capped (``tansaku.envs.gym_limits.Limits``):
-a tool call's arguments and ``/verify``'s body as pydantic models (FastAPI answers 422 to anything else), a row
-(``/seed_session``, ``/verify``'s row fields) by :func:`check_row` (``InputError``: 422).
+"""The JSON bodies ``synth serve-env`` accepts, with the size of each field capped
+(``tansaku.envs.gym_limits.Limits``): a tool call's arguments and ``/verify``'s body as pydantic models
+(FastAPI answers 422 to anything else), a row (``/seed_session``, ``/verify``'s row fields) by
+:func:`check_row` (``InputError``: 422).
 
-The models are made per app (``tool_models(limits)``, ``verify_model(limits)``): the caps are the app's, not the
-process's.
+The models are made per app (``tool_models(limits)``, ``verify_model(limits)``): the caps are the app's, not
+the process's.
 
     models = tool_models(Limits(max_text_chars=1024))
     models["search"](query="雪村製菓")          # a query of 1,025 characters: ValidationError → 422
@@ -30,7 +31,8 @@ MAX_KEYWORDS = 64  # find's keywords: a model's call names a handful
 
 
 def _strings(value, path: str = ""):
-    """(path, text) of every string in a JSON value, keys included; iterative (the depth is bounded anyway)."""
+    """(path, text) of every string in a JSON value, keys included; iterative (the depth is bounded
+    anyway)."""
     stack = [(path, value)]
     while stack:
         where, item = stack.pop()
@@ -54,7 +56,8 @@ def check_row(row: dict, limits: Limits, what: str = "the row") -> bytes:
                              "(--max-text-chars)")
     data = jsontext.dumps(row, separators=(",", ":")).encode()
     if len(data) > limits.max_row_bytes:
-        raise InputError(f"{what} is {len(data)} bytes as JSON, over {limits.max_row_bytes} (--max-row-bytes)")
+        raise InputError(f"{what} is {len(data)} bytes as JSON, over {limits.max_row_bytes} "
+                         f"(--max-row-bytes)")
     return data
 
 
@@ -106,15 +109,16 @@ def verify_model(limits: Limits) -> type[BaseModel]:
         @field_validator("response")
         @classmethod
         def _output_is_a_list(cls, response: dict) -> dict:
-            """``output`` is a list, a call's ``arguments`` text nests no deeper than a model's JSON may, and the
-            whole is within ``max_response_bytes``."""
+            """``output`` is a list, a call's ``arguments`` text nests no deeper than a model's JSON may, and
+            the whole is within ``max_response_bytes``."""
             output = response.get("output")
             if output is not None and not isinstance(output, list):
                 raise ValueError(f"response.output must be a list of items, not {type(output).__name__}")
             for i, item in enumerate(output or []):
                 arguments = item.get("arguments") if isinstance(item, dict) else None
                 if isinstance(arguments, str) and jsontext.nesting_exceeds(arguments, MAX_JSON_DEPTH):
-                    raise ValueError(f"response.output[{i}].arguments nests deeper than {MAX_JSON_DEPTH} levels")
+                    raise ValueError(f"response.output[{i}].arguments nests deeper than {MAX_JSON_DEPTH} "
+                                     f"levels")
             size = len(jsontext.dumps(response, separators=(",", ":")).encode())
             if size > limits.max_response_bytes:
                 raise ValueError(f"response is {size} bytes as JSON, over {limits.max_response_bytes} "

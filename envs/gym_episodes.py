@@ -1,13 +1,13 @@
-"""The live episodes of ``synth serve-env``: bounded per client and in total, owned by the client that seeded them,
-named by ids the server draws.
+"""The live episodes of ``synth serve-env``: bounded per client and in total, owned by the client that seeded
+them, named by ids the server draws.
 
 A full store pushes back instead of evicting: a client at ``max_client_episodes`` is 429, a store at
-``max_episodes`` is 503, both with ``Retry-After`` (episodes end when their rollout verifies or closes, or after
-``idle_seconds`` without a request), so no client's seeds can end another's episodes. An episode id is
-``secrets.token_urlsafe`` (unguessable), and an id names an episode only to the client that seeded it: to anyone
-else it is unknown (404), so it can be neither used nor closed. An episode keeps its row as compact JSON bytes
-(``tansaku.envs.gym_bodies.check_row`` bounds them), so the store holds at most ``max_episodes`` × (row bytes + one
-``SearchEnvironment``).
+``max_episodes`` is 503, both with ``Retry-After`` (episodes end when their rollout verifies or closes, or
+after ``idle_seconds`` without a request), so no client's seeds can end another's episodes. An episode id is
+``secrets.token_urlsafe`` (unguessable), and an id names an episode only to the client that seeded it: to
+anyone else it is unknown (404), so it can be neither used nor closed. An episode keeps its row as compact
+JSON bytes (``tansaku.envs.gym_bodies.check_row`` bounds them), so the store holds at most ``max_episodes`` ×
+(row bytes + one ``SearchEnvironment``).
 
     episodes = Episodes(factory, max_episodes=10_000, idle_seconds=900.0, max_client_episodes=4_096)
     episode_id, environment = episodes.seed("10.0.0.5", row, row_bytes)
@@ -49,12 +49,12 @@ class Episodes:
                           headers={"Retry-After": str(RETRY_AFTER_S)})
         if len(self._live) >= self.max_episodes:
             self.refused += 1
-            raise Refused(503, f"the server holds {len(self._live)} live episodes, its most (--max-episodes): "
-                               "retry later", headers={"Retry-After": str(RETRY_AFTER_S)})
+            raise Refused(503, f"the server holds {len(self._live)} live episodes, its most "
+                               "(--max-episodes): retry later", headers={"Retry-After": str(RETRY_AFTER_S)})
 
     def seed(self, client: str, row: dict, row_bytes: bytes) -> tuple[str, object]:
-        """A new episode of ``client`` for ``row`` (kept as ``row_bytes``): its fresh id and environment; 429/503
-        (:class:`Refused`) when the client or the store is full."""
+        """A new episode of ``client`` for ``row`` (kept as ``row_bytes``): its fresh id and environment;
+        429/503 (:class:`Refused`) when the client or the store is full."""
         with self._lock:
             self._sweep()
             self._admit(client)  # before building an environment: a refused flood costs no more than this
@@ -97,7 +97,8 @@ class Episodes:
 
     def _forget(self, client: str) -> None:
         self._owned[client] -= 1
-        if self._owned[client] <= 0:  # no key per client that ever came: the counter stays as small as the store
+        # no key per client that ever came: the counter stays as small as the store
+        if self._owned[client] <= 0:
             del self._owned[client]
 
     def _sweep(self) -> None:

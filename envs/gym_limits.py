@@ -1,12 +1,13 @@
-"""What makes ``synth serve-env`` safe to expose: the size of a request body, the bearer token and who a client
-is, and how often ``/verify`` may spend judge calls. ``tansaku.envs.gym_service.build_app`` wires these in; the
-episode bounds are ``tansaku.envs.gym_episodes``, the per-field caps ``tansaku.envs.gym_bodies``.
+"""What makes ``synth serve-env`` safe to expose: the size of a request body, the bearer token and who a
+client is, and how often ``/verify`` may spend judge calls. ``tansaku.envs.gym_service.build_app`` wires these
+in; the episode bounds are ``tansaku.envs.gym_episodes``, the per-field caps ``tansaku.envs.gym_bodies``.
 
-- A request body over ``Limits.max_body_bytes`` is 413, judged from ``Content-Length`` before a byte is read and
-  counted while it streams (a chunked body declares no length), so no body over the limit is ever held whole.
-- With a token (``--token`` or ``$TANSAKU_ENV_TOKEN``; several: repeat ``--token``, or separate them by spaces in
-  the variable), every path but ``/health`` needs ``Authorization: Bearer <token>`` (401 otherwise), and the token
-  is the client. Without one the client is the remote address, and only a loopback host may be bound
+- A request body over ``Limits.max_body_bytes`` is 413, judged from ``Content-Length`` before a byte is read
+  and counted while it streams (a chunked body declares no length), so no body over the limit is ever held
+  whole.
+- With a token (``--token`` or ``$TANSAKU_ENV_TOKEN``; several: repeat ``--token``, or separate them by spaces
+  in the variable), every path but ``/health`` needs ``Authorization: Bearer <token>`` (401 otherwise), and
+  the token is the client. Without one the client is the remote address, and only a loopback host may be bound
   (``check_exposure``: one line, exit 2).
 - With a judge, ``/verify`` takes a token from two buckets (the server's and the client's) and is 429 with
   ``Retry-After`` when either is empty.
@@ -48,9 +49,10 @@ MAX_RATE_CLIENTS = 4_096  # per-client judge buckets kept (least recently used d
 class Limits:
     """serve-env's limits beyond ``max_episodes`` / ``idle_seconds`` (``build_app``'s own parameters).
 
-    Sized so that a NeMo Gym rollout (a row of a few KB, a Responses API rollout of a few hundred KB) never meets
-    them, and so the memory a client can pin is known: each live episode keeps its row as compact JSON, at most
-    ``max_row_bytes``."""
+    Sized so that a NeMo Gym rollout (a row of a few KB, a Responses API rollout of a few hundred KB) never
+    meets
+    them, and so the memory a client can pin is known: each live episode keeps its row as compact JSON, at
+    most ``max_row_bytes``."""
 
     max_body_bytes: int = 4 << 20  # any request body → 413
     max_text_chars: int = 16_384  # one string: a query, a doc id, a keyword, a row's field → 422
@@ -68,7 +70,8 @@ class Limits:
 
 
 class Refused(HTTPException):
-    """A request a limit refuses: ``status`` with ``{"error": reason}`` and its headers (``Retry-After`` …)."""
+    """A request a limit refuses: ``status`` with ``{"error": reason}`` and its headers (``Retry-After``
+    …)."""
 
 
 def refused_response(_request: Request, exc: Refused) -> JSONResponse:
@@ -90,7 +93,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def resolve_tokens(given: str | Sequence[str] | None, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+def resolve_tokens(given: str | Sequence[str] | None,
+                   environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
     """The bearer tokens: ``given``, else ``$TANSAKU_ENV_TOKEN`` split on whitespace. A short one is refused
     without echoing it (the message names only its length rule)."""
     values = [given] if isinstance(given, str) else list(given or [])
@@ -124,7 +128,8 @@ class BearerAuth:
         if scheme.lower() != b"bearer":
             return None
         found = None
-        for i, token in enumerate(self._tokens):  # every token compared: the time says nothing of which matched
+        # every token compared: the time says nothing of which matched
+        for i, token in enumerate(self._tokens):
             if hmac.compare_digest(given.strip(), token):
                 found = i
         return found
@@ -171,9 +176,9 @@ async def read_bounded(request: Request, limit: int) -> bytes:
 
 class BoundedJSONRequest(Request):
     """A request whose body is read by :func:`read_bounded` (at most ``max_bytes``) and whose JSON
-    ``tansaku.core.jsontext.loads`` reads: nesting over ``jsontext.MAX_DEPTH`` is refused (FastAPI answers 422,
-    as for any invalid JSON) before ``json`` recurses into it, and a lone surrogate (``"\\ud800"``) reads as
-    U+FFFD, so no tool, reward or answer meets text it cannot encode."""
+    ``tansaku.core.jsontext.loads`` reads: nesting over ``jsontext.MAX_DEPTH`` is refused (FastAPI answers
+    422, as for any invalid JSON) before ``json`` recurses into it, and a lone surrogate (``"\\ud800"``) reads
+    as U+FFFD, so no tool, reward or answer meets text it cannot encode."""
 
     max_bytes: int = Limits.max_body_bytes
 
@@ -207,8 +212,8 @@ class BoundedJSONRoute(APIRoute):
 
 
 class JudgeRate:
-    """Token buckets for ``/verify`` calls that reach the judge: one for the server, one per client. Each holds
-    ``rate × burst_s`` (at least 1) and refills at ``rate`` per second; safe across threads.
+    """Token buckets for ``/verify`` calls that reach the judge: one for the server, one per client. Each
+    holds ``rate × burst_s`` (at least 1) and refills at ``rate`` per second; safe across threads.
 
     >>> rate = JudgeRate(Limits(judge_rate=1.0, judge_client_rate=1.0, judge_burst_s=1.0), clock=lambda: 0.0)
     >>> rate.take("a"), rate.take("a") > 0
@@ -227,8 +232,8 @@ class JudgeRate:
         return capacity if state is None else min(capacity, state[0] + (now - state[1]) * rate)
 
     def take(self, client: str) -> float:
-        """0.0 when ``client`` may call the judge now (a token taken from both buckets), else the seconds until
-        it may (nothing taken)."""
+        """0.0 when ``client`` may call the judge now (a token taken from both buckets), else the seconds
+        until it may (nothing taken)."""
         with self._lock:
             now = self._clock()
             overall = self._level(self._overall, self.rate, now)

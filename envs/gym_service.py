@@ -9,25 +9,27 @@ with ``reward`` and ``reward_components`` (``BaseMultiRewardVerifyResponse``: on
 the top level for NeMo Gym's metrics), POST ``/close_session`` ends it. The episode is the NeMo Gym agent's
 session: its cookie (``tansaku_episode``, set by ``/seed_session``; the agent keeps one cookie jar per
 rollout), or, for clients without cookies, the ``episode_id`` ``/seed_session`` answers, sent back as an
-``X-Episode-Id`` header (or, for ``/verify`` and ``/close_session``, an ``episode_id`` field). The server draws
-every id (``secrets.token_urlsafe``); a caller's ``episode_id`` in ``/seed_session`` is refused (422).
+``X-Episode-Id`` header (or, for ``/verify`` and ``/close_session``, an ``episode_id`` field). The server
+draws every id (``secrets.token_urlsafe``); a caller's ``episode_id`` in ``/seed_session`` is refused (422).
 
-No second implementation: every episode is a ``SearchEnvironment`` from ``make_environment_factory`` (the one TRL
+No second implementation: every episode is a ``SearchEnvironment`` from ``make_environment_factory`` (the one
+    TRL
 trains with: the same description variants, call budget, caps and error texts) and ``/verify`` scores with the
-task's own reward functions and weights (``synth serve-env --config RECIPE``: the recipe's task as ``train rl``
-trains it). A malformed request gets a JSON error (422 from the schema, 404 for an unknown episode); a tool's own
-error (a hostile query, the budget used up) is the tool's answer, ``{"output": "{'error': …}"}``, as TRL shows it.
-Bodies are read by ``tansaku.core.jsontext.loads`` (nested too deeply: 422; a lone surrogate reads as U+FFFD); a
-field the service cannot use — an ``episode_id`` that is not text, a name TRL gives reward functions itself
-(``completions`` …), a ``/verify`` with neither an episode nor the task's columns, a ``response.output`` that is
-not a list, call arguments nested deeper than a model's JSON may — is 422 ``{"error": …}`` too.
+task's own reward functions and weights (``synth serve-env --config RECIPE``: the recipe's task as
+``train rl`` trains it). A malformed request gets a JSON error (422 from the schema, 404 for an unknown
+episode); a tool's own error (a hostile query, the budget used up) is the tool's answer,
+``{"output": "{'error': …}"}``, as TRL shows it. Bodies are read by ``tansaku.core.jsontext.loads`` (nested
+too deeply: 422; a lone surrogate reads as U+FFFD); a field the service cannot use — an ``episode_id`` that is
+not text, a name TRL gives reward functions itself (``completions`` …), a ``/verify`` with neither an episode
+nor the task's columns, a ``response.output`` that is not a list, call arguments nested deeper than a model's
+JSON may — is 422 ``{"error": …}`` too.
 
-Safe to expose (``docs/nemo_gym.md``, "Exposing serve-env"): bodies over ``--max-body-bytes`` are 413 and fields
-over their caps 422 (``tansaku.envs.gym_limits``, ``tansaku.envs.gym_bodies``); episodes are bounded per client and
-in total with 429/503 and ``Retry-After``, never by evicting another client's, and usable only by the client that
-seeded them (``tansaku.envs.gym_episodes``); a non-loopback ``--host`` needs a bearer token
-(``$TANSAKU_ENV_TOKEN``), then every route but ``/health`` does (401); with a judge, ``/verify`` is rate-limited
-(429).
+Safe to expose (``docs/nemo_gym.md``, "Exposing serve-env"): bodies over ``--max-body-bytes`` are 413 and
+fields over their caps 422 (``tansaku.envs.gym_limits``, ``tansaku.envs.gym_bodies``); episodes are bounded
+per client and in total with 429/503 and ``Retry-After``, never by evicting another client's, and usable only
+by the client that seeded them (``tansaku.envs.gym_episodes``); a non-loopback ``--host`` needs a bearer token
+(``$TANSAKU_ENV_TOKEN``), then every route but ``/health`` does (401); with a judge, ``/verify`` is
+rate-limited (429).
 
     synth serve-env --task multihop_qa --index out/index --port 8010
     curl -c jar -X POST localhost:8010/seed_session -d '{"id": "q1", "question": "…", "answer": "…"}'
@@ -99,9 +101,11 @@ def completion_from_response(response: dict) -> list[dict]:
 
     >>> completion_from_response({"output": [
     ...     {"type": "reasoning", "summary": [{"type": "summary_text", "text": "探す"}]},
-    ...     {"type": "function_call", "name": "search", "arguments": "{\\"query\\": \\"港\\"}", "call_id": "c1"},
+    ...     {"type": "function_call", "name": "search", "arguments": "{\\"query\\": \\"港\\"}",
+    ...      "call_id": "c1"},
     ...     {"type": "function_call_output", "call_id": "c1", "output": "1. 港"},
-    ...     {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "{{港}}"}]}]})[0]
+    ...     {"type": "message", "role": "assistant",
+    ...      "content": [{"type": "output_text", "text": "{{港}}"}]}]})[0]
     {'role': 'assistant', 'content': '', 'reasoning_content': '探す', 'tool_calls': [{'type': 'function', \
 'function': {'name': 'search', 'arguments': {'query': '港'}}}]}
     """
@@ -125,7 +129,8 @@ def completion_from_response(response: dict) -> list[dict]:
         if kind == "reasoning":
             reasoning.append(_text(item.get("summary")) or _text(item.get("content")))
         elif kind == "function_call":
-            try:  # bounded as every model's JSON; unreadable arguments stay text, scored as the model's mistake
+            # bounded as every model's JSON; unreadable arguments stay text, scored as the model's mistake
+            try:
                 arguments = jsontext.loads(item.get("arguments") or "{}", max_depth=MAX_JSON_DEPTH)
             except (TypeError, ValueError):
                 arguments = item.get("arguments")
@@ -143,20 +148,23 @@ def completion_from_response(response: dict) -> list[dict]:
 
 def verify_scores(task: Task, completion: list[dict], row: dict, functions: dict | None = None) -> dict:
     """``{"reward": weighted total, "reward_components": {name: score}}`` of one finished episode:
-    ``task.score`` (``functions``: its ``scoring_functions(judge)``, made once per app). A row field named like
-    one of TRL's own reward arguments is ``InputError``."""
+    ``task.score`` (``functions``: its ``scoring_functions(judge)``, made once per app). A row field named
+    like one of TRL's own reward arguments is ``InputError``."""
     [score] = task.score([completion], [row], functions=functions)
     return {"reward": score.total, "reward_components": score.components}
 
 
 def nemo_gym_row(task: Task, row: dict, factory) -> dict:
-    """One dataset row as a NeMo Gym JSONL line: the row's fields, plus ``responses_create_params`` with the task
-    prompt as ``input`` and the tools of the description variant this row's episode shows (Responses API form)."""
+    """One dataset row as a NeMo Gym JSONL line: the row's fields, plus ``responses_create_params`` with the
+    task prompt as ``input`` and the tools of the description variant this row's episode shows (Responses API
+    form)."""
     environment = factory()
     environment.reset(**row)
-    tools = [{"type": "function", "name": t["function"]["name"], "description": t["function"].get("description", ""),
+    tools = [{"type": "function", "name": t["function"]["name"],
+              "description": t["function"].get("description", ""),
               "parameters": t["function"]["parameters"], "strict": False} for t in tool_schemas(environment)]
-    prompt = episode_prompt(environment, task.build_prompt(row))  # the task's own rendering, as train rl and eval
+    # the task's own rendering, as train rl and eval
+    prompt = episode_prompt(environment, task.build_prompt(row))
     return {**{k: v for k, v in row.items() if k != "prompt"},
             "responses_create_params": {"input": prompt, "tools": tools}}
 
@@ -169,13 +177,14 @@ def build_app(task: Task, index, *, judge=None, seed: int = 0, max_episodes: int
               token: str | Sequence[str] | None = None):
     """The FastAPI app serving ``task`` over ``index`` (see the module docstring): ``task`` as given, e.g. a
     recipe's ``Task.configured``, weighs ``/verify``. ``limits``: body and field sizes, episodes per client,
-    the judge's rate (``Limits()``'s defaults); ``token``: the bearer token(s) every route but ``/health`` then
-    needs (none: no authentication; ``serve`` refuses that off loopback)."""
+    the judge's rate (``Limits()``'s defaults); ``token``: the bearer token(s) every route but ``/health``
+    then needs (none: no authentication; ``serve`` refuses that off loopback)."""
     limits = limits or Limits()
     tokens = resolve_tokens(token, environ={})  # the caller's only: serve reads $TANSAKU_ENV_TOKEN
     factory = make_environment_factory(task, index, seed=seed, require_prompt=False)
     episodes = Episodes(factory, max_episodes, idle_seconds, limits.max_client_episodes)
-    # Each (description variant, interface)'s tool schemas, made once at start (transformers reads docstrings).
+    # Each (description variant, interface)'s tool schemas, made once at start (transformers reads
+    # docstrings).
     schemas = {(v, i): tool_schemas(make_environment_factory(task, factory.backend, variant=v, interface=i)())
                for v in task_variants(task) for i in task_interfaces(task)}
     app = _app_shell(task, episodes, limits, tokens)
@@ -295,9 +304,9 @@ def _add_verify_route(app: FastAPI, task: Task, episodes: Episodes, limits: Limi
 
 
 def export_rows(task: Task, index, dataset, out, split: str = "train", seed: int = 0) -> int:
-    """``synth serve-env --export FILE``: the dataset's rows as NeMo Gym JSONL (``nemo_gym_row``); a new file only:
-    anything at ``out``, a link included, is refused before any work (``tansaku.core.output_files``: rows carry
-    no mark that would prove a file tansaku's)."""
+    """``synth serve-env --export FILE``: the dataset's rows as NeMo Gym JSONL (``nemo_gym_row``); a new file
+    only: anything at ``out``, a link included, is refused before any work (``tansaku.core.output_files``:
+    rows carry no mark that would prove a file tansaku's)."""
     out = output_files.check_output_file(Path(out), "--export")
     factory = make_environment_factory(task, index, seed=seed, require_prompt=False)
     rows = load_rows(dataset, split=split)
@@ -311,10 +320,10 @@ def serve(task: Task | str, index, *, host: str = "127.0.0.1", port: int = 8010,
           max_episodes: int = 10_000, idle_seconds: float = 900.0, dataset=None, export=None,
           split: str = "train", llm_options: LLMOptions | None = None, limits: Limits | None = None,
           token: str | Sequence[str] | None = None) -> None:
-    """``synth serve-env``: the app for ``task`` (a ``Task``, e.g. a recipe's, or a ``TASKS`` name) under uvicorn
-    until interrupted (with ``export``: the dataset as NeMo Gym JSONL). ``llm_options``: the judge client's;
-    ``token``: else ``$TANSAKU_ENV_TOKEN``, needed unless ``host`` is loopback (``InputError`` before anything
-    is built)."""
+    """``synth serve-env``: the app for ``task`` (a ``Task``, e.g. a recipe's, or a ``TASKS`` name) under
+    uvicorn until interrupted (with ``export``: the dataset as NeMo Gym JSONL). ``llm_options``: the judge
+    client's; ``token``: else ``$TANSAKU_ENV_TOKEN``, needed unless ``host`` is loopback (``InputError``
+    before anything is built)."""
     task = task_named(task) if isinstance(task, str) else task
     if export is not None:
         if dataset is None:
@@ -324,9 +333,10 @@ def serve(task: Task | str, index, *, host: str = "127.0.0.1", port: int = 8010,
         return
     tokens = resolve_tokens(token)
     check_exposure(host, tokens)
-    app = build_app(task, index, judge=as_client(judge, llm_options=llm_options), seed=seed, max_episodes=max_episodes,
-                    idle_seconds=idle_seconds, limits=limits, token=tokens)
+    app = build_app(task, index, judge=as_client(judge, llm_options=llm_options), seed=seed,
+                    max_episodes=max_episodes, idle_seconds=idle_seconds, limits=limits, token=tokens)
     auth = f"{len(tokens)} bearer token(s) required" if tokens else "no token: this machine only"
-    print(f"serving {task.name} over {index} at http://{host}:{port} (NeMo Gym resources-server routes; {auth})",
+    print(f"serving {task.name} over {index} at http://{host}:{port} (NeMo Gym resources-server routes; "
+          f"{auth})",
           file=sys.stderr)
     uvicorn.run(app, host=host, port=port, log_level="warning", backlog=4096)

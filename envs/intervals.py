@@ -1,4 +1,5 @@
-"""How sure a pass@1 is: Wilson score intervals for one pass rate, Newcombe's interval for a difference of two.
+"""How sure a pass@1 is: Wilson score intervals for one pass rate, Newcombe's interval for a difference of
+two.
 
     from tansaku.envs.intervals import wilson, difference, describe_change
     wilson(3, 16)                            # (0.066, 0.430): 95 % interval of 3 passes out of 16
@@ -44,7 +45,8 @@ def difference(a: tuple[int, int], b: tuple[int, int], z: float = Z95) -> tuple[
     ra, rb = pa / na if na else 0.0, pb / nb if nb else 0.0
     (la, ua), (lb, ub) = wilson(pa, na, z), wilson(pb, nb, z)
     delta = rb - ra
-    return delta, delta - math.sqrt((rb - lb) ** 2 + (ua - ra) ** 2), delta + math.sqrt((ub - rb) ** 2 + (ra - la) ** 2)
+    return (delta, delta - math.sqrt((rb - lb) ** 2 + (ua - ra) ** 2),
+            delta + math.sqrt((ub - rb) ** 2 + (ra - la) ** 2))
 
 
 def passes(rate: float, n: int) -> int:
@@ -56,7 +58,8 @@ def describe_change(label_a: str, a: tuple[int, int], label_b: str, b: tuple[int
     """One sentence on whether pass@1 moved from ``a`` to ``b`` by more than noise.
 
     >>> describe_change("SFT", (3, 16), "RL", (2, 16))
-    'SFT → RL: pass@1 0.19 → 0.12 (−0.06, 95 % interval −0.32 … +0.20): the two differ by less than noise (16 questions)'
+    'SFT → RL: pass@1 0.19 → 0.12 (−0.06, 95 % interval −0.32 … +0.20): the two differ by less than noise (16
+    questions)'
     >>> describe_change("base", (0, 16), "SFT", (9, 16)).split(": ")[-1]
     'a real change, larger than noise (16 questions)'
     """

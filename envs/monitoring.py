@@ -59,7 +59,8 @@ def hacking_warnings(rows: list[dict], correctness: str, window: int = 5, rise: 
                      flat: float = 0.02, call_growth: float = 2.0) -> list[str]:
     """Warnings comparing the first and last ``window`` steps of ``reward_decomposition`` rows.
 
-    - a component (not the correctness one) rose by more than ``rise`` while correctness moved less than ``flat``;
+    - a component (not the correctness one) rose by more than ``rise`` while correctness moved less than
+      ``flat``;
     - tool calls per completion grew more than ``call_growth``× while correctness stayed flat.
     """
     if len(rows) < 2 * window:
@@ -82,6 +83,6 @@ def hacking_warnings(rows: list[dict], correctness: str, window: int = 5, rise: 
                             "check samples for reward hacking")
     calls = _series(rows, "tools/call_frequency")
     if calls and _mean(calls[:window]) > 0 and _mean(calls[-window:]) > call_growth * _mean(calls[:window]):
-        warnings.append(f"tool calls per completion grew {_mean(calls[:window]):.2f} → {_mean(calls[-window:]):.2f} "
-                        f"while {correctness} changed {delta_correct:+.3f}")
+        warnings.append(f"tool calls per completion grew {_mean(calls[:window]):.2f} → "
+                        f"{_mean(calls[-window:]):.2f} while {correctness} changed {delta_correct:+.3f}")
     return warnings

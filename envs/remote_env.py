@@ -40,7 +40,8 @@ from tansaku.envs.tools import ToolError, ToolsConfig
 
 log = logging.getLogger(__name__)
 
-TOKEN_ENV = "TANSAKU_ENV_TOKEN"  # the bearer token serve-env asks for off loopback (gym_limits.resolve_tokens)
+# the bearer token serve-env asks for off loopback (gym_limits.resolve_tokens)
+TOKEN_ENV = "TANSAKU_ENV_TOKEN"
 # Row fields the server has no use for: the rendered prompt (the server renders its own) and TRL's routing.
 _NOT_SENT = ("prompt", "environment")
 
@@ -63,7 +64,8 @@ def _reason(exc: BaseException) -> str:
 
 @dataclass
 class RemoteClient:
-    """JSON over HTTP to one serve-env server (stdlib only: ``urllib``), every request bounded by ``timeout``."""
+    """JSON over HTTP to one serve-env server (stdlib only: ``urllib``), every request bounded by
+    ``timeout``."""
 
     url: str
     timeout: float = 30.0
@@ -250,7 +252,8 @@ def remote_reward(completions, environments=None, log_metric=None, **_columns) -
     return scores
 
 
-def remote_factories(task, url: str, timeout: float = 30.0) -> dict[tuple[int, int], RemoteEnvironmentFactory]:
+def remote_factories(task, url: str,
+                     timeout: float = 30.0) -> dict[tuple[int, int], RemoteEnvironmentFactory]:
     """``{(variant, 0): factory}`` of ``task``'s remote episodes at ``url``, as ``variant_factories`` keys its
     local ones (TRL renders each prompt with its factory's tools). Interface 0 only: a task drawing other
     interfaces is ``InputError``."""

@@ -4,7 +4,8 @@
 general chat (``messages`` ending in an assistant turn, or ``prompt`` + ``answer``) and reports the mean
 per-token log-likelihood the model gives the reference answers, prompt as context, no system prompt:
 
-    mean_token_logprob = Σ_rows Σ_answer-tokens log p(token | prompt, earlier tokens) / (number of answer tokens)
+    mean_token_logprob = Σ_rows Σ_answer-tokens log p(token | prompt, earlier tokens)
+                         / (number of answer tokens)
     perplexity         = exp(−mean_token_logprob)
 
 The answer tokens are what the chat template adds for the assistant turn (its text and end-of-turn token).
@@ -12,11 +13,12 @@ The answer tokens are what the chat template adds for the assistant turn (its te
 **Retention** compares a trained model with its base on the same references, best the base model's own
 greedy answers (``self_answers``: "what the model used to say"):
 
-    retention = exp(mean_token_logprob_after − mean_token_logprob_before) = perplexity_before / perplexity_after
+    retention = exp(mean_token_logprob_after − mean_token_logprob_before)
+              = perplexity_before / perplexity_after
 
 1.0: the trained model gives the base's answers the same per-token likelihood (the base against itself is
-exactly 1.0); 0.8: each answer token became 20 % less likely on (geometric) average. ``retention(before, after)``
-computes it from two reports.
+exactly 1.0); 0.8: each answer token became 20 % less likely on (geometric) average.
+``retention(before, after)`` computes it from two reports.
 
 Needs the weights, so only ``transformers:PATH`` models (and model folders) work: an HTTP server or the vLLM
 engine does not return the log-probs of a given text here.
@@ -34,7 +36,8 @@ TASK = "general"
 
 
 def resolve_model_dir(model) -> str:
-    """``transformers:PATH`` / ``transformers:tiny`` / a folder → a folder; any other spec → one-line error."""
+    """``transformers:PATH`` / ``transformers:tiny`` / a folder → a folder; any other spec → one-line
+    error."""
     if not isinstance(model, str):
         raise InputError("the general task needs a transformers:PATH model spec or a model folder")
     path = model.removeprefix("transformers:")
@@ -42,8 +45,9 @@ def resolve_model_dir(model) -> str:
         return str(tiny_model_dir())
     if model.startswith("transformers:") or Path(model).is_dir():
         return path
-    raise InputError(f"the general task reads token log-probs from the weights: use transformers:PATH or a model "
-                     f"folder, not {model.split(':', 1)[0]}: specs (http/vllm/scripted cannot score a given text)")
+    raise InputError(f"the general task reads token log-probs from the weights: use transformers:PATH or a "
+                     f"model folder, not {model.split(':', 1)[0]}: specs (http/vllm/scripted cannot score a "
+                     f"given text)")
 
 
 def split_row(row: dict) -> tuple[list[dict], str]:
@@ -58,13 +62,15 @@ def split_row(row: dict) -> tuple[list[dict], str]:
     if row.get("messages"):
         messages = [m for m in row["messages"] if m.get("role") != "system"]
         if not messages or messages[-1].get("role") != "assistant" or len(messages) < 2:
-            raise InputError(f"row {row.get('id', '?')}: messages must end in an assistant turn after a prompt")
+            raise InputError(f"row {row.get('id', '?')}: messages must end in an assistant turn after a "
+                             f"prompt")
         return [dict(m) for m in messages[:-1]], str(messages[-1].get("content") or "")
     if "prompt" in row and "answer" in row:
         prompt = row["prompt"]
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
         return [m for m in messages if m.get("role") != "system"], str(row["answer"])
-    raise InputError(f"row {row.get('id', '?')}: needs `messages` ending in an assistant turn, or `prompt` + `answer`")
+    raise InputError(f"row {row.get('id', '?')}: needs `messages` ending in an assistant turn, or `prompt` + "
+                     f"`answer`")
 
 
 def _load(model, tokenizer=None):
@@ -91,7 +97,8 @@ def encode(tokenizer, prompt: list[dict], answer: str) -> tuple[list[int], list[
             tokenizer(answer_text, add_special_tokens=False)["input_ids"])
 
 
-def answer_loglik(model, rows: list[dict], batch_size: int = 4, tokenizer=None, max_length: int = 2048) -> dict:
+def answer_loglik(model, rows: list[dict], batch_size: int = 4, tokenizer=None,
+                  max_length: int = 2048) -> dict:
     """Mean per-token log-likelihood of each row's reference answer given its prompt.
 
     ``model``: a ``transformers:PATH`` spec, a folder, or a loaded causal LM (then pass ``tokenizer``).
@@ -132,8 +139,10 @@ def answer_loglik(model, rows: list[dict], batch_size: int = 4, tokenizer=None, 
             "row_mean_logprob": per_row}
 
 
-def self_answers(model, rows: list[dict], max_new_tokens: int = 128, batch_size: int = 4, tokenizer=None) -> list[dict]:
-    """The rows with each reference answer replaced by the model's own greedy answer (``prompt`` + ``answer``)."""
+def self_answers(model, rows: list[dict], max_new_tokens: int = 128, batch_size: int = 4,
+                 tokenizer=None) -> list[dict]:
+    """The rows with each reference answer replaced by the model's own greedy answer (``prompt`` +
+    ``answer``)."""
     import torch
 
     model, tokenizer = _load(model, tokenizer)
@@ -148,11 +157,12 @@ def self_answers(model, rows: list[dict], max_new_tokens: int = 128, batch_size:
             # left padding for generation: every row's next token comes right after its own prompt
             input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch], device=device)
             mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch], device=device)
-            generated = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                       do_sample=False, pad_token_id=pad)
+            generated = model.generate(input_ids=input_ids, attention_mask=mask,
+                                       max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
             for i, sequence in enumerate(generated[:, width:]):
                 text = tokenizer.decode(sequence, skip_special_tokens=True).strip()
-                out.append({**rows[start + i], "prompt": prompts[start + i], "answer": text, "messages": None})
+                out.append({**rows[start + i], "prompt": prompts[start + i], "answer": text,
+                            "messages": None})
     return out
 
 

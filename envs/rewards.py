@@ -11,8 +11,8 @@ scores 0. Several different ``{{…}}`` answers in one message are ambiguous and
 
 Components: ``tool_call_reward`` (capped, de-duplicated successful calls that found something),
 ``format_reward``, ``answer_reward`` (multihop), ``mcq_reward`` (egov), ``make_rubric_reward(judge)``
-(deepresearch: ``tansaku.envs.rubric_reward``) and ``zh_mix_penalty`` (``make_zh_mix_penalty``: a start step, the
-reasoning only or the answer too). Every one returns a score (the rubric reward: or None) for any input —
+(deepresearch: ``tansaku.envs.rubric_reward``) and ``zh_mix_penalty`` (``make_zh_mix_penalty``: a start step,
+the reasoning only or the answer too). Every one returns a score (the rubric reward: or None) for any input —
 parts content, None, junk columns, hostile text — and runs in time linear in it; malformed inputs are read by
 ``tansaku.envs.answer_text``. Tests: ``pytest tests/test_rewards.py tests/test_rewards_robust.py``.
 """
@@ -147,7 +147,8 @@ def make_tool_call_reward(cap: int = DEFAULT_TOOL_CALL_CAP):
     """Reward ``min(distinct successful calls, cap) / cap`` ∈ [0, 1].
 
     Spamming, repeating a call, or failing calls can never push it past 1.0. A search whose reply starts with
-    ``tansaku.envs.tools.NO_HITS`` ran but found nothing: it earns nothing (nonsense queries are free to make).
+    ``tansaku.envs.tools.NO_HITS`` ran but found nothing: it earns nothing (nonsense queries are free to
+    make).
     """
     if cap < 1:
         raise ValueError(f"tool call cap must be >= 1, got {cap}")
@@ -158,7 +159,8 @@ def make_tool_call_reward(cap: int = DEFAULT_TOOL_CALL_CAP):
     return tool_call_reward
 
 
-def make_format_reward(answer_style: str = "braces", require_reasoning: bool = True, min_report_chars: int = 200):
+def make_format_reward(answer_style: str = "braces", require_reasoning: bool = True,
+                       min_report_chars: int = 200):
     """Fraction of structure checks passed.
 
     Checks: no malformed tool call anywhere; the episode ends with a final message; that message holds
@@ -224,24 +226,28 @@ def mcq_reward(completions, answer_index, choices=None, **_columns) -> list[floa
     """
     n = len(completions)
     scores = []
-    for completion, gold, options in zip(completions, per_row(answer_index, n), per_row(choices, n), strict=True):
+    for completion, gold, options in zip(completions, per_row(answer_index, n), per_row(choices, n),
+                                         strict=True):
         predicted = final_answer(completion)
         options = [str(o) for o in as_list(options)] or None
         gold = choice_index(gold)
-        scores.append(float(predicted is not None and gold is not None and parse_choice(predicted, options) == gold))
+        scores.append(float(predicted is not None and gold is not None
+                            and parse_choice(predicted, options) == gold))
     return scores
 
 
 ZH_MIX_SCOPES = ("reasoning", "reasoning+answer")  # what zh_mix_penalty reads; the first is the default
-TRAINER_STEP = "trainer_step"  # a reward-input column: the global step a logged completion was scored at (rescore)
+# a reward-input column: the global step a logged completion was scored at (rescore)
+TRAINER_STEP = "trainer_step"
 
 
 def zh_mix_text(completion, scope: str = "reasoning") -> str:
     """The model's own text that ``zh_mix_penalty`` reads in ``completion``.
 
-    ``reasoning``: every assistant turn's ``reasoning_content`` and ``<think>`` text, and the text of the turns
-    before the final answer (a turn that calls a tool thinks aloud; its ``<tool_call>`` blocks left out).
-    ``reasoning+answer`` adds the final answer message's text outside ``<think>`` (the one holding ``{{…}}``). Never
+    ``reasoning``: every assistant turn's ``reasoning_content`` and ``<think>`` text, and the text of the
+    turns before the final answer (a turn that calls a tool thinks aloud; its ``<tool_call>`` blocks left
+    out). ``reasoning+answer`` adds the final answer message's text outside ``<think>`` (the one holding
+    ``{{…}}``). Never
     read: tool results (文語体 law text from the search index), tool-call arguments, the prompt.
 
     >>> episode = [{"role": "assistant", "reasoning_content": "民法を検索する。", "content": "",
@@ -278,9 +284,9 @@ def check_zh_mix(start_step, scope) -> None:
 
 
 def _global_steps(trainer_state, logged, n: int) -> list[int | None]:
-    """Each completion's global step: TRL's ``trainer_state.global_step`` (training), else the ``trainer_step``
-    column (``train rescore`` passes the step each logged completion was scored at), else None (evaluation,
-    ``serve-env``, a bare call: no training step)."""
+    """Each completion's global step: TRL's ``trainer_state.global_step`` (training), else the
+    ``trainer_step`` column (``train rescore`` passes the step each logged completion was scored at), else
+    None (evaluation, ``serve-env``, a bare call: no training step)."""
     step = getattr(trainer_state, "global_step", None) if trainer_state is not None else None
     if isinstance(step, int) and not isinstance(step, bool):
         return [step] * n
@@ -289,12 +295,12 @@ def _global_steps(trainer_state, logged, n: int) -> list[int | None]:
 
 
 def make_zh_mix_penalty(start_step: int = 0, scope: str = "reasoning", metric: str | None = None):
-    """Reward −1.0 for a completion whose ``zh_mix_text`` (``scope``) has Chinese (``tansaku.envs.zh_detect``), else
-    0.0; 0.0 for every completion before global step ``start_step`` (the seed recipe added the penalty to its e-Gov
-    task once Chinese appeared). Without a step (evaluation, ``serve-env``) the penalty always applies. ``metric``
-    (e.g. ``zh_mix/egov_mcq``): also log, through TRL's ``log_metric``, ``<metric>/detected`` (the share of the
-    batch's completions with Chinese, before the start step too: the watch that tells when to start) and
-    ``<metric>/active`` (1.0 once the penalty applies).
+    """Reward −1.0 for a completion whose ``zh_mix_text`` (``scope``) has Chinese
+    (``tansaku.envs.zh_detect``), else 0.0; 0.0 for every completion before global step ``start_step`` (the
+    seed recipe added the penalty to its e-Gov task once Chinese appeared). Without a step (evaluation,
+    ``serve-env``) the penalty always applies. ``metric`` (e.g. ``zh_mix/egov_mcq``): also log, through TRL's
+    ``log_metric``, ``<metric>/detected`` (the share of the batch's completions with Chinese, before the start
+    step too: the watch that tells when to start) and ``<metric>/active`` (1.0 once the penalty applies).
 
     >>> from types import SimpleNamespace
     >>> penalty = make_zh_mix_penalty(start_step=100)
@@ -326,10 +332,10 @@ zh_mix_penalty = make_zh_mix_penalty()  # from step 0, on the reasoning: what a 
 
 @dataclass(frozen=True)
 class ZhMixSettings:
-    """A task's ``zh_mix_penalty`` settings (``tansaku.envs.tasks.Task`` inherits them): ``zh_mix_start_step`` (0.0
-    before that global step) and ``zh_mix_scope`` (``reasoning``, or ``reasoning+answer``: the final answer's text
-    too). Whether the penalty weighs at all is the task's ``reward_weights["zh_mix_penalty"]`` (docs/tasks.md: on for
-    ``egov_mcq`` from step 0, logged only elsewhere).
+    """A task's ``zh_mix_penalty`` settings (``tansaku.envs.tasks.Task`` inherits them): ``zh_mix_start_step``
+    (0.0 before that global step) and ``zh_mix_scope`` (``reasoning``, or ``reasoning+answer``: the final
+    answer's text too). Whether the penalty weighs at all is the task's ``reward_weights["zh_mix_penalty"]``
+    (docs/tasks.md: on for ``egov_mcq`` from step 0, logged only elsewhere).
 
     >>> ZhMixSettings().with_zh_mix(start_step=200)
     ZhMixSettings(zh_mix_start_step=200, zh_mix_scope='reasoning')
@@ -342,8 +348,9 @@ class ZhMixSettings:
         return make_zh_mix_penalty(self.zh_mix_start_step, self.zh_mix_scope, metric)
 
     def with_zh_mix(self, start_step: int | None = None, scope: str | None = None):
-        """The same task with the penalty from global step ``start_step`` reading ``scope``; None keeps its own. A bad
-        value is one ``InputError`` line (a recipe task's ``zh_mix_start_step`` / ``zh_mix_scope``)."""
+        """The same task with the penalty from global step ``start_step`` reading ``scope``; None keeps its
+        own. A bad value is one ``InputError`` line (a recipe task's ``zh_mix_start_step`` /
+        ``zh_mix_scope``)."""
         start_step = self.zh_mix_start_step if start_step is None else start_step
         scope = self.zh_mix_scope if scope is None else scope
         try:
@@ -357,17 +364,17 @@ tool_call_reward = make_tool_call_reward()
 format_reward = make_format_reward()
 
 
-# What TRL's GRPO trainer hands reward functions itself next to the dataset's columns: a column of one of these
-# names collides with it (TypeError) or is silently overwritten, in training as here.
-TRL_REWARD_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
-                        "environments")
+# What TRL's GRPO trainer hands reward functions itself next to the dataset's columns: a column of one of
+# these names collides with it (TypeError) or is silently overwritten, in training as here.
+TRL_REWARD_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra",
+                        "log_metric", "environments")
 
 
 def reward_columns(rows: list[dict], logged: bool = False) -> dict[str, list]:
-    """The fields of ``rows`` as the keyword columns reward functions take (one list per field, ``None`` where a
-    row lacks it), as TRL passes them. A field named like one of TRL's own arguments (or ``trainer_step``, the
-    step ``train rescore`` passes) is ``InputError``; ``logged``: the rows are ``train rl``'s logged reward
-    inputs, whose ``trainer_step`` is that step.
+    """The fields of ``rows`` as the keyword columns reward functions take (one list per field, ``None`` where
+    a row lacks it), as TRL passes them. A field named like one of TRL's own arguments (or ``trainer_step``,
+    the step ``train rescore`` passes) is ``InputError``; ``logged``: the rows are ``train rl``'s logged
+    reward inputs, whose ``trainer_step`` is that step.
 
     >>> reward_columns([{"answer": "a"}, {"answer": "b", "id": 1}]) == {"answer": ["a", "b"], "id": [None, 1]}
     True

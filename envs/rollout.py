@@ -1,26 +1,28 @@
 """Standalone multi-turn rollout runner (solvability checks, teacher rollouts, evaluation).
 
 generate → parse → execute tools → append the tool messages → generate again, until the model answers
-without a tool call, writes a malformed one, hits ``max_turns``, or a generation is cut by ``max_tokens``. For a
-local backend all active episodes of a turn go to the client in one ``client.chat`` call, which it batches; for a
-client with server slots (HTTP) each episode runs on its own thread, its next turn sent as soon as its own answer
-is back (the same requests, so the same trajectories). Trajectories are HF chat messages: assistant turns carry ``reasoning_content`` (every step's, not
-just the last) and ``tool_calls`` with dict arguments, tool results are ``{"role": "tool", …}`` — the same
-shape TRL hands to reward functions, so ``tansaku.envs.rewards`` scores both alike.
+without a tool call, writes a malformed one, hits ``max_turns``, or a generation is cut by ``max_tokens``. For
+a local backend all active episodes of a turn go to the client in one ``client.chat`` call, which it batches;
+for a client with server slots (HTTP) each episode runs on its own thread, its next turn sent as soon as its
+own answer is back (the same requests, so the same trajectories). Trajectories are HF chat messages: assistant
+turns carry ``reasoning_content`` (every step's, not just the last) and ``tool_calls`` with dict arguments,
+tool results are ``{"role": "tool", …}`` — the same shape TRL hands to reward functions, so
+``tansaku.envs.rewards`` scores both alike.
 
 Tools come from an environment factory (``tansaku.envs.environments.make_environment_factory``), one fresh
 ``SearchEnvironment`` per episode, ``reset(**row)`` as in TRL: each episode's request carries the schemas of
 its own description variant and tool interface (drawn at reset; ``Trajectory.tool_variant`` /
 ``tool_interface`` record them, ``Trajectory.tools`` keeps the schemas; a system prompt names the interface's
-tools: ``environments.episode_prompt``). A tool call runs through ``environments.call_tool``, exactly TRL's tool loop: a tool
-that raises gives ``{'error': '<message>'}`` as the tool content and counts in ``tool_errors``.
+tools: ``environments.episode_prompt``). A tool call runs through ``environments.call_tool``, exactly TRL's
+tool loop: a tool that raises gives ``{'error': '<message>'}`` as the tool content and counts in
+``tool_errors``.
 
 Model output is read by ``tansaku.core.parsing`` exactly as TRL's GRPO loop reads it (transformers'
 ``parse_response``): strictly, never repaired. A turn with a malformed tool call is plain text there — TRL
 runs none of its calls and the episode ends — so here too: it ends the episode (``stop_reason``
 ``parse_error``), is counted in ``parse_failures`` and keeps its raw ``<tool_call>`` blocks in the assistant
-content, where ``tansaku.envs.rewards.format_reward`` counts them. Eval therefore measures the loop GSPO trains.
-Requests carry the messages in the wire form (``to_wire``: arguments as JSON text).
+content, where ``tansaku.envs.rewards.format_reward`` counts them. Eval therefore measures the loop GSPO
+trains. Requests carry the messages in the wire form (``to_wire``: arguments as JSON text).
 
     from tansaku.envs.rollout import run_rollouts
     trajectories = run_rollouts(client, TASKS["multihop_qa"], rows, make_environment_factory(task, idx), k=4)
@@ -70,7 +72,8 @@ class Trajectory:
     tools: list[dict] = field(default_factory=list, repr=False)  # those tool schemas (not in to_record)
 
     def add_generation(self, tokens: int | None, entropy: float | None) -> None:
-        """Count one turn's generated tokens into ``generated_tokens`` and its entropy into the running mean."""
+        """Count one turn's generated tokens into ``generated_tokens`` and its entropy into the running
+        mean."""
         if not tokens:
             return
         if entropy is not None:
@@ -102,7 +105,8 @@ def _environment_for_episode(environment_factory):
 
 
 def _parse_result(result) -> tuple[str | None, str, list[ToolCall], list[ParseError]]:
-    """``(reasoning, content, calls to run, parse errors)`` of one generation, read by ``tansaku.core.parsing``.
+    """``(reasoning, content, calls to run, parse errors)`` of one generation, read by
+    ``tansaku.core.parsing``.
 
     The raw text is parsed strictly; calls a server already parsed (``server_tool_calls``, wire form) are
     validated by the same ``coerce_tool_call``. A turn with any malformed call is plain text, as in TRL's
@@ -114,15 +118,18 @@ def _parse_result(result) -> tuple[str | None, str, list[ToolCall], list[ParseEr
     malformed = [ParseError("not_text", f"the response's {name} is {type(value).__name__}, not text", "")
                  for name, value in (("content", result.content), ("reasoning", result.server_reasoning))
                  if value is not None and not isinstance(value, str)]
-    reasoning, rest = split_think(strip_end_markers(result.content if isinstance(result.content, str) else ""))
+    reasoning, rest = split_think(strip_end_markers(result.content if isinstance(result.content, str)
+                                                    else ""))
     reasoning = (result.server_reasoning if isinstance(result.server_reasoning, str) else None) or reasoning
     content, calls, errors = parse_tool_calls(rest)
     errors = malformed + errors
     server_calls = result.server_tool_calls
     server_blocks = []
-    for raw_call in server_calls if isinstance(server_calls, list) else [server_calls] if server_calls else []:
+    for raw_call in (server_calls if isinstance(server_calls, list) else [server_calls] if server_calls
+                     else []):
         # Shown as JSON text in the content when malformed; json.dumps would recurse into a hostile nesting.
-        shown = "" if jsontext.depth_exceeds(raw_call, jsontext.MAX_DEPTH) else jsontext.dumps(raw_call, default=str)
+        shown = ("" if jsontext.depth_exceeds(raw_call, jsontext.MAX_DEPTH)
+                 else jsontext.dumps(raw_call, default=str))
         parsed = coerce_tool_call(raw_call, raw=shown)
         if isinstance(parsed, ToolCall):
             calls.append(parsed)
@@ -131,7 +138,8 @@ def _parse_result(result) -> tuple[str | None, str, list[ToolCall], list[ParseEr
             errors.append(parsed)
             server_blocks.append(parsed.raw)
     if errors:
-        return reasoning, "\n".join([rest, *(f"<tool_call>{b}</tool_call>" for b in server_blocks)]).strip(), [], errors
+        return (reasoning, "\n".join([rest, *(f"<tool_call>{b}</tool_call>" for b in server_blocks)]).strip(),
+                [], errors)
     return reasoning, content, calls, errors
 
 
@@ -152,7 +160,8 @@ def _take_turn(episode: Trajectory, functions: dict, turn: int, result) -> None:
     if reasoning:
         message["reasoning_content"] = reasoning
     if calls:
-        message["tool_calls"] = [{"id": f"call_{turn}_{j}", **c.as_message_call()} for j, c in enumerate(calls)]
+        message["tool_calls"] = [{"id": f"call_{turn}_{j}", **c.as_message_call()} for j,
+                                 c in enumerate(calls)]
     episode.completion.append(message)
     episode.add_generation(result.tokens, result.entropy)
     episode.turns += 1
@@ -179,7 +188,8 @@ def _run_turns_batched(client, episodes, functions, request, max_turns: int, adv
         advance(sum(1 for i in active if episodes[i].stop_reason != "running"))
 
 
-def _run_episodes_concurrently(client, episodes, functions, request, max_turns: int, slots: int, advance) -> None:
+def _run_episodes_concurrently(client, episodes, functions, request, max_turns: int, slots: int,
+                               advance) -> None:
     """Each episode on its own thread, turn after turn, for a client with server slots (HTTP): an episode's
     next turn goes out as soon as its own answer is back, not when the slowest of the others is. The requests,
     and so the trajectories, are those of the batched loop."""
@@ -195,12 +205,14 @@ def _run_episodes_concurrently(client, episodes, functions, request, max_turns: 
         with lock:
             advance(1)
 
-    with ThreadPoolExecutor(max_workers=min(slots, len(episodes)), thread_name_prefix="tansaku-episode") as pool:
+    with ThreadPoolExecutor(max_workers=min(slots, len(episodes)),
+                            thread_name_prefix="tansaku-episode") as pool:
         for future in [pool.submit(run, i) for i in range(len(episodes))]:
             future.result()  # a bug in a tool or a backend is raised here, with its traceback
 
 
-def run_rollouts(client, task, rows: list[dict], environment_factory, k: int = 1, max_turns: int | None = None,
+def run_rollouts(client, task, rows: list[dict], environment_factory, k: int = 1,
+                 max_turns: int | None = None,
                  max_tokens: int = 1024, temperature: float = 0.7, top_p: float = 1.0, seed: int = 0,
                  judge=None, score: bool = True, quiet: bool = False) -> list[Trajectory]:
     """Run ``k`` episodes per row; return trajectories ordered by (row, sample).
@@ -220,7 +232,8 @@ def run_rollouts(client, task, rows: list[dict], environment_factory, k: int = 1
             environment = _environment_for_episode(environment_factory)
             prompt = task.build_prompt(row)
             # As TRL does: the row with its prompt (the environment refuses a row without one).
-            observation = environment.reset(**{**row, "prompt": prompt})  # draws this episode's variant and interface
+            # draws this episode's variant and interface
+            observation = environment.reset(**{**row, "prompt": prompt})
             prompt = episode_prompt(environment, prompt)  # the system prompt names this interface's tools
             if observation:  # TRL appends reset()'s text to the last prompt message; do the same
                 prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + observation}
@@ -233,7 +246,8 @@ def run_rollouts(client, task, rows: list[dict], environment_factory, k: int = 1
     def request(episode: Trajectory, turn: int) -> ChatRequest:
         # One seed per turn (not per episode): the transformers backend batches only requests sharing a seed.
         return ChatRequest(messages=to_wire(episode.messages), max_tokens=max_tokens, temperature=temperature,
-                           top_p=top_p, seed=seed + turn, tools=episode.tools, sample_index=episode.sample_index)
+                           top_p=top_p, seed=seed + turn, tools=episode.tools,
+                           sample_index=episode.sample_index)
 
     with progress_bar(f"{task.name} rollouts", total=len(episodes), quiet=quiet) as advance:
         slots = getattr(client, "slots", None)

@@ -1,11 +1,12 @@
 """Search-health signals: whether a policy still searches, and whether it answers from what it read.
 
-Reward lags collapse: a GRPO policy that settles on one or two searches, repeats its own query, or answers from
-memory can keep its reward for a while. These signals show that directly, per episode (``episode_health``) and
-over a batch (``health_summary``): searches per episode as a distribution (mean, median, p90, max, the share of
-episodes with 0 / 1 / 2+ searches, and the counts), the distinct-query ratio and repeated queries, an opened
-document before the answer, evidence grounding (the final answer, normalized as the answer reward normalizes it,
-appears in a tool result the episode received), and answers given without any search.
+Reward lags collapse: a GRPO policy that settles on one or two searches, repeats its own query, or answers
+from memory can keep its reward for a while. These signals show that directly, per episode
+(``episode_health``) and
+over a batch (``health_summary``): searches per episode as a distribution (mean, median, p90, max, the share
+of episodes with 0 / 1 / 2+ searches, and the counts), the distinct-query ratio and repeated queries, an
+opened document before the answer, evidence grounding (the final answer, normalized as the answer reward
+normalizes it, appears in a tool result the episode received), and answers given without any search.
 
 ``train eval`` puts ``health_summary`` in its report (``search_health``); ``train rl`` logs ``step_metrics``
 each step as ``search_health/<name>`` (``tansaku.trainer.rl_rewards``), drawn beside the reward curves
@@ -56,7 +57,8 @@ class EpisodeHealth:
 
 
 def _query_text(arguments) -> str:
-    """A search call's query as one normalized string: ``query`` (search) or the joined ``keywords`` (find)."""
+    """A search call's query as one normalized string: ``query`` (search) or the joined ``keywords``
+    (find)."""
     if not isinstance(arguments, dict):
         return normalize_answer(str(arguments))
     value = arguments.get("query", arguments.get("keywords", ""))
@@ -87,7 +89,8 @@ def episode_health(completion) -> EpisodeHealth:
     """The search-health record of one completion (TRL's messages or a string).
 
     >>> h = episode_health([
-    ...     {"role": "assistant", "content": "", "tool_calls": [{"name": "search", "arguments": {"query": "港"}}]},
+    ...     {"role": "assistant", "content": "",
+    ...      "tool_calls": [{"name": "search", "arguments": {"query": "港"}}]},
     ...     {"role": "tool", "content": "1. [d1] 白砂港 — 白砂市の港"},
     ...     {"role": "assistant", "content": "{{白砂港}}"}])
     >>> h.searches, h.opened_before_answer, h.answer, h.grounded
@@ -130,7 +133,8 @@ def _share(flags: list[bool]) -> float | None:
 
 
 def _distribution(counts: list[int]) -> dict:
-    """Mean, median, p90, max and the shares of 0 / 1 / 2+ of per-episode counts, with the counts themselves."""
+    """Mean, median, p90, max and the shares of 0 / 1 / 2+ of per-episode counts, with the counts
+    themselves."""
     if not counts:
         return {"mean": None, "median": None, "p90": None, "max": None, "share_0": None, "share_1": None,
                 "share_2_plus": None, "counts": {}}
@@ -168,7 +172,8 @@ def health_summary(completions) -> dict:
 
 
 # The per-step scalars train rl logs (``search_health/<name>``), in the order the curves draw them.
-STEP_METRICS = ("searches_mean", "searches_p90", "searches_share_0", "searches_share_1", "distinct_query_ratio",
+STEP_METRICS = ("searches_mean", "searches_p90", "searches_share_0", "searches_share_1",
+                "distinct_query_ratio",
                 "repeated_queries_per_episode", "open_before_answer_share", "grounded_answer_share",
                 "answered_without_search_share")
 

@@ -39,25 +39,27 @@ _OTHER_NAMES = re.compile(r"(?<![A-Za-z0-9_])(search|open_doc)(?![A-Za-z0-9_])")
 FIND_SUMMARIES = [
     "Search the document collection for a list of keywords and return the best-matching passages with their "
     "doc_id, title and a snippet (matches in 【】). The keywords are searched together as plain text.",
-    "キーワードのリストで文書コレクションを検索し、doc_id・タイトル・スニペット（一致箇所は【】）を関連度順に返す。"
-    "キーワードはまとめて一つの自然文として検索される。",
+    "キーワードのリストで文書コレクションを検索し、doc_id・タイトル・スニペット（一致箇所は【】）"
+    "を関連度順に返す。キーワードはまとめて一つの自然文として検索される。",
     "Find passages in the corpus that match the given keywords; add a distinguishing word to pin down a "
     "document hidden among similar ones. Returns ranked hits with doc_id, title and snippet.",
     "検索ツール。キーワードの配列で文書を探し、上位の文書の doc_id、タイトル、一致箇所を含む短い抜粋を返す。"
     "似た文書と紛れるときは区別できる語を加える。",
 ]
 FIND_ARGS = [
-    ("Keywords to search for, as a list of strings.", "How many hits to return (default {top_k}, at most {max_k})."),
+    ("Keywords to search for, as a list of strings.",
+     "How many hits to return (default {top_k}, at most {max_k})."),
     ("検索するキーワードのリスト（文字列の配列）。", "返す件数。省略時は {top_k} 件、最大 {max_k} 件。"),
-    ("What to search for: one string per keyword.", "Number of results wanted ({top_k} if omitted, {max_k} at most)."),
+    ("What to search for: one string per keyword.",
+     "Number of results wanted ({top_k} if omitted, {max_k} at most)."),
     ("キーワード（文字列）の配列。", "取得する件数（既定 {top_k}、上限 {max_k}）。"),
 ]
 READ_SUMMARIES = [
-    "Read a document by its doc_id, one page at a time; page 0 is the beginning. The reply ends with the next "
-    "page to read, or says the document ended.",
+    "Read a document by its doc_id, one page at a time; page 0 is the beginning. The reply ends with the "
+    "next page to read, or says the document ended.",
     "doc_id で文書本文を開き、指定したページを返す（0 が先頭）。続きがある場合は次のページ番号が示される。",
-    "Open the full text of a search hit. Long documents come in numbered pages; call again with the page given "
-    "at the end of the reply to keep reading.",
+    "Open the full text of a search hit. Long documents come in numbered pages; call again with the page "
+    "given at the end of the reply to keep reading.",
     "検索結果の文書を読む。長い文書はページ単位で返るので、末尾に示されたページ番号で続きを読む。",
 ]
 READ_ARGS = [
@@ -69,7 +71,8 @@ READ_ARGS = [
 FIND_READ_RETURNS = {"find": "Ranked hits with doc_id, title and snippet.",
                      "read": "A page of the document and the next page number."}
 FIND_READ_SHORT = {
-    "find": ("Search the wiki.", {"keywords": "Words to search for.", "top_k": "Hits ({top_k} if omitted)."}, "Hits."),
+    "find": ("Search the wiki.", {"keywords": "Words to search for.", "top_k": "Hits ({top_k} if omitted)."},
+             "Hits."),
     "read": ("Read a document.", {"doc_id": "doc_id of a hit.", "page": "Page number (0 = first)."}, "Text."),
 }
 

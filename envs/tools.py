@@ -11,7 +11,8 @@ holds its parts, none of them a tool itself:
   docstrings, from which TRL / transformers build the JSON schema the model sees.
 * Interface variants (``tansaku.envs.tool_interfaces``): the tools' names and argument shapes, drawn per
   episode when ``interface_variants`` > 1; ``tool_docstrings(variant, config, interface)`` covers each.
-  ``keyword_search_text`` / ``numbered_page_text`` are interface 1's ``find`` / ``read`` over the same replies.
+  ``keyword_search_text`` / ``numbered_page_text`` are interface 1's ``find`` / ``read`` over the same
+  replies.
 * ``search_text`` / ``page_text`` — the replies. A call the model got wrong (bad query, size or offset,
   unknown doc id) or that could not run raises ``ToolError`` whose message the model reads: TRL's tool loop
   shows it as ``{'error': '<message>'}`` and counts it in ``tools/failure_frequency``.
@@ -61,11 +62,14 @@ SEARCH_SUMMARIES = [
 ]
 # {top_k}/{max_k}: the schema carries no default values, so the size description states them.
 SEARCH_ARGS = [
-    ("Plain-text keywords or a JSON OpenSearch query.", "How many hits to return (default {top_k}, at most {max_k})."),
+    ("Plain-text keywords or a JSON OpenSearch query.",
+     "How many hits to return (default {top_k}, at most {max_k})."),
     ("検索語（自然文）または JSON 形式のクエリ。", "返す件数。省略時は {top_k} 件、最大 {max_k} 件。"),
-    ("What to search for: words, or a JSON query DSL object.", "Number of results wanted ({top_k} if omitted, "
+    ("What to search for: words, or a JSON query DSL object.",
+     "Number of results wanted ({top_k} if omitted, "
      "{max_k} at most)."),
-    ("キーワード、または OpenSearch クエリ DSL の JSON 文字列。", "取得する件数（既定 {top_k}、上限 {max_k}）。"),
+    ("キーワード、または OpenSearch クエリ DSL の JSON 文字列。",
+     "取得する件数（既定 {top_k}、上限 {max_k}）。"),
 ]
 OPEN_SUMMARIES = [
     "Read a document by its doc_id, one page of characters at a time, starting at offset. "
@@ -86,13 +90,15 @@ RETURNS = {"search": "Ranked hits with doc_id, title and snippet.",
 N_VARIANTS = len(SEARCH_SUMMARIES)
 # ``ToolsConfig(short_descriptions=True)``: one terse phrasing (~170 schema tokens instead of 460–630 with
 # the tiny model's tokenizer), for models whose whole episode must fit a few hundred tokens.
-SHORT = {"search": ("Search the wiki.", {"query": "Words to search for.", "size": "Hits ({top_k} if omitted)."},
-                    "Hits."),
-         "open_doc": ("Read a document.", {"doc_id": "doc_id of a hit.", "offset": "Start character."}, "Text.")}
+SHORT = {"search": ("Search the wiki.",
+                    {"query": "Words to search for.", "size": "Hits ({top_k} if omitted)."}, "Hits."),
+         "open_doc": ("Read a document.", {"doc_id": "doc_id of a hit.", "offset": "Start character."},
+                      "Text.")}
 
 
 class ToolError(Exception):
-    """A tool call that failed; ``str(error)`` is the message the model reads (TRL: ``{'error': message}``)."""
+    """A tool call that failed; ``str(error)`` is the message the model reads (TRL:
+    ``{'error': message}``)."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,8 @@ class ToolsConfig:
     truncation: str = "cut"     # cut: trim the last hit to the budget; drop: leave out hits that do not fit
     description_variant: int | None = None  # fix a phrasing; None draws one per episode
     short_descriptions: bool = False  # SHORT's terse phrasing instead of the variant's (small models)
-    interface_variants: int = 1  # tool interfaces drawn from per episode (tool_interfaces.py); 1: interface 0 only
+    # tool interfaces drawn from per episode (tool_interfaces.py); 1: interface 0 only
+    interface_variants: int = 1
     interface_variant: int | None = None  # fix an interface; None draws one of the first interface_variants
 
     def __post_init__(self):
@@ -129,13 +136,15 @@ def draw_variant(key: str, seed: int = 0) -> int:
 
 
 def _doc(summary: str, args: dict[str, str], returns: str) -> str:
-    lines = [summary, "", "Args:"] + [f"    {k}: {v}" for k, v in args.items()] + ["", "Returns:", f"    {returns}"]
+    lines = ([summary, "", "Args:"] + [f"    {k}: {v}" for k, v in args.items()]
+             + ["", "Returns:", f"    {returns}"])
     return "\n".join(lines)
 
 
 # Per interface: (summaries, argument phrasings, argument names) of its search tool, then of its reading tool.
-_PHRASINGS = (((SEARCH_SUMMARIES, SEARCH_ARGS, ("query", "size")), (OPEN_SUMMARIES, OPEN_ARGS, ("doc_id", "offset"))),
-              ((FIND_SUMMARIES, FIND_ARGS, ("keywords", "top_k")), (READ_SUMMARIES, READ_ARGS, ("doc_id", "page"))))
+_PHRASINGS = (
+    ((SEARCH_SUMMARIES, SEARCH_ARGS, ("query", "size")), (OPEN_SUMMARIES, OPEN_ARGS, ("doc_id", "offset"))),
+    ((FIND_SUMMARIES, FIND_ARGS, ("keywords", "top_k")), (READ_SUMMARIES, READ_ARGS, ("doc_id", "page"))))
 
 
 def tool_docstrings(variant: int, config: ToolsConfig, interface: int = 0) -> dict[str, str]:
@@ -189,14 +198,16 @@ def search_text(backend, config: ToolsConfig, query, size=None, size_name: str =
             if config.truncation == "cut" and left > 40:
                 parts.append(entry[: left - 12] + "…(truncated)")
             else:
-                parts.append(f"({len(result.hits) - i + 1} more hits not shown; lower size or narrow the query)")
+                parts.append(f"({len(result.hits) - i + 1} more hits not shown; lower size or narrow the "
+                             f"query)")
             break
         parts.append(entry)
     return "\n\n".join(parts)
 
 
 def keyword_search_text(backend, config: ToolsConfig, keywords, top_k=None) -> str:
-    """Interface 1's ``find``: the keywords joined by spaces, searched as plain text (``search_text``'s reply).
+    """Interface 1's ``find``: the keywords joined by spaces, searched as plain text (``search_text``'s
+    reply).
 
     A keyword list that would read as JSON (``["{…"]``) goes to the backend as the ``multi_match`` clause a
     plain-text query becomes, so keywords are never a query DSL."""
@@ -251,14 +262,16 @@ def page_text(backend, config: ToolsConfig, doc_id, offset=0) -> str:
 
 
 def page_size(config: ToolsConfig, doc: dict) -> int:
-    """Characters per numbered page of ``doc`` (interface 1's ``read``): ``page_text``'s room at the document's
-    last offset, the longest header, so one size serves every page and each fits ``chars_per_call``. That is
-    ``page_chars`` unless the doc_id and title are long: page p starts at offset p × this."""
+    """Characters per numbered page of ``doc`` (interface 1's ``read``): ``page_text``'s room at the
+    document's last offset, the longest header, so one size serves every page and each fits
+    ``chars_per_call``. That is ``page_chars`` unless the doc_id and title are long: page p starts at offset p
+    × this."""
     return _room(config, _header(doc, len(doc["text"])))
 
 
 def numbered_page_text(backend, config: ToolsConfig, doc_id, page=0) -> str:
-    """Interface 1's ``read``: page ``page`` (from 0) of a document, ``page_text``'s reply naming the next page."""
+    """Interface 1's ``read``: page ``page`` (from 0) of a document, ``page_text``'s reply naming the next
+    page."""
     number = 0 if page is None or page == "" else _as_int(page, "page")
     if number < 0:
         raise ToolError("page must be 0 or more.")

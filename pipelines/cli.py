@@ -41,33 +41,46 @@ build_app = typer.Typer(help="Build a versioned dataset (parquet + manifest + da
 import_app = typer.Typer(help="Import public datasets into the store.", no_args_is_help=True)
 
 def shard_form(text: str) -> None:
-    """``--shard``'s value has the form I/N (``tansaku.core.shards.parse_shard``, imported when it is given)."""
+    """``--shard``'s value has the form I/N (``tansaku.core.shards.parse_shard``, imported when it is
+    given)."""
     from tansaku.core.shards import parse_shard
 
     parse_shard(text)
 
 
-Out = Annotated[Path, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Dataset folder to write (rerun with the same folder to resume).")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress: no bars on a terminal, no log lines off it "
-                                                           "(every TANSAKU_LOG_EVERY s, default 10).")]
-Seed = Annotated[int, option("--seed", parser=NumberType("--seed", min=0), help="Seed for every random draw in the build.")]
+Out = Annotated[Path, option("--out", parser=PathType("--out", OUTPUT_FOLDER),
+                             help="Dataset folder to write (rerun with the same folder to resume).")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress: no bars on a terminal, no log lines "
+                                                           "off it (every TANSAKU_LOG_EVERY s, default 10).")]
+Seed = Annotated[int, option("--seed", parser=NumberType("--seed", min=0),
+                             help="Seed for every random draw in the build.")]
 LLM = Annotated[str | None, option("--llm", parser=SpecType("--llm"), help=f"LLM spec: {engine_help()}")]
-Shard = Annotated[str | None, option("--shard", parser=TextType("--shard", grammar=shard_form), help="Build shard I of N (I/N): its part of the build's first record-local stages, into its own --out; merge with --from-shards.")]
-IndexTarget = Annotated[str, option("--index", parser=IndexType("--index"), help="Index folder, opensearch:NAME or https://host:9200/NAME.")]
+Shard = Annotated[str | None,
+                  option("--shard", parser=TextType("--shard", grammar=shard_form),
+                         help="Build shard I of N (I/N): its part of the build's first record-local stages, "
+                              "into its own --out; merge with --from-shards.")]
+IndexTarget = Annotated[str, option("--index", parser=IndexType("--index"),
+                                    help="Index folder, opensearch:NAME or https://host:9200/NAME.")]
 Json = Annotated[bool, typer.Option("--json", help="Also print the manifest as JSON on stdout.")]
 Executor = Annotated[str | None, option(
     "--executor", parser=TextType("--executor", choices=("dask",)),
     help="Run the build's shards as tasks on a running Dask distributed cluster (--scheduler), retrying lost "
          "ones, then merge them here as --from-shards does (shards in OUT.shards).")]
 Scheduler = Annotated[str | None, option("--scheduler", parser=TextType("--scheduler"),
-                                         help="The Dask scheduler's address for --executor dask (tcp://host:8786).")]
+                                         help="The Dask scheduler's address for --executor dask "
+                                              "(tcp://host:8786).")]
 Shards = Annotated[int | None, option(
     "--shards", parser=NumberType("--shards", min=1),
-    help="Shards for --executor (default: the cluster's worker count; the dataset is the same for any count).")]
+    help="Shards for --executor (default: the cluster's worker count; the dataset is the same for any "
+         "count).")]
 ShardRetries = Annotated[int, option(
     "--shard-retries", parser=NumberType("--shard-retries", min=0),
-    help="Submissions of a lost shard (its worker died) after the first, for --executor; each resumes the shard.")]
-FromShards = Annotated[list[Path] | None, option("--from-shards", parser=PathType("--from-shards", INPUT_FOLDER, guarded=False), help="Finished shards (0 … N-1) of this same build, merged and finished here: the folder holding them, or each shard folder (repeat the option).")]
+    help="Submissions of a lost shard (its worker died) after the first, for --executor; each resumes the "
+         "shard.")]
+FromShards = Annotated[list[Path] | None,
+                       option("--from-shards", parser=PathType("--from-shards", INPUT_FOLDER, guarded=False),
+                              help="Finished shards (0 … N-1) of this same build, merged and finished here: "
+                                   "the folder holding them, or each shard folder (repeat the option).")]
 
 
 def _context_parameters(llm: bool, shardable: bool) -> list[inspect.Parameter]:
@@ -99,8 +112,8 @@ def _refuse_missing_engines(config, context) -> None:
             require_vllm(value.partition(":")[2], context.llm.engine)
 
 
-def build_command(app: typer.Typer, name: str, config_class: type, builder: str, *, summary: str, example: str,
-                  llm: bool = False, shardable: bool = False) -> None:
+def build_command(app: typer.Typer, name: str, config_class: type, builder: str, *, summary: str,
+                  example: str, llm: bool = False, shardable: bool = False) -> None:
     """``synth build NAME``: ``config_class``'s fields as options (``tansaku.core.build_config``), then the
     context options; runs ``builder`` (``module:function``, imported when the command runs so that
     ``synth --help`` stays fast) as ``builder(config, out, context)`` and prints the funnel."""
@@ -123,7 +136,8 @@ def build_command(app: typer.Typer, name: str, config_class: type, builder: str,
         _print_manifest(manifest, out, as_json=as_json, quiet=quiet)
 
     doc = f"{summary}\n\nExample:\n\n  {example}"
-    app.command(name)(friendly(command_from_config(config_class, run, _context_parameters(llm, shardable), doc)))
+    app.command(name)(friendly(command_from_config(config_class, run, _context_parameters(llm, shardable),
+                                                   doc)))
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,13 @@
-"""A canned environment server speaking serve-env's routes, with faults on request, for remote-environment tests.
+"""A canned environment server speaking serve-env's routes, with faults on request, for remote-environment
+tests.
 
 ``/seed_session`` answers a fresh ``episode_id`` (interface 0, variant 0); a tool call (``/search``,
-``/open_doc``) answers ``{"output": "canned: <query>", "failed": false}`` unless its query (or doc_id) asks for a
-fault: ``sleep=S`` waits S seconds first (client timeouts), ``status=N`` answers HTTP N with a JSON error (4xx,
-5xx), ``toolerror`` answers a tool's own failure (``failed: true``), ``die`` closes the connection without an
-answer (a server that died mid-episode). ``/verify`` answers ``reward`` 0.5. Standard library only (it stands in
-for a server on another machine).
+``/open_doc``) answers ``{"output": "canned: <query>", "failed": false}`` unless its query (or doc_id) asks
+for a
+fault: ``sleep=S`` waits S seconds first (client timeouts), ``status=N`` answers HTTP N with a JSON error
+(4xx, 5xx), ``toolerror`` answers a tool's own failure (``failed: true``), ``die`` closes the connection
+without an answer (a server that died mid-episode). ``/verify`` answers ``reward`` 0.5. Standard library only
+(it stands in for a server on another machine).
 
     with CannedEnvServer() as url: RemoteEnvironmentFactory(url)().search("status=503")
 """
@@ -19,7 +21,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-_FAULT = re.compile(r"(sleep=(?P<sleep>[0-9.]+)|status=(?P<status>[0-9]{3})|(?P<toolerror>toolerror)|(?P<die>die))")
+_FAULT = re.compile(r"(sleep=(?P<sleep>[0-9.]+)|status=(?P<status>[0-9]{3})|(?P<toolerror>toolerror)|"
+                    r"(?P<die>die))")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -42,7 +45,8 @@ class _Handler(BaseHTTPRequestHandler):
         route = self.path.strip("/")
         self.server.requests.append((route, body, self.headers.get("X-Episode-Id")))
         if route == "seed_session":
-            return self._answer(200, {"episode_id": f"ep{next(self.ids)}", "tool_variant": 0, "tool_interface": 0})
+            return self._answer(200,
+                                {"episode_id": f"ep{next(self.ids)}", "tool_variant": 0, "tool_interface": 0})
         if route == "verify":
             return self._answer(200, {"reward": 0.5, "reward_components": {"answer_reward": 1.0}})
         text = str(body.get("query", body.get("doc_id", "")))
@@ -61,7 +65,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class CannedEnvServer:
-    """The canned server in a daemon thread on a free port; ``requests``: (route, body, episode id) received."""
+    """The canned server in a daemon thread on a free port; ``requests``: (route, body, episode id)
+    received."""
 
     def __init__(self):
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)

@@ -5,7 +5,8 @@ repeats itself or drifts out of Japanese, and tool use fades. Per step, from the
 reads what the reward does not show:
 
 - ``reasoning_chars``: characters of reasoning per episode (``<think>`` or ``reasoning_content``);
-- ``repetition``: the share of repeated 8-character shingles in an episode's reasoning (0 = none, → 1 = a loop);
+- ``repetition``: the share of repeated 8-character shingles in an episode's reasoning (0 = none, → 1 = a
+  loop);
 - ``non_japanese_share``: the share of episodes whose reasoning is not Japanese (Chinese mixed in, or more
   Latin letters than kana and kanji);
 - ``tool_calls``: tool calls per episode.
@@ -83,7 +84,8 @@ def collapse_series(rows: list[dict], total: Callable[[dict], float]) -> list[di
     return series
 
 
-def collapse_warnings(series: list[dict], window: int = 3, max_drop: float = 0.5, max_rise: float = 0.2) -> list[str]:
+def collapse_warnings(series: list[dict], window: int = 3, max_drop: float = 0.5,
+                      max_rise: float = 0.2) -> list[str]:
     """Signals that collapsed between the first and the last ``window`` steps while the reward rose."""
     if len(series) < 2 * window:
         return []
@@ -97,7 +99,8 @@ def collapse_warnings(series: list[dict], window: int = 3, max_drop: float = 0.5
         before, after = avg(first, key), avg(last, key)
         if before > 0 and after <= before * (1 - max_drop):
             found.append(f"{what} collapsed {before:.1f} → {after:.1f} {reward}")
-    for key, what in (("repetition", "reasoning repetition"), ("non_japanese_share", "non-Japanese reasoning")):
+    for key, what in (("repetition", "reasoning repetition"),
+                      ("non_japanese_share", "non-Japanese reasoning")):
         before, after = avg(first, key), avg(last, key)
         if after - before >= max_rise:
             found.append(f"{what} rose {before:.2f} → {after:.2f} {reward}")
@@ -105,12 +108,13 @@ def collapse_warnings(series: list[dict], window: int = 3, max_drop: float = 0.5
 
 
 def collapse_onsets(points: list[tuple[int, float]], lookback: int = 5, drop: float = 0.5) -> list[int]:
-    """The steps where a signal collapses, from its ``(step, value)`` points in step order (None values skipped).
+    """The steps where a signal collapses, from its ``(step, value)`` points in step order (None values
+    skipped).
 
     A signal is *collapsed at step s* when the peak of the ``lookback`` values logged before s is positive
     and its value at s is at most ``(1 - drop)`` × that peak (``drop=0.5``: half of its recent peak or less).
-    A *collapse onset* is a collapsed step whose previous logged step was not collapsed, so a signal that stays
-    down counts once, and one that recovers and falls again counts twice. A peak ≤ 0 is never a collapse
+    A *collapse onset* is a collapsed step whose previous logged step was not collapsed, so a signal that
+    stays down counts once, and one that recovers and falls again counts twice. A peak ≤ 0 is never a collapse
     (the signals watched are positive while healthy). Nothing is smoothed: with few prompts per step, a noisy
     reward can cross the threshold by chance; raise ``drop`` or ``lookback`` for such runs.
 

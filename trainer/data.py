@@ -15,9 +15,9 @@ struct and fill the gaps with nulls). Message keys other than role, content, rea
 tool_calls, name and tool_call_id are dropped.
 
 Mixing (``mix_datasets``, with ``datasets.interleave_datasets``): each source gets
-``round(mix_size × ratio / Σratio)`` rows (at least 1), drawn from a seeded permutation of its rows and cycling
-through a fresh permutation when it needs more rows than it has; ``interleave_datasets`` then draws the
-sources in proportion to those counts (``probabilities``, ``seed``) with ``stopping_strategy=
+``round(mix_size × ratio / Σratio)`` rows (at least 1), drawn from a seeded permutation of its rows and
+cycling through a fresh permutation when it needs more rows than it has; ``interleave_datasets`` then draws
+the sources in proportion to those counts (``probabilities``, ``seed``) with ``stopping_strategy=
 "all_exhausted_without_replacement"``, so every drawn row appears exactly once and the per-source counts are
 exactly today's. The mix is index-based: the sources' rows are one Arrow table and the mix is an index
 mapping over it (``Dataset.select``), never a copy of the rows; ``streaming=True`` gives an
@@ -65,7 +65,8 @@ def _as_json_text(value: Any) -> str:
 
 
 def normalize_conversation(row: dict, system_prompt: str | None = None, where: str = "row") -> dict:
-    """One training row ``{"messages": [...], "tools": "<json>" | None}``; raise RecipeError when malformed."""
+    """One training row ``{"messages": [...], "tools": "<json>" | None}``; raise RecipeError when
+    malformed."""
     messages = row.get("messages")
     if isinstance(messages, str):
         try:
@@ -93,8 +94,8 @@ def normalize_conversation(row: dict, system_prompt: str | None = None, where: s
         # The rows' own system prompt is the switch RL and eval use (synth build trajectories wrote it there):
         # a second text would train the model under a prompt it never sees again.
         raise RecipeError(f"{where}: already carries a system prompt other than the source's system_prompt "
-                          "(a trajectories build puts its task's there; rebuild with --system-prompt, or drop "
-                          "system_prompt from this data source)")
+                          "(a trajectories build puts its task's there; rebuild with --system-prompt, or "
+                          "drop system_prompt from this data source)")
     if system_prompt and out[0]["role"] != "system" and row.get("kind") != "general":
         out.insert(0, {"role": "system", "content": system_prompt})  # general chat keeps none: the other side
     tools = row.get("tools")
@@ -148,8 +149,8 @@ def mix_dataset(sources: list[DataSource], mix_size: int | None = None, seed: in
         if fit is not None:
             rows = fit(src, rows)
             if not rows:
-                raise RecipeError(f"data source {src.path} ({src.split}): no row fits max_length; raise max_length "
-                                  "or use overlong: fit")
+                raise RecipeError(f"data source {src.path} ({src.split}): no row fits max_length; raise "
+                                  "max_length or use overlong: fit")
         groups.append((src, rows))
     # One Arrow table for all sources: every source then has the same features, which interleaving requires.
     table = to_dataset([r for _, rows in groups for r in rows], keep_tools=True)

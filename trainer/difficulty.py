@@ -1,4 +1,5 @@
-"""Difficulty banding of RL prompts: keep the questions the starting policy solves sometimes, not never or always.
+"""Difficulty banding of RL prompts: keep the questions the starting policy solves sometimes, not never or
+always.
 
     # recipe
     difficulty: {samples: 4, min_pass: 0.05, max_pass: 0.95, rows: 64}
@@ -6,9 +7,9 @@
     from tansaku.trainer.difficulty import band_prompts
     bands = band_prompts(recipe, "/models/sft")   # {task: Band}; train rl does this before step 1
 
-GRPO learns only from groups whose rewards differ: a prompt the policy always solves, or never does, gives every
-completion the same advantage, 0. So before training, each task's candidate prompts (the first ``rows`` of its
-prompt split) are sampled ``samples`` times with the model RL starts from, through the backend training
+GRPO learns only from groups whose rewards differ: a prompt the policy always solves, or never does, gives
+every completion the same advantage, 0. So before training, each task's candidate prompts (the first ``rows``
+of its prompt split) are sampled ``samples`` times with the model RL starts from, through the backend training
 generates with (``tansaku.trainer.readiness.readiness_model``), at the recipe's temperature; a prompt is kept
 when its pass rate lies in ``[min_pass, max_pass]``. The defaults drop never-solved and always-solved prompts
 for any ``samples`` below 20.
@@ -54,8 +55,8 @@ class Band:
     report: dict = field(default_factory=dict)  # the rollouts' eval summary (pass@1, tool calls, entropy …)
 
     def summary(self) -> dict:
-        return {"task": self.task, "candidates": len(self.pass_rates), "kept": len(self.kept), "dropped": self.dropped,
-                "start_weights": self.key["start_weights"]}
+        return {"task": self.task, "candidates": len(self.pass_rates), "kept": len(self.kept),
+                "dropped": self.dropped, "start_weights": self.key["start_weights"]}
 
 
 def candidate_rows(spec: RLTask, rows: int | None) -> list[dict]:
@@ -71,7 +72,8 @@ def band_key(recipe: Recipe, spec: RLTask, rows: list[dict], model_path: str) ->
     return {"start_model": str(model_path), "start_weights": weights_fingerprint(Path(model_path)),
             "rows_sha256": rows_hash[:16], "split": spec.prompt_split(), "system_prompt": spec.system_prompt,
             "samples": difficulty.samples, "min_pass": difficulty.min_pass, "max_pass": difficulty.max_pass,
-            "max_tokens": difficulty.max_tokens, "temperature": difficulty.temperature or recipe.training_args.temperature,
+            "max_tokens": difficulty.max_tokens,
+            "temperature": difficulty.temperature or recipe.training_args.temperature,
             "seed": recipe.training_args.seed, "sampler": readiness_model(recipe, str(model_path))}
 
 
@@ -98,10 +100,12 @@ _BAND_FIELDS = {"task": str, "key": dict, "pass_rates": list, "kept": list, "dro
 
 
 def _saved_band(folder: Path, key: dict) -> Band | None:
-    """The band ``folder`` holds for ``key``; None (sample again) when there is none, it was made for another key,
-    or its ``band.json`` is no band (unreadable, not a JSON object, a field missing or of another type)."""
+    """The band ``folder`` holds for ``key``; None (sample again) when there is none, it was made for another
+    key, or its ``band.json`` is no band (unreadable, not a JSON object, a field missing or of another
+    type)."""
     data = jsontext.read_object(folder / BAND_FILE)
-    if data is None or data.get("key") != key or not all(isinstance(data.get(k), t) for k, t in _BAND_FIELDS.items()):
+    if (data is None or data.get("key") != key
+            or not all(isinstance(data.get(k), t) for k, t in _BAND_FIELDS.items())):
         return None
     return Band(**{k: data[k] for k in _BAND_FIELDS})
 
@@ -115,9 +119,10 @@ def band_task(recipe: Recipe, spec: RLTask, task, model_path: str, client, judge
     saved = _saved_band(folder, key)
     if saved is not None:
         return saved
-    trajectories = run_rollouts(client, task, rows, make_environment_factory(task, spec.index), k=difficulty.samples,
-                                max_tokens=difficulty.max_tokens, temperature=key["temperature"], top_p=recipe.training_args.top_p,
-                                seed=recipe.training_args.seed, judge=judge, quiet=True)
+    trajectories = run_rollouts(
+        client, task, rows, make_environment_factory(task, spec.index), k=difficulty.samples,
+        max_tokens=difficulty.max_tokens, temperature=key["temperature"], top_p=recipe.training_args.top_p,
+        seed=recipe.training_args.seed, judge=judge, quiet=True)
     passes = [0] * len(rows)
     for t in trajectories:
         passes[t.row_index] += is_correct(task, t, task.pass_threshold)
@@ -128,8 +133,9 @@ def band_task(recipe: Recipe, spec: RLTask, task, model_path: str, client, judge
     safe_write.ensure_dir(folder)
     write_trajectories(folder / "trajectories.jsonl", trajectories)
     # band.json last: its presence means a finished band (a killed run samples again)
-    safe_write.write_text_atomic(folder / BAND_FILE, jsontext.dumps({"summary": band.summary(), **asdict(band)},
-                                                                    indent=2, default=str))
+    safe_write.write_text_atomic(folder / BAND_FILE,
+                                 jsontext.dumps({"summary": band.summary(), **asdict(band)},
+                                                indent=2, default=str))
     return band
 
 
@@ -145,9 +151,10 @@ def band_prompts(recipe: Recipe, model_path: str, tasks: dict, judge=None, clien
             bands[spec.name] = band = band_task(recipe, spec, tasks[spec.name], model_path, client, judge)
             if not band.kept:
                 raise NotReadyForRL(
-                    f"difficulty: task {spec.name} keeps no prompt: of {len(band.pass_rates)} candidates sampled "
-                    f"{recipe.script_args.difficulty.samples} times by {model_path}, {band.dropped} fell outside pass rate "
-                    f"[{recipe.script_args.difficulty.min_pass}, {recipe.script_args.difficulty.max_pass}]. Widen the band, sample more "
+                    f"difficulty: task {spec.name} keeps no prompt: of {len(band.pass_rates)} candidates "
+                    f"sampled {recipe.script_args.difficulty.samples} times by {model_path}, {band.dropped} "
+                    f"fell outside pass rate [{recipe.script_args.difficulty.min_pass}, "
+                    f"{recipe.script_args.difficulty.max_pass}]. Widen the band, sample more "
                     "candidates (difficulty.rows), or start from another checkpoint.")
     finally:
         if own:

@@ -49,7 +49,8 @@ class StartDrift:
         like = trainer.model
         start = AutoModelForCausalLM.from_pretrained(model_path, dtype=next(like.parameters()).dtype)
         start = start.to(like.device).requires_grad_(False).eval()
-        add_fused_lm_head(start, temperature=trainer.temperature, cast_lm_head_to_fp32=trainer.args.cast_lm_head_to_fp32)
+        add_fused_lm_head(start, temperature=trainer.temperature,
+                          cast_lm_head_to_fp32=trainer.args.cast_lm_head_to_fp32)
         if cpu_lm_head.handles(start):
             start.forward = cpu_lm_head.labelled_forward(start, trainer.temperature)
         return cls(start)

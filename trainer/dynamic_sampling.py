@@ -1,42 +1,44 @@
-"""Dynamic sampling (DAPO): a rollout round's groups whose rewards are all equal are replaced by fresh prompts.
+"""Dynamic sampling (DAPO): a rollout round's groups whose rewards are all equal are replaced by fresh
+prompts.
 
     dynamic_sampling_max_refills: 2      # recipe key (TansakuRLArguments); 0, the default, turns it off
 
 GRPO's advantage is a completion's reward against its group's: a group whose G completions all score the same
-(all solved, all failed) has advantage 0 everywhere and gives the policy-gradient term nothing. DAPO drops such
-groups and samples more prompts until the batch is full. Here, after TRL has generated and scored a rollout
-round, each zero-variance group is dropped and its slot refilled: a prompt drawn from the run's own prompt
-pool (``trainer.train_dataset``: the task mix, after difficulty banding when the recipe bands), G fresh
+(all solved, all failed) has advantage 0 everywhere and gives the policy-gradient term nothing. DAPO drops
+such groups and samples more prompts until the batch is full. Here, after TRL has generated and scored a
+rollout round, each zero-variance group is dropped and its slot refilled: a prompt drawn from the run's own
+prompt pool (``trainer.train_dataset``: the task mix, after difficulty banding when the recipe bands), G fresh
 completions generated and scored by the very same TRL code (``_generate_and_score_completions``, tansaku's
 sampler correction included), and its rows put where the dropped group's were. Refilled groups that come back
 zero-variance are refilled again, at most ``max_refills`` rounds per rollout round; whatever is still
 zero-variance after the bound (or when the pool has no unused prompt left) is kept as it is — it trains with
 advantage 0 — and counted.
 
-Zero variance is TRL's own criterion for ``frac_reward_zero_std`` (``scale_rewards`` group/none): the weighted sum
-of the reward components per completion (rows no component scored excluded), its group std ``isclose`` to 0.
-The rewards come from TRL's ``_calculate_rewards`` (the trainer hands them over; ``rewards``).
+Zero variance is TRL's own criterion for ``frac_reward_zero_std`` (``scale_rewards`` group/none): the weighted
+sum of the reward components per completion (rows no component scored excluded), its group std ``isclose`` to
+0. The rewards come from TRL's ``_calculate_rewards`` (the trainer hands them over; ``rewards``).
 
-**The batch keeps its shape.** TRL generates one round of ``per_device_train_batch_size × steps_per_generation``
-completions (``num_generations`` = G per prompt, each group G consecutive rows), then shuffles the rows and trains
-them as ``steps_per_generation`` micro-batches, ``gradient_accumulation_steps`` per optimizer step
-(``num_iterations`` times over). A refill replaces a whole group by a whole group, in place, before that shuffle:
-the round has the same number of rows, groups and prompts, so the micro-batches, the optimizer steps per round,
-the rounds per run and ``max_steps`` are what they are without it. Only the tensors' widths may grow: prompts are
-left-padded and completions right-padded to the widest row of all sub-rounds (``merge_rows``; the padding is
-masked), and ``num_items_in_batch`` (the loss-token count TRL's ``dapo`` loss divides by) is recounted over the
-merged rows. Each sub-round's ``old_per_token_logps`` (computed when a round feeds more than one optimizer step)
-and the sampler's log-probs come from the same weights — no optimizer step happens inside a rollout round — so
-the merged batch is one on-policy (or equally off-policy) round, as if TRL had sampled those prompts at once.
-A refilled group's advantages are TRL's of its own sub-round: per group under ``scale_rewards`` group/none (what
-one call would give), over the sub-round's rows under ``scale_rewards: batch``.
-A refill costs one more generate call (and its no-grad forwards) per refill round, for ``len(dropped) × G`` rows.
+**The batch keeps its shape.** TRL generates one round of
+``per_device_train_batch_size × steps_per_generation`` completions (``num_generations`` = G per prompt, each
+group G consecutive rows), then shuffles the rows and trains them as ``steps_per_generation`` micro-batches,
+``gradient_accumulation_steps`` per optimizer step (``num_iterations`` times over). A refill replaces a whole
+group by a whole group, in place, before that shuffle: the round has the same number of rows, groups and
+prompts, so the micro-batches, the optimizer steps per round, the rounds per run and ``max_steps`` are what
+they are without it. Only the tensors' widths may grow: prompts are left-padded and completions right-padded
+to the widest row of all sub-rounds (``merge_rows``; the padding is masked), and ``num_items_in_batch`` (the
+loss-token count TRL's ``dapo`` loss divides by) is recounted over the merged rows. Each sub-round's
+``old_per_token_logps`` (computed when a round feeds more than one optimizer step) and the sampler's log-probs
+come from the same weights — no optimizer step happens inside a rollout round — so the merged batch is one
+on-policy (or equally off-policy) round, as if TRL had sampled those prompts at once. A refilled group's
+advantages are TRL's of its own sub-round: per group under ``scale_rewards`` group/none (what one call would
+give), over the sub-round's rows under ``scale_rewards: batch``. A refill costs one more generate call (and
+its no-grad forwards) per refill round, for ``len(dropped) × G`` rows.
 
 **What is logged.** TRL's metrics of the round (``reward``, ``rewards/<name>/mean``, ``frac_reward_zero_std``,
-completion lengths, tool calls, the sampler gap …) describe the prompts first drawn, as without dynamic sampling,
-so runs with it on and off compare like for like; the refill sub-rounds' own entries are dropped
-(``state.num_input_tokens_seen`` counts their tokens; ``kl_to_start`` is measured on the batch as trained). Per
-rollout round, added to the trainer's metrics (so they reach ``log_history``, the run's loggers and
+completion lengths, tool calls, the sampler gap …) describe the prompts first drawn, as without dynamic
+sampling, so runs with it on and off compare like for like; the refill sub-rounds' own entries are dropped
+(``state.num_input_tokens_seen`` counts their tokens; ``kl_to_start`` is measured on the batch as trained).
+Per rollout round, added to the trainer's metrics (so they reach ``log_history``, the run's loggers and
 ``run_report.json``'s per-step signals):
 
 - ``dynamic_sampling/refills``: refill rounds run (0 … ``max_refills``);
@@ -50,10 +52,11 @@ The completions table (``completions/*.parquet``, ``log_completions``) holds the
 group's rows are replaced there too, with their rewards and advantages.
 
 The refill prompts are drawn with a generator seeded by (``seed``, global step, refill round): a run and its
-resume draw the same ones. They skip prompts already in the round; they do not advance the epoch's sampler, so a
-refilled prompt may come again later in the epoch. One training process only: TRL spreads a round's groups over
-processes, and a refill would have to regenerate across them (``train rl`` refuses ``num_processes > 1`` with
-the key on).
+resume draw the same ones. They skip prompts already in the round; they do not advance the epoch's sampler, so
+a
+refilled prompt may come again later in the epoch. One training process only: TRL spreads a round's groups
+over processes, and a refill would have to regenerate across them (``train rl`` refuses ``num_processes > 1``
+with the key on).
 """
 
 from __future__ import annotations
@@ -74,11 +77,14 @@ COMPLETION_KEYS = ("completion_ids", "completion_mask", "tool_mask", "old_per_to
                    "sampling_per_token_logps", "ref_per_token_logps")
 
 
-def zero_std_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_generations: int) -> list[bool]:
-    """Per group of ``num_generations`` consecutive rows: whether its rewards are all equal, as TRL decides it for
-    ``frac_reward_zero_std`` (weighted sum per row, rows no component scored left out, group std close to 0).
+def zero_std_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor,
+                    num_generations: int) -> list[bool]:
+    """Per group of ``num_generations`` consecutive rows: whether its rewards are all equal, as TRL decides it
+    for ``frac_reward_zero_std`` (weighted sum per row, rows no component scored left out, group std close to
+    0).
 
-    >>> rewards = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [float("nan"), 1.0], [0.0, 1.0]])
+    >>> rewards = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [float("nan"), 1.0],
+    ...                         [0.0, 1.0]])
     >>> zero_std_groups(rewards, torch.tensor([1.0, 0.5]), 2)
     [True, False, True]
     """
@@ -96,11 +102,12 @@ def prompt_key(row: dict) -> str:
 
 
 def draw_prompts(pool, count: int, exclude: set[str], rng: random.Random, columns=None) -> list[dict]:
-    """Up to ``count`` rows of ``pool`` (a dataset or list of rows) in ``rng``'s order, each prompt once and none in
-    ``exclude``; ``columns``: the keys each row keeps (the ones TRL's own batches carry).
+    """Up to ``count`` rows of ``pool`` (a dataset or list of rows) in ``rng``'s order, each prompt once and
+    none in ``exclude``; ``columns``: the keys each row keeps (the ones TRL's own batches carry).
 
     >>> pool = [{"prompt": p, "x": 1} for p in "abcab"]
-    >>> sorted(r["prompt"] for r in draw_prompts(pool, 5, {prompt_key({"prompt": "a"})}, random.Random(0), ["prompt"]))
+    >>> sorted(r["prompt"]
+    ...        for r in draw_prompts(pool, 5, {prompt_key({"prompt": "a"})}, random.Random(0), ["prompt"]))
     ['b', 'c']
     """
     rows, seen = [], set(exclude)
@@ -124,15 +131,18 @@ def _pad(tensor: torch.Tensor, width: int, value, left: bool) -> torch.Tensor:
 
 
 def merge_rows(outputs: list[dict], picks: list[tuple[int, int]], pad_token_id: int) -> dict:
-    """The batch whose row i is row ``picks[i] = (k, j)`` of ``outputs[k]`` (``_generate_and_score_completions``'s
-    dicts): prompts left-padded and completions right-padded to the widest source, per-row values taken as they
-    are, ``num_items_in_batch`` recounted over the rows' loss tokens.
+    """The batch whose row i is row ``picks[i] = (k, j)`` of ``outputs[k]``
+    (``_generate_and_score_completions``'s dicts): prompts left-padded and completions right-padded to the
+    widest source, per-row values taken as they are, ``num_items_in_batch`` recounted over the rows' loss
+    tokens.
 
     >>> a = {"prompt_ids": torch.tensor([[5, 6], [5, 6]]), "prompt_mask": torch.ones(2, 2, dtype=torch.long),
-    ...      "completion_ids": torch.tensor([[7], [8]]), "completion_mask": torch.ones(2, 1, dtype=torch.long),
+    ...      "completion_ids": torch.tensor([[7], [8]]),
+    ...      "completion_mask": torch.ones(2, 1, dtype=torch.long),
     ...      "advantages": torch.tensor([0.0, 0.0]), "num_items_in_batch": torch.tensor(2)}
     >>> b = {"prompt_ids": torch.tensor([[4, 5, 6]] * 2), "prompt_mask": torch.ones(2, 3, dtype=torch.long),
-    ...      "completion_ids": torch.tensor([[1, 2], [3, 0]]), "completion_mask": torch.tensor([[1, 1], [1, 0]]),
+    ...      "completion_ids": torch.tensor([[1, 2], [3, 0]]),
+    ...      "completion_mask": torch.tensor([[1, 1], [1, 0]]),
     ...      "advantages": torch.tensor([1.0, -1.0]), "num_items_in_batch": torch.tensor(3)}
     >>> m = merge_rows([a, b], [(1, 0), (0, 1)], pad_token_id=0)
     >>> m["prompt_ids"].tolist(), m["prompt_mask"].tolist(), m["completion_ids"].tolist()
@@ -143,7 +153,8 @@ def merge_rows(outputs: list[dict], picks: list[tuple[int, int]], pad_token_id: 
     keys = list(outputs[0])
     for k, output in enumerate(outputs[1:], 1):
         if set(output) != set(keys):
-            raise ValueError(f"dynamic sampling: refill round {k} has keys {sorted(output)}, the round {sorted(keys)}")
+            raise ValueError(f"dynamic sampling: refill round {k} has keys {sorted(output)}, the round "
+                             f"{sorted(keys)}")
     used = sorted({k for k, _ in picks})
     prompt_width = max(outputs[k]["prompt_ids"].shape[1] for k in used)
     completion_width = max(outputs[k]["completion_ids"].shape[1] for k in used)
@@ -153,12 +164,14 @@ def merge_rows(outputs: list[dict], picks: list[tuple[int, int]], pad_token_id: 
             continue
         values = [outputs[k][key] for k in used]
         if not all(isinstance(v, torch.Tensor) and v.dim() >= 1 for v in values):
-            raise ValueError(f"dynamic sampling: cannot merge {key!r} (not a per-row tensor); text rollouts only")
+            raise ValueError(f"dynamic sampling: cannot merge {key!r} (not a per-row tensor); text rollouts "
+                             f"only")
         if key in PROMPT_KEYS:
             value = pad_token_id if key == "prompt_ids" else 0
             padded = {k: _pad(outputs[k][key], prompt_width, value, left=True) for k in used}
         elif values[0].dim() == 1 or (key not in COMPLETION_KEYS and all(v.shape[1] == 1 for v in values)):
-            padded = {k: outputs[k][key] for k in used}  # one value per row (advantages [B], a sequence ratio [B, 1])
+            # one value per row (advantages [B], a sequence ratio [B, 1])
+            padded = {k: outputs[k][key] for k in used}
         else:
             value = pad_token_id if key == "completion_ids" else COMPLETION_PAD.get(key, 0)
             padded = {k: _pad(outputs[k][key], completion_width, value, left=False) for k in used}
@@ -176,7 +189,8 @@ def take_log_rows(logs: dict) -> dict[tuple, list]:
     columns) and return what it held, ``{("prompt",): rows, ("rewards", name): rows, …}``."""
     rows = {}
     for key, value in logs.items():
-        columns = {(key,): value} if isinstance(value, deque) else {(key, name): d for name, d in value.items()}
+        columns = ({(key,): value} if isinstance(value, deque)
+                   else {(key, name): d for name, d in value.items()})
         for column, d in columns.items():
             rows[column] = list(d)
             d.clear()
@@ -199,14 +213,15 @@ def picked_log_rows(rounds: list[dict[tuple, list]], picks: list[tuple[int, int]
         if not any(rows.get(column) for rows in rounds):
             picked[column] = []
             continue
-        picked[column] = [rounds[k][column][j] if len(rounds[k].get(column, [])) > j else None for k, j in picks]
+        picked[column] = [rounds[k][column][j] if len(rounds[k].get(column, [])) > j else None for k,
+                          j in picks]
     return picked
 
 
 @dataclass
 class DynamicSampling:
-    """The refill of one run (module doc). ``rewards``: the last sub-round's ``rewards_per_func``, handed over by the
-    trainer's ``_calculate_rewards``."""
+    """The refill of one run (module doc). ``rewards``: the last sub-round's ``rewards_per_func``, handed over
+    by the trainer's ``_calculate_rewards``."""
 
     max_refills: int
     rewards: torch.Tensor | None = None
@@ -214,16 +229,19 @@ class DynamicSampling:
 
     def _zero_groups(self, trainer, rows: int) -> list[bool]:
         if self.rewards is None or self.rewards.shape[0] != rows:
-            raise RuntimeError("dynamic sampling: the round's rewards were not handed over (_calculate_rewards)")
+            raise RuntimeError("dynamic sampling: the round's rewards were not handed over "
+                               "(_calculate_rewards)")
         return zero_std_groups(self.rewards, trainer.reward_weights, trainer.num_generations)
 
     def refill(self, trainer, inputs: list[dict], score_round: Callable[[list[dict]], dict],
                between_rounds: Callable[[], None] | None = None) -> dict:
-        """``score_round(inputs)`` (TRL's generate-and-score of one round), with its zero-variance groups refilled
-        (module doc); the metrics go to ``trainer._metrics["train"]``, the trained rows to its completion log."""
+        """``score_round(inputs)`` (TRL's generate-and-score of one round), with its zero-variance groups
+        refilled (module doc); the metrics go to ``trainer._metrics["train"]``, the trained rows to its
+        completion log."""
         G, metrics = trainer.num_generations, trainer._metrics["train"]
         groups = len(inputs) // G
-        earlier = take_log_rows(trainer._logs)  # what the log held: the round's own rows are written back after it
+        # what the log held: the round's own rows are written back after it
+        earlier = take_log_rows(trainer._logs)
         self.rewards, self.draws = None, []
         outputs = [score_round(inputs)]
         rounds = [take_log_rows(trainer._logs)]
@@ -258,7 +276,8 @@ class DynamicSampling:
             refills, dropped, extra = refills + 1, dropped + len(filled), extra + len(batch)
         put_log_rows(trainer._logs, earlier)
         put_log_rows(trainer._logs, picked_log_rows(rounds, picks))
-        for name, value in (("refills", refills), ("groups_dropped", dropped), ("zero_std_groups_kept", len(slots)),
+        for name, value in (("refills", refills), ("groups_dropped", dropped),
+                            ("zero_std_groups_kept", len(slots)),
                             ("zero_std_share", len(slots) / groups if groups else 0.0),
                             ("extra_rollouts", extra)):
             metrics[PREFIX + name].append(float(value))

@@ -58,7 +58,8 @@ def count_tokens(processing_class, row: dict, chat_template: str | None = None) 
 
 def elide_tool_results(messages: list[dict], n: int) -> list[dict]:
     """``messages`` with the ``n`` longest tool results' text replaced by ``ELIDED`` (order kept)."""
-    tools = sorted((i for i, m in enumerate(messages) if m.get("role") == "tool" and m.get("content") != ELIDED),
+    tools = sorted((i for i,
+                    m in enumerate(messages) if m.get("role") == "tool" and m.get("content") != ELIDED),
                    key=lambda i: -len(str(messages[i].get("content") or "")))
     chosen = set(tools[:n])
     return [{**m, "content": ELIDED} if i in chosen else m for i, m in enumerate(messages)]
@@ -90,8 +91,8 @@ def apply_overlong(rows: list[dict], processing_class, max_length: int, policy: 
             kept.append(row)
             continue
         if policy == "error":
-            raise RecipeError(f"{source} row {i}: {n} tokens > max_length {max_length}, and TRL would cut its end "
-                              "(the final answer); raise max_length, or set overlong: drop | fit")
+            raise RecipeError(f"{source} row {i}: {n} tokens > max_length {max_length}, and TRL would cut "
+                              "its end (the final answer); raise max_length, or set overlong: drop | fit")
         if policy == "fit":
             short, _ = _fit(processing_class, row, max_length, template)
             if short is not None:
@@ -100,8 +101,8 @@ def apply_overlong(rows: list[dict], processing_class, max_length: int, policy: 
                 continue
         dropped[TOO_LONG] += 1
     stats = {"rows": len(rows), "kept": len(kept), "fitted": fitted, "dropped": dict(dropped),
-             "tokens": {"max": max(lengths, default=0), "mean": round(sum(lengths) / len(lengths), 1) if lengths else 0,
-                        "over_max_length": sum(n > max_length for n in lengths)}}
+             "tokens": {"max": max(lengths, default=0), "mean": round(sum(lengths) / len(lengths), 1)
+                        if lengths else 0, "over_max_length": sum(n > max_length for n in lengths)}}
     return kept, stats
 
 
@@ -114,7 +115,8 @@ def write_report(output_dir: str | Path, report: dict) -> Path:
     dropped = sum(sum(s["dropped"].values()) for s in sources)
     fitted = sum(s["fitted"] for s in sources)
     if dropped or fitted:
-        log.warning("train sft: %d of %d rows are longer than max_length=%d: %d dropped (too_long), %d fitted by "
-                    "eliding tool results (overlong: %s); see %s", dropped + fitted, sum(s["rows"] for s in sources),
+        log.warning("train sft: %d of %d rows are longer than max_length=%d: %d dropped (too_long), %d "
+                    "fitted by eliding tool results (overlong: %s); see %s", dropped + fitted,
+                    sum(s["rows"] for s in sources),
                     report["max_length"], dropped, fitted, report["overlong"], path)
     return path

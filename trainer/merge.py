@@ -53,7 +53,8 @@ def weight_files(model_dir: str | Path) -> dict[str, Path]:
     index = d / WEIGHT_INDEX
     if index.is_file():
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        if outside := sorted({str(f) for f in weight_map.values() if Path(str(f)).name != f or f in ("", ".", "..")}):
+        if outside := sorted({str(f) for f in weight_map.values()
+                              if Path(str(f)).name != f or f in ("", ".", "..")}):
             raise MergeError(f"{index}: its weight_map names files outside {d} ({', '.join(outside[:3])}); "
                              "a checkpoint's index names only files in its own folder")
         return {name: d / fname for name, fname in weight_map.items()}
@@ -113,10 +114,10 @@ class _ShardWriter:
 
 
 def side_files(src: Path) -> list[Path]:
-    """Config, tokenizer, chat template: everything in the folder except weights and training state. MergeError
-    (one line, checked before any work) for a symbolic link among them: whatever it points to (a key, another
-    user's file) would land in the merged model. Refused, not copied as a link: a link in the merged folder
-    would still hand the target to whoever loads or uploads the model."""
+    """Config, tokenizer, chat template: everything in the folder except weights and training state.
+    MergeError (one line, checked before any work) for a symbolic link among them: whatever it points to (a
+    key, another user's file) would land in the merged model. Refused, not copied as a link: a link in the
+    merged folder would still hand the target to whoever loads or uploads the model."""
     files = [f for f in sorted(src.iterdir()) if (f.is_file() or f.is_symlink() and not f.is_dir())
              and f.suffix != ".safetensors" and f.name not in (WEIGHT_INDEX, "training_args.bin")
              and not f.name.startswith(("optimizer", "scheduler", "rng_state", "trainer_state", "adapter_",
@@ -124,7 +125,8 @@ def side_files(src: Path) -> list[Path]:
     if linked := [f for f in files if f.is_symlink()]:
         raise MergeError(f"{src}: {', '.join(f.name for f in linked[:3])} is a symbolic link (to "
                          f"{os.path.realpath(linked[0])}); train merge copies no linked file into a model, "
-                         "since its target's contents would land there: replace the link with a copy of the file")
+                         "since its target's contents would land there: replace the link with a copy of the "
+                         "file")
     return files
 
 
@@ -137,8 +139,9 @@ def _copy_side_files(src: Path, out_dir: Path) -> None:
 
 
 def check_out(out_dir: str | Path, inputs: dict[str, object]) -> Path:
-    """``out_dir`` as a Path when a merge may write it (missing, empty, a merge tansaku wrote) and it is none of
-    the ``inputs`` (option → path or paths), nor inside nor around one; else InputError, nothing written."""
+    """``out_dir`` as a Path when a merge may write it (missing, empty, a merge tansaku wrote) and it is none
+    of the ``inputs`` (option → path or paths), nor inside nor around one; else InputError, nothing
+    written."""
     out = ownership.refuse_unmarked(out_dir, "--out", ownership.MODEL_MARKER, "merge", "merged model")
     ownership.refuse_overlap(out, inputs)
     return out
@@ -153,7 +156,8 @@ def _written(out: Path, info: dict) -> Iterator[Path]:
 
     with ownership.claimed(out, "--out", check), ownership.swapped_in(out, "--out") as tmp:
         yield tmp
-        files = sorted(p.name for p in tmp.iterdir() if p.name != ownership.PARTIAL_MARKER)  # all it may replace
+        # all it may replace
+        files = sorted(p.name for p in tmp.iterdir() if p.name != ownership.PARTIAL_MARKER)
         safe_write.write_text_atomic(tmp / ownership.MODEL_MARKER,
                                      jsontext.dumps({"kind": "merge", **info, "files": files}, indent=2))
 
@@ -232,7 +236,8 @@ def soup(models: list[str | Path], out_dir: str | Path, weights: list[float] | N
 def chat_vector(target: str | Path, instruct: str | Path, base: str | Path, out_dir: str | Path,
                 scale: float = 1.0, exclude: list[str] | None = None, dtype: str | None = None,
                 max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> Path:
-    """θ_target + scale · (θ_instruct − θ_base); tensors whose name contains an ``exclude`` item stay θ_target."""
+    """θ_target + scale · (θ_instruct − θ_base); tensors whose name contains an ``exclude`` item stay
+    θ_target."""
     exclude = list(exclude or [])
     if not math.isfinite(scale):
         raise MergeError(f"chat_vector: --scale must be a finite number, got {scale}")
@@ -245,8 +250,10 @@ def chat_vector(target: str | Path, instruct: str | Path, base: str | Path, out_
                            first_only=lambda name: any(x in name for x in exclude))
 
 
-def merge_lora(adapter: str | Path, out_dir: str | Path, base: str | None = None, dtype: str | None = None) -> Path:
-    """Fold a LoRA adapter into its base model (``base`` defaults to the adapter's base_model_name_or_path)."""
+def merge_lora(adapter: str | Path, out_dir: str | Path, base: str | None = None,
+               dtype: str | None = None) -> Path:
+    """Fold a LoRA adapter into its base model (``base`` defaults to the adapter's
+    base_model_name_or_path)."""
     import torch  # torch, safetensors, peft: loaded when merging
     from peft import PeftConfig, PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer

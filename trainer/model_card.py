@@ -4,8 +4,8 @@ TRL takes the base model from ``model.config._name_or_path`` and drops it when t
 run from a local model (``tiny``, a merged SFT output, a Hub cache snapshot) got a card that read "a
 fine-tuned version of [None](https://huggingface.co/None)". ``name_base_model`` makes every card the trainer
 writes (TRL writes one with each checkpoint) name it instead: the Hub id where one is known (the recipe's
-``model_name_or_path`` as given, or ``org/name`` of a Hub cache snapshot ``…/models--org--name/snapshots/…``), linked and
-declared as the card's ``base_model``; else the local model's own name (the tiny model:
+``model_name_or_path`` as given, or ``org/name`` of a Hub cache snapshot ``…/models--org--name/snapshots/…``),
+linked and declared as the card's ``base_model``; else the local model's own name (the tiny model:
 ``SmolLM2-135M-Instruct``, the model its GGUF holds) in plain text, since no Hub page is known for it.
 
     name = recipe.model_args.model_name_or_path
@@ -35,8 +35,8 @@ class BaseModel:
 
 
 def base_model(spec: str, resolved: str | None = None) -> BaseModel:
-    """The base model of a run whose recipe says ``model_name_or_path: spec`` (``tiny``, a Hub id or a folder),
-    loaded from ``resolved`` (what ``resolve_model`` made of it).
+    """The base model of a run whose recipe says ``model_name_or_path: spec`` (``tiny``, a Hub id or a
+    folder), loaded from ``resolved`` (what ``resolve_model`` made of it).
 
     >>> base_model("Qwen/Qwen3-0.6B")
     BaseModel(name='Qwen/Qwen3-0.6B', hub_id='Qwen/Qwen3-0.6B')

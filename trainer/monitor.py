@@ -23,8 +23,8 @@ SHARED_SERIES = ("tools/call_frequency", "frac_reward_zero_std")
 class RewardWatchCallback(TrainerCallback):
     """``groups``: ``{task: ([reward component names], correctness component name)}``."""
 
-    def __init__(self, groups: dict[str, tuple[list[str], str]], watch: WatchSpec, output_dir: str | None = None,
-                 printer=print):
+    def __init__(self, groups: dict[str, tuple[list[str], str]], watch: WatchSpec,
+                 output_dir: str | None = None, printer=print):
         self.groups, self.watch, self.printer = groups, watch, printer
         self.log_path = Path(output_dir) / "reward_watch.log" if output_dir else None
         self.warnings: list[str] = []

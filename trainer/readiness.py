@@ -1,4 +1,5 @@
-"""The pre-flight check of ``train rl``: sample the model on each task before step 1, refuse when it never succeeds.
+"""The pre-flight check of ``train rl``: sample the model on each task before step 1, refuse when it never
+succeeds.
 
     from tansaku.trainer.readiness import check_readiness, readiness_model
     readiness_model(recipe, "/models/qwen3-1.7b")   # the LLM spec the rollouts go through
@@ -9,8 +10,8 @@ GRPO will sample from and costs what a training step's generation costs:
 
 - ``use_vllm`` + ``vllm_mode: server`` → the ``trl vllm-serve`` server, which is vLLM's OpenAI-compatible
   server (TRL's own client posts to ``/v1/chat/completions``): ``http:MODEL@BASE_URL/v1``;
-- ``use_vllm`` + ``colocate`` → a vLLM engine on this GPU (``vllm:MODEL``) with the recipe's memory share, closed
-  again before the trainer starts its own;
+- ``use_vllm`` + ``colocate`` → a vLLM engine on this GPU (``vllm:MODEL``) with the recipe's memory share,
+  closed again before the trainer starts its own;
 - otherwise transformers, in the dtype training generates in (``bf16: true`` → bfloat16) on the device it
   trains on (CUDA unless ``use_cpu``).
 
@@ -63,12 +64,12 @@ def readiness_options(recipe: Recipe) -> dict:
 
 
 def check_readiness(recipe: Recipe, model_path: str, judge=None, client=None) -> list[dict]:
-    """Run ``tansaku.envs.evaluate`` per task — the recipe's task as ``train rl`` trains it (``rl_task``) — and
-    raise ``NotReadyForRL`` when one gives no learning signal.
+    """Run ``tansaku.envs.evaluate`` per task — the recipe's task as ``train rl`` trains it (``rl_task``) —
+    and raise ``NotReadyForRL`` when one gives no learning signal.
 
-    The rollouts use ``client`` if given, else ``readiness_model(recipe, model_path)``; each report is written to
-    ``<output_dir>/readiness/<task>/``. A client made here is closed afterwards (a colocated vLLM engine must
-    give its GPU memory back before the trainer starts its own).
+    The rollouts use ``client`` if given, else ``readiness_model(recipe, model_path)``; each report is written
+    to ``<output_dir>/readiness/<task>/``. A client made here is closed afterwards (a colocated vLLM engine
+    must give its GPU memory back before the trainer starts its own).
     """
     spec_r, output_dir = recipe.script_args.readiness, recipe.training_args.output_dir
     own = client is None
@@ -79,9 +80,10 @@ def check_readiness(recipe: Recipe, model_path: str, judge=None, client=None) ->
         for task in recipe.script_args.tasks:
             # rl_task: the task as the run trains it (system prompt, abstention, tools, reward weights), not
             # the task's defaults, so the gate measures the same rewards GRPO will optimise.
-            report = run_eval(rl_task(task), task.data, client, task.index, split=spec_r.split or task.prompt_split(),
-                              k=spec_r.k, limit=spec_r.rows, max_tokens=spec_r.max_tokens, seed=recipe.training_args.seed,
-                              out_dir=Path(output_dir) / "readiness" / task.name, judge=judge)
+            report = run_eval(
+                rl_task(task), task.data, client, task.index, split=spec_r.split or task.prompt_split(),
+                k=spec_r.k, limit=spec_r.rows, max_tokens=spec_r.max_tokens, seed=recipe.training_args.seed,
+                out_dir=Path(output_dir) / "readiness" / task.name, judge=judge)
             check_rl_readiness(report, min_pass_at_k=spec_r.min_pass_at_k)
             reports.append(report)
     finally:

@@ -1,6 +1,6 @@
-"""The nested sections of an RL recipe that configure checks around training: the reward watch (``watch:``), the
-readiness check (``readiness:``) and difficulty banding (``difficulty:``), and the rubric judge (``judge:``);
-and retention during SFT and RL (``retention:``). ``tansaku.trainer.recipes`` reads them.
+"""The nested sections of an RL recipe that configure checks around training: the reward watch (``watch:``),
+the readiness check (``readiness:``) and difficulty banding (``difficulty:``), and the rubric judge
+(``judge:``); and retention during SFT and RL (``retention:``). ``tansaku.trainer.recipes`` reads them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class WatchSpec:
 
 @dataclass
 class ReadinessSpec:
-    """The pre-flight check of ``train rl`` (``tansaku.envs.evaluate``): refuse when the model never succeeds."""
+    """The pre-flight check of ``train rl`` (``tansaku.envs.evaluate``): refuse when the model never
+    succeeds."""
 
     k: int = 4  # samples per question
     rows: int = 16  # questions per task
@@ -52,7 +53,8 @@ class DifficultySpec:
         """What is wrong with these settings, as recipe error messages (empty: fine)."""
         checks = [
             (self.samples == 0 or self.samples >= 2,
-             f"difficulty.samples: >= 2 rollouts per prompt give a pass rate (got {self.samples}; 0 turns banding off)"),
+             f"difficulty.samples: >= 2 rollouts per prompt give a pass rate (got {self.samples}; 0 turns "
+             f"banding off)"),
             (0.0 <= self.min_pass <= self.max_pass <= 1.0,
              f"difficulty: need 0 <= min_pass <= max_pass <= 1 (got {self.min_pass}, {self.max_pass})"),
             (self.rows is None or self.rows > 0, f"difficulty.rows: must be > 0 (got {self.rows})"),
@@ -65,15 +67,18 @@ class DifficultySpec:
 
 @dataclass
 class JudgeSpec:
-    """The LLM that scores rubric tasks (``deepresearch``) during ``train rl``: in the recipe as ``judge: SPEC`` or
-    as a mapping with the client options synthesis takes on the command line (``--api-key``, ``--extra-body``,
-    ``--concurrency``, ``--no-cache``; ``engine``: ``--llm-option``'s vLLM engine arguments, for a ``vllm:`` judge).
-    ``train rl --judge SPEC`` replaces ``model``. The readiness and difficulty rollouts and every training step score
-    through it; a judge that fails, times out or answers out of range gives that completion no score (None, counted
-    in ``rubric/judge_failures``), never a stopped run."""
+    """The LLM that scores rubric tasks (``deepresearch``) during ``train rl``: in the recipe as
+    ``judge: SPEC`` or as a mapping with the client options synthesis takes on the command line
+    (``--api-key``, ``--extra-body``, ``--concurrency``, ``--no-cache``; ``engine``: ``--llm-option``'s vLLM
+    engine arguments, for a ``vllm:`` judge). ``train rl --judge SPEC`` replaces ``model``. The readiness and
+    difficulty rollouts and every training step score through it; a judge that fails, times out or answers out
+    of range gives that completion no score (None, counted in ``rubric/judge_failures``), never a stopped
+    run."""
 
-    model: str | None = None  # LLM spec: http:MODEL@URL, vllm:MODEL, transformers:PATH, scripted:FILE.jsonl|.py[:FN]
-    api_key: str | None = None  # http: KEY, URL=KEY, @FILE or env:NAME (default --api-key; see core/llm/settings)
+    # LLM spec: http:MODEL@URL, vllm:MODEL, transformers:PATH, scripted:FILE.jsonl|.py[:FN]
+    model: str | None = None
+    # http: KEY, URL=KEY, @FILE or env:NAME (default --api-key; see core/llm/settings)
+    api_key: str | None = None
     extra_body: dict[str, Any] | None = None  # http: merged into every request body
     concurrency: int | None = None  # http: requests in flight (a step's completions are judged at once)
     timeout: float = 120.0  # http: seconds per request before it counts as a judge failure
@@ -91,7 +96,8 @@ class JudgeSpec:
             (self._spec_problem() is None, self._spec_problem()),
             (http or not given, f"judge: {', '.join(given)} apply to http: judges only (judge.model is "
                                 f"{self.model!r})"),
-            (vllm or self.engine is None, f"judge.engine: applies to vllm: judges only (judge.model is {self.model!r})"),
+            (vllm or self.engine is None,
+             f"judge.engine: applies to vllm: judges only (judge.model is {self.model!r})"),
             (engine_problem is None, f"judge.engine: {engine_problem}"),
             (self.concurrency is None or self.concurrency >= 1,
              f"judge.concurrency: must be >= 1 (got {self.concurrency})"),
@@ -101,9 +107,9 @@ class JudgeSpec:
         return [message for ok, message in checks if not ok]
 
     def _spec_problem(self) -> str | None:
-        """Why ``model`` is no spec ``from_spec`` takes (``check_spec``, the check of every ``--judge``/``--llm``:
-        ``http:m@``, an unknown backend, a ``scripted:`` file of no known form …), refused with the recipe, before
-        any file is read or run; ``judge.model: …``."""
+        """Why ``model`` is no spec ``from_spec`` takes (``check_spec``, the check of every
+        ``--judge``/``--llm``: ``http:m@``, an unknown backend, a ``scripted:`` file of no known form …),
+        refused with the recipe, before any file is read or run; ``judge.model: …``."""
         if self.model is None:
             return None
         try:
@@ -113,7 +119,8 @@ class JudgeSpec:
         return None
 
     def _engine_problem(self) -> str | None:
-        """Why ``engine`` names no vLLM engine arguments (a misspelt one is refused with the recipe, not on the GPU)."""
+        """Why ``engine`` names no vLLM engine arguments (a misspelt one is refused with the recipe, not on
+        the GPU)."""
         try:
             check_engine_options(self.engine)
         except InputError as exc:
@@ -121,7 +128,8 @@ class JudgeSpec:
         return None
 
     def client_options(self) -> dict:
-        """Keyword arguments for ``tansaku.core.llm.as_client``: the cache, for http: judges the client options, for
+        """Keyword arguments for ``tansaku.core.llm.as_client``: the cache, for http: judges the client
+        options, for
         vllm: judges the engine arguments (over the command's ``--llm-option``)."""
         options: dict = {"cache": "default" if self.cache else False}
         if (self.model or "").startswith("vllm:"):

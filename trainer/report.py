@@ -26,10 +26,10 @@ The report runs the seed recipe's troubleshooting checks, per step and overall:
 - ``reasoning_collapse``: reasoning length, repetition, non-Japanese share and tool calls per step, and a
   warning when one collapses while the reward rises (``tansaku.trainer.collapse``).
 
-It also carries the training signals TRL logs (``tansaku.trainer.signals``: loss, ``kl``, clip ratios, entropy,
-completion lengths, ``frac_reward_zero_std``, the sampler–trainer gap, the rubric judge's metrics): each
-step's values in ``per_step[i]["signals"]``, ``signals: {name: {first, last, min, max, mean, n}}`` over the
-run, and ``judge: {steps, judged, failures, failure_share, seconds_mean, seconds_total}`` (None without a
+It also carries the training signals TRL logs (``tansaku.trainer.signals``: loss, ``kl``, clip ratios,
+entropy, completion lengths, ``frac_reward_zero_std``, the sampler–trainer gap, the rubric judge's metrics):
+each step's values in ``per_step[i]["signals"]``, ``signals: {name: {first, last, min, max, mean, n}}`` over
+the run, and ``judge: {steps, judged, failures, failure_share, seconds_mean, seconds_total}`` (None without a
 judge). A signal the run did not log is absent. The curves are drawn by ``tansaku.trainer.curves``.
 """
 
@@ -62,7 +62,8 @@ MAX_ZERO_VARIANCE_SHARE = 0.5
 MIN_GROUP_STD = 1e-3
 MAX_REPEATED_CALL_SHARE = 0.1
 CORRECTNESS_NAMES = {task.answer_reward_name for task in TASKS.values()}
-_NON_REWARD_COLUMNS = {"step", "prompt", "completion", "advantage", "tool_variant", "environment", "reward_inputs"}
+_NON_REWARD_COLUMNS = {"step", "prompt", "completion", "advantage", "tool_variant", "environment",
+                       "reward_inputs"}
 
 
 def load_log_history(output_dir: str | Path) -> list[dict]:
@@ -75,7 +76,8 @@ def load_log_history(output_dir: str | Path) -> list[dict]:
         state = jsontext.read_object(path)
         if state is not None:
             history = state.get("log_history", [])
-            return [entry for entry in history if isinstance(entry, dict)] if isinstance(history, list) else []
+            return ([entry for entry in history if isinstance(entry, dict)] if isinstance(history, list)
+                    else [])
     return []
 
 
@@ -88,7 +90,8 @@ def completions_run(path: str | Path) -> Path:
     if path.name == "completions" or any(path.glob("completions_*.parquet")):
         path = path.parent
     if not any((path / "completions").glob("completions_*.parquet")):
-        raise InputError(f"{path}: no completions/completions_*.parquet (train rl writes them with log_completions)")
+        raise InputError(f"{path}: no completions/completions_*.parquet (train rl writes them with "
+                         f"log_completions)")
     return path
 
 
@@ -113,7 +116,8 @@ def episode_calls(completion) -> list[str]:
     ...     {"function": {"name": "search", "arguments": {"size": 3, "query": "a"}}}]},
     ...     {"role": "tool", "content": "…"}])
     ['search({"query": "a", "size": 3})', 'search({"query": "a", "size": 3})']
-    >>> episode_calls("<tool_call>{\\"name\\": \\"open_doc\\", \\"arguments\\": {\\"doc_id\\": \\"d1\\"}}</tool_call>")
+    >>> episode_calls("<tool_call>{\\"name\\": \\"open_doc\\", "
+    ...               "\\"arguments\\": {\\"doc_id\\": \\"d1\\"}}</tool_call>")
     ['open_doc({"doc_id": "d1"})']
     """
     if isinstance(completion, str):  # a non-conversational completion: parse the text as the rollout does
@@ -153,7 +157,8 @@ def group_rewards(rows: list[dict], weights: dict[str, float] | None = None) -> 
     names = reward_columns(rows)
     groups: dict[str, list[float]] = {}
     for row in rows:
-        key = json.dumps([row.get("step"), row.get("prompt")], ensure_ascii=False, sort_keys=True, default=str)
+        key = json.dumps([row.get("step"), row.get("prompt")], ensure_ascii=False, sort_keys=True,
+                         default=str)
         groups.setdefault(key, []).append(_total(row, names, weights or {}))
     return list(groups.values())
 
@@ -232,15 +237,19 @@ def run_report(output_dir: str | Path, weights: dict[str, float] | None = None) 
         share = overall["zero_variance_group_share"]
         checks.append({"name": "zero_variance_groups", "ok": share <= MAX_ZERO_VARIANCE_SHARE,
                        "detail": f"{share:.2f} of {overall['groups']} groups have zero reward variance"})
-        checks.append({"name": "tool_call_spam", "ok": overall["repeated_call_share"] <= MAX_REPEATED_CALL_SHARE,
-                       "detail": f"{overall['episodes_with_repeated_calls']} of {overall['episodes']} episodes "
-                                 f"repeat an identical call; max {overall['calls_per_episode']['max']} calls"})
+        checks.append(
+            {"name": "tool_call_spam", "ok": overall["repeated_call_share"] <= MAX_REPEATED_CALL_SHARE,
+             "detail": f"{overall['episodes_with_repeated_calls']} of {overall['episodes']} episodes "
+                       f"repeat an identical call; max {overall['calls_per_episode']['max']} calls"})
     checks.append({"name": "reward_hacking", "ok": not warnings, "detail": "; ".join(warnings) or "none"})
     names = reward_columns(completions)
-    collapse = collapse_series(completions, lambda row: _total(row, names, weights or {})) if completions else []
+    collapse = (collapse_series(completions, lambda row: _total(row, names, weights or {})) if completions
+                else [])
     collapsed = collapse_warnings(collapse)
-    checks.append({"name": "reasoning_collapse", "ok": not collapsed, "detail": "; ".join(collapsed) or "none"})
-    return {"output_dir": str(output_dir), "steps": len(per_step), "checks": checks, "ok": all(c["ok"] for c in checks),
+    checks.append({"name": "reasoning_collapse", "ok": not collapsed,
+                   "detail": "; ".join(collapsed) or "none"})
+    return {"output_dir": str(output_dir), "steps": len(per_step), "checks": checks,
+            "ok": all(c["ok"] for c in checks),
             "overall": {**overall, "hacking_warnings": warnings, "collapse_warnings": collapsed},
             "signals": signal_summary(signals), "judge": judge_summary(signals),
             "per_step": per_step, "collapse": collapse}

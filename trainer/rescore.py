@@ -2,22 +2,23 @@
 
 The way to check a reward fix, or a suspected reward hack, without running RL again:
 
-    train rescore --completions runs/rl/completions [--task multihop_qa] [--config R.yaml] [--out runs/rl/rescored]
+    train rescore --completions runs/rl/completions [--task multihop_qa] [--config R.yaml] \
+        [--out runs/rl/rescored]
 
-It reads TRL's ``completions/completions_<step>.parquet`` (each completion, one column per reward component as it
-was scored during training) and tansaku's ``reward_inputs`` column (the row's own columns the rewards read:
-``answer``, ``aliases``, ``answer_index``, ``rubric`` …, logged by ``train rl``), scores every completion again
-with the task's reward functions as they are now, and reports per component: rows scored, stored and new
+It reads TRL's ``completions/completions_<step>.parquet`` (each completion, one column per reward component as
+it was scored during training) and tansaku's ``reward_inputs`` column (the row's own columns the rewards read:
+``answer``, ``aliases``, ``answer_index``, ``rubric`` …, logged by ``train rl``), scores every completion
+again with the task's reward functions as they are now, and reports per component: rows scored, stored and new
 means, how many rows changed, the largest change and a few changed rows, and the weighted total's stored and
 new means. When nothing changed, every row reproduces its stored score exactly (a None / NaN score matches
 None / NaN). ``--out`` also writes ``rescored.parquet`` (the rows with ``new_<component>`` columns) and
 ``rescore_report.json``. The report records what scored: the task and its version, where the task came from,
 its reward weights, tansaku's version, and a hash of each reward function's source.
 
-The task is the run's own (``scoring_task``): the recipe task as ``train rl`` trained it (``rl_task``: abstention,
-tools and reward weights), read from ``--config`` or else the run folder's ``tansaku_recipe.json``; ``--task``
-picks one of a multi-task recipe. Only a run without a recipe copy (or a ``--task`` name alone) scores with the
-task's defaults.
+The task is the run's own (``scoring_task``): the recipe task as ``train rl`` trained it (``rl_task``:
+abstention, tools and reward weights), read from ``--config`` or else the run folder's
+``tansaku_recipe.json``; ``--task`` picks one of a multi-task recipe. Only a run without a recipe copy (or a
+``--task`` name alone) scores with the task's defaults.
 """
 
 from __future__ import annotations
@@ -72,9 +73,9 @@ def reward_versions(task, functions: dict) -> dict:
 
 
 def run_recipe_tasks(run: Path) -> list[RLTask] | None:
-    """The RL tasks of the recipe ``run`` was trained with (its ``tansaku_recipe.json``, written by ``train rl``
-    before anything else), or None when the folder has no RL recipe copy (an older run, or completions copied
-    out of their run)."""
+    """The RL tasks of the recipe ``run`` was trained with (its ``tansaku_recipe.json``, written by
+    ``train rl`` before anything else), or None when the folder has no RL recipe copy (an older run, or
+    completions copied out of their run)."""
     path = run / ownership.RUN_MARKER
     if not path.is_file():
         return None
@@ -92,8 +93,8 @@ def run_recipe_tasks(run: Path) -> list[RLTask] | None:
 
 def scoring_task(run: Path, task: str | Task | None, config: str | Path | None = None) -> tuple[Task, str]:
     """(the task that scores ``run``'s completions, where it came from). A ``Task`` is used as given; else the
-    recipe task (``--config``, or the run's ``tansaku_recipe.json``) as ``train rl`` trained it, ``task`` naming
-    one of several; else ``TASKS[task]`` with its default weights."""
+    recipe task (``--config``, or the run's ``tansaku_recipe.json``) as ``train rl`` trained it, ``task``
+    naming one of several; else ``TASKS[task]`` with its default weights."""
     if isinstance(task, Task):
         return task, "given"
     if config is not None:
@@ -112,8 +113,8 @@ def scoring_task(run: Path, task: str | Task | None, config: str | Path | None =
     return TASKS[task], "task defaults"
 
 
-def rescore(completions: str | Path, task: str | Task | None = None, out: str | Path | None = None, judge=None,
-            config: str | Path | None = None) -> dict:
+def rescore(completions: str | Path, task: str | Task | None = None, out: str | Path | None = None,
+            judge=None, config: str | Path | None = None) -> dict:
     """Score the stored completions again (see the module docstring); returns the report. ``task``: a name, a
     ``Task``, or None (the run's recipe task); ``config``: the recipe whose task scores them."""
     run = completions_run(completions)
@@ -123,8 +124,8 @@ def rescore(completions: str | Path, task: str | Task | None = None, out: str | 
         ownership.refuse_overlap(out, {"--completions": run})
     rows = load_completions(run)
     if rows and "reward_inputs" not in rows[0]:
-        raise InputError("these completions have no reward_inputs column (a run from before tansaku logged the "
-                         "rows' reward columns): they cannot be scored again")
+        raise InputError("these completions have no reward_inputs column (a run from before tansaku logged "
+                         "the rows' reward columns): they cannot be scored again")
     functions = task.scoring_functions(judge)
     prefix = "" if any(name in (rows[0] if rows else {}) for name in functions) else f"{task.name}/"
     mine = _task_rows(rows, task.name)
@@ -201,5 +202,6 @@ def format_report(report: dict) -> str:
     for name, c in report["components"].items():
         lines.append(f"  {name}: stored {c['stored_mean']:.4f} → new {c['new_mean']:.4f}, "
                      f"{c['changed']} changed (max |Δ| {c['max_abs_change']:.4f})")
-    lines.append(f"  weighted total: stored {report['total']['stored_mean']:.4f} → new {report['total']['new_mean']:.4f}")
+    lines.append(f"  weighted total: stored {report['total']['stored_mean']:.4f} → new "
+                 f"{report['total']['new_mean']:.4f}")
     return "\n".join(lines)

@@ -1,19 +1,21 @@
 """`train rl`: GRPO / GSPO over the tansaku search environments with TRL's GRPOTrainer.
 
     train rl --config trainer/recipes/rl-tiny.yaml --max_steps 3 --skip-readiness
-    python -c "from tansaku.trainer.rl import run_rl; run_rl('trainer/recipes/rl-tiny.yaml', ['--max_steps', '3'], skip_readiness=True)"
+    python -c "from tansaku.trainer.rl import run_rl; \
+        run_rl('trainer/recipes/rl-tiny.yaml', ['--max_steps', '3'], skip_readiness=True)"
 
 Each recipe task names ``tansaku.envs.tasks.TASKS[name]``, its prompt dataset (store folder or .jsonl) and its
-search index. The rollouts are multi-turn: TRL's tool loop calls ``tansaku.envs.environments.SearchEnvironment``
-(``environment_factory``: a ``{"<task>@tools-v<n>": factory}`` dict, one factory per tool-description variant
-and tool interface, ``-i<k>`` for interface k > 0, and an ``environment`` column drawn per row — TRL renders
-each prompt with its environment's schemas, so every row shows the model its own variant and interface; see
-``tansaku.envs.environments``), tool-result tokens get no
-loss, and every reward component of the task is its own TRL reward function (``tansaku.trainer.rl_rewards``; logged as
-``rewards/<name>/mean``, one column each in ``completions/*.parquet``), weighted by the task's weights
-(overridable per task). With several tasks, components are named ``<task>/<component>`` and return None on
-other tasks' rows, which TRL skips. The first reward function also logs each completion's ``tool_variant``
-(a column of ``completions/*.parquet``) and the metric ``tools/distinct_description_variants``.
+search index. The rollouts are multi-turn: TRL's tool loop calls
+``tansaku.envs.environments.SearchEnvironment`` (``environment_factory``: a ``{"<task>@tools-v<n>": factory}``
+dict, one factory per tool-description variant and tool interface, ``-i<k>`` for interface k > 0, and an
+``environment`` column drawn per row — TRL renders each prompt with its environment's schemas, so every row
+shows the model its own variant and interface; see ``tansaku.envs.environments``), tool-result tokens get no
+loss, and every reward component of the task is its own TRL reward function (``tansaku.trainer.rl_rewards``;
+logged as ``rewards/<name>/mean``, one column each in ``completions/*.parquet``), weighted by the task's
+weights (overridable per task). With several tasks, components are named ``<task>/<component>`` and return
+None on other tasks' rows, which TRL skips. The first reward function also logs each completion's
+``tool_variant`` (a column of ``completions/*.parquet``) and the metric
+``tools/distinct_description_variants``.
 
 A task with ``index: auto`` and a ``corpus`` (documents: a .jsonl file or a dataset folder) searches
 ``<output_dir>/index/<task>``, built from the corpus before anything else when it is not there yet
@@ -22,18 +24,18 @@ A task with ``index: auto`` and a ``corpus`` (documents: a .jsonl file or a data
 With ``difficulty: {samples: K, …}`` in the recipe, every candidate prompt is first sampled K times with the
 starting model and only prompts it solves sometimes are trained on (``tansaku.trainer.difficulty``); that
 banding replaces the readiness check below, and ``readiness`` in the result lists kept / dropped counts.
-Otherwise, before step 1 the readiness check (``tansaku.trainer.readiness``: ``run_eval`` through the backend training
-generates with — the TRL vLLM server, a colocated vLLM engine, or transformers in the training dtype) samples the model
-on each task and refuses to start when pass@k ≈ 0 or every group has zero reward variance
+Otherwise, before step 1 the readiness check (``tansaku.trainer.readiness``: ``run_eval`` through the backend
+training generates with — the TRL vLLM server, a colocated vLLM engine, or transformers in the training dtype)
+samples the model on each task and refuses to start when pass@k ≈ 0 or every group has zero reward variance
 (``skip_readiness=True`` / ``--skip-readiness`` to bypass).
 
-With ``dynamic_sampling_max_refills: N`` (> 0), a rollout round's zero-variance groups are dropped and refilled
-with fresh prompts of the pool, at most N refill rounds, the batch keeping its shape
+With ``dynamic_sampling_max_refills: N`` (> 0), a rollout round's zero-variance groups are dropped and
+refilled with fresh prompts of the pool, at most N refill rounds, the batch keeping its shape
 (``tansaku.trainer.dynamic_sampling``; ``dynamic_sampling/*`` metrics). Off by default.
 
-The ``GRPOConfig`` the trainer gets is the recipe's, with what tansaku derives from its tasks: the reward weights,
-``max_tool_calling_iterations`` when the recipe leaves it unset (the tasks' largest ``max_turns``), and
-``num_completions_to_print: 0`` when unset (see ``grpo_config``). GSPO vs GRPO, the batch (P prompts × G
+The ``GRPOConfig`` the trainer gets is the recipe's, with what tansaku derives from its tasks: the reward
+weights, ``max_tool_calling_iterations`` when the recipe leaves it unset (the tasks' largest ``max_turns``),
+and ``num_completions_to_print: 0`` when unset (see ``grpo_config``). GSPO vs GRPO, the batch (P prompts × G
 generations per step) and the NeMo-RL names of the seed recipe: ``docs/recipes.md``.
 """
 
@@ -113,15 +115,17 @@ def remote_tasks(recipe: Recipe) -> list[str]:
 
 
 def check_recipe(recipe: Recipe, judge=None) -> None:
-    """What needs no model, before the readiness or difficulty rollouts load one: tasks, system prompts, abstention
-    and reward weights, each task's rows, the model folder (RecipeError: one line)."""
+    """What needs no model, before the readiness or difficulty rollouts load one: tasks, system prompts,
+    abstention and reward weights, each task's rows, the model folder (RecipeError: one line)."""
     if recipe.training_args.reward_weights is not None:
         raise RecipeError("reward_weights: train rl weights each task's reward components itself; set "
                           "tasks[].reward_weights instead")
     build_rewards(recipe, judge)
     if recipe.script_args.difficulty.samples and any(t.environment_url for t in recipe.script_args.tasks):
-        raise RecipeError("difficulty: banding rolls out over a local index; a task with environment_url has none")
-    for spec in recipe.script_args.tasks:  # a column named like one of TRL's own reward arguments is refused here
+        raise RecipeError("difficulty: banding rolls out over a local index; a task with environment_url has "
+                          "none")
+    # a column named like one of TRL's own reward arguments is refused here
+    for spec in recipe.script_args.tasks:
         reward_columns(task_rows(spec, rl_task(spec)))
     require_model(recipe.model_args.model_name_or_path)
 
@@ -140,7 +144,8 @@ def build_dataset(recipe: Recipe, bands: dict[str, Band] | None = None):
         rows = []
         for row in task_rows(spec, task, (bands or {}).get(spec.name)):
             variant, interface = episode_variant(task, row, seed), episode_interface(task, row, seed)
-            rows.append({**row, "prompt": interface_prompt(row["prompt"], interface),  # names its interface's tools
+            # names its interface's tools
+            rows.append({**row, "prompt": interface_prompt(row["prompt"], interface),
                          "environment": environment_name(spec.name, variant, interface)})
         groups.append(rows)
     mixed = mix_by_ratio(groups, [t.ratio for t in tasks], recipe.script_args.mix_size, seed)
@@ -153,8 +158,8 @@ def build_dataset(recipe: Recipe, bands: dict[str, Band] | None = None):
 
 
 def build_environments(recipe: Recipe) -> dict:
-    """``environment_factory`` for TRL: ``{"<task>@tools-v<n>[-i<k>]": factory with variant n (and interface k)
-    fixed}`` (one index opened per task). One factory per pair because TRL renders a prompt's tool schemas
+    """``environment_factory`` for TRL: ``{"<task>@tools-v<n>[-i<k>]": factory with variant n (and interface
+    k) fixed}`` (one index opened per task). One factory per pair because TRL renders a prompt's tool schemas
     from the factory's first instance, once (``tansaku.envs.environments`` docstring): a variant drawn in
     ``reset`` alone would never reach the prompt."""
 
@@ -174,11 +179,11 @@ def task_factories(spec: RLTask) -> dict:
 
 
 def grpo_config(recipe: Recipe, reward_weights: list[float] | None = None):
-    """The TRL ``GRPOConfig`` the trainer gets: the recipe's, with the reward weights and, when the recipe leaves
-    them unset, ``max_tool_calling_iterations`` (the tasks' largest ``max_turns``) and ``num_completions_to_print``
-    (0: TRL's console sample table json.loads every tool call's arguments, so one completion whose arguments are not
-    JSON, which an early policy writes, kills the run at its next log step; the samples stay in completions/*.parquet
-    and the run report; a number turns the table back on)."""
+    """The TRL ``GRPOConfig`` the trainer gets: the recipe's, with the reward weights and, when the recipe
+    leaves them unset, ``max_tool_calling_iterations`` (the tasks' largest ``max_turns``) and
+    ``num_completions_to_print`` (0: TRL's console sample table json.loads every tool call's arguments, so one
+    completion whose arguments are not JSON, which an early policy writes, kills the run at its next log step;
+    the samples stay in completions/*.parquet and the run report; a number turns the table back on)."""
     training_args = recipe.training_args
     iterations = training_args.max_tool_calling_iterations
     if iterations is None:
@@ -213,7 +218,8 @@ def build_rl_trainer(recipe: Recipe, callbacks: list | None = None, judge=None, 
     # turn caches, shared prompt tokens, bf16 generation copy, LM head: what applies off GPU / without vLLM
     copied = cpu.apply(trainer, recipe.script_args)
     attach_hooks(trainer, recipe, model, copied)
-    attach_retention(trainer, recipe.script_args.retention, recipe.training_args.output_dir)  # recipe retention:
+    # recipe retention:
+    attach_retention(trainer, recipe.script_args.retention, recipe.training_args.output_dir)
     for line in update_notes(trainer.args, local_sampler=trainer.sampler is not None, copied=copied):
         log.warning(line)
     return name_base_model(trainer, name, model)  # its model card names the base model, not None
@@ -244,8 +250,8 @@ def attach_hooks(trainer, recipe: Recipe, model, copied: bool) -> None:
 
 def judge_client(recipe: Recipe, judge=None, llm_options=None):
     """The rubric judge of a run: ``judge`` when it is a client; else the recipe's ``judge:`` section, whose
-    ``model`` a ``judge`` spec (``train rl --judge SPEC``) replaces first, so the recipe copy names the judge the
-    run used. None when neither names one (a deepresearch task is then refused by ``check_recipe``).
+    ``model`` a ``judge`` spec (``train rl --judge SPEC``) replaces first, so the recipe copy names the judge
+    the run used. None when neither names one (a deepresearch task is then refused by ``check_recipe``).
     ``llm_options``: the command's ``--api-key`` / ``--extra-body`` / ``--concurrency`` / ``--no-cache``
     (``LLMOptions``), under the recipe's own ``judge:`` settings."""
     spec = recipe.script_args.judge
@@ -262,23 +268,26 @@ def judge_client(recipe: Recipe, judge=None, llm_options=None):
 
 def run_rl(config_path: str | os.PathLike, args: list[str] | None = None, skip_readiness: bool = False,
            judge=None, llm_options=None) -> dict:
-    """Run ``train rl``: recipe (``args``: TRL's ``--key value`` overrides) → readiness check → GRPO/GSPO training
-    → final save.
+    """Run ``train rl``: recipe (``args``: TRL's ``--key value`` overrides) → readiness check → GRPO/GSPO
+    training → final save.
 
     ``skip_readiness``: start without the pre-flight pass@k / zero-variance check. ``judge``: an LLM
     client, or a spec that replaces the recipe's ``judge.model`` (``train rl --judge``), for tasks scored by a
-    rubric judge (``deepresearch``); without it the recipe's ``judge:`` (``judge_client``, with ``llm_options``).
-    Returns
+    rubric judge (``deepresearch``); without it the recipe's ``judge:`` (``judge_client``, with
+    ``llm_options``). Returns
     ``{"output_dir", "global_step", "training_loss", "readiness", "warnings", "difficulty", "report_ok"}``
     (``difficulty``: kept / dropped counts per task when the recipe bands its prompts); checkpoints,
     ``trainer_state.json``, ``completions/completions_<step>.parquet``, ``tansaku_recipe.json``,
-    ``run_report.json`` and ``learning_curves.png`` (``tansaku.trainer.report``) are in the recipe's ``output_dir``.
+    ``run_report.json`` and ``learning_curves.png`` (``tansaku.trainer.report``) are in the recipe's
+    ``output_dir``.
     """
     recipe = load_recipe(config_path, args, kind="rl")
     script_args, output_dir = recipe.script_args, recipe.training_args.output_dir
-    for task in script_args.tasks:  # resolved once, so the readiness check, training and the recipe copy agree
+    # resolved once, so the readiness check, training and the recipe copy agree
+    for task in script_args.tasks:
         task.split = task.prompt_split()
-    check_output_dir(recipe)  # before anything is built, loaded or written: a dataset or a user's folder is refused
+    # before anything is built, loaded or written: a dataset or a user's folder is refused
+    check_output_dir(recipe)
     check_reporters(recipe)
     made_judge = judge is None or isinstance(judge, str)
     judge = judge_client(recipe, judge, llm_options)
@@ -286,7 +295,8 @@ def run_rl(config_path: str | os.PathLike, args: list[str] | None = None, skip_r
     with claimed_output_dir(recipe), full_disk_named(output_dir):  # one run at a time into output_dir
         write_recipe_copy(recipe)  # first: from now on the folder is provably this run's
         ensure_indexes(recipe)
-        for spec in script_args.tasks:  # each opened once: a damaged index is one line, before any model loads
+        # each opened once: a damaged index is one line, before any model loads
+        for spec in script_args.tasks:
             if not spec.environment_url:  # a remote task's server searches its own
                 require_index(spec.index)
         resume = resume_checkpoint(recipe)
@@ -302,11 +312,13 @@ def run_rl(config_path: str | os.PathLike, args: list[str] | None = None, skip_r
         try:
             result = trainer.train(resume_from_checkpoint=resume)
         finally:
-            if made_judge and judge is not None:  # made here from the recipe's spec: its connections end with it
+            # made here from the recipe's spec: its connections end with it
+            if made_judge and judge is not None:
                 judge.close()
         trainer.save_model(output_dir)
         trainer.save_state()
-        watch = next(cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "RewardWatchCallback")
+        watch = next(cb for cb in trainer.callback_handler.callbacks
+                     if type(cb).__name__ == "RewardWatchCallback")
         weights = dict(zip(trainer.reward_func_names, trainer.args.reward_weights or []))
         report = write_run_report(output_dir, weights)  # run_report.json + learning_curves.png
         plot_learning_curves(output_dir, report=report)

@@ -1,18 +1,20 @@
-"""The reward functions of an RL recipe, as TRL's GRPOTrainer takes them, and the ``environment`` names they route by.
+"""The reward functions of an RL recipe, as TRL's GRPOTrainer takes them, and the ``environment`` names they
+route by.
 
     funcs, weights, groups = build_rewards(load_recipe("trainer/recipes/rl-tiny.yaml", kind="rl"))
-    task = rl_task(recipe_task(recipe.script_args.tasks, None, "rl-tiny.yaml"))   # the task as the recipe trains it
+    # the task as the recipe trains it:
+    task = rl_task(recipe_task(recipe.script_args.tasks, None, "rl-tiny.yaml"))
 
-``rl_task(spec)`` is the recipe task complete (system prompt, abstention, tools, reward weights, the zh-mix penalty's
-start step and scope): the one task the run optimises and every measurement of it uses (readiness, banding, ``train
-eval --config``, ``train rescore``, ``synth serve-env --config``). Every reward component of each recipe task is its
-own TRL reward function (``f(completions, **columns)``, logged as ``rewards/<name>/mean``), weighted by that task's
-weights. With several tasks, components are named ``<task>/<component>`` and score only their task's rows (None
-elsewhere, which TRL skips), routed by the row's ``environment`` column (``<task>@tools-v<n>``,
-``<task>@tools-v<n>-i<k>`` for tool interface k > 0). The first function also logs each completion's tool
-description variant and the row columns the rewards read, with the global step they were scored at
-(``trainer_step``; ``train rescore`` scores them again, the zh-mix penalty's start step alike; the ``environment``
-among them names the interface).
+``rl_task(spec)`` is the recipe task complete (system prompt, abstention, tools, reward weights, the zh-mix
+penalty's start step and scope): the one task the run optimises and every measurement of it uses (readiness,
+banding, ``train eval --config``, ``train rescore``, ``synth serve-env --config``). Every reward component of
+each recipe task is its own TRL reward function (``f(completions, **columns)``, logged as
+``rewards/<name>/mean``), weighted by that task's weights. With several tasks, components are named
+``<task>/<component>`` and score only their task's rows (None elsewhere, which TRL skips), routed by the row's
+``environment`` column (``<task>@tools-v<n>``, ``<task>@tools-v<n>-i<k>`` for tool interface k > 0). The first
+function also logs each completion's tool description variant and the row columns the rewards read, with the
+global step they were scored at (``trainer_step``; ``train rescore`` scores them again, the zh-mix penalty's
+start step alike; the ``environment`` among them names the interface).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from tansaku.trainer.recipes import Recipe, RecipeError, RLTask, auto_index_dir,
 
 
 def environment_name(task_name: str, variant: int, interface: int = 0) -> str:
-    """The ``environment`` column value / factory key of a task's episodes showing tool description ``variant``
-    in tool ``interface`` (interface 0 keeps the name it always had).
+    """The ``environment`` column value / factory key of a task's episodes showing tool description
+    ``variant`` in tool ``interface`` (interface 0 keeps the name it always had).
 
     >>> environment_name("multihop_qa", 2), task_of_environment("multihop_qa@tools-v2")
     ('multihop_qa@tools-v2', 'multihop_qa')
@@ -52,7 +54,8 @@ def reward_inputs(columns: dict, n: int) -> list[str]:
     ['{"answer": "a", "aliases": ["x"]}', '{"answer": "b", "aliases": []}']
     """
     keep = {k: v for k, v in columns.items()
-            if k not in TRL_REWARD_ARGUMENTS and isinstance(v, list) and len(v) == n}  # TRL's own: no row column
+            # TRL's own: no row column
+            if k not in TRL_REWARD_ARGUMENTS and isinstance(v, list) and len(v) == n}
     return [jsontext.dumps({k: v[i] for k, v in keep.items()}, default=str) for i in range(n)]
 
 
@@ -75,7 +78,8 @@ def _logging_tool_variants(fn):
         if log_extra is not None:
             inputs = dict(columns)
             step = getattr(columns.get("trainer_state"), "global_step", None)
-            if isinstance(step, int):  # the step the batch was scored at: train rescore starts zh_mix_penalty alike
+            # the step the batch was scored at: train rescore starts zh_mix_penalty alike
+            if isinstance(step, int):
                 inputs[TRAINER_STEP] = [step] * len(completions)
             log_extra("reward_inputs", reward_inputs(inputs, len(completions)))
         return fn(
@@ -110,11 +114,11 @@ def _subset_reward(fn, task_key: str, name: str):
 
 def rl_task(spec) -> Task:
     """The recipe's task, complete: ``TASKS[name].configured(spec)`` (``Task.configured``: the recipe's
-    ``system_prompt``, read here when it is an ``@FILE`` — the text the SFT rows were built with, ``synth build
-    trajectories --system-prompt`` —, abstention, ``tools``, ``reward_weights``, ``zh_mix_start_step`` /
+    ``system_prompt``, read here when it is an ``@FILE`` — the text the SFT rows were built with, ``synth
+    build trajectories --system-prompt`` —, abstention, ``tools``, ``reward_weights``, ``zh_mix_start_step`` /
     ``zh_mix_scope``). The one task ``train rl`` optimises and the readiness check, banding, ``train eval
-    --config``, ``train rescore`` and ``synth serve-env --config`` measure; a problem is one ``RecipeError`` line
-    naming the task."""
+    --config``, ``train rescore`` and ``synth serve-env --config`` measure; a problem is one ``RecipeError``
+    line naming the task."""
     if spec.name not in TASKS:
         raise RecipeError(f"tasks: unknown task {spec.name!r}; choose from {sorted(TASKS)}")
     try:
@@ -126,9 +130,9 @@ def rl_task(spec) -> Task:
 
 
 def recipe_task(tasks: list[RLTask], name: str | None, where: str) -> RLTask:
-    """The recipe task a command measures (of ``tasks``, a recipe's ``script_args.tasks``): the one named ``name``
-    (``--task``), or the recipe's only task. A name the recipe does not train, or no name with several tasks, is
-    one ``InputError`` line naming ``where`` (the recipe)."""
+    """The recipe task a command measures (of ``tasks``, a recipe's ``script_args.tasks``): the one named
+    ``name`` (``--task``), or the recipe's only task. A name the recipe does not train, or no name with
+    several tasks, is one ``InputError`` line naming ``where`` (the recipe)."""
     specs = {spec.name: spec for spec in tasks}
     if name is None and len(specs) > 1:
         raise InputError(f"{where} trains {len(specs)} tasks ({', '.join(specs)}): choose one with --task")
@@ -138,28 +142,31 @@ def recipe_task(tasks: list[RLTask], name: str | None, where: str) -> RLTask:
 
 
 def recipe_target(config, name: str | None, index: str | None = None) -> tuple[RLTask, Task, str]:
-    """(recipe task, its ``rl_task``, index) of the ``train rl`` recipe ``config`` that ``train eval --config`` and
-    ``synth serve-env --config`` measure: the task ``name`` picks (``recipe_task``), searching ``index`` or else the
-    recipe task's. An ``index: auto`` that ``train rl`` has not built yet is one ``InputError`` line: building it
-    here would put it inside the run's ``output_dir`` before the run's own marker, which ``train rl`` then refuses."""
+    """(recipe task, its ``rl_task``, index) of the ``train rl`` recipe ``config`` that
+    ``train eval --config`` and ``synth serve-env --config`` measure: the task ``name`` picks
+    (``recipe_task``), searching ``index`` or else the recipe task's. An ``index: auto`` that ``train rl`` has
+    not built yet is one ``InputError`` line: building it here would put it inside the run's ``output_dir``
+    before the run's own marker, which ``train rl`` then refuses."""
     recipe = load_recipe(config, kind="rl")
     spec = recipe_task(recipe.script_args.tasks, name, f"recipe {config}")
     task = rl_task(spec)
     index = index or spec.index
     auto = auto_index_dir(recipe.training_args.output_dir, spec.name)
     if index == auto and not ownership.is_index(Path(auto)):
-        raise InputError(f"task {spec.name}: the recipe's index: auto is built by train rl at {auto} on its first "
-                         f"run and is not there yet; run train rl first, or give --index (an index of {spec.corpus})")
+        raise InputError(f"task {spec.name}: the recipe's index: auto is built by train rl at {auto} on its "
+                         f"first run and is not there yet; run train rl first, or give --index (an index of "
+                         f"{spec.corpus})")
     return spec, task, index
 
 
 def measured_task(config, task: str | None, options: dict[str, object], set_by_recipe: dict[str, object]):
-    """What a measuring command (``train eval`` / ``train select`` / ``synth serve-env``) scores: with ``--config``
-    the recipe's task as ``train rl`` trains it (``recipe_target``), over the recipe task's ``data`` and ``index``
-    unless ``options`` gives them; without it, ``--task`` and ``options``, each required. ``options``: ``{"--dataset":
-    value, "--index": value}`` as the command takes them; ``set_by_recipe``: options the recipe's task sets itself
-    (``--system-prompt`` …), refused beside ``--config``. Returns ``(task, {option: value})``, the task a ``Task``
-    with ``--config``, else the name given. Each problem is one ``InputError`` line.
+    """What a measuring command (``train eval`` / ``train select`` / ``synth serve-env``) scores: with
+    ``--config`` the recipe's task as ``train rl`` trains it (``recipe_target``), over the recipe task's
+    ``data`` and ``index`` unless ``options`` gives them; without it, ``--task`` and ``options``, each
+    required. ``options``: ``{"--dataset": value, "--index": value}`` as the command takes them;
+    ``set_by_recipe``: options the recipe's task sets itself (``--system-prompt`` …), refused beside
+    ``--config``. Returns ``(task, {option: value})``, the task a ``Task`` with ``--config``, else the name
+    given. Each problem is one ``InputError`` line.
 
     >>> measured_task(None, "multihop_qa", {"--index": "out/index"}, {})
     ('multihop_qa', {'--index': 'out/index'})
@@ -173,8 +180,8 @@ def measured_task(config, task: str | None, options: dict[str, object], set_by_r
         return task, dict(options)
     for option, value in set_by_recipe.items():
         if value is not None:
-            raise InputError(f"{option} and --config: the recipe's task sets it (tasks[].system_prompt / tools); "
-                             "give one or the other")
+            raise InputError(f"{option} and --config: the recipe's task sets it (tasks[].system_prompt / "
+                             "tools); give one or the other")
     spec, built, index = recipe_target(config, task, options.get("--index"))
     given = {**options, "--index": index}
     if "--dataset" in given and given["--dataset"] is None:
@@ -183,8 +190,8 @@ def measured_task(config, task: str | None, options: dict[str, object], set_by_r
 
 
 def build_rewards(recipe: Recipe, judge=None) -> tuple[list, list[float], dict[str, tuple[list[str], str]]]:
-    """(reward functions, weights, watch groups ``{task: ([component names], correctness name)}``); the weights
-    are the ones ``rl_task`` puts in the task (its ``reward_weights``), no other source."""
+    """(reward functions, weights, watch groups ``{task: ([component names], correctness name)}``); the
+    weights are the ones ``rl_task`` puts in the task (its ``reward_weights``), no other source."""
 
     tasks = recipe.script_args.tasks
     multi = len(tasks) > 1
@@ -193,12 +200,14 @@ def build_rewards(recipe: Recipe, judge=None) -> tuple[list, list[float], dict[s
         task = rl_task(spec)
         if spec.environment_url:  # scored by its server's /verify: the served task's weighted total
             name = f"{spec.name}/remote_reward" if multi else "remote_reward"
-            funcs.append(_subset_reward(remote_reward, spec.name, name) if multi else _named(remote_reward, name))
+            funcs.append(_subset_reward(remote_reward, spec.name, name) if multi
+                         else _named(remote_reward, name))
             weights.append(1.0)
             groups[spec.name] = ([name], name)
             continue
         names = []
-        for (component, weight), fn in zip(task.reward_weights.items(), task.reward_functions(judge), strict=True):
+        for (component, weight), fn in zip(task.reward_weights.items(), task.reward_functions(judge),
+                                           strict=True):
             name = f"{spec.name}/{component}" if multi else component
             funcs.append(_subset_reward(fn, spec.name, name) if multi else _named(fn, name))
             weights.append(float(weight))

@@ -1,8 +1,10 @@
-"""Several runs of one recipe (seeds) side by side: their curves overlaid, and collapses that recur at one step.
+"""Several runs of one recipe (seeds) side by side: their curves overlaid, and collapses that recur at one
+step.
 
     train report --runs runs/rl-seed0 runs/rl-seed1 runs/rl-seed2 --out seeds.png
 
-Per run (its ``trainer_state.json`` and ``completions/*.parquet``, read by ``tansaku.trainer.report.run_report``)
+Per run (its ``trainer_state.json`` and ``completions/*.parquet``, read by
+``tansaku.trainer.report.run_report``)
 and per step: the total reward (TRL's ``reward``; else the mean unweighted total of the completions), the
 zero-variance group share (TRL's ``frac_reward_zero_std``; else from the completions), the policy entropy
 (TRL's ``entropy``) and, with completions, reasoning characters and tool calls per episode
@@ -26,7 +28,8 @@ from tansaku.core.errors import InputError, MissingInputError
 from tansaku.trainer.collapse import collapse_onsets
 
 WATCHED = ("reward", "entropy", "reasoning_chars", "tool_calls")
-DRAWN = (("reward", "total reward"), ("zero_variance", "zero-variance group share"), ("entropy", "policy entropy"))
+DRAWN = (("reward", "total reward"), ("zero_variance", "zero-variance group share"),
+         ("entropy", "policy entropy"))
 
 
 def run_series(run: str | Path) -> dict[str, dict[int, float]]:
@@ -55,7 +58,8 @@ def run_series(run: str | Path) -> dict[str, dict[int, float]]:
 
 
 def recurring(onsets: dict[str, list[int]], within: int = 1, min_runs: int = 2) -> list[dict]:
-    """Clusters of one signal's onsets (``{run: [steps]}``) that ``min_runs`` or more runs share within ±``within``.
+    """Clusters of one signal's onsets (``{run: [steps]}``) that ``min_runs`` or more runs share within
+    ±``within``.
 
     Each anchor onset (in step order, not already in a cluster) takes, from every run, its onset nearest the
     anchor if it lies within ``within`` steps; ``steps`` is ``{run: step}``.
@@ -84,7 +88,8 @@ def recurring(onsets: dict[str, list[int]], within: int = 1, min_runs: int = 2) 
 
 def compare_seeds(runs: list[str | Path], lookback: int = 5, drop: float = 0.5, within: int = 1,
                   min_runs: int = 2) -> dict:
-    """Each run's collapse onsets per watched signal, and the collapses that recur (see the module docstring)."""
+    """Each run's collapse onsets per watched signal, and the collapses that recur (see the module
+    docstring)."""
     if len(runs) < 2:
         raise InputError("give two or more runs to compare (train report --runs R1 R2 …)")
     if not 0 < drop < 1 or lookback < 1 or within < 0 or min_runs < 2:
@@ -129,8 +134,8 @@ def plot_seeds(result: dict, out_png: str | Path, option: str | None = None):
             if marks:
                 ax.plot(*zip(*marks), linestyle="", marker="x", markersize=10, mew=2, color=color)
         for cluster in (c for c in result["recurring"] if c["signal"] == signal):
-            ax.axvspan(min(cluster["steps"].values()) - 0.5, max(cluster["steps"].values()) + 0.5, color="tab:red",
-                       alpha=0.12)
+            ax.axvspan(min(cluster["steps"].values()) - 0.5, max(cluster["steps"].values()) + 0.5,
+                       color="tab:red", alpha=0.12)
         if signal == "zero_variance":
             ax.set_ylim(-0.05, 1.05)
         ax.set_title(title, fontsize=10, loc="left")
@@ -146,9 +151,10 @@ def plot_seeds(result: dict, out_png: str | Path, option: str | None = None):
 def seeds_table(result: dict) -> Table:
     """Per run: its steps and the collapse onsets of each watched signal; recurring ones as the caption."""
     p = result["params"]
-    recur = "; ".join(f"{c['signal']} at step {c['step']} in " + ", ".join(f"{r} ({s})" for r, s in c["steps"].items())
-                      for c in result["recurring"])
-    table = Table(title=f"collapse onsets (drop ≥ {p['drop']:.0%} of the peak of the last {p['lookback']} steps)",
+    recur = "; ".join(f"{c['signal']} at step {c['step']} in "
+                      + ", ".join(f"{r} ({s})" for r, s in c["steps"].items()) for c in result["recurring"])
+    table = Table(title=f"collapse onsets (drop ≥ {p['drop']:.0%} of the peak of the last {p['lookback']} "
+                        f"steps)",
                   caption=f"recurring within ±{p['within']} steps: {recur}" if recur
                   else f"no collapse recurs within ±{p['within']} steps")
     table.add_column("run")
@@ -156,6 +162,7 @@ def seeds_table(result: dict) -> Table:
     for signal in WATCHED:
         table.add_column(signal)
     for run in result["runs"]:
-        cells = [", ".join(map(str, run["collapses"][s])) or "none" if s in run["collapses"] else "–" for s in WATCHED]
+        cells = [", ".join(map(str, run["collapses"][s])) or "none" if s in run["collapses"] else "–"
+                 for s in WATCHED]
         table.add_row(run["run"], str(run["steps"]), *cells)
     return table

@@ -1,13 +1,15 @@
 """`train select`: choose the RL start among an SFT run's checkpoints by measurement on a validation slice.
 
-    train select --run runs/sft --task multihop_qa_compact --dataset runs/multihop --index runs/index --rows 32
-    python -c "from tansaku.trainer.select import select_checkpoint; select_checkpoint('runs/sft', 'multihop_qa', …)"
+    train select --run runs/sft --task multihop_qa_compact --dataset runs/multihop --index runs/index \
+        --rows 32
+    python -c "from tansaku.trainer.select import select_checkpoint; \
+        select_checkpoint('runs/sft', 'multihop_qa', …)"
 
 The lowest SFT loss is not the best RL start: a model trained to loss 0.007 is near-deterministic on its data,
 so most GRPO groups have equal rewards and no gradient. Each ``checkpoint-*`` of the run (and the final model
-in the run folder) is evaluated with ``run_eval`` on the first ``rows`` questions of a split the SFT data never
-held — the dataset's ``rl`` split by default; the held-out ``test`` split is refused, it stays for the final
-comparison. Per checkpoint the table gives pass@1 (greedy unless ``temperature`` > 0, then the mean over
+in the run folder) is evaluated with ``run_eval`` on the first ``rows`` questions of a split the SFT data
+never held — the dataset's ``rl`` split by default; the held-out ``test`` split is refused, it stays for the
+final comparison. Per checkpoint the table gives pass@1 (greedy unless ``temperature`` > 0, then the mean over
 ``k`` samples), the mean token entropy of what it generated (``ChatResult.entropy``: how deterministic it is),
 tool calls per episode and the mean task reward.
 
@@ -33,13 +35,15 @@ from tansaku.trainer.run_folder import checkpoint_step
 
 SELECTION_FILE = "checkpoint_selection.json"
 RUN_MARKER = ownership.RUN_MARKER  # written by train sft / train rl: the folder is a tansaku training run
-_TABLE_NUMBERS = ("pass@1", "mean_tool_calls", "mean_total_reward", "questions")  # what a reused report must hold
+# what a reused report must hold
+_TABLE_NUMBERS = ("pass@1", "mean_tool_calls", "mean_total_reward", "questions")
 
 
 def checkpoints(run: Path) -> list[tuple[int | None, Path]]:
-    """``(step, folder)`` of each saved checkpoint in step order, then the final model (step None) if saved and
-    not the same step as a checkpoint (``trainer_state.json`` says which step it is; listed when that file is
-    missing or unreadable). Only ``checkpoint-<ASCII digits>`` folders count (``run_folder.checkpoint_step``)."""
+    """``(step, folder)`` of each saved checkpoint in step order, then the final model (step None) if saved
+    and not the same step as a checkpoint (``trainer_state.json`` says which step it is; listed when that file
+    is missing or unreadable). Only ``checkpoint-<ASCII digits>`` folders count
+    (``run_folder.checkpoint_step``)."""
     found = sorted((step, p) for p in run.glob("checkpoint-*")
                    if (step := checkpoint_step(p.name)) is not None and (p / "config.json").is_file())
     if (run / "config.json").is_file():
@@ -65,24 +69,28 @@ def _check_run(run: Path, split: str) -> None:
                          "start on the 'rl' split (or another split the SFT data did not use)")
     ownership.require_named(run, "--run")  # select writes into the run: a folder others may write is refused
     if not (run / RUN_MARKER).is_file():
-        raise InputError(f"{run}: not a tansaku training run (no {RUN_MARKER}); train select writes into the run "
-                         "folder, so it only works on one train sft made")
+        raise InputError(f"{run}: not a tansaku training run (no {RUN_MARKER}); train select writes into the "
+                         "run folder, so it only works on one train sft made")
     if not checkpoints(run):
-        raise InputError(f"{run}: no checkpoint-* folder and no final model; set save_steps in the SFT recipe")
+        raise InputError(f"{run}: no checkpoint-* folder and no final model; set save_steps in the SFT "
+                         f"recipe")
 
 
-def select_checkpoint(run: str | Path, task: str | Task, dataset: str | Path, index, split: str = "rl", rows: int = 32,
-                      k: int = 1, temperature: float = 0.0, max_tokens: int = 1024, seed: int = 0,
-                      system_prompt: str | None = None, dtype: str | None = None, batch_size: int = 16) -> dict:
-    """Evaluate every checkpoint of ``run`` on ``rows`` questions of ``split``; write and return the selection.
+def select_checkpoint(
+    run: str | Path, task: str | Task, dataset: str | Path, index, split: str = "rl", rows: int = 32,
+    k: int = 1, temperature: float = 0.0, max_tokens: int = 1024, seed: int = 0,
+    system_prompt: str | None = None, dtype: str | None = None, batch_size: int = 16) -> dict:
+    """Evaluate every checkpoint of ``run`` on ``rows`` questions of ``split``; write and return the
+    selection.
 
-    ``task``: a ``TASKS`` name or a ``Task`` (``train select --config``: a recipe's ``rl_task``, with its reward
-    weights). ``dtype``/``batch_size``: how the transformers backend generates (default: bf16 where it is native, ~2x
-    faster than fp32 there, else fp32).
+    ``task``: a ``TASKS`` name or a ``Task`` (``train select --config``: a recipe's ``rl_task``, with its
+    reward weights). ``dtype``/``batch_size``: how the transformers backend generates (default: bf16 where it
+    is native, ~2x faster than fp32 there, else fp32).
     """
     run = Path(run)
     _check_run(run, split)
-    task = task_named(task) if isinstance(task, str) else task  # a recipe's task (train select --config) as it is
+    # a recipe's task (train select --config) as it is
+    task = task_named(task) if isinstance(task, str) else task
     weights = dict(task.reward_weights)
     table = []
     for step, folder in checkpoints(run):
@@ -93,17 +101,20 @@ def select_checkpoint(run: str | Path, task: str | Task, dataset: str | Path, in
         if report is None:
             client = from_spec(f"transformers:{folder}", dtype=dtype or fast_dtype(), batch_size=batch_size)
             report = run_eval(task, dataset, client, index, split=split, k=k, limit=rows, out_dir=report_dir,
-                              max_tokens=max_tokens, temperature=temperature, seed=seed, system_prompt=system_prompt)
+                              max_tokens=max_tokens, temperature=temperature, seed=seed,
+                              system_prompt=system_prompt)
             client.close()
             report.update(weights=fingerprint, selection_rows=rows)
             report = redact_mapping(report)  # what is recorded holds no secret (tansaku.core.redact)
-            safe_write.write_text_atomic(report_dir / "report.json", jsontext.dumps(report, indent=2, default=str))
+            safe_write.write_text_atomic(report_dir / "report.json",
+                                         jsontext.dumps(report, indent=2, default=str))
         table.append({"name": name, "step": step, "path": str(folder), "weights": fingerprint,
                       "pass@1": report["pass@1"], "entropy": report.get("mean_token_entropy"),
                       "tool_calls": report["mean_tool_calls"], "reward": report["mean_total_reward"],
                       "questions": report["questions"]})
     chosen = choose(table)
-    selection = {"run": str(run), "task": task.name, "reward_weights": weights, "dataset": str(dataset), "split": split, "rows": rows, "k": k,
+    selection = {"run": str(run), "task": task.name, "reward_weights": weights, "dataset": str(dataset),
+                 "split": split, "rows": rows, "k": k,
                  "temperature": temperature, "criterion": "max pass@1, ties to higher entropy",
                  "chosen": chosen, "checkpoints": table}
     selection = redact_mapping(selection)
@@ -113,8 +124,9 @@ def select_checkpoint(run: str | Path, task: str | Task, dataset: str | Path, in
 
 def _reusable_report(report_dir: Path, fingerprint: str, rows: int, k: int, temperature: float, split: str,
                      reward_weights: dict):
-    """The report a previous selection wrote for these weights and settings; None (evaluate again) when there is
-    none, it was made for other weights, settings or reward weights, or ``report.json`` is not a JSON object."""
+    """The report a previous selection wrote for these weights and settings; None (evaluate again) when there
+    is none, it was made for other weights, settings or reward weights, or ``report.json`` is not a JSON
+    object."""
     report = jsontext.read_object(report_dir / "report.json")
     if report is None:
         return None

@@ -18,11 +18,12 @@ TRL 1.16's ``GRPOTrainer`` logs, per step (names exactly as in ``log_history``):
 - what reward functions log through TRL's ``log_metric`` under the name they give (no prefix): the rubric
   judge's ``rubric/judge_failures``, ``rubric/judge_seconds`` and ``rubric/judged``
   (``tansaku.envs.rubric_reward``);
-- with ``dynamic_sampling_max_refills`` > 0 (``tansaku.trainer.dynamic_sampling``): ``dynamic_sampling/refills``,
-  ``/groups_dropped``, ``/zero_std_groups_kept``, ``/zero_std_share``, ``/extra_rollouts``.
+- with ``dynamic_sampling_max_refills`` > 0 (``tansaku.trainer.dynamic_sampling``):
+  ``dynamic_sampling/refills``, ``/groups_dropped``, ``/zero_std_groups_kept``, ``/zero_std_share``,
+  ``/extra_rollouts``.
 
-- the search-health signals ``search_health/<name>`` (``tansaku.envs.search_health.STEP_METRICS``: searches per
-  episode, distinct queries, open before answering, grounded answers, answers without a search), logged by
+- the search-health signals ``search_health/<name>`` (``tansaku.envs.search_health.STEP_METRICS``: searches
+  per episode, distinct queries, open before answering, grounded answers, answers without a search), logged by
   the first reward function (``tansaku.trainer.rl_rewards``).
 
 A signal a run did not log is absent (never 0): ``step_signals`` keeps only finite numbers, and TRL writes
@@ -39,8 +40,8 @@ SIGNALS = (
     "loss", "policy_loss", "grad_norm", "kl", "kl_to_start", "entropy",
     "clip_ratio/region_mean", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/low_min",
     "clip_ratio/high_max", "cispo_clip_ratio",
-    "completions/mean_length", "completions/min_length", "completions/max_length", "completions/clipped_ratio",
-    "completions/mean_terminated_length",
+    "completions/mean_length", "completions/min_length", "completions/max_length",
+    "completions/clipped_ratio", "completions/mean_terminated_length",
     "reward", "reward_std", "frac_reward_zero_std",
     "sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
     "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
@@ -94,7 +95,8 @@ def signal_summary(per_step: dict[int, dict[str, float]]) -> dict[str, dict]:
     names = list(dict.fromkeys(name for values in per_step.values() for name in values))
     order = {name: i for i, name in enumerate(SIGNALS)}
     names.sort(key=lambda name: order.get(name, len(order)))
-    return {name: summarize([values[name] for values in per_step.values() if name in values]) for name in names}
+    return {name: summarize([values[name] for values in per_step.values() if name in values])
+            for name in names}
 
 
 def judge_summary(per_step: dict[int, dict[str, float]]) -> dict | None:
@@ -109,7 +111,8 @@ def judge_summary(per_step: dict[int, dict[str, float]]) -> dict | None:
 
     >>> judge_summary({1: {"rubric/judged": 8.0, "rubric/judge_failures": 2.0, "rubric/judge_seconds": 3.0},
     ...                2: {"rubric/judged": 8.0, "rubric/judge_failures": 0.0, "rubric/judge_seconds": 5.0}})
-    {'steps': 2, 'judged': 16.0, 'failures': 2.0, 'failure_share': 0.125, 'seconds_mean': 4.0, 'seconds_total': 8.0}
+    {'steps': 2, 'judged': 16.0, 'failures': 2.0, 'failure_share': 0.125, 'seconds_mean': 4.0,
+    'seconds_total': 8.0}
     >>> judge_summary({1: {"loss": 0.1}}) is None
     True
     """
@@ -117,7 +120,8 @@ def judge_summary(per_step: dict[int, dict[str, float]]) -> dict | None:
     if not rows:
         return None
     column = lambda key: [v[key] for v in rows if key in v]  # noqa: E731
-    judged, failures, seconds = column("rubric/judged"), column("rubric/judge_failures"), column("rubric/judge_seconds")
+    judged, failures, seconds = (column("rubric/judged"), column("rubric/judge_failures"),
+                                 column("rubric/judge_seconds"))
     total_judged = sum(judged) if judged else None
     total_failures = sum(failures) if failures else None
     share = total_failures / total_judged if total_judged and total_failures is not None else None

@@ -31,7 +31,8 @@ def completion_text(completion) -> str:
 
     >>> print(completion_text([{"role": "assistant", "reasoning_content": "調べる", "content": "",
     ...     "tool_calls": [{"function": {"name": "search", "arguments": {"query": "白砂市"}}}]},
-    ...     {"role": "tool", "content": "[1] 白砂市の市長は…"}, {"role": "assistant", "content": "{{山田}}"}]))
+    ...     {"role": "tool", "content": "[1] 白砂市の市長は…"},
+    ...     {"role": "assistant", "content": "{{山田}}"}]))
     (think) 調べる
     → search({"query": "白砂市"})
     ← [1] 白砂市の市長は…
@@ -96,7 +97,8 @@ def step_samples(run: str | Path, step_a: int, step_b: int, limit: int | None = 
     logged = sorted({int(row["step"]) for row in rows})
     for step in (step_a, step_b):
         if step not in logged:
-            raise InputError(f"--steps: step {step} is not in {folder}/completions (logged steps: {_ranges(logged)})")
+            raise InputError(f"--steps: step {step} is not in {folder}/completions (logged steps: "
+                             f"{_ranges(logged)})")
     components = reward_columns(rows)
     groups: dict[int, dict[str, list[dict]]] = {step_a: {}, step_b: {}}
     prompts: dict[str, object] = {}
@@ -111,11 +113,14 @@ def step_samples(run: str | Path, step_a: int, step_b: int, limit: int | None = 
     for key in shared[:limit]:
         answer = next((x for x in map(_answer, a[key] + b[key]) if x is not None), None)
         pairs.append({"prompt": _prompt_text(prompts[key]), "answer": answer,
-                      "a": [_sample(r, components) for r in a[key]], "b": [_sample(r, components) for r in b[key]]})
-    mean = {side: {**{name: _mean([s["rewards"][name] for p in pairs for s in p[side]]) for name in components},
+                      "a": [_sample(r, components) for r in a[key]],
+                      "b": [_sample(r, components) for r in b[key]]})
+    mean = {side: {**{name: _mean([s["rewards"][name] for p in pairs for s in p[side]])
+                      for name in components},
                    "total": _mean([s["total"] for p in pairs for s in p[side]])} for side in ("a", "b")}
     return {"run": str(folder), "steps": [step_a, step_b], "components": components, "prompts": pairs,
-            "shared": len(shared), "only_a": len(a) - len(shared), "only_b": len(b) - len(shared), "mean": mean}
+            "shared": len(shared), "only_a": len(a) - len(shared), "only_b": len(b) - len(shared),
+            "mean": mean}
 
 
 def _mean(values: list) -> float | None:
@@ -148,7 +153,8 @@ def _rewards_cell(sample: dict) -> str:
 
 
 def samples_table(result: dict, width: int = 400) -> Table:
-    """A rich table: per shared prompt a row (number, prompt, answer), then its samples at step A and step B."""
+    """A rich table: per shared prompt a row (number, prompt, answer), then its samples at step A and step
+    B."""
     a, b = result["steps"]
     mean = "   ".join(f"{name}: {_fmt(result['mean']['a'][name])} → {_fmt(result['mean']['b'][name])}"
                        for name in result["mean"]["a"])
@@ -159,10 +165,12 @@ def samples_table(result: dict, width: int = 400) -> Table:
     table.add_column("#", justify="right")
     for column in (f"step {a}", "rewards", f"step {b}", "rewards"):
         table.add_column(column, overflow="fold", ratio=3 if column.startswith("step") else 1)
-    short = lambda s: s["completion"] if len(s["completion"]) <= width else s["completion"][:width] + "…"  # noqa: E731
+    short = (lambda s: s["completion"] if len(s["completion"]) <= width  # noqa: E731
+             else s["completion"][:width] + "…")
     for n, pair in enumerate(result["prompts"], 1):
         answer = f"answer: {pair['answer']}" if pair["answer"] is not None else ""
-        table.add_row(str(n), f"[bold]{_escape(pair['prompt'])}[/bold]", "", _escape(answer), "", style="on grey15")
+        table.add_row(str(n), f"[bold]{_escape(pair['prompt'])}[/bold]", "", _escape(answer), "",
+                      style="on grey15")
         for i in range(max(len(pair["a"]), len(pair["b"]))):
             sa = pair["a"][i] if i < len(pair["a"]) else None
             sb = pair["b"][i] if i < len(pair["b"]) else None

@@ -28,7 +28,8 @@ def ensure_indexes(recipe: Recipe) -> list[str]:
         if ownership.is_index(index):
             continue
         if index.exists() and (not index.is_dir() or any(index.iterdir())):
-            raise RecipeError(f"task {spec.name}: {index} exists but is not a finished index; remove it to rebuild")
+            raise RecipeError(f"task {spec.name}: {index} exists but is not a finished index; remove it to "
+                              f"rebuild")
         corpus = Path(spec.corpus)
         if not corpus.exists():
             raise RecipeError(f"task {spec.name}: corpus {corpus} not found")

@@ -40,8 +40,8 @@ from .spec import LLM_ENGINES, Engine, bare_model_problem, parse_spec
 __all__ = [
     "ChatRequest", "ChatResult", "Engine", "LLMBadJSON", "LLMClient", "LLMOptions", "LLM_ENGINES",
     "ResponseCache", "ScriptedLLM", "as_client",
-    "ask_json", "checked_json", "default_cache_path", "from_spec", "json_answer", "json_answers", "parse_json",
-    "parse_spec",
+    "ask_json", "checked_json", "default_cache_path", "from_spec", "json_answer", "json_answers",
+    "parse_json", "parse_spec",
 ]
 
 

@@ -147,8 +147,8 @@ def _without_lone_surrogates(result: ChatResult) -> ChatResult:
 
 
 def _with_redacted_error(result: ChatResult) -> ChatResult:
-    """``result`` with its error text redacted: errors name the endpoint (``http://user:pass@host``), and they end
-    up in rejected rows, trajectories and logs."""
+    """``result`` with its error text redacted: errors name the endpoint (``http://user:pass@host``), and they
+    end up in rejected rows, trajectories and logs."""
     if not isinstance(result, ChatResult) or not isinstance(result.error, str):
         return result
     error = redact_text(result.error)
@@ -196,7 +196,8 @@ class LLMClient:
         raise NotImplementedError
 
     def chat(self, requests: list[ChatRequest]) -> list[ChatResult]:
-        """Answer every request, in order. Never raises for a model/server problem: see ``ChatResult.error``."""
+        """Answer every request, in order. Never raises for a model/server problem: see
+        ``ChatResult.error``."""
         results: list[ChatResult | None] = [None] * len(requests)
         stage = current_stage()
         identity = self._cache_model() if self.cache is not None else None
@@ -222,7 +223,8 @@ class LLMClient:
                     self._count_in_flight(-len(todo), stage)
             for i, result in zip(todo, fresh):
                 results[i] = _with_redacted_error(_without_lone_surrogates(result))
-            if identity is not None:  # tool calls a callable nested past the bound stay out (json would recurse)
+            # tool calls a callable nested past the bound stay out (json would recurse)
+            if identity is not None:
                 self.cache.put_many(
                     [(keys[i], results[i].to_json()) for i in todo if keys[i] is not None and results[i].ok
                      and not jsontext.depth_exceeds(results[i].server_tool_calls, jsontext.MAX_DEPTH)]
@@ -251,7 +253,8 @@ class LLMClient:
                 table["in_flight"] += n
 
     def stage_stats(self, stage: str) -> dict:
-        """Requests, cache hits, tokens and requests in flight of the calls made inside ``llm_stage(stage)``."""
+        """Requests, cache hits, tokens and requests in flight of the calls made inside
+        ``llm_stage(stage)``."""
         with self._lock:
             return dict(self._by_stage.get(stage) or dict.fromkeys(self._stats, 0))
 
@@ -260,7 +263,8 @@ class LLMClient:
             return dict(self._stats)
 
     def describe(self) -> dict:
-        """The client as manifests and reports record it (no URL password, key or query: ``tansaku.core.redact``)."""
+        """The client as manifests and reports record it (no URL password, key or query:
+        ``tansaku.core.redact``)."""
         return redact_mapping({"backend": self.backend, "model": self.model, "params": self.params,
                                "cache": str(self.cache.path) if self.cache is not None else None})
 

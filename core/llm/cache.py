@@ -21,7 +21,8 @@ from tansaku.core.errors import InputError
 
 # SQLite limits host parameters per statement (32766 on modern builds); stay well below it.
 _CHUNK = 900
-# "TNSK": PRAGMA application_id marks a SQLite file as ours (https://www.sqlite.org/pragma.html#pragma_application_id)
+# "TNSK": PRAGMA application_id marks a SQLite file as ours
+# (https://www.sqlite.org/pragma.html#pragma_application_id)
 APPLICATION_ID = 0x544E534B
 _TABLE_SQL = "CREATE TABLE responses (key TEXT PRIMARY KEY, result TEXT NOT NULL, created REAL)"
 
@@ -45,7 +46,8 @@ class ResponseCache:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            # timeout: wait for another writer (thread or process) instead of failing with "database is locked"
+            # timeout: wait for another writer (thread or process) instead of failing with "database is
+            # locked"
             conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -108,7 +110,8 @@ def cache_info(path: str | os.PathLike | None = None) -> dict:
         entries = conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
     finally:
         conn.close()
-    return {"path": str(path), "exists": True, "entries": entries, "bytes": sum(p.stat().st_size for p in _files(path))}
+    return {"path": str(path), "exists": True, "entries": entries,
+            "bytes": sum(p.stat().st_size for p in _files(path))}
 
 
 def clear_cache(path: str | os.PathLike | None = None) -> dict:

@@ -10,7 +10,8 @@ is refused while Typer parses the command line, before any model loads or server
     @app.command()
     def run(llm: str, no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
             concurrency: Concurrency = None, llm_option: LlmOption = None):
-        client = from_spec(llm, llm_options=llm_options(no_cache, api_key, extra_body, concurrency, llm_option))
+        options = llm_options(no_cache, api_key, extra_body, concurrency, llm_option)
+        client = from_spec(llm, llm_options=options)
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from .vllm_engine import check_engine_options, parse_engine_options
 
 
 class LLMOptionType(OptionType):
-    """One value of an LLM option, checked by ``read``: the function ``llm_options`` reads it with, so the parse
-    accepts exactly what the command will use (``option_values``' grammar: a key an HTTP header carries, a body
-    JSON can send, an engine argument with finite numbers and no control character). A refusal is one
+    """One value of an LLM option, checked by ``read``: the function ``llm_options`` reads it with, so the
+    parse accepts exactly what the command will use (``option_values``' grammar: a key an HTTP header carries,
+    a body JSON can send, an engine argument with finite numbers and no control character). A refusal is one
     ``error: --option: …`` line (exit 2) before any work; the value itself is kept as given."""
 
     def __init__(self, option: str, read):
@@ -61,13 +62,14 @@ def llm_options(no_cache: bool = False, api_key: dict[str, str] | list[str] | No
     ``engine``: the ``--llm-option`` texts (``KEY=VALUE``) or their mapping.
 
     >>> llm_options(api_key=["sk-all"], concurrency=4, engine=["tensor_parallel_size=8"])
-    LLMOptions(no_cache=False, api_keys={'*': 'sk-all'}, extra_body=None, concurrency=4, engine={'tensor_parallel_size': 8})
+    LLMOptions(no_cache=False, api_keys={'*': 'sk-all'}, extra_body=None, concurrency=4,
+    engine={'tensor_parallel_size': 8})
     """
     keys = api_key if isinstance(api_key, dict) else parse_api_keys(api_key)
     body = extra_body if isinstance(extra_body, dict) or extra_body is None else load_extra_body(extra_body)
     engine = dict(engine) if isinstance(engine, dict) else parse_engine_options(engine)
-    return LLMOptions(no_cache=bool(no_cache), api_keys=dict(keys or {}), extra_body=body, concurrency=concurrency,
-                      engine=engine)
+    return LLMOptions(no_cache=bool(no_cache), api_keys=dict(keys or {}), extra_body=body,
+                      concurrency=concurrency, engine=engine)
 
 
 NoCache = Annotated[bool, typer.Option(

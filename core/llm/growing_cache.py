@@ -1,5 +1,5 @@
-"""A KV cache for transformers' ``generate`` that appends in place: a decode step writes one position per layer
-instead of copying the whole cache.
+"""A KV cache for transformers' ``generate`` that appends in place: a decode step writes one position per
+layer instead of copying the whole cache.
 
     from tansaku.core.llm.growing_cache import growing_cache
     model.generate(**inputs, cache=growing_cache(model.config, inputs.pop("cache", None)))
@@ -39,7 +39,8 @@ class GrowingLayer(DynamicLayer):
         return self.keys, self.values
 
     def _holds_current(self, key_states) -> bool:
-        """Whether ``keys`` is still the filled part of the buffer (a crop keeps it; a batch operation does not)."""
+        """Whether ``keys`` is still the filled part of the buffer (a crop keeps it; a batch operation does
+        not)."""
         room = self.room_keys
         return (room is not None and room.shape[:2] == key_states.shape[:2] and room.dtype == key_states.dtype
                 and (self.keys.numel() == 0 or self.keys.data_ptr() == room.data_ptr()))
@@ -55,8 +56,8 @@ class GrowingLayer(DynamicLayer):
 
 
 def growing_cache(config, cache: DynamicCache | None = None) -> DynamicCache:
-    """``cache`` (default: a new ``DynamicCache`` for ``config``) with its plain dynamic layers, filled or not,
-    turned into ``GrowingLayer``s holding the same keys and values."""
+    """``cache`` (default: a new ``DynamicCache`` for ``config``) with its plain dynamic layers, filled or
+    not, turned into ``GrowingLayer``s holding the same keys and values."""
     cache = cache if cache is not None else DynamicCache(config=config)
     cache.layers = [as_growing(layer) for layer in cache.layers]
     if cache.layer_class_to_replicate is DynamicLayer:

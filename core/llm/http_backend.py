@@ -3,9 +3,9 @@
 Spec: ``http:MODEL@URL[,URL…]`` (URL is the server root or its ``/v1``; ``user:pass@host`` URLs work) or
 ``http:MODEL`` (the server is ``OPENAI_BASE_URL``). Keys: ``api_key`` (one key, or one per base URL) or
 ``--api-key`` as given; else ``OPENAI_API_KEY``, but only to the endpoint it pairs with in the ``openai``
-client (``OPENAI_BASE_URL``, default api.openai.com); any other endpoint gets ``EMPTY`` (``settings.key_for``).
-Requests go out concurrently through ``openai.AsyncOpenAI`` on a private event loop in a background thread,
-so the sync ``chat()`` also works when called from code that already runs an event loop.
+client (``OPENAI_BASE_URL``, default api.openai.com); any other endpoint gets ``EMPTY``
+(``settings.key_for``). Requests go out concurrently through ``openai.AsyncOpenAI`` on a private event loop in
+a background thread, so the sync ``chat()`` also works when called from code that already runs an event loop.
 
 The client's CPU per request is what caps a synthesis build at hundreds of slots (``bench/llm_http.py``), so:
 the transport is the client's ``DefaultAioHttpClient`` (the ``openai[aiohttp]`` extra, which the openai
@@ -135,7 +135,8 @@ class HTTPClient(LLMClient):
         return self._loop
 
     def _generate(self, requests: list[ChatRequest]) -> list[ChatResult]:
-        future = asyncio.run_coroutine_threadsafe(self.achat_uncached(requests, current_stage()), self._ensure_loop())
+        future = asyncio.run_coroutine_threadsafe(self.achat_uncached(requests, current_stage()),
+                                                  self._ensure_loop())
         return future.result()
 
     def _ensure_clients(self) -> None:
@@ -152,8 +153,9 @@ class HTTPClient(LLMClient):
             has_aiohttp = importlib.util.find_spec("aiohttp") is not None
             for url, key in zip(self.base_urls, self.api_keys):
                 transport = _transport(openai, url, has_aiohttp)
-                self._clients.append(openai.AsyncOpenAI(base_url=url, api_key=key, timeout=self.timeout, max_retries=0,
-                                                        http_client=transport(limits=limits, timeout=self.timeout)))
+                self._clients.append(openai.AsyncOpenAI(
+                    base_url=url, api_key=key, timeout=self.timeout, max_retries=0,
+                    http_client=transport(limits=limits, timeout=self.timeout)))
             self._semaphores = [asyncio.Semaphore(self.max_concurrency) for _ in self.base_urls]
 
     async def achat_uncached(self, requests: list[ChatRequest], stage: str | None = None) -> list[ChatResult]:
@@ -227,7 +229,8 @@ class HTTPClient(LLMClient):
                 wait = retry_after_seconds(getattr(exc.response, "headers", None))
                 if wait:
                     slot = index % len(self._clients)
-                    self._not_before[slot] = max(self._not_before[slot], time.monotonic() + min(wait, MAX_RETRY_AFTER))
+                    self._not_before[slot] = max(self._not_before[slot],
+                                                 time.monotonic() + min(wait, MAX_RETRY_AFTER))
             except (openai.APITimeoutError, openai.APIConnectionError) as exc:
                 last_error = f"{type(exc).__name__} at {client.base_url}: {_short(str(exc))}"
             except Exception as exc:  # malformed response body and the like
@@ -237,7 +240,8 @@ class HTTPClient(LLMClient):
             if attempt < self.max_retries:
                 self.retries += 1
                 # full jitter: spreads the retries of many concurrent requests over the window
-                await asyncio.sleep(random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** attempt)))
+                await asyncio.sleep(random.uniform(0,
+                                                   min(self.backoff_max, self.backoff_base * 2 ** attempt)))
         return ChatResult(error=f"gave up after {self.max_retries + 1} attempts: {last_error}")
 
     async def _next_open(self, start: int, least_busy: bool = False) -> int:
@@ -246,7 +250,8 @@ class HTTPClient(LLMClient):
         for it) rather than hammer it."""
         count = len(self._not_before)
         now = time.monotonic()
-        open_ = [(start + step) % count for step in range(count) if self._not_before[(start + step) % count] <= now]
+        open_ = [(start + step) % count for step in range(count)
+                 if self._not_before[(start + step) % count] <= now]
         if open_:
             return min(open_, key=lambda i: self._assigned[i]) if least_busy else open_[0]
         soonest = min(range(count), key=lambda i: self._not_before[i])
@@ -282,8 +287,8 @@ def _to_result(response) -> ChatResult:
     tokens, prompt_tokens = usage.get("completion_tokens"), usage.get("prompt_tokens")
     return ChatResult(content=message.get("content") or "", server_reasoning=reasoning,
                       server_tool_calls=message.get("tool_calls") or [],
-                      finish_reason=choice.get("finish_reason"), tokens=tokens if isinstance(tokens, int) else None,
-                      prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None)
+                      finish_reason=choice.get("finish_reason"), tokens=tokens if isinstance(tokens, int)
+                      else None, prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None)
 
 
 def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, clients: list) -> None:

@@ -30,7 +30,8 @@ _TRUE = {"1", "ON", "YES", "TRUE"}
 
 def hub_offline() -> bool:
     """``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) as set now, not when huggingface_hub was imported."""
-    return any(os.environ.get(name, "").upper() in _TRUE for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(os.environ.get(name, "").upper() in _TRUE
+               for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
 def hub_cache_dir() -> Path:
@@ -43,8 +44,9 @@ def hub_cache_dir() -> Path:
 
 
 def is_hub_id(name: str) -> bool:
-    """``org/name`` (or ``name``) as the Hub validates repo ids (``tansaku.core.value_checks.repo_id_problem``,
-    the one check every repo-id option runs), and not a path-looking string."""
+    """``org/name`` (or ``name``) as the Hub validates repo ids
+    (``tansaku.core.value_checks.repo_id_problem``, the one check every repo-id option runs), and not a
+    path-looking string."""
     if name.startswith((".", "/", "~")) or name.endswith("/") or os.sep + os.sep in name:
         return False
     return repo_id_problem(name) is None
@@ -81,7 +83,8 @@ def resolve_model(name: str | os.PathLike) -> Path:
     try:
         return Path(snapshot_download(text, cache_dir=hub_cache_dir(), allow_patterns=_HUB_FILES))
     except RepositoryNotFoundError:
-        raise MissingInputError(f"model {text}: no such local folder or Hub repo (or it needs HF_TOKEN)") from None
+        raise MissingInputError(f"model {text}: no such local folder or Hub repo (or it needs "
+                                f"HF_TOKEN)") from None
     except HfHubHTTPError as exc:
         raise InputError(f"model {text}: cannot download from the Hub: {str(exc).splitlines()[0]}") from None
     except LocalEntryNotFoundError:  # the Hub could not be reached and nothing is cached

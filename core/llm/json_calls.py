@@ -1,6 +1,7 @@
 """Ask an LLM for JSON objects: one batched call, and every failure becomes a named ``Drop``.
 
-    answers = ask_json(client, requests, schema)   # [dict | Drop("llm_error" | "llm_bad_json" | "llm_bad_output"), …]
+    answers = ask_json(client, requests, schema)
+    # [dict | Drop("llm_error" | "llm_bad_json" | "llm_bad_output"), …]
 
 This is the one validated path for LLM JSON: every pipeline stage that wants structured answers goes
 through here (or through :func:`checked_json` when it already holds the text), so a backend error, an
@@ -14,8 +15,8 @@ unreadable answer and a hostile one are told apart and counted the same way ever
   default each request's own ``json_schema``), never a registry.
 
 Stages with their own drop names (a judge's ``judge_error`` / ``judge_bad_json``) pass them as ``error`` /
-``bad_json``. A build whose LLM answers were all unusable ends with 0 rows, which the store refuses in one line
-(``tansaku.core.out_folder.refuse_empty``, which names these reasons).
+``bad_json``. A build whose LLM answers were all unusable ends with 0 rows, which the store refuses in one
+line (``tansaku.core.out_folder.refuse_empty``, which names these reasons).
 
 >>> from tansaku.core.llm import ChatRequest, ScriptedLLM
 >>> llm = ScriptedLLM(lambda request: request.messages[-1]["content"])

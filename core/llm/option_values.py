@@ -1,13 +1,14 @@
-"""The value grammar of the LLM options (``--api-key``, ``--extra-body``, ``--llm-option``): what a value must be
-to be usable at all. ``tansaku.core.llm.settings`` (keys, bodies) and ``tansaku.core.llm.vllm_engine`` (engine
-arguments) apply it where they read a value, so a command line (checked while Typer parses it,
+"""The value grammar of the LLM options (``--api-key``, ``--extra-body``, ``--llm-option``): what a value must
+be to be usable at all. ``tansaku.core.llm.settings`` (keys, bodies) and ``tansaku.core.llm.vllm_engine``
+(engine arguments) apply it where they read a value, so a command line (checked while Typer parses it,
 ``tansaku.core.llm.cli_options``), a recipe and a Python caller all meet the same rules, and a value that can
 never work is refused in one line before any model loads or server starts, not when the first request is sent:
 
 - a key: not empty, visible ASCII (it travels in an HTTP header, which carries no line break, NUL or non-ASCII
   character; httpx would raise on the first request), at most ``MAX_KEY_CHARS``; never shown in a refusal;
 - a request body (``--extra-body``): at most ``MAX_BODY_CHARS``, only what JSON carries (no NaN or Infinity,
-  which Python's ``json`` writes but no server's JSON parser reads; no YAML date), whole numbers within 64 bits;
+  which Python's ``json`` writes but no server's JSON parser reads; no YAML date), whole numbers within 64
+  bits;
 - an engine argument (``KEY=VALUE``): at most ``MAX_ENGINE_CHARS``, no control character (a line break, NUL),
   nested at most ``MAX_ENGINE_DEPTH`` levels, its numbers finite and whole numbers within 64 bits.
 
@@ -59,8 +60,8 @@ def value_problem(value: Any, *, json_only: bool = False, controls: bool = False
                   max_depth: int = MAX_BODY_DEPTH) -> str | None:
     """Why a decoded option value cannot be used, or None: a number that is not finite, a whole number past
     64 bits, a lone surrogate, nesting past ``max_depth``; ``controls``: a control character in a string too;
-    ``json_only``: a value JSON cannot carry (a YAML date, a set). Other values (a Python caller's objects, such
-    as a ``torch.dtype``) pass unless ``json_only``. Walked without recursion."""
+    ``json_only``: a value JSON cannot carry (a YAML date, a set). Other values (a Python caller's objects,
+    such as a ``torch.dtype``) pass unless ``json_only``. Walked without recursion."""
     if depth_exceeds(value, max_depth):
         return f"is nested deeper than {max_depth} levels"
     stack = [value]
@@ -88,9 +89,9 @@ def value_problem(value: Any, *, json_only: bool = False, controls: bool = False
 
 
 def engine_text_problem(text: str) -> str | None:
-    """Why one ``--llm-option KEY=VALUE`` text is no engine argument, before its value is read as YAML: too long,
-    a control character, a lone surrogate, brackets nested past ``MAX_ENGINE_DEPTH`` (YAML's parser recurses),
-    a number that is not finite (``nan``, ``inf``, ``1e999``)."""
+    """Why one ``--llm-option KEY=VALUE`` text is no engine argument, before its value is read as YAML: too
+    long, a control character, a lone surrogate, brackets nested past ``MAX_ENGINE_DEPTH`` (YAML's parser
+    recurses), a number that is not finite (``nan``, ``inf``, ``1e999``)."""
     if len(text) > MAX_ENGINE_CHARS:
         return f"is {len(text)} characters, over the {MAX_ENGINE_CHARS} an engine argument may have"
     if CONTROL.search(text):

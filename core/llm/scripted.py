@@ -13,7 +13,8 @@ ScriptedSpec(path=PosixPath('a/answers.py.jsonl'), function=None)
 >>> parse_scripted_spec("scripted:teacher.py:not-a-name")
 Traceback (most recent call last):
 ...
-tansaku.core.errors.InputError: scripted spec 'scripted:teacher.py:not-a-name': FUNCTION must be a Python identifier, got 'not-a-name'
+tansaku.core.errors.InputError: scripted spec 'scripted:teacher.py:not-a-name': FUNCTION must be a Python
+identifier, got 'not-a-name'
 
 Each JSONL line is a response: ``{"content": ..., "reasoning": ...,
 "tool_calls": [...], "error": ...}`` plus an optional ``"match"``: a substring of the last user
@@ -25,7 +26,8 @@ Never the only test of a real backend.
 A str is the raw generated text (``ChatResult.content``), exactly what a local backend returns. A dict
 answers like an OpenAI server's message: its ``reasoning`` / ``tool_calls`` (also accepted under their
 ``ChatResult`` names ``server_reasoning`` / ``server_tool_calls``) are what a server's parsers took out
-of the text; they are passed on as given, never normalized or repaired (``tansaku.core.parsing`` validates them).
+of the text; they are passed on as given, never normalized or repaired (``tansaku.core.parsing`` validates
+them).
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ def load_scripted(spec: str, cache=None, **options) -> ScriptedLLM:
 class ScriptedLLM(LLMClient):
     backend = "scripted"
 
-    def __init__(self, responder: Callable[[ChatRequest], object] | str | Path, cache=None, model: str | None = None):
+    def __init__(self, responder: Callable[[ChatRequest], object] | str | Path, cache=None,
+                 model: str | None = None):
         if callable(responder):
             self._fn, self._matched, self._ordered = responder, [], []
             name = model or f"scripted:{getattr(responder, '__name__', 'function')}"
@@ -126,7 +129,8 @@ class ScriptedLLM(LLMClient):
                 return _as_result(self._fn(req))
             except Exception as exc:
                 return ChatResult(error=f"{type(exc).__name__}: {exc}")
-        last_user = next((m.get("content") or "" for m in reversed(req.messages) if m.get("role") == "user"), "")
+        last_user = next((m.get("content") or "" for m in reversed(req.messages) if m.get("role") == "user"),
+                         "")
         for line in self._matched:
             if line["match"] in str(last_user):
                 return _as_result(line)
@@ -147,7 +151,8 @@ def _as_result(value: object) -> ChatResult:
         fields = {_MESSAGE_KEYS.get(k, k): v for k, v in value.items() if _MESSAGE_KEYS.get(k, k) in _FIELDS}
         # Passed on as given, of whatever type (a line may say "content": 5): the parser counts what is wrong.
         calls = fields.get("server_tool_calls")
-        fields["server_tool_calls"] = [] if calls is None else list(calls) if isinstance(calls, list) else [calls]
+        fields["server_tool_calls"] = ([] if calls is None else list(calls) if isinstance(calls, list)
+                                       else [calls])
         fields["content"] = "" if fields.get("content") is None else fields["content"]
         if fields.get("error") is not None:
             fields["error"] = str(fields["error"])

@@ -10,10 +10,11 @@ option given to ``from_spec`` directly wins over these. ``TANSAKU_NO_CACHE=1`` a
 Which key goes where (:func:`key_for`), following the ``openai`` client, whose ``OPENAI_API_KEY`` pairs with
 ``OPENAI_BASE_URL`` (default ``https://api.openai.com/v1``): a key given explicitly — ``--api-key KEY`` (every
 endpoint of the command), ``--api-key URL=KEY`` (that endpoint), ``@FILE``, ``env:NAME`` (that environment
-variable, routed where the option says), a recipe's ``judge.api_key``, ``api_key=`` in Python — is sent as given.
-Otherwise ``OPENAI_API_KEY`` is sent only to the endpoint ``OPENAI_BASE_URL`` names (or ``api.openai.com`` when
-it is unset); any other endpoint (a self-hosted vLLM on plain http, say) gets ``EMPTY``, what vLLM accepts when it
-runs without ``--api-key``. So a key is never handed to a server just because the spec names it.
+variable, routed where the option says), a recipe's ``judge.api_key``, ``api_key=`` in Python — is sent as
+given. Otherwise ``OPENAI_API_KEY`` is sent only to the endpoint ``OPENAI_BASE_URL`` names (or
+``api.openai.com`` when it is unset); any other endpoint (a self-hosted vLLM on plain http, say) gets
+``EMPTY``, what vLLM accepts when it runs without ``--api-key``. So a key is never handed to a server just
+because the spec names it.
 
 >>> LLMOptions(concurrency=8).client_options("http")
 {'max_concurrency': 8}
@@ -54,20 +55,23 @@ class LLMOptions:
     api_keys: dict[str, str] = field(default_factory=dict)  # "*" → every endpoint; base URL → that one
     extra_body: dict | None = None
     concurrency: int | None = None  # --concurrency: requests in flight per http: endpoint (its slots)
-    engine: dict[str, Any] = field(default_factory=dict)  # --llm-option: vLLM engine arguments of vllm: clients
+    # --llm-option: vLLM engine arguments of vllm: clients
+    engine: dict[str, Any] = field(default_factory=dict)
 
     def client_options(self, backend: str) -> dict:
-        """The constructor options these set for a ``backend`` client (http: its keys, body and slots; vllm: the
-        engine arguments; none for the other backends)."""
+        """The constructor options these set for a ``backend`` client (http: its keys, body and slots; vllm:
+        the engine arguments; none for the other backends)."""
         if backend == "vllm":
             return dict(self.engine)
         if backend != "http":
             return {}
-        given = {"api_key": self.api_keys or None, "extra_body": self.extra_body, "max_concurrency": self.concurrency}
+        given = {"api_key": self.api_keys or None, "extra_body": self.extra_body,
+                 "max_concurrency": self.concurrency}
         return {k: v for k, v in given.items() if v is not None}
 
 
-OPENAI_DEFAULT_BASE = "https://api.openai.com/v1"  # the openai client's base URL when OPENAI_BASE_URL is unset
+# the openai client's base URL when OPENAI_BASE_URL is unset
+OPENAI_DEFAULT_BASE = "https://api.openai.com/v1"
 
 
 def api_base(url: str) -> str:
@@ -88,8 +92,8 @@ def cache_disabled(options: LLMOptions | None = None) -> bool:
 
 
 def _read_value(text: str, what: str, limit: int) -> str:
-    """``@FILE`` → the file's text (keeps secrets out of ``ps`` and shell history), else the text itself; a file
-    over ``limit`` bytes is refused unread (a key or a body is small: a large file is the wrong one)."""
+    """``@FILE`` → the file's text (keeps secrets out of ``ps`` and shell history), else the text itself; a
+    file over ``limit`` bytes is refused unread (a key or a body is small: a large file is the wrong one)."""
     if not text.startswith("@"):
         return text
     if not text[1:].strip():
@@ -102,20 +106,24 @@ def _read_value(text: str, what: str, limit: int) -> str:
         raise MissingInputError(f"{what} file not found: {path}")
     try:
         if path.stat().st_size > limit:
-            raise InputError(f"{what} file {path} is {path.stat().st_size} bytes, over the {limit} it may have")
+            raise InputError(f"{what} file {path} is {path.stat().st_size} bytes, over the {limit} it may "
+                             f"have")
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:  # unreadable, or not UTF-8 text: one line, not a traceback
-        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc.strerror or type(exc).__name__
+        reason = ("not UTF-8 text" if isinstance(exc, UnicodeDecodeError)
+                  else exc.strerror or type(exc).__name__)
         raise InputError(f"{what} file {path} cannot be read ({reason})") from None
 
 
 def _read_key(text: str) -> str:
-    """``env:NAME`` → that environment variable (the opt-in that routes an environment key to a server other than
-    ``OPENAI_BASE_URL``'s without putting it on the command line), ``@FILE`` → the file's text, else the key."""
+    """``env:NAME`` → that environment variable (the opt-in that routes an environment key to a server other
+    than ``OPENAI_BASE_URL``'s without putting it on the command line), ``@FILE`` → the file's text, else the
+    key."""
     if text.startswith("env:"):
         name = text.removeprefix("env:")
         if not os.environ.get(name, "").strip():
-            raise InputError(f"--api-key: env:{name}: the environment variable {name or '(no name)'} is not set")
+            raise InputError(f"--api-key: env:{name}: the environment variable {name or '(no name)'} is not "
+                             f"set")
         return os.environ[name].strip()
     return _read_value(text, "--api-key: key", MAX_KEY_CHARS).strip()
 
@@ -146,23 +154,26 @@ def parse_api_keys(values: list[str] | None) -> dict[str, str]:
 
 
 def load_extra_body(text: str | None) -> dict | None:
-    """``--extra-body``: a JSON object, or ``@FILE`` with a YAML/JSON mapping; None for None. Refused: empty text,
-    over ``MAX_BODY_CHARS``, and what JSON cannot send (``option_values.value_problem``: NaN, Infinity …)."""
+    """``--extra-body``: a JSON object, or ``@FILE`` with a YAML/JSON mapping; None for None. Refused: empty
+    text, over ``MAX_BODY_CHARS``, and what JSON cannot send (``option_values.value_problem``: NaN, Infinity
+    …)."""
     if text is None:
         return None
     if not text.strip():
         raise InputError("--extra-body is empty: give a JSON object (e.g. '{\"top_k\": 20}') or @FILE.yaml")
     source = _read_value(text.strip(), "--extra-body", MAX_BODY_CHARS)
     if len(source) > MAX_BODY_CHARS:
-        raise InputError(f"--extra-body is {len(source)} characters, over the {MAX_BODY_CHARS} a request body "
-                         "may add")
+        raise InputError(f"--extra-body is {len(source)} characters, over the {MAX_BODY_CHARS} a request "
+                         "body may add")
     try:
         data = jsontext.loads(source) if not text.startswith("@") else yaml.safe_load(source)
     except (json.JSONDecodeError, yaml.YAMLError, RecursionError) as exc:  # YAML's parser recurses per level
         first = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0]
-        raise InputError(f"--extra-body is not valid {'JSON' if not text.startswith('@') else 'YAML'}: {first}") from None
+        raise InputError(f"--extra-body is not valid {'JSON' if not text.startswith('@') else 'YAML'}: "
+                         f"{first}") from None
     if not isinstance(data, dict):
-        raise InputError(f"--extra-body must be a mapping (e.g. '{{\"top_k\": 20}}'), got {type(data).__name__}")
+        raise InputError(f"--extra-body must be a mapping (e.g. '{{\"top_k\": 20}}'), got "
+                         f"{type(data).__name__}")
     if problem := value_problem(data, json_only=True):
         raise InputError(f"--extra-body {problem}")
     return data
@@ -180,15 +191,16 @@ def _endpoint(url: str) -> tuple:
 
 
 def env_key_endpoint() -> str:
-    """The one endpoint ``OPENAI_API_KEY`` is for: ``OPENAI_BASE_URL``'s, else OpenAI's own (the openai client's
-    pairing)."""
+    """The one endpoint ``OPENAI_API_KEY`` is for: ``OPENAI_BASE_URL``'s, else OpenAI's own (the openai
+    client's pairing)."""
     return api_base(os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_BASE)
 
 
 def key_for(base_url: str, *sources: str | dict[str, str] | None) -> str:
     """The bearer key for one endpoint from the first source that has one (each a key, or a mapping whose
     per-endpoint key beats its ``"*"``): e.g. ``key_for(url, given, cli_keys)``; then ``OPENAI_API_KEY`` only
-    where ``base_url`` is :func:`env_key_endpoint`; else ``EMPTY`` (what vLLM accepts without ``--api-key``)."""
+    where ``base_url`` is :func:`env_key_endpoint`; else ``EMPTY`` (what vLLM accepts without
+    ``--api-key``)."""
     for source in sources:
         if isinstance(source, str):
             return source

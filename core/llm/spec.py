@@ -1,5 +1,5 @@
-"""The one grammar of LLM specs: :func:`parse_spec` reads a spec's text (and nothing else: no file, no network,
-no environment) into its backend and parts; ``from_spec`` builds clients from what it returns, and
+"""The one grammar of LLM specs: :func:`parse_spec` reads a spec's text (and nothing else: no file, no
+network, no environment) into its backend and parts; ``from_spec`` builds clients from what it returns, and
 :func:`check_spec` validates every option that takes a spec (``--llm``, ``--teacher``, ``--translator``,
 ``--policy``, ``--judge``, ``--model``, a recipe's ``judge.model``) while the command line is parsed, before
 any work.
@@ -43,7 +43,8 @@ from tansaku.core.value_checks import INPUT_FILE, check_path
 from .identity import is_hub_id
 from .scripted import parse_scripted_spec
 
-# MODEL@URL where URL starts with a scheme: the first such '@' ends the model id, so URLs may carry user:pass@.
+# MODEL@URL where URL starts with a scheme: the first such '@' ends the model id, so URLs may carry
+# user:pass@.
 _MODEL_AT_URL = re.compile(r"^(?P<model>.+?)@(?P<urls>https?://.+)$")
 
 
@@ -73,7 +74,8 @@ def _http_parts(spec: str, rest: str) -> tuple[str, tuple[str, ...]]:
     if match:
         model, urls = match["model"], re.split(r",(?=https?://)", match["urls"])
     elif "@" in rest:  # MODEL@host:port without a scheme: plain http. At the first @, so that in
-        # MODEL@user:pass@host the credentials stay in the URL (where they are sent and masked), not in the model id
+        # MODEL@user:pass@host the credentials stay in the URL (where they are sent and masked), not in the
+        # model id
         model, _, text = rest.partition("@")
         urls = [u if "://" in u else f"http://{u}" for u in (u.strip() for u in text.split(",")) if u]
     else:
@@ -157,22 +159,24 @@ def bare_model_problem(spec: str) -> str | None:
 
 
 def _scripted_file_problem(path: Path) -> str | None:
-    """Why a ``scripted:`` spec's file cannot be read, or None: looked at with ``stat`` only (never opened, never
-    run), as any input file (``value_checks.check_path``: a FIFO, a folder, a name that is not UTF-8 …), and it
+    """Why a ``scripted:`` spec's file cannot be read, or None: looked at with ``stat`` only (never opened,
+    never run), as any input file (``value_checks.check_path``: a FIFO, a folder, a name that is not UTF-8 …),
+    and it
     must exist: nothing a command does makes it."""
     try:
         check_path(str(path), INPUT_FILE, "scripted")
     except (InputError, MissingInputError) as exc:  # MissingInputError: a dangling link
         return str(exc)
-    return None if path.exists() else f"scripted file {path} not found"  # as the loader opens it: no ~ expanded
+    # as the loader opens it: no ~ expanded
+    return None if path.exists() else f"scripted file {path} not found"
 
 
 def check_spec(spec: str, option: str, builtins: tuple[str, ...] = (), files: bool = False) -> str:
     """``spec`` when :func:`parse_spec` reads it and ``from_spec`` could build it (a bare name is a folder or
     Hub id, ``http:MODEL`` has OPENAI_BASE_URL to go to); ``InputError`` naming ``option`` otherwise.
-    ``builtins``: specs a command knows by name (``scripted:deepresearch``); ``files``: a ``scripted:`` file must
-    be there too (a command line's spec, checked before any work: a command whose first step loads a model
-    would otherwise meet it only after that)."""
+    ``builtins``: specs a command knows by name (``scripted:deepresearch``); ``files``: a ``scripted:`` file
+    must be there too (a command line's spec, checked before any work: a command whose first step loads a
+    model would otherwise meet it only after that)."""
     if spec in builtins:
         return spec
     try:

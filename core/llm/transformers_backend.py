@@ -8,20 +8,22 @@ is the decoded generation as it is (``<think>`` and ``<tool_call>`` blocks inclu
 Request messages may come in the wire form (arguments as JSON text); the chat template gets them in the
 HF form (``to_hf``), as TRL renders them.
 
-Each result carries ``tokens`` and ``entropy``: the mean entropy of the model's next-token distribution over the
-tokens it generated (before temperature, so greedy and sampled runs measure the same thing), recorded while
-generating (``EntropyRecorder``) — how near-deterministic a policy is, at no extra forward pass.
+Each result carries ``tokens`` and ``entropy``: the mean entropy of the model's next-token distribution over
+the tokens it generated (before temperature, so greedy and sampled runs measure the same thing), recorded
+while generating (``EntropyRecorder``) — how near-deterministic a policy is, at no extra forward pass.
 
 The first turn of a chat (the system prompt with the tool schemas: ~530 of the ~800 tokens of a compact agent
 prompt, the same in every episode) is computed once and its KV cache reused by every batch that starts with it
-(``prefix_cache=True``): each request's own part is left-padded after it, so a batch pays prefill only for what
-differs. The split is made only where the tokens are the same either way (checked once per prefix). With the cache
-on, a call's requests are batched by first turn (tool-description variants give a few) and by length.
+(``prefix_cache=True``): each request's own part is left-padded after it, so a batch pays prefill only for
+what differs. The split is made only where the tokens are the same either way (checked once per prefix). With
+the cache on, a call's requests are batched by first turn (tool-description variants give a few) and by
+length.
 
-A call that continues the episodes of the call before it (the next turn of an agent loop: evaluation, solvability
-checks, teacher rollouts) reuses that call's KV caches (``turn_cache=True``, ``tansaku.core.llm.turn_cache``):
-each request's longest token prefix in common with a row generated last call is gathered from there, so the
-batch prefills only the tool result and what the template writes around it, not the whole context again.
+A call that continues the episodes of the call before it (the next turn of an agent loop: evaluation,
+solvability checks, teacher rollouts) reuses that call's KV caches (``turn_cache=True``,
+``tansaku.core.llm.turn_cache``): each request's longest token prefix in common with a row generated last call
+is gathered from there, so the batch prefills only the tool result and what the template writes around it, not
+the whole context again.
 
 ``json_schema`` is not enforced by decoding here (no guided decoding in plain ``generate``): the schema
 is appended to the system prompt as an instruction and callers parse with ``parse_json``.
@@ -75,22 +77,24 @@ class EntropyRecorder:
 class TransformersClient(LLMClient):
     backend = "transformers"
 
-    def __init__(self, path: str, cache=None, batch_size: int = 8, dtype: str = "float32", device: str = "cpu",
-                 prefix_cache: bool = True, turn_cache: bool = True):
+    def __init__(self, path: str, cache=None, batch_size: int = 8, dtype: str = "float32",
+                 device: str = "cpu", prefix_cache: bool = True, turn_cache: bool = True):
         if path == "tiny":
             self.path, model_name = tiny_model_dir(), TINY_MODEL_NAME
         else:
             # A local folder or a Hub id (resolved through the HF cache; offline mode honoured).
             self.path = resolve_model(path)
             model_name = path
-        super().__init__(model_name, cache, params={"batch_size": batch_size, "dtype": dtype, "device": device})
+        super().__init__(model_name, cache,
+                         params={"batch_size": batch_size, "dtype": dtype, "device": device})
         self.batch_size = batch_size
         self.dtype = dtype
         self.device = device
         self._model = None
         self._tokenizer = None
         self.prefix_cache = prefix_cache
-        self._prefixes: dict[str, tuple | None] = {}  # first-turn text → (token ids, KV cache), None: unusable
+        # first-turn text → (token ids, KV cache), None: unusable
+        self._prefixes: dict[str, tuple | None] = {}
         self.turn_cache = turn_cache
         self._turns = None  # a TurnCache over the loaded model's weights: the last call's batches, kept
 
@@ -106,7 +110,8 @@ class TransformersClient(LLMClient):
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(self.path)
-            tokenizer.padding_side = "left"  # decoder-only batches: pad on the left so generation continues the text
+            # decoder-only batches: pad on the left so generation continues the text
+            tokenizer.padding_side = "left"
             if tokenizer.pad_token is None:
                 tokenizer.pad_token = tokenizer.eos_token
             model = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, self.dtype))
@@ -136,13 +141,14 @@ class TransformersClient(LLMClient):
         for i, req in enumerate(requests):
             try:
                 prompts[i] = self._prompt(req)
-            except Exception as exc:  # one request the template cannot render (e.g. a tool call without a name)
+            # one request the template cannot render (e.g. a tool call without a name)
+            except Exception as exc:
                 results[i] = ChatResult(error=f"{type(exc).__name__}: {exc}")
         batches = self._batches(requests, prompts)
         for n, ((temperature, top_p, seed), batch) in enumerate(batches):
             try:
-                outs = self._generate_batch([requests[i] for i in batch], [prompts[i] for i in batch], temperature,
-                                            top_p, seed, last=n == len(batches) - 1)
+                outs = self._generate_batch([requests[i] for i in batch], [prompts[i] for i in batch],
+                                            temperature, top_p, seed, last=n == len(batches) - 1)
             except Exception as exc:  # one bad batch (e.g. a template error) must not sink the others
                 outs = [ChatResult(error=f"{type(exc).__name__}: {exc}")] * len(batch)
             for i, out in zip(batch, outs):
@@ -151,14 +157,16 @@ class TransformersClient(LLMClient):
             self._turns.end_call()  # this call's caches are what its episodes' next turn reuses
         return results  # type: ignore[return-value]
 
-    def _batches(self, requests: list[ChatRequest], prompts: list[str | None]) -> list[tuple[tuple, list[int]]]:
-        """Batches of request indexes, ``batch_size`` at most, one sampling setting each. With the prefix cache,
-        requests are grouped by first turn too (episodes drawing among tool-description variants would otherwise
-        mix system prompts in a batch, and a mixed batch shares no cached turn), and sorted by length inside a
-        group, so a batch pads to its own longest prompt, not the call's. Without it, batches keep the input
-        order (what an evaluation protocol fixed before this grouping sees). A first turn no other request
-        shares (a chat without a system prompt starts with its own user turn) is no prefix to cache: those
-        requests batch together in input order, as without the cache, never one per batch. Nor does grouping
+    def _batches(self, requests: list[ChatRequest],
+                 prompts: list[str | None]) -> list[tuple[tuple, list[int]]]:
+        """Batches of request indexes, ``batch_size`` at most, one sampling setting each. With the prefix
+        cache, requests are grouped by first turn too (episodes drawing among tool-description variants would
+        otherwise mix system prompts in a batch, and a mixed batch shares no cached turn), and sorted by
+        length inside a group, so a batch pads to its own longest prompt, not the call's. Without it, batches
+        keep the input order (what an evaluation protocol fixed before this grouping sees). A first turn no
+        other request shares (a chat without a system prompt starts with its own user turn) is no prefix to
+        cache: those requests batch together in input order, as without the cache, never one per batch. Nor
+            does grouping
         add batches: when it would, the call's requests batch in input order."""
         renderable = [i for i, p in enumerate(prompts) if p is not None]
         firsts = {i: self._first_turn([prompts[i]]) if self.prefix_cache else "" for i in renderable}
@@ -167,7 +175,8 @@ class TransformersClient(LLMClient):
         # Each batch is a run of decode steps: split by first turn only where that adds no batch (4 episodes
         # over 2 description variants are one batch of 4, not two of 2 that each decode as long).
         group_sizes = Counter(firsts.values()).values()
-        if sum(math.ceil(n / self.batch_size) for n in group_sizes) > math.ceil(len(firsts) / self.batch_size):
+        if (sum(math.ceil(n / self.batch_size) for n in group_sizes)
+                > math.ceil(len(firsts) / self.batch_size)):
             firsts = dict.fromkeys(firsts, "")
         groups: dict[tuple, list[int]] = {}
         for i, req in enumerate(requests):
@@ -183,8 +192,8 @@ class TransformersClient(LLMClient):
         return batches
 
     def _first_turn(self, prompts: list[str]) -> str:
-        """The text up to the end of the first turn (the first end-of-turn token) when every prompt starts with
-        it, else ''."""
+        """The text up to the end of the first turn (the first end-of-turn token) when every prompt starts
+        with it, else ''."""
         end = self._tokenizer.eos_token
         cut = prompts[0].find(end) if end else -1
         if cut <= 0:
@@ -199,7 +208,8 @@ class TransformersClient(LLMClient):
 
         if prefix not in self._prefixes:
             tokenizer = self._tokenizer
-            ids = tokenizer(prefix, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.device)
+            ids = (tokenizer(prefix, add_special_tokens=False, return_tensors="pt")["input_ids"]
+                   .to(self.device))
             rest = tokenizer(probe[len(prefix):], add_special_tokens=False)["input_ids"]
             whole = tokenizer(probe, add_special_tokens=False)["input_ids"]
             if ids[0].tolist() + rest != whole:
@@ -213,14 +223,16 @@ class TransformersClient(LLMClient):
         return self._prefixes[prefix]
 
     def _inputs(self, prompts: list[str], last: bool = True) -> dict:
-        """``generate`` inputs: the rows' caches from the last call, gathered (``turn_cache``); else the shared
-        first turn from its KV cache and each prompt's rest left-padded after it; else (no shared first turn, or
-        ``prefix_cache`` off) the whole prompts left-padded. ``last``: the call's last batch, after which the last
-        call's caches are freed, before this batch generates (one turn's keys and values less at the peak)."""
+        """``generate`` inputs: the rows' caches from the last call, gathered (``turn_cache``); else the
+        shared first turn from its KV cache and each prompt's rest left-padded after it; else (no shared first
+        turn, or ``prefix_cache`` off) the whole prompts left-padded. ``last``: the call's last batch, after
+        which the last call's caches are freed, before this batch generates (one turn's keys and values less
+        at the peak)."""
         import torch  # torch: loaded with the model
 
         tokenizer = self._tokenizer
-        if self._turns is not None and self._turns.kept:  # episodes generated last call: their caches, gathered
+        # episodes generated last call: their caches, gathered
+        if self._turns is not None and self._turns.kept:
             from tansaku.core.llm.turn_cache import continuing_layout  # torch: loaded with the model
 
             rows = [torch.tensor(ids, device=self.device)
@@ -236,7 +248,8 @@ class TransformersClient(LLMClient):
         cached = self._prefix_kv(prefix, prompts[0]) if prefix else None
         if cached is None:
             # The chat template already wrote the special tokens; do not add a BOS twice.
-            return dict(tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device))
+            return dict(tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+                        .to(self.device))
         ids, kv = cached
         rest = tokenizer([p[len(prefix):] for p in prompts], return_tensors="pt", padding=True,
                          add_special_tokens=False).to(self.device)
@@ -269,8 +282,10 @@ class TransformersClient(LLMClient):
             out = model.generate(**enc, max_new_tokens=max(r.max_tokens for r in reqs),
                                  pad_token_id=tokenizer.pad_token_id, logits_processor=[entropy], **sampling)
         if self._turns is not None:  # generate filled enc["cache"] in place
-            ends = [*end_token_ids(model), tokenizer.eos_token_id]  # the tokenizer's: where results are cut too
-            self._turns.keep(enc["cache"], enc["input_ids"], enc["attention_mask"], out, [e for e in ends if e is not None])
+            # the tokenizer's: where results are cut too
+            ends = [*end_token_ids(model), tokenizer.eos_token_id]
+            self._turns.keep(enc["cache"], enc["input_ids"], enc["attention_mask"], out,
+                             [e for e in ends if e is not None])
         results = []
         for b, (row, req) in enumerate(zip(out[:, enc["input_ids"].shape[1]:], reqs)):
             ids = row.tolist()
@@ -278,7 +293,8 @@ class TransformersClient(LLMClient):
             finish = "stop" if stop in ids[:req.max_tokens] else "length"
             ids = ids[:ids.index(stop) + 1] if stop in ids else ids  # the end token was generated too
             ids = ids[:req.max_tokens]  # the batch ran to the longest request's budget
-            results.append(ChatResult(content=tokenizer.decode(ids, skip_special_tokens=True), finish_reason=finish,
+            results.append(ChatResult(content=tokenizer.decode(ids, skip_special_tokens=True),
+                                      finish_reason=finish,
                                       tokens=len(ids), entropy=entropy.mean(b, len(ids))))
         return results
 
@@ -288,4 +304,5 @@ class TransformersClient(LLMClient):
         self._model = self._tokenizer = None
         self._prefixes.clear()
         self._turns = None
-        gc.collect()  # generate() can leave cycles (caches, hooks) that would keep the weights alive until later
+        # generate() can leave cycles (caches, hooks) that would keep the weights alive until later
+        gc.collect()

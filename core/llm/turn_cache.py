@@ -1,5 +1,5 @@
-"""KV caches of one generate call kept for the next turn of the same episodes, wherever a multi-turn loop calls
-``generate`` with each episode's whole context again.
+"""KV caches of one generate call kept for the next turn of the same episodes, wherever a multi-turn loop
+calls ``generate`` with each episode's whole context again.
 
     turns = TurnCache(weights=model)
     plan = turns.plan(rows)            # rows: each episode's unpadded tokens; None: nothing to reuse
@@ -13,11 +13,12 @@
 An agent loop (TRL's GRPO tool loop, tansaku's own evaluation and rollouts through the transformers backend)
 generates a turn, runs the tools, and calls ``generate`` again with each episode's whole context: its earlier
 tokens, then the tool result. Without vLLM that call prefills the whole context again; in the profile of a
-16-episode GSPO step prefill was ~30 s, most of it re-reading earlier turns. ``TurnCache`` keeps the last call's
-caches (one per batch the call was split into) with, per row, the cache columns of its text (the positions whose
-keys and values were computed). For a new batch it finds each row's longest prefix in common with a kept row
-and gathers those columns into a new cache, so the batch prefills only what is new. The keys were computed at
-the positions generate numbers from the mask (0… for each row's text), which is where the new batch numbers
+16-episode GSPO step prefill was ~30 s, most of it re-reading earlier turns. ``TurnCache`` keeps the last
+call's caches (one per batch the call was split into) with, per row, the cache columns of its text (the
+positions whose keys and values were computed). For a new batch it finds each row's longest prefix in common
+with a kept row and gathers those columns into a new cache, so the batch prefills only what is new. The keys
+were computed at the positions generate numbers from the mask (0… for each row's text), which is where the new
+batch numbers
 them too. Kept caches are dropped when the weights change: ``weights``' parameter version counters move at
 every in-place update (the optimizer's step, a refresh of a generation copy's source).
 """
@@ -36,7 +37,8 @@ MIN_REUSED_TOKENS = 32  # below this, gathering costs more than the prefill it s
 
 @dataclass
 class Kept:
-    """One generated batch: its cache and, per row, the tokens it holds keys and values of and their columns."""
+    """One generated batch: its cache and, per row, the tokens it holds keys and values of and their
+    columns."""
 
     cache: DynamicCache
     texts: list[torch.Tensor]  # per row: the tokens whose keys and values the cache holds, in order
@@ -61,8 +63,8 @@ class TurnCache:
         return tuple(p._version for p in self.weights.parameters())
 
     def plan(self, rows: list[torch.Tensor]) -> Plan | None:
-        """Per new row (its unpadded tokens), the kept row with the longest common prefix; None when the weights
-        changed since it was kept or no row reuses ``min_reused`` tokens."""
+        """Per new row (its unpadded tokens), the kept row with the longest common prefix; None when the
+        weights changed since it was kept or no row reuses ``min_reused`` tokens."""
         if self.kept and self.kept_version != self.version():
             self.clear()
         if not self.kept:
@@ -80,8 +82,8 @@ class TurnCache:
         return plan if any(plan.reused) else None
 
     def gathered(self, plan: Plan) -> DynamicCache:
-        """A cache of ``max(plan.reused)`` columns: each row's reused keys and values right-aligned, zeros (masked)
-        before them."""
+        """A cache of ``max(plan.reused)`` columns: each row's reused keys and values right-aligned, zeros
+        (masked) before them."""
         width, cache = max(plan.reused), growing_cache(None, DynamicCache())
         for layer_index in range(len(self.kept[0].cache.layers)):
             sample = self.kept[0].cache.layers[layer_index]
@@ -91,13 +93,15 @@ class TurnCache:
                 if n:
                     b, k = source
                     layer, columns = self.kept[b].cache.layers[layer_index], self.kept[b].columns[k][:n]
-                    keys[i, :, width - n:], values[i, :, width - n:] = layer.keys[k, :, columns], layer.values[k, :, columns]
+                    keys[i, :, width - n:], values[i, :, width - n:] = (layer.keys[k, :, columns],
+                                                                        layer.values[k, :, columns])
             cache.update(keys, values, layer_index)
         return cache
 
     def keep(self, cache, ids, mask, sequences, eos_ids) -> None:
-        """Keep a finished batch's cache: ``ids`` / ``mask`` are the layout it was called with, ``sequences`` what
-        generate returned (that layout, then the new tokens). Reused from the next call on (``end_call``)."""
+        """Keep a finished batch's cache: ``ids`` / ``mask`` are the layout it was called with, ``sequences``
+        what generate returned (that layout, then the new tokens). Reused from the next call on
+        (``end_call``)."""
         width, filled = ids.shape[1], cache.get_seq_length()
         texts, columns = [], []
         eos = torch.tensor(eos_ids, device=sequences.device)
@@ -113,12 +117,13 @@ class TurnCache:
         self.keeping.append(Kept(cache, texts, columns))
 
     def release(self) -> None:
-        """The last call's caches are no longer needed (the call in progress gathered what its last batch reuses):
-        free them now rather than at ``end_call``."""
+        """The last call's caches are no longer needed (the call in progress gathered what its last batch
+        reuses): free them now rather than at ``end_call``."""
         self.kept, self.kept_version = [], None
 
     def end_call(self) -> None:
-        """The call in progress is over: its batches replace the ones kept before (freed now, not a turn later)."""
+        """The call in progress is over: its batches replace the ones kept before (freed now, not a turn
+        later)."""
         self.kept, self.keeping = self.keeping, []
         self.kept_version = self.version() if self.kept else None
 
@@ -127,9 +132,9 @@ class TurnCache:
 
 
 def continuing_layout(rows: list[torch.Tensor], plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, attention mask) laid out as [padding][tokens from the kept cache][padding][new tokens], to go with
-    ``TurnCache.gathered(plan)``: generate prefills only the new ones and numbers positions from the mask, so each
-    row's text keeps positions 0…"""
+    """(ids, attention mask) laid out as [padding][tokens from the kept cache][padding][new tokens], to go
+    with ``TurnCache.gathered(plan)``: generate prefills only the new ones and numbers positions from the
+    mask, so each row's text keeps positions 0…"""
     kept = max(plan.reused)
     news = [row[n:] for row, n in zip(rows, plan.reused)]
     width = kept + max(len(new) for new in news)

@@ -109,5 +109,6 @@ def output_problem(value, schema: dict | None = None) -> str | None:
             if len(node) > cap:
                 return f"{path}: list of {len(node)} items; the limit is {cap}"
             items = node_schema.get("items", {})
-            stack.extend((child, items, f"{path}[{i}]", depth + 1) for i, child in reversed(list(enumerate(node))))
+            stack.extend((child, items, f"{path}[{i}]", depth + 1) for i,
+                         child in reversed(list(enumerate(node))))
     return None

@@ -2,10 +2,11 @@
 
 Kept thin on purpose: vLLM cannot start on the CPU machines tansaku is developed on ("Device string
 must not be empty"), so the test suite runs this file against a stand-in ``vllm`` module
-(``tests/fixtures/fake_vllm.py``); it uses only vLLM's public ``LLM.chat`` API. All requests with the same tools go to one ``LLM.chat`` call (vLLM batches them
-itself) with one ``SamplingParams`` per request. JSON schemas use guided decoding:
-``StructuredOutputsParams`` (vLLM ≥ 0.11) or ``GuidedDecodingParams`` (older). The result's ``content``
-is the generated text as it is; ``tansaku.core.parsing`` reads it (no parsing or repair here).
+(``tests/fixtures/fake_vllm.py``); it uses only vLLM's public ``LLM.chat`` API. All requests with the same
+tools go to one ``LLM.chat`` call (vLLM batches them itself) with one ``SamplingParams`` per request. JSON
+schemas use guided decoding: ``StructuredOutputsParams`` (vLLM ≥ 0.11) or ``GuidedDecodingParams`` (older).
+The result's ``content`` is the generated text as it is; ``tansaku.core.parsing`` reads it (no parsing or
+repair here).
 
 Engine arguments (``VLLMClient("org/m", tensor_parallel_size=8, max_model_len=16384)``; ``--llm-option`` on
 the command line, ``judge.engine`` in an RL recipe) are checked by name when the client is made
@@ -27,7 +28,8 @@ from .vllm_engine import check_engine_options, require_vllm
 
 class VLLMClient(LLMClient):
     backend = "vllm"
-    large_batches = True  # a stage hands it a whole chunk per call (thousands of prompts): vLLM schedules them
+    # a stage hands it a whole chunk per call (thousands of prompts): vLLM schedules them
+    large_batches = True
 
     def __init__(self, model: str, cache=None, **engine_kwargs):
         # An unknown name is refused first (it is wrong on any machine), then a machine without vLLM.
@@ -71,7 +73,8 @@ class VLLMClient(LLMClient):
     def _sampling_params(req: ChatRequest):
         from vllm import SamplingParams  # vllm, CUDA torch: GPU only, loaded with the engine
 
-        kwargs = {"max_tokens": req.max_tokens, "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed}
+        kwargs = {"max_tokens": req.max_tokens, "temperature": req.temperature, "top_p": req.top_p,
+                  "seed": req.seed}
         if req.json_schema is not None:
             try:
                 from vllm.sampling_params import StructuredOutputsParams  # vllm: GPU only

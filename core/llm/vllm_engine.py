@@ -1,15 +1,17 @@
-"""vLLM engine options of ``vllm:MODEL`` clients: read (``--llm-option KEY=VALUE``), checked by name, refused early.
+"""vLLM engine options of ``vllm:MODEL`` clients: read (``--llm-option KEY=VALUE``), checked by name, refused
+early.
 
 vLLM's offline engine (``vllm.LLM``) takes its engine arguments as keyword arguments: the fields of
 ``vllm.engine.arg_utils.EngineArgs`` (``tensor_parallel_size``, ``max_model_len``, ``gpu_memory_utilization``,
-``dtype``, ``enable_prefix_caching`` …). A misspelt one would only fail once vLLM starts (minutes into a run, on
-the GPU), so every option is checked when the client is made, and on the command line before any work:
+``dtype``, ``enable_prefix_caching`` …). A misspelt one would only fail once vLLM starts (minutes into a run,
+on the GPU), so every option is checked when the client is made, and on the command line before any work:
 
 - vLLM importable: against its own ``EngineArgs`` fields (the installed version's; ``model`` is the spec's);
 - vLLM missing: against ``COMMON_ENGINE_ARGS``, the names tansaku knows every recent vLLM takes; a name there
   is still refused by ``require_vllm``, which says vLLM is missing.
 
-    parse_engine_options(["tensor_parallel_size=8", "dtype=bfloat16"])   # {'dtype': 'bfloat16', 'tensor_parallel_size': 8}
+    parse_engine_options(["tensor_parallel_size=8", "dtype=bfloat16"])
+    # {'dtype': 'bfloat16', 'tensor_parallel_size': 8}
     check_engine_options({"max_model_length": 4})   # InputError: … (did you mean max_model_len?) …
 
 >>> parse_engine_options(["max-model-len=16384", "gpu_memory_utilization=0.85", "enforce_eager=true"])
@@ -45,31 +47,37 @@ COMMON_ENGINE_ARGS = frozenset({
 
 
 def installed_engine_args() -> tuple[str, frozenset[str]] | None:
-    """(vLLM's version, its ``EngineArgs`` field names but ``model``), or None when vLLM cannot be imported."""
+    """(vLLM's version, its ``EngineArgs`` field names but ``model``), or None when vLLM cannot be
+    imported."""
     try:
         import vllm  # vllm: GPU only
         from vllm.engine.arg_utils import EngineArgs
     except ImportError:  # not installed (a CPU machine); any other failure is vLLM's own, shown as it is
         return None
-    return str(getattr(vllm, "__version__", "?")), frozenset(f.name for f in dataclasses.fields(EngineArgs)) - {"model"}
+    return (str(getattr(vllm, "__version__", "?")),
+            frozenset(f.name for f in dataclasses.fields(EngineArgs)) - {"model"})
 
 
 def check_engine_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """``options`` with sorted keys (equal options, equal cache identity and manifest), each name checked against
-    vLLM's ``EngineArgs`` (``COMMON_ENGINE_ARGS`` without vLLM); an unknown one is an ``InputError`` line."""
+    """``options`` with sorted keys (equal options, equal cache identity and manifest), each name checked
+    against vLLM's ``EngineArgs`` (``COMMON_ENGINE_ARGS`` without vLLM); an unknown one is an ``InputError``
+    line."""
     options = dict(options or {})
     if "model" in options:
         raise InputError("vLLM engine option 'model': the spec names the model (vllm:MODEL)")
     installed = installed_engine_args()
     known = installed[1] if installed else COMMON_ENGINE_ARGS
     for name in sorted(options):
-        if name in known and (problem := value_problem(options[name], controls=True, max_depth=MAX_ENGINE_DEPTH)):
-            raise InputError(f"vLLM engine option {name}: the value {problem}")  # vLLM would fail on it, later
+        if (name in known
+                and (problem := value_problem(options[name], controls=True, max_depth=MAX_ENGINE_DEPTH))):
+            # vLLM would fail on it, later
+            raise InputError(f"vLLM engine option {name}: the value {problem}")
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
             hint = f" (did you mean {' or '.join(close)}?)" if close else ""
             where = (f"checked against vLLM {installed[0]}'s EngineArgs" if installed else
-                     "vLLM is not installed here, so checked against the EngineArgs names every recent vLLM takes")
+                     "vLLM is not installed here, so checked against the EngineArgs names every recent vLLM "
+                     "takes")
             raise InputError(f"unknown vLLM engine option {name!r}{hint}: {where}")
     return dict(sorted(options.items()))
 
@@ -78,19 +86,21 @@ def require_vllm(model: str, options: dict[str, Any]) -> None:
     """Refuse a ``vllm:`` client where vLLM cannot be imported (after its options passed the name check)."""
     if installed_engine_args() is None:
         checked = ", ".join(f"{k}={v!r}" for k, v in options.items()) or "none given"
-        raise InputError(f"vllm:{model} needs vLLM, which is not installed here: pip install vllm on a GPU machine "
-                         f"(engine options checked by name only: {checked})")
+        raise InputError(f"vllm:{model} needs vLLM, which is not installed here: pip install vllm on a GPU "
+                         f"machine (engine options checked by name only: {checked})")
 
 
 def parse_engine_options(values: list[str] | None) -> dict[str, Any]:
-    """``KEY=VALUE`` texts → a mapping; values are YAML (``8`` int, ``0.9`` float, ``true`` bool, ``bfloat16`` str,
-    ``{image: 2}`` a mapping); ``max-model-len`` means ``max_model_len``, as vLLM's own command line spells it."""
+    """``KEY=VALUE`` texts → a mapping; values are YAML (``8`` int, ``0.9`` float, ``true`` bool, ``bfloat16``
+    str, ``{image: 2}`` a mapping); ``max-model-len`` means ``max_model_len``, as vLLM's own command line
+    spells it."""
     found: dict[str, Any] = {}
     for text in values or []:
         key, eq, raw = text.partition("=")
         key = key.strip().replace("-", "_")
         if not eq or not key:
-            raise InputError(f"{shown(text)}: give an engine option as KEY=VALUE (e.g. tensor_parallel_size=8)")
+            raise InputError(f"{shown(text)}: give an engine option as KEY=VALUE (e.g. "
+                             f"tensor_parallel_size=8)")
         if problem := engine_text_problem(text):  # before YAML reads it: its parser recurses per level
             raise InputError(f"engine option {shown(text)} {problem}")
         try:

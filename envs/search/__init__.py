@@ -1,10 +1,10 @@
 """Search over document datasets: an embedded tantivy index (default) or OpenSearch, one validated DSL.
 
     from tansaku.envs.search import build_index, open_index, QueryError
-    build_index("out/corpus", "out/index")                   # synth index build --dataset … --index …
-    backend = open_index("out/index")                        # or "https://host:9200/INDEX", "opensearch:INDEX"
+    build_index("out/corpus", "out/index")                 # synth index build --dataset … --index …
+    backend = open_index("out/index")                      # or "https://host:9200/INDEX", "opensearch:INDEX"
     backend.search('{"bool": {"must": [{"match_phrase": {"text": "鎌倉幕府"}}]}}', size=5)
-    backend.get("wiki00010002")                              # {"doc_id", "title", "text", "meta", …}
+    backend.get("wiki00010002")                            # {"doc_id", "title", "text", "meta", …}
 
 The query language (a subset of the OpenSearch DSL) is documented in ``envs/search/dsl.py``; what an engine
 implements, and which spec opens which engine, in ``envs/search/backend.py``.
@@ -43,9 +43,9 @@ def open_index(target: str | Path, limits: Limits = Limits()) -> Backend:
 
 
 def require_index(target: str | Path, hint: str = "build it with `synth index build`") -> None:
-    """Fail fast with ``MissingInputError`` when ``target`` names an index folder that does not exist, and with
-    ``InputError`` when it is damaged (opened once: ``index_meta``); OpenSearch targets are checked when opened.
-    Builds call this before any work, not at the first search."""
+    """Fail fast with ``MissingInputError`` when ``target`` names an index folder that does not exist, and
+    with ``InputError`` when it is damaged (opened once: ``index_meta``); OpenSearch targets are checked when
+    opened. Builds call this before any work, not at the first search."""
     backend_for(target).require(target, hint)
 
 
@@ -65,12 +65,13 @@ def build_index_cli(dataset: str, index: str, backend: str = "embedded", analyze
     if manifest_file.is_file():  # an empty corpus is refused before an index folder is made for it
         splits = read_manifest(dataset).get("splits")
         if isinstance(splits, dict) and splits.get("train") == 0:
-            raise InputError(f"--dataset {dataset} holds 0 documents: its build kept none (`synth info {dataset}` "
+            raise InputError(f"--dataset {dataset} holds 0 documents: its build kept none (`synth info "
+                             f"{dataset}` "
                              "shows the stage that dropped them); rebuild it before indexing")
     meta = build_index(dataset, index, backend=backend, analyzer=analyzer)
     if not meta.get("documents"):
-        raise InputError(f"--dataset {dataset}: the index {index} holds 0 documents (no row of the train split has "
-                         "text); rebuild the dataset")
+        raise InputError(f"--dataset {dataset}: the index {index} holds 0 documents (no row of the train "
+                         "split has text); rebuild the dataset")
     return meta
 
 

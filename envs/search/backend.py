@@ -27,8 +27,8 @@ from .dsl import Limits
 
 @dataclass(frozen=True)
 class SearchEngine:
-    """One search engine. ``backend``: ``"module:Class"`` of its ``Backend``, imported only when an index of it
-    is built or opened (each engine loads its own libraries: tantivy, opensearch-py …). ``analyzers``: what
+    """One search engine. ``backend``: ``"module:Class"`` of its ``Backend``, imported only when an index of
+    it is built or opened (each engine loads its own libraries: tantivy, opensearch-py …). ``analyzers``: what
     ``--analyzer`` takes with it, its default first. ``prefixes``: the spec forms that name its indexes
     without ``--backend`` (``opensearch:NAME``, a URL); with none, only ``--backend`` chooses it (a folder is
     ``DEFAULT_BACKEND``'s). ``title``: its name in messages."""
@@ -101,16 +101,18 @@ class Backend(Protocol):
 
     @classmethod
     def require(cls, spec: str | Path, hint: str) -> None:
-        """Fail fast (MissingInputError, InputError) for an index that cannot be opened, with no connection."""
+        """Fail fast (MissingInputError, InputError) for an index that cannot be opened, with no
+        connection."""
         ...
 
-    def search(self, query: str | dict, size: int | None = 10, collapse: bool = True, snippet_chars: int = 200,
-               default_size: int = 10, max_size: int | None = None) -> SearchResult:
+    def search(self, query: str | dict, size: int | None = 10, collapse: bool = True,
+               snippet_chars: int = 200, default_size: int = 10, max_size: int | None = None) -> SearchResult:
         """Ranked hits for a plain-text or DSL query (``dsl.parse_request``); QueryError for a bad one."""
         ...
 
     def get(self, doc_id: str) -> dict | None:
-        """The whole document ``{"doc_id", "title", "text", "url", "source", "meta", <keyword fields>}``, or None."""
+        """The whole document ``{"doc_id", "title", "text", "url", "source", "meta", <keyword fields>}``, or
+        None."""
         ...
 
     def close(self) -> None:

@@ -33,7 +33,8 @@ class SearchResult:
     total: int | None = None  # matching passages, when the backend counts them
 
     def to_dict(self) -> dict:
-        return {"hits": [{k: h.to_dict()[k] for k in ("doc_id", "title", "score", "snippet")} for h in self.hits],
+        return {"hits": [{k: h.to_dict()[k] for k in ("doc_id", "title", "score", "snippet")}
+                         for h in self.hits],
                 "took_ms": round(self.took_ms, 3)}
 
 

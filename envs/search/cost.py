@@ -28,7 +28,8 @@ from __future__ import annotations
 INLINE_POSTINGS_PER_MS = 2000
 PHRASE_POSITIONS = 8  # a phrase candidate's positions cost about this many doc-id postings per character
 MATCH_WEIGHT = 4  # a posting scored into a union (match) costs about four of a phrase intersection's
-TERM_COST = 500  # setting up one term of the query (its weight, its posting list) costs ~5 µs, 500 postings' worth
+# setting up one term of the query (its weight, its posting list) costs ~5 µs, 500 postings' worth
+TERM_COST = 500
 
 
 class QueryCost:
@@ -46,7 +47,8 @@ class QueryCost:
 
     def match(self, field: str, text: str) -> int:
         terms = self.analyzer.match_terms(text)
-        return sum(TERM_COST + MATCH_WEIGHT * self.df(f"{field}_bi" if bigram else field, t) for t, bigram in terms)
+        return sum(TERM_COST + MATCH_WEIGHT * self.df(f"{field}_bi" if bigram else field, t) for t,
+                   bigram in terms)
 
     def phrase(self, field: str, text: str, slop: int) -> int:
         tokens = self.analyzer.tokens(text)
@@ -62,7 +64,8 @@ class QueryCost:
         return len(tokens) * (TERM_COST + lead * PHRASE_POSITIONS * (1 + slop))
 
     def postings(self, q: dict, budget: int | None = None) -> int:
-        """Estimated postings of ``q``; past ``budget`` it may stop counting (then it returns more than it)."""
+        """Estimated postings of ``q``; past ``budget`` it may stop counting (then it returns more than
+        it)."""
         (kind, body), = q.items()
         if kind == "match":
             (f, s), = body.items()

@@ -7,7 +7,8 @@ named in ``DIR/manifest.json`` → ``config.keyword_fields``. Rows are streamed,
 Chunks never overlap and cover the text exactly, so ``"".join(chunk texts) == text`` and a chunk's
 ``offset`` is a real character offset into the document (``open_doc`` continues from it).
 
-    >>> [len(c["text"]) for c in chunk_document({"id": "d", "title": "t", "text": "あ" * 15 + "。" + "い" * 10}, 20)]
+    >>> [len(c["text"])
+    ...  for c in chunk_document({"id": "d", "title": "t", "text": "あ" * 15 + "。" + "い" * 10}, 20)]
     [16, 10]
 """
 
@@ -50,7 +51,8 @@ def keyword_fields_of(dataset_dir: str | Path) -> list[str]:
     config = manifest.get("config") or {}
     fields = (config.get("keyword_fields") if isinstance(config, dict) else None) or []
     if not isinstance(config, dict) or not isinstance(fields, list):
-        raise DatasetError(f"{Path(dataset_dir) / MANIFEST}: config.keyword_fields must be a list of column names")
+        raise DatasetError(f"{Path(dataset_dir) / MANIFEST}: config.keyword_fields must be a list of column "
+                           f"names")
     return [str(f) for f in fields]
 
 
@@ -96,7 +98,8 @@ def chunk_document(row: dict, max_chars: int = 800, keyword_fields: Iterable[str
         v = row.get(f)
         if v is None:
             continue
-        keywords[f] = [str(x) for x in v] if isinstance(v, list) else [str(v).lower() if isinstance(v, bool) else str(v)]
+        keywords[f] = ([str(x) for x in v] if isinstance(v, list)
+                       else [str(v).lower() if isinstance(v, bool) else str(v)])
     chunks, start = [], 0
     cuts = _cut_points(text, max_chars)
     for pos, end in enumerate(cuts):
@@ -118,7 +121,8 @@ def chunk_document(row: dict, max_chars: int = 800, keyword_fields: Iterable[str
     return chunks
 
 
-def iter_chunks(rows: Iterable[dict], max_chars: int = 800, keyword_fields: Iterable[str] = ()) -> Iterator[dict]:
+def iter_chunks(rows: Iterable[dict], max_chars: int = 800,
+                keyword_fields: Iterable[str] = ()) -> Iterator[dict]:
     keyword_fields = list(keyword_fields)
     for row in rows:
         yield from chunk_document(row, max_chars, keyword_fields)

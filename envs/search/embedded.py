@@ -4,9 +4,9 @@
     backend = EmbeddedBackend("out/index")
     backend.search({"bool": {"must": [{"match_phrase": {"text": "鎌倉幕府"}}]}}, size=5)
 
-One index document per passage (see documents.py), written by embedded_index.py. Field names in the DSL map to tantivy fields:
-``title``/``text`` analyzed, ``title.keyword``, ``doc_id``, ``source`` and the dataset's keyword
-columns (``kw_<name>``) exact. With the ``char`` analyzer ``title``/``text`` are indexed twice (see
+One index document per passage (see documents.py), written by embedded_index.py. Field names in the DSL map to
+tantivy fields: ``title``/``text`` analyzed, ``title.keyword``, ``doc_id``, ``source`` and the dataset's
+keyword columns (``kw_<name>``) exact. With the ``char`` analyzer ``title``/``text`` are indexed twice (see
 analysis.py): characters with positions for ``match_phrase``, and bigrams (``title_bi``/``text_bi``,
 no positions) for ``match``/``multi_match``. ``tansaku_index.json`` next to the tantivy files records
 the layout ``format``, the analyzer and the keyword fields, so ``open`` can refuse an index of an
@@ -54,7 +54,8 @@ def _tantivy_field(name: str) -> str:
 
 
 class EmbeddedBackend:
-    """Read-only searcher over an index built by ``build_embedded``; a ``backend.Backend`` whose spec is a folder."""
+    """Read-only searcher over an index built by ``build_embedded``; a ``backend.Backend`` whose spec is a
+    folder."""
 
     @classmethod
     def open(cls, spec: str | Path, limits: Limits = Limits()) -> EmbeddedBackend:
@@ -63,7 +64,8 @@ class EmbeddedBackend:
     @classmethod
     def build(cls, dataset_dir: str | Path, spec: str | Path, analyzer: str | None = None,
               chunk_chars: int = 800, overwrite: bool = True) -> dict:
-        """``build_embedded`` from a dataset folder; analyzer ``char`` (default) or ``sudachi``. ``overwrite`` is
+        """``build_embedded`` from a dataset folder; analyzer ``char`` (default) or ``sudachi``. ``overwrite``
+        is
         moot: only an earlier tansaku index is ever replaced (``ownership``)."""
         # Checked before the dataset is read: an index inside its dataset would change the dataset (its hash)
         # it indexes, and a dataset given as --index is said to be one.
@@ -78,13 +80,15 @@ class EmbeddedBackend:
 
     @classmethod
     def require(cls, spec: str | Path, hint: str) -> None:
-        """MissingInputError for a missing folder; opened once, so a damaged index is refused (``index_meta``)."""
+        """MissingInputError for a missing folder; opened once, so a damaged index is refused
+        (``index_meta``)."""
         if not cls.exists(spec):
             raise MissingInputError(f"index {spec} does not exist; {hint}")
         cls(spec).close()
 
     def __init__(self, index_dir: str | Path, limits: Limits = Limits(), workers: int | None = None):
-        """``workers``: most worker processes for expensive queries (default: one per core but one, at most 8)."""
+        """``workers``: most worker processes for expensive queries (default: one per core but one, at most
+        8)."""
         self.index_dir = Path(index_dir)
         self.meta = read_index_meta(self.index_dir, FORMAT)
         self.analyzer = get_analyzer(self.meta["analyzer"])
@@ -97,9 +101,9 @@ class EmbeddedBackend:
             raise damaged(index_dir, str(exc)) from None
         self.fields = Fields(keyword=tuple(self.meta["keyword_fields"]))
         self.limits = limits
-        # get's cache: a dict on the instance, not lru_cache(self._get) — that bound method held in an attribute
-        # would be a reference cycle, so the backend (and the finalizer that stops its workers) would last until
-        # a cyclic GC instead of ending with its last reference.
+        # get's cache: a dict on the instance, not lru_cache(self._get) — that bound method held in an
+        # attribute would be a reference cycle, so the backend (and the finalizer that stops its workers)
+        # would last until a cyclic GC instead of ending with its last reference.
         self._docs: OrderedDict[str, dict | None] = OrderedDict()
         self._docs_lock = threading.Lock()
         # Worker processes for the queries that may run long (workers.py), started on the first one; the
@@ -164,12 +168,14 @@ class EmbeddedBackend:
         (kind, body), = q.items()
         if kind == "match":
             (f, s), = body.items()
-            return self._boosted(self._match(f, s["query"], s["operator"], s["minimum_should_match"]), s["boost"])
+            return self._boosted(self._match(f, s["query"], s["operator"], s["minimum_should_match"]),
+                                 s["boost"])
         if kind == "match_phrase":
             (f, s), = body.items()
             return self._boosted(self._phrase(f, s["query"], s["slop"]), s["boost"])
         if kind == "multi_match":
-            if body["type"] == "most_fields" and body["operator"] == "or" and body["minimum_should_match"] is None:
+            if (body["type"] == "most_fields" and body["operator"] == "or"
+                    and body["minimum_should_match"] is None):
                 # One flat OR of every field's terms scores the same as OR-of-ORs (BM25 sums) and, unlike
                 # nested booleans, lets tantivy prune with block-max WAND.
                 terms = [t for spec in body["fields"] for t in self._match_terms(
@@ -193,7 +199,8 @@ class EmbeddedBackend:
             return self._boosted(self._term(_tantivy_field(f), s["value"]), s["boost"])
         if kind == "terms":
             (f, values), = ((k, v) for k, v in body.items() if k != "boost")
-            return Q.const_score_query(Q.term_set_query(self.schema, _tantivy_field(f), values), body["boost"])
+            return Q.const_score_query(Q.term_set_query(self.schema, _tantivy_field(f), values),
+                                       body["boost"])
         if kind == "match_all":
             return Q.const_score_query(Q.all_query(), body["boost"])
         # bool
@@ -220,8 +227,8 @@ class EmbeddedBackend:
         canonical, size = parse_request(query, size, self.fields, self.limits, default_size, max_size)
         limit = min(size * 4, 400) if collapse else size
 
-        # A query that reads few postings (cost.py) runs here: a hand-off costs more than it. Any other runs in
-        # a worker process, killed at the deadline, so a timed-out query stops using CPU.
+        # A query that reads few postings (cost.py) runs here: a hand-off costs more than it. Any other runs
+        # in a worker process, killed at the deadline, so a timed-out query stops using CPU.
         budget = INLINE_POSTINGS_PER_MS * self.limits.timeout_ms
         if self.limits.timeout_ms <= 0 or self.postings(canonical, budget) <= budget:
             try:
@@ -255,8 +262,8 @@ class EmbeddedBackend:
         with self._workers_lock:
             if self._workers is None or self._workers.pid != os.getpid():  # none yet, or a forked copy's
                 self._workers = QueryWorkers(self.index_dir, self._identity, self._max_workers)
-                # No worker outlives its backend: the finalizer holds the pool, not the backend (which holds no
-                # reference cycle), so it runs as soon as the backend's last reference goes.
+                # No worker outlives its backend: the finalizer holds the pool, not the backend (which holds
+                # no reference cycle), so it runs as soon as the backend's last reference goes.
                 weakref.finalize(self, self._workers.close)
             return self._workers
 
@@ -274,7 +281,8 @@ class EmbeddedBackend:
         return {self.searcher.doc(a).get_first("chunk_id") for _, a in hits}
 
     def get(self, doc_id: str) -> dict | None:
-        """The whole document (its passages joined), or None; the last :data:`GET_CACHE` looked up are cached."""
+        """The whole document (its passages joined), or None; the last :data:`GET_CACHE` looked up are
+        cached."""
         doc_id = str(doc_id)
         with self._docs_lock:
             if doc_id in self._docs:

@@ -56,14 +56,15 @@ def build_embedded(rows: Iterable[dict], index_dir: str | Path, keyword_fields: 
     Only a missing or empty folder or an earlier tansaku index is built into (``tansaku.core.ownership``);
     anything else raises InputError and is left untouched. Builds into a hidden temp sibling, locked, and
     swaps it in at the end, so an interrupted build never leaves a half index where a good one was.
-    Memory is bounded by ``heap_mb`` (tantivy flushes a segment when its indexing heap is full). 256 MB keeps 100k passages in one segment (peak RSS
-    ~220 MB): with 64 MB they made 4 segments, and every query paid per-segment work (match CPU 0.43 →
-    0.29 ms, phrase 0.46 → 0.32 ms measured at 100k with one segment).
+    Memory is bounded by ``heap_mb`` (tantivy flushes a segment when its indexing heap is full). 256 MB keeps
+    100k passages in one segment (peak RSS ~220 MB): with 64 MB they made 4 segments, and every query paid
+    per-segment work (match CPU 0.43 → 0.29 ms, phrase 0.46 → 0.32 ms measured at 100k with one segment).
     """
     keyword_fields = [f for f in keyword_fields if f not in ("doc_id", "source")]
     for f in keyword_fields:
         if not _FIELD_NAME.match(f) or f in ("title", "text", "title_keyword"):
-            raise InputError(f"keyword field name {f!r} cannot be indexed (letters, digits, _; not title/text)")
+            raise InputError(f"keyword field name {f!r} cannot be indexed (letters, digits, _; not "
+                             f"title/text)")
     an = get_analyzer(analyzer)
     index_dir = ownership.require_named(index_dir, "--index")
     with ownership.claimed(index_dir, "--index", lambda: _check_index_dir(index_dir)):
@@ -82,8 +83,9 @@ def _check_index_dir(index_dir: Path) -> None:
 
 def _build_locked(rows, index_dir: Path, an, analyzer: str, keyword_fields: list[str], chunk_chars: int,
                   heap_mb: int, threads: int, source_name: str, quiet: bool) -> dict:
-    """``build_embedded`` once ``index_dir`` is checked, created and locked: written into a marked hidden sibling
-    and swapped in whole (``ownership.swapped_in``), so a killed build leaves only what the next one removes."""
+    """``build_embedded`` once ``index_dir`` is checked, created and locked: written into a marked hidden
+    sibling and swapped in whole (``ownership.swapped_in``), so a killed build leaves only what the next one
+    removes."""
     with ownership.swapped_in(index_dir, "--index") as tmp:
         return _write_index(rows, tmp, index_dir.name, an, analyzer, keyword_fields, chunk_chars, heap_mb,
                             threads, source_name, quiet)

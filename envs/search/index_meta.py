@@ -30,7 +30,8 @@ def damaged(index_dir: str | Path, reason: str) -> InputError:
 
 def read_index_meta(index_dir: Path, layout: int) -> dict:
     """``index_dir``'s metadata, checked: a JSON object of ``layout`` with a str ``analyzer`` and a list of
-    str ``keyword_fields``. MissingInputError when the folder holds no index, InputError when it is damaged."""
+    str ``keyword_fields``. MissingInputError when the folder holds no index, InputError when it is
+    damaged."""
     path = index_dir / META_FILE
     if not path.exists():
         raise MissingInputError(f"{index_dir} is not a tansaku search index (no {META_FILE}); "
@@ -43,7 +44,8 @@ def read_index_meta(index_dir: Path, layout: int) -> dict:
         raise damaged(index_dir, f"{META_FILE} holds a JSON {type(meta).__name__}, not an object")
     if meta.get("format") != layout:
         raise InputError(f"{index_dir} has index layout {meta.get('format')!r}; this version reads "
-                         f"layout {layout}. Rebuild it with `synth index build --dataset DIR --index {index_dir}`")
+                         f"layout {layout}. Rebuild it with `synth index build --dataset DIR --index "
+                         f"{index_dir}`")
     keywords = meta.get("keyword_fields")
     if not isinstance(meta.get("analyzer"), str) or not isinstance(keywords, list) \
             or not all(isinstance(k, str) for k in keywords):

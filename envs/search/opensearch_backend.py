@@ -34,16 +34,18 @@ JA_ANALYSIS = {
         "type": "custom", "tokenizer": "kuromoji_tokenizer",
         "filter": ["kuromoji_baseform", "kuromoji_part_of_speech", "cjk_width", "ja_stop", "lowercase"]}}},
     "sudachi": {
-        "tokenizer": {"sudachi_c": {"type": "sudachi_tokenizer", "split_mode": "C", "discard_punctuation": True}},
+        "tokenizer": {"sudachi_c": {"type": "sudachi_tokenizer", "split_mode": "C",
+                                    "discard_punctuation": True}},
         "analyzer": {"ja": {"type": "custom", "tokenizer": "sudachi_c",
                             "filter": ["sudachi_normalizedform", "lowercase"]}}},
 }
 
 
 def parse_spec(spec: str | Path) -> tuple[str | None, str]:
-    """(cluster URL, or None for $OPENSEARCH_URL; index name) of ``opensearch:NAME``, ``http(s)://host:port/NAME``
-    (``tansaku.core.index_target``'s grammar, the one every ``--index`` option is checked by) or a bare ``NAME``
-    (``--backend opensearch``). InputError, one line, for a spec that names no one index."""
+    """(cluster URL, or None for $OPENSEARCH_URL; index name) of ``opensearch:NAME``,
+    ``http(s)://host:port/NAME`` (``tansaku.core.index_target``'s grammar, the one every ``--index`` option is
+    checked by) or a bare ``NAME`` (``--backend opensearch``). InputError, one line, for a spec that names no
+    one index."""
     spec = str(spec)
     service = parse_service(spec)
     if service is not None:
@@ -59,7 +61,8 @@ def client_from_env(url: str | None = None):
 
     url = url or os.environ.get("OPENSEARCH_URL")
     if not url:
-        raise InputError("OPENSEARCH_URL is not set; set it (and OPENSEARCH_USER/PASSWORD) or use --backend embedded")
+        raise InputError("OPENSEARCH_URL is not set; set it (and OPENSEARCH_USER/PASSWORD) or use --backend "
+                         "embedded")
     auth = None
     if os.environ.get("OPENSEARCH_USER"):
         auth = (os.environ["OPENSEARCH_USER"], os.environ.get("OPENSEARCH_PASSWORD", ""))
@@ -78,7 +81,8 @@ def index_body(keyword_fields: Iterable[str] = (), analyzer: str = "kuromoji", s
     props = {
         "chunk_id": {"type": "keyword"}, "doc_id": {"type": "keyword"}, "source": {"type": "keyword"},
         "url": {"type": "keyword", "index": False},
-        "title": {"type": "text", "analyzer": "ja", "fields": {"keyword": {"type": "keyword", "ignore_above": 1024}}},
+        "title": {"type": "text", "analyzer": "ja",
+                  "fields": {"keyword": {"type": "keyword", "ignore_above": 1024}}},
         "text": {"type": "text", "analyzer": "ja"},
         "position": {"type": "integer"}, "offset": {"type": "integer"}, "n_chunks": {"type": "integer"},
         "meta": {"type": "text", "index": False},
@@ -87,13 +91,15 @@ def index_body(keyword_fields: Iterable[str] = (), analyzer: str = "kuromoji", s
         props.setdefault(f, {"type": "keyword"})
     # _meta marks the index as tansaku's: a rebuild replaces only an index that carries it.
     return {"settings": {"number_of_shards": shards, "analysis": JA_ANALYSIS[analyzer]},
-            "mappings": {"dynamic": "strict", "_meta": {TANSAKU_META: {"analyzer": analyzer}}, "properties": props}}
+            "mappings": {"dynamic": "strict", "_meta": {TANSAKU_META: {"analyzer": analyzer}},
+                         "properties": props}}
 
 
 def made_by_tansaku(client, index: str) -> bool:
     """Whether the existing ``index`` carries tansaku's ``_meta`` mark (so a rebuild may replace it)."""
     mappings = client.indices.get_mapping(index=index)
-    return any(TANSAKU_META in ((entry.get("mappings") or {}).get("_meta") or {}) for entry in mappings.values())
+    return any(TANSAKU_META in ((entry.get("mappings") or {}).get("_meta") or {})
+               for entry in mappings.values())
 
 
 def bulk_actions(rows: Iterable[dict], index: str, keyword_fields: Iterable[str] = (),
@@ -126,12 +132,13 @@ def search_body(canonical: dict, size: int, timeout_ms: int, collapse: bool = Tr
 
 # streaming_bulk, not parallel_bulk: only streaming_bulk retries a rejected (429) batch with backoff; the
 # cluster's own shards and ingest threads give the parallelism. 500 passages (~0.5 MB) per request.
-BULK = {"chunk_size": 500, "max_chunk_bytes": 10 * 2**20, "max_retries": 6, "initial_backoff": 2, "max_backoff": 60,
-        "raise_on_error": False, "raise_on_exception": True}
+BULK = {"chunk_size": 500, "max_chunk_bytes": 10 * 2**20, "max_retries": 6, "initial_backoff": 2,
+        "max_backoff": 60, "raise_on_error": False, "raise_on_exception": True}
 
 
 def build_opensearch(rows: Iterable[dict], index: str, keyword_fields: Iterable[str] = (),
-                     analyzer: str = "auto", chunk_chars: int = 800, client=None, overwrite: bool = False) -> dict:
+                     analyzer: str = "auto", chunk_chars: int = 800, client=None,
+                     overwrite: bool = False) -> dict:
     """Create ``index`` with Japanese analysis and stream the passages in with ``streaming_bulk``."""
     from opensearchpy import helpers  # opensearch-py: only for the opensearch backend
 
@@ -162,17 +169,20 @@ def build_opensearch(rows: Iterable[dict], index: str, keyword_fields: Iterable[
             failed += 1
             if len(errors) < 20:
                 errors.append(info)
-    client.indices.put_settings(index=index, body={"index": {"refresh_interval": None}})  # back to the default
+    # back to the default
+    client.indices.put_settings(index=index, body={"index": {"refresh_interval": None}})
     client.indices.refresh(index=index)
     return {"backend": "opensearch", "index": index, "analyzer": analyzer, "chunks": ok, "failed": failed,
-            "errors": errors, "keyword_fields": keyword_fields, "build_seconds": round(time.perf_counter() - t0, 3)}
+            "errors": errors, "keyword_fields": keyword_fields,
+            "build_seconds": round(time.perf_counter() - t0, 3)}
 
 
 class OpenSearchBackend:
-    """Searches one OpenSearch index with validated queries; a ``backend.Backend`` whose spec is ``parse_spec``'s."""
+    """Searches one OpenSearch index with validated queries; a ``backend.Backend`` whose spec is
+    ``parse_spec``'s."""
 
-    def __init__(self, index: str, client=None, limits: Limits = Limits(), keyword_fields: Iterable[str] | None = None,
-                 url: str | None = None):
+    def __init__(self, index: str, client=None, limits: Limits = Limits(),
+                 keyword_fields: Iterable[str] | None = None, url: str | None = None):
         """``client``: a given one stays the caller's; without one, one from the environment (``url`` or
         $OPENSEARCH_URL) is made here, and ``close`` closes it."""
         self.index, self.limits = index, limits
@@ -192,11 +202,12 @@ class OpenSearchBackend:
     @classmethod
     def build(cls, dataset_dir: str | Path, spec: str | Path, analyzer: str | None = None,
               chunk_chars: int = 800, overwrite: bool = True) -> dict:
-        """``build_opensearch`` from a dataset folder; analyzer ``auto`` (default), ``kuromoji`` or ``sudachi``."""
+        """``build_opensearch`` from a dataset folder; analyzer ``auto`` (default), ``kuromoji`` or
+        ``sudachi``."""
         url, name = parse_spec(spec)
         keyword_fields = keyword_fields_of(dataset_dir)
-        return build_opensearch(iter_documents(dataset_dir), name, keyword_fields, analyzer or "auto", chunk_chars,
-                                client=client_from_env(url), overwrite=overwrite)
+        return build_opensearch(iter_documents(dataset_dir), name, keyword_fields, analyzer or "auto",
+                                chunk_chars, client=client_from_env(url), overwrite=overwrite)
 
     @classmethod
     def exists(cls, spec: str | Path) -> bool:
@@ -221,7 +232,8 @@ class OpenSearchBackend:
         t0 = time.perf_counter()
         canonical, size = parse_request(query, size, self.fields, self.limits, default_size, max_size)
         try:
-            res = self.client.search(index=self.index, body=search_body(canonical, size, self.limits.timeout_ms, collapse))
+            res = self.client.search(index=self.index,
+                                     body=search_body(canonical, size, self.limits.timeout_ms, collapse))
         except RequestError as e:  # the cluster rejected the query: the model can act on its reason
             raise QueryError(f"query: rejected by OpenSearch ({e.error})") from None
         except TransportError as e:
@@ -229,7 +241,8 @@ class OpenSearchBackend:
         if res.get("timed_out"):
             raise QueryError(f"query: took longer than the {self.limits.timeout_ms} ms timeout; simplify it")
         highlight = highlight_texts(canonical)
-        hits = [Hit(doc_id=h["_source"]["doc_id"], title=h["_source"].get("title", ""), score=float(h["_score"] or 0),
+        hits = [Hit(doc_id=h["_source"]["doc_id"], title=h["_source"].get("title", ""),
+                    score=float(h["_score"] or 0),
                     snippet=make_snippet(h["_source"].get("text", ""), highlight, snippet_chars),
                     chunk=int(h["_source"].get("position", 0)), offset=int(h["_source"].get("offset", 0)))
                 for h in res["hits"]["hits"]]

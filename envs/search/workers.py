@@ -52,7 +52,8 @@ def index_identity(index_dir: str | Path) -> str:
 
 
 def timeout_error(timeout_ms: int) -> QueryError:
-    return QueryError(f"query: took longer than the {timeout_ms} ms timeout; use fewer or more specific clauses")
+    return QueryError(f"query: took longer than the {timeout_ms} ms timeout; use fewer or more specific "
+                      f"clauses")
 
 
 class _Worker:
@@ -146,7 +147,8 @@ class QueryWorkers:
         return self._spawn()
 
     def _give(self, worker: _Worker) -> None:
-        """Back to the idle ones; killed instead once the pool is closed (``close`` leaves checked-out ones)."""
+        """Back to the idle ones; killed instead once the pool is closed (``close`` leaves checked-out
+        ones)."""
         with self._cond:
             if worker not in self._all:  # dropped meanwhile
                 return

@@ -158,8 +158,8 @@ class Task(rewards.ZhMixSettings):  # zh_mix_start_step, zh_mix_scope, with_zh_m
 
     def with_abstention(self, weight: float) -> Task:
         """This task plus ``abstention_reward`` at ``weight`` (rows may carry ``answerable: false``): credit
-        for 「分かりません」 when the gold is not findable, against confident hallucination. The weight may not
-        exceed the answer's, so an abstention never earns more than a correct answer."""
+        for 「分かりません」 when the gold is not findable, against confident hallucination. The weight may
+        not exceed the answer's, so an abstention never earns more than a correct answer."""
         top = self.reward_weights.get(self.answer_reward_name or "", 0.0)
         if not 0.0 < weight <= top:
             raise InputError(f"task {self.name}: abstention weight {weight} must be in (0, {top}] "
@@ -253,7 +253,8 @@ class Task(rewards.ZhMixSettings):  # zh_mix_start_step, zh_mix_scope, with_zh_m
 
         >>> from tansaku.envs.tasks import TASKS
         >>> task = TASKS["multihop_qa"].configured({"reward_weights": {"format_reward": 0.5}})
-        >>> [score] = task.score([[{"role": "assistant", "content": "{{東京}}", "reasoning_content": "調べた"}]],
+        >>> [score] = task.score([[{"role": "assistant", "content": "{{東京}}",
+        ...                         "reasoning_content": "調べた"}]],
         ...                      [{"answer": "東京"}])
         >>> score.components["answer_reward"], score.components["format_reward"], score.total
         (1.0, 1.0, 1.5)

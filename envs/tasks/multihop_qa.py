@@ -2,7 +2,8 @@
 alias).
 
     from tansaku.envs.tasks import TASKS
-    TASKS["multihop_qa"].build_prompt({"question": "雪村製菓の創業者の出身地は？"})   # [system, user] messages
+    TASKS["multihop_qa"].build_prompt({"question": "雪村製菓の創業者の出身地は？"})
+    # [system, user] messages
 """
 
 from __future__ import annotations

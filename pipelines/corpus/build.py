@@ -41,7 +41,7 @@ from tansaku.core.out_folder import precheck_out
 from tansaku.core.provenance import describe_input
 from tansaku.core.store import build_dataset
 from tansaku.pipelines.corpus.config import CorpusConfig
-from tansaku.pipelines.corpus.readers import (  # noqa: F401 - CorpusInputError, read_documents: part of this API
+from tansaku.pipelines.corpus.readers import (  # noqa: F401 - CorpusInputError, read_documents: re-exported
     FORMATS,
     CorpusInputError,
     JsonlFields,
@@ -103,7 +103,8 @@ def normalize_document(raw: dict) -> dict | Drop:
         return Drop("bad_title_type", record, f"{where}: title is {type(title).__name__}, not a string")
     if not isinstance(title, str) or not title.strip():
         return Drop("empty_title", record, where)
-    if url is not None and not isinstance(url, str):  # a number or object is no URL: coercing would invent one
+    # a number or object is no URL: coercing would invent one
+    if url is not None and not isinstance(url, str):
         return Drop("bad_url_type", record, f"{where}: url is {type(url).__name__}, not a string")
     if doc_id is not None and (isinstance(doc_id, bool) or not isinstance(doc_id, (str, int))):
         return Drop("bad_id_type", record, f"{where}: id is {type(doc_id).__name__}, not a string or integer")
@@ -153,9 +154,9 @@ def _empty_hints(input: Path, fmt: str, fields: JsonlFields) -> dict[str, str]:
     if fmt != "jsonl":
         return {}
     keys = ", ".join(first_record_keys(input)) or "none"
-    return {f"normalize:empty_{field}": f"the records have no non-empty {getattr(fields, field)!r} key: name the "
-                                        f"key that holds the {field} with --{field}-field (the first record has "
-                                        f"keys: {keys})"
+    return {f"normalize:empty_{field}": f"the records have no non-empty {getattr(fields, field)!r} key: name "
+                                        f"the key that holds the {field} with --{field}-field (the first "
+                                        f"record has keys: {keys})"
             for field in ("title", "text")}
 
 
@@ -171,13 +172,16 @@ def build_corpus(config: CorpusConfig, out: str | Path, context: BuildContext | 
     input = Path(c.input)
     fmt = detect_format(input) if c.format == "auto" else c.format
     read_documents(input, fmt, fields)  # fail fast on a bad path/format, before any work is set up
-    chosen = choose_license(c.license, c.license_file, input, SOURCE_LICENSES.get(fmt))  # JSONL: none, push refuses
+    # JSONL: none, push refuses
+    chosen = choose_license(c.license, c.license_file, input, SOURCE_LICENSES.get(fmt))
     precheck_out(out, pipeline="corpus", inputs={"--input": input, "--license-file": c.license_file})
     return chosen.write(out, build_dataset(
         out=out, name=c.name or f"corpus-{input.stem}", pipeline="corpus", pipeline_version=PIPELINE_VERSION,
-        config={**c.recipe(), "detected_format": fmt, **chosen.recipe()}, seed=0,  # a new license: a new recipe
+        # a new license: a new recipe
+        config={**c.recipe(), "detected_format": fmt, **chosen.recipe()}, seed=0,
         inputs=[describe_input(input)], source=lambda: read_documents(input, fmt, fields),
-        stages=corpus_stages(min_chars), context=context, keep_rejected=c.keep_rejected, column_types=COLUMN_TYPES, empty_hints=_empty_hints(input, fmt, fields),
+        stages=corpus_stages(min_chars), context=context, keep_rejected=c.keep_rejected,
+        column_types=COLUMN_TYPES, empty_hints=_empty_hints(input, fmt, fields),
         card={"pretty_name": f"tansaku corpus: {input.name}", **chosen.card,
               "task_categories": ["text-retrieval"],
               "description": f"Normalized documents from `{input.name}` ({fmt}) for tansaku's search index "

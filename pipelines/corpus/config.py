@@ -35,6 +35,7 @@ class CorpusConfig(BuildConfig):
     keep_rejected: bool = option(False, flag="--keep-rejected/--no-keep-rejected",
                                  help="Also write every dropped document (stage, reason, record) as the "
                                       "'rejected' split (duplicates of a dump can be many).")
-    license: str | None = license_option("the source format's (Wikipedia's cc-by-sa-4.0; JSON lines: none, and push refuses)")
+    license: str | None = license_option("the source format's (Wikipedia's cc-by-sa-4.0; JSON lines: none, "
+                                         "and push refuses)")
     license_file: Path | None = license_file_option()
     name: str | None = option(None, recipe=False, help="Dataset name (default: corpus-<input file stem>).")

@@ -1,6 +1,6 @@
 """The readers of ``synth build corpus``: each input format yields raw records (``id, title, text, url,
-source, meta`` plus ``_where``, the file:line a drop names; a bad line or file is an ``_error`` record, never an
-exception), which ``tansaku.pipelines.corpus.build`` normalizes.
+source, meta`` plus ``_where``, the file:line a drop names; a bad line or file is an ``_error`` record, never
+an exception), which ``tansaku.pipelines.corpus.build`` normalizes.
 
     for raw in read_documents("../shared/data/jawiki/JaQuAD", "auto"): ...
     read_documents("docs.jsonl", "jsonl", JsonlFields(id="doc_id", title="title_guess"))
@@ -48,7 +48,8 @@ class JsonlFields:
             if not isinstance(name, str) or not name.strip():
                 raise InputError(f"{option} must name a key of the records, got {name!r}")
         if len(set(names)) != len(names):
-            raise InputError(f"--id-field, --title-field, --text-field and --url-field must differ, got {names}")
+            raise InputError(f"--id-field, --title-field, --text-field and --url-field must differ, got "
+                             f"{names}")
 
     def recipe(self) -> dict:
         return asdict(self)
@@ -172,7 +173,8 @@ def read_wac(root: Path) -> Iterator[dict]:
         if f.is_file():  # a regular file: a FIFO there would block the read (tansaku.core.input_files)
             splits.update({line.strip(): split for line in f.read_text().splitlines() if line.strip()})
     org = root / "org" if (root / "org").is_dir() else root
-    for path in regular_files(sorted(org.rglob("*.org"))):  # a FIFO or device named *.org is skipped, never opened
+    # a FIFO or device named *.org is skipped, never opened
+    for path in regular_files(sorted(org.rglob("*.org"))):
         try:
             yield _wac_document(path, splits)
         except (OSError, UnicodeDecodeError) as e:
@@ -217,7 +219,8 @@ def detect_format(path: Path) -> str:
             return "wac"
         if any(path.rglob("*.json")):
             return "jaquad"
-        raise CorpusInputError(f"{path}: a folder, but neither WikipediaAnnotatedCorpus (org/) nor JaQuAD (*.json)")
+        raise CorpusInputError(f"{path}: a folder, but neither WikipediaAnnotatedCorpus (org/) nor JaQuAD "
+                               f"(*.json)")
     name = path.name
     if "cirrussearch" in name:
         return "cirrus"
@@ -227,10 +230,12 @@ def detect_format(path: Path) -> str:
         return "cirrus" if _first_line(path).lstrip().startswith('{"index"') else "jsonl"
     if name.endswith(".json"):
         return "jaquad"
-    raise CorpusInputError(f"--input {path}: cannot tell the format; pass --format one of {', '.join(FORMATS)}")
+    raise CorpusInputError(f"--input {path}: cannot tell the format; pass --format one of "
+                           f"{', '.join(FORMATS)}")
 
 
-def read_documents(path: str | Path, fmt: str = "auto", fields: JsonlFields = JsonlFields()) -> Iterator[dict]:
+def read_documents(path: str | Path, fmt: str = "auto",
+                   fields: JsonlFields = JsonlFields()) -> Iterator[dict]:
     path = Path(path)
     if not path.exists():
         raise CorpusInputError(f"{path}: no such file or folder")
@@ -243,7 +248,7 @@ def read_documents(path: str | Path, fmt: str = "auto", fields: JsonlFields = Js
     if fmt == "wac" and not path.is_dir():
         raise CorpusInputError(f"--format wac reads a WikipediaAnnotatedCorpus folder; {path} is a file")
     if fields != JsonlFields() and fmt != "jsonl":
-        raise CorpusInputError(f"--id-field/--title-field/--text-field/--url-field apply to JSON lines; {path} is "
-                               f"read as {fmt}")
+        raise CorpusInputError(f"--id-field/--title-field/--text-field/--url-field apply to JSON lines; "
+                               f"{path} is read as {fmt}")
     return readers[fmt](path, fields) if fmt == "jsonl" else readers[fmt](path)
 

@@ -2,17 +2,17 @@
 
 Stages (see ``build.py``): keyword groups from the corpus (``keywords``) → an agent with the search tool
 writes an instruction and confirms its supporting articles (``instructions``) → single-page judge →
-quality judge (``quality``) → for a share of rows a clarifying exchange, two calls each filtered by rules and a
-judge (``clarify``: the user's vaguer initial request and the assistant's question, then the user's answer) →
-rubric (``rubric``).
+quality judge (``quality``) → for a share of rows a clarifying exchange, two calls each filtered by rules and
+a judge (``clarify``: the user's vaguer initial request and the assistant's question, then the user's answer)
+→ rubric (``rubric``).
 
 Shared here: the versioned prompt files and :func:`ask_json`, which puts a prompt file in front of
 :func:`tansaku.core.llm.ask_json` (every failure a named :class:`~tansaku.core.engine.Drop`).
 
     from tansaku.pipelines.deepresearch.build import build_deepresearch
     from tansaku.pipelines.deepresearch.config import DeepResearchConfig   # every setting (config.py)
-    build_deepresearch(DeepResearchConfig(corpus="out/corpus", index="out/index", llm="scripted:deepresearch"),
-                       out="out/deepresearch")
+    config = DeepResearchConfig(corpus="out/corpus", index="out/index", llm="scripted:deepresearch")
+    build_deepresearch(config, out="out/deepresearch")
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
     from tansaku.pipelines.deepresearch.build import build_deepresearch
     from tansaku.pipelines.deepresearch.config import DeepResearchConfig
-    build_deepresearch(DeepResearchConfig(corpus="out/corpus", index="out/index", llm="scripted:deepresearch"),
-                       out="out/deepresearch")
-    # CLI: synth build deepresearch --corpus DIR --index DIR --out DIR --llm SPEC [--clarify-share F] [--limit N]
+    config = DeepResearchConfig(corpus="out/corpus", index="out/index", llm="scripted:deepresearch")
+    build_deepresearch(config, out="out/deepresearch")
+    # CLI: synth build deepresearch --corpus DIR --index DIR --out DIR --llm SPEC [--clarify-share F]
+    #      [--limit N]
 
 ``llm``: a ``tansaku.core.llm`` client or spec; ``scripted:deepresearch`` is the built-in demo script
 (``demo_llm.py``), so the pipeline runs on the embedded index without an endpoint. Stages:
@@ -14,23 +15,24 @@
 3. ``single_page``: drop instructions one supporting article answers alone.
 4. ``quality``: LLM judge with a written rubric, ``quality_threshold`` and ``quality_floor``.
 5. ``select_clarify`` + ``clarify_question`` + ``clarify_answer``: a clarifying exchange for about
-   ``clarify_share`` of the rows (a seeded draw each): the user's initial request, vaguer than the instruction,
-   and the assistant's clarifying question (one call), then the user's answer supplying the detail (a second
-   call that sees the question); each call filtered by rules, then a judge (``clarify.py``).
+   ``clarify_share`` of the rows (a seeded draw each): the user's initial request, vaguer than the
+   instruction, and the assistant's clarifying question (one call), then the user's answer supplying the
+   detail (a second call that sees the question); each call filtered by rules, then a judge (``clarify.py``).
 6. ``rubric``: per-instruction rubric validated against ``rubric.RUBRIC_SCHEMA``.
-7. ``finish``: the task's (``DeepResearch.finalize``): the ``id``, ``task`` and TRL ``prompt`` columns, and the
-   gold check (a rubric the task's reward can read).
+7. ``finish``: the task's (``DeepResearch.finalize``): the ``id``, ``task`` and TRL ``prompt`` columns, and
+   the gold check (a rubric the task's reward can read).
 
 Every setting is a field of ``DeepResearchConfig``: the manifest's ``config`` (with the corpus's keyword df
-bounds, ``keyword_thresholds``) and each stage's ``params`` read it, and the LLM's identity is each LLM stage's
-``llm``: all in the resume fingerprint. Dropped instructions are kept in the ``rejected`` split
+bounds, ``keyword_thresholds``) and each stage's ``params`` read it, and the LLM's identity is each LLM
+stage's ``llm``: all in the resume fingerprint. Dropped instructions are kept in the ``rejected`` split
 (``keep_rejected``, on by default).
 
 Output row: ``id, instruction, dialogue, clarify_request, clarify_question, clarify_answer, clarify_status,
-clarify_detail, needs_clarification, entities, report_format, supporting_doc_ids, searched_doc_ids, unconfirmed_doc_ids,
-search_queries, agent_turns, single_page_checked, quality_score, quality_scores, rubric, keywords, group_id,
-doc_ids, titles, keyword_df, task, prompt``. The ``deepresearch`` task reads ``instruction`` (the report
-instruction, which the rubric and its judge read) and ``rubric``; ``dialogue`` holds the turns before the report:
+clarify_detail, needs_clarification, entities, report_format, supporting_doc_ids, searched_doc_ids,
+unconfirmed_doc_ids, search_queries, agent_turns, single_page_checked, quality_score, quality_scores, rubric,
+keywords, group_id, doc_ids, titles, keyword_df, task,
+prompt``. The ``deepresearch`` task reads ``instruction`` (the report instruction, which the rubric and its
+judge read) and ``rubric``; ``dialogue`` holds the turns before the report:
 ``[user initial request, assistant clarifying question, user answer]`` or ``[user instruction]``.
 """
 
@@ -62,17 +64,19 @@ from tansaku.pipelines.deepresearch.keywords import keyword_groups
 from tansaku.pipelines.deepresearch.quality import make_quality_stage_fn
 from tansaku.pipelines.deepresearch.rubric import make_rubric_stage_fn
 
-PIPELINE_VERSION = "5"  # 2: prompt and task columns, declared column types; 3: the config is DeepResearchConfig's
+# 2: prompt and task columns, declared column types; 3: the config is DeepResearchConfig's
+PIPELINE_VERSION = "5"
 # fields (keyword settings flat, every stage setting in it), the finish stage is the task's (gold check);
-# 4: clarifying Q/A drawn per record (no global barrier before clarify); 5: the clarifying exchange is two calls
-# (a vaguer initial request + the question, then the user's answer), stages clarify_question and clarify_answer
+# 4: clarifying Q/A drawn per record (no global barrier before clarify); 5: the clarifying exchange is two
+# calls (a vaguer initial request + the question, then the user's answer), stages clarify_question and
+# clarify_answer
 _RUBRIC_ITEM = pa.struct([("id", pa.string()), ("criterion", pa.string()), ("weight", pa.float64()),
                           ("scale", pa.string()), ("kind", pa.string()), ("entities", STRINGS),
                           ("source_doc_ids", STRINGS)])
 # Columns whose inferred type would depend on the rows (no clarification drawn, no unconfirmed doc…).
 COLUMN_TYPES = {**QUESTION_COLUMNS, "dialogue": PROMPT, "rubric": pa.list_(_RUBRIC_ITEM),
-                "clarify_request": pa.string(), "clarify_question": pa.string(), "clarify_answer": pa.string(),
-                "clarify_status": pa.string(), "clarify_detail": pa.string(),
+                "clarify_request": pa.string(), "clarify_question": pa.string(),
+                "clarify_answer": pa.string(), "clarify_status": pa.string(), "clarify_detail": pa.string(),
                 "quality_score": pa.float64(), "quality_scores": pa.list_(pa.float64()),
                 **{name: STRINGS for name in ("entities", "supporting_doc_ids", "searched_doc_ids",
                                               "unconfirmed_doc_ids", "search_queries")}}
@@ -84,12 +88,12 @@ EMPTY_HINTS = {
     "keywords": "the corpus gave no keyword group spanning several articles: use a larger corpus, or loosen "
                 "--keyword-min-df, --keyword-max-df-ratio, --keyword-max-df-floor, --keyword-min-cooccur, "
                 "--keyword-min-articles",
-    "instructions": "the writer confirmed no instruction through search: check --llm and that --index indexes "
-                    "--corpus",
-    "quality": "the judge scored no instruction at --quality-threshold with every criterion at --quality-floor: "
-               "check --llm, or lower them",
-    "rubric": "no rubric had --min-specific criteria naming an entity with at most --max-generic-share of its "
-              "weight on generic ones: check --llm, or loosen them",
+    "instructions": "the writer confirmed no instruction through search: check --llm and that --index "
+                    "indexes --corpus",
+    "quality": "the judge scored no instruction at --quality-threshold with every criterion at "
+               "--quality-floor: check --llm, or lower them",
+    "rubric": "no rubric had --min-specific criteria naming an entity with at most --max-generic-share of "
+              "its weight on generic ones: check --llm, or loosen them",
 }
 
 
@@ -110,8 +114,8 @@ def deepresearch_stages(c: DeepResearchConfig, llm, backend, task: Task) -> list
         yield from (found[:c.limit] if c.limit is not None else found)
 
     def finish(records: list[dict]) -> list:
-        # The task's tail: the task column, TRL's conversational prompt (system + user turns with any clarifying
-        # Q/A, as `train rl` builds them) and the gold check, which validates the rubric.
+        # The task's tail: the task column, TRL's conversational prompt (system + user turns with any
+        # clarifying Q/A, as `train rl` builds them) and the gold check, which validates the rubric.
         return task.finalize([{"id": f"dr-{r['group_id']}", **r} for r in records])
 
     writer = make_instruction_stage_fn(llm, backend, task, max_turns=c.max_turns, min_sources=c.min_sources,
@@ -131,8 +135,9 @@ def deepresearch_stages(c: DeepResearchConfig, llm, backend, task: Task) -> list
                     params={"prompts": [PROMPTS["clarify_question"], PROMPTS["clarify_question_judge"]]}),
         batch_stage("clarify_answer", make_answer_stage_fn(llm), c.batch_size, llm=llm,
                     params={"prompts": [PROMPTS["clarify_answer"], PROMPTS["clarify_answer_judge"]]}),
-        batch_stage("rubric", make_rubric_stage_fn(llm, backend, c.min_specific, c.max_generic_share, c.rubric_chars),
-                    c.batch_size, params=c.pick("min_specific", "max_generic_share", "rubric_chars"), llm=llm),
+        batch_stage(
+            "rubric", make_rubric_stage_fn(llm, backend, c.min_specific, c.max_generic_share, c.rubric_chars),
+            c.batch_size, params=c.pick("min_specific", "max_generic_share", "rubric_chars"), llm=llm),
         batch_stage("finish", finish, c.batch_size, params={"task": task.name, "task_version": task.version},
                     separable=True),
     ]
@@ -142,23 +147,24 @@ def deepresearch_stages(c: DeepResearchConfig, llm, backend, task: Task) -> list
 CARD = {
     "task_categories": ["text-generation"], "tags": ["deep-research", "rubric"],
     "description": "Japanese report instructions that need several articles of the corpus, each with the "
-                   "supporting doc ids its writer confirmed through search, for a share of the rows a clarifying "
-                   "exchange before the report (`dialogue`: the user's initial request, vaguer than the "
-                   "instruction, the assistant's clarifying question and the user's answer supplying the "
-                   "detail), and a per-instruction rubric (`rubric`: criteria with id, weight summing to 1, scale, "
-                   "kind coverage/fact/format/other, entities, source_doc_ids) for "
+                   "supporting doc ids its writer confirmed through search, for a share of the rows a "
+                   "clarifying exchange before the report (`dialogue`: the user's initial request, vaguer "
+                   "than the instruction, the assistant's clarifying question and the user's answer "
+                   "supplying the detail), and a per-instruction rubric (`rubric`: criteria with id, weight "
+                   "summing to 1, scale, kind coverage/fact/format/other, entities, source_doc_ids) for "
                    "`tansaku.envs.rubric_reward.make_rubric_reward`.",
-    "limitations": ["Instructions, judgements and rubrics are LLM-written; the manifest's `llm` names the model "
-                    "(the demo script `scripted:deepresearch` writes templates).",
+    "limitations": ["Instructions, judgements and rubrics are LLM-written; the manifest's `llm` names the "
+                    "model (the demo script `scripted:deepresearch` writes templates).",
                     "Single-page and quality filters are LLM judges and can be wrong both ways.",
                     "Rows whose clarifying exchange failed its filters keep the instruction without it "
                     "(`clarify_status`, `clarify_detail`)."],
 }
 
 
-def build_deepresearch(config: DeepResearchConfig, out="out/deepresearch", context: BuildContext | None = None,
-                       task: Task = DeepResearch()) -> dict:
-    """Build the deepresearch dataset in ``out``; returns its manifest (a rerun with the same ``out`` resumes).
+def build_deepresearch(config: DeepResearchConfig, out="out/deepresearch",
+                       context: BuildContext | None = None, task: Task = DeepResearch()) -> dict:
+    """Build the deepresearch dataset in ``out``; returns its manifest (a rerun with the same ``out``
+    resumes).
 
     ``config`` holds every setting (``DeepResearchConfig``: its help texts are the CLI's); ``chunk_size``:
     records per checkpoint (documents, then keyword groups; the unit a ``--shard`` takes). ``keep_rejected``
@@ -167,7 +173,8 @@ def build_deepresearch(config: DeepResearchConfig, out="out/deepresearch", conte
     group) that form the ``test`` split (``tansaku.core.heldout``). ``license``: the card's license id or
     ``other:NAME`` with ``license_file`` (default: the corpus card's license keys and LICENSE; ``unknown``
     when it declares none; ``tansaku.core.licenses.choose_license``). ``context``: shards, LLM options,
-    progress (``BuildContext``); ``task``: whose rows these are (its tool-call budget, prompt and gold check)."""
+    progress (``BuildContext``); ``task``: whose rows these are (its tool-call budget, prompt and gold
+    check)."""
     context = context or BuildContext()
     c = config.check()  # every setting before any work (one line, exit 2)
     heldout = HeldOut(c.heldout_share, "id", c.seed)
@@ -183,7 +190,8 @@ def build_deepresearch(config: DeepResearchConfig, out="out/deepresearch", conte
     # The df bounds scale with the corpus: record the ones this corpus gets next to the config.
     recipe = {**c.recipe(), "keyword_thresholds": c.keyword_config().thresholds(n_docs), "prompts": PROMPTS,
               **chosen.recipe()}
-    inputs = [describe_input(c.corpus, n_docs), describe_input(c.index, hashed=False)]  # the index is not hashed
+    # the index is not hashed
+    inputs = [describe_input(c.corpus, n_docs), describe_input(c.index, hashed=False)]
     manifest = build_dataset(
         out=out, name=c.name or "deepresearch", pipeline="deepresearch", pipeline_version=PIPELINE_VERSION,
         config=recipe, seed=c.seed, inputs=inputs, source=lambda: iter_rows(c.corpus),

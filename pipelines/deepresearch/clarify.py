@@ -1,26 +1,27 @@
 """Stage 5 of ``synth build deepresearch``: a clarifying exchange before the report, for a share of the rows.
 
-The seed's 追加の質問作成 → 追加の回答作成 → 追加QAの品質フィルタリング, as ChatGPT's DeepResearch does it: the user
-first asks for less than the report instruction says, the assistant asks for what is missing before it starts,
-and the user's answer supplies it. Three stages on the engine:
+The seed's 追加の質問作成 → 追加の回答作成 → 追加QAの品質フィルタリング, as ChatGPT's DeepResearch does it:
+the user first asks for less than the report instruction says, the assistant asks for what is missing before
+it starts, and the user's answer supplies it. Three stages on the engine:
 
 1. ``select_clarify`` (``select_for_clarification``) marks a record when its seeded draw
-   (``rng_for(seed, "clarify", group_id)``) falls below ``share``: about that share of the rows, the same ones in a
-   resumed or a larger run, and no barrier (each record goes on as soon as the quality judge passed it).
+   (``rng_for(seed, "clarify", group_id)``) falls below ``share``: about that share of the rows, the same ones
+   in a resumed or a larger run, and no barrier (each record goes on as soon as the quality judge passed it).
 2. ``clarify_question`` (one call, ``prompts/clarify_question.v1.md``): given the report instruction and its
    entities, the LLM writes the user's **initial request** (the instruction with a detail left out: the
-   viewpoint, period, scope or format; the subject kept) and the **assistant's clarifying question** asking for
-   that detail. Filtered by rules (``question_rule_problem``), then by a judge (``clarify_question_judge.v1.md``).
+   viewpoint, period, scope or format; the subject kept) and the **assistant's clarifying question** asking
+   for that detail. Filtered by rules (``question_rule_problem``), then by a judge
+   (``clarify_question_judge.v1.md``).
 3. ``clarify_answer`` (a second call, ``prompts/clarify_answer.v1.md``): the LLM plays the user, who holds the
    hidden details of the instruction: it sees the instruction, its own initial request and the question, and
    answers with what was left out. Filtered by rules (``answer_rule_problem``), then by a judge
    (``clarify_answer_judge.v1.md``).
 
-The report instruction stays ``instruction`` (what the rubric and the rubric judge read); a row with an exchange
-has ``dialogue`` = ``[user: initial request, assistant: clarifying question, user: answer]``, the turns before the
-report (``DeepResearch.build_prompt`` puts them after the system prompt), and a row without one
-``[user: instruction]``. A record whose exchange fails keeps its instruction without it (the instruction itself
-passed every filter); ``clarify_status`` says why, so the realized share can be read off the dataset:
+The report instruction stays ``instruction`` (what the rubric and the rubric judge read); a row with an
+exchange has ``dialogue`` = ``[user: initial request, assistant: clarifying question, user: answer]``, the
+turns before the report (``DeepResearch.build_prompt`` puts them after the system prompt), and a row without
+one ``[user: instruction]``. A record whose exchange fails keeps its instruction without it (the instruction
+itself passed every filter); ``clarify_status`` says why, so the realized share can be read off the dataset:
 ``ok``, ``not_selected``, or ``<call>_<reason>`` with call ``question``, ``question_judge``, ``answer``,
 ``answer_judge`` and reason ``rejected`` (rules or judge: ``clarify_detail`` says which and why),
 ``llm_bad_json`` or ``llm_error``.
@@ -38,7 +39,8 @@ from tansaku.pipelines.deepresearch import ask_json
 
 _KANA = re.compile(r"[\u3040-\u30ff]")
 # A copied prompt label (this module's, or the writer's 【キーワード】/【根拠…】) or a tool result is a leak.
-_LEAK = re.compile(r"doc_id|<tool_call>|\[\d+\]\s*doc|【(?:キーワード|根拠|指示|対象|最初の依頼|確認の質問|ユーザーの回答)")
+_LEAK = re.compile(r"doc_id|<tool_call>|\[\d+\]\s*doc|【(?:キーワード|根拠|指示|対象|最初の依頼|確認の質問|ユ"
+                   r"ーザーの回答)")
 _ASKS = re.compile(r"[?？]|ですか|ますか|でしょうか")
 PENDING = "question_ok"  # between the two calls: the question passed, the answer is still to come
 DETAIL_CHARS = 300
@@ -50,7 +52,8 @@ def select_for_clarification(share: float, seed: int):
         raise ValueError(f"clarify share must be within [0, 1], got {share}")
 
     def select(record: dict) -> dict:
-        return {**record, "needs_clarification": rng_for(seed, "clarify", record["group_id"]).random() < share}
+        return {**record,
+                "needs_clarification": rng_for(seed, "clarify", record["group_id"]).random() < share}
 
     return select
 
@@ -62,8 +65,10 @@ def _same(a: str, b: str) -> bool:
 def question_rule_problem(record: dict, request: str, question: str) -> str | None:
     """Why the first call's initial request and clarifying question fail the rules, or None when they pass.
 
-    >>> r = {"instruction": "潮見町と蒼井町の歴史を比べ、表にまとめてください。", "entities": ["潮見町", "蒼井町"]}
-    >>> question_rule_problem(r, "潮見町と蒼井町について調べてください。", "どの時代を中心にしますか？") is None
+    >>> r = {"instruction": "潮見町と蒼井町の歴史を比べ、表にまとめてください。",
+    ...      "entities": ["潮見町", "蒼井町"]}
+    >>> question_rule_problem(r, "潮見町と蒼井町について調べてください。",
+    ...                       "どの時代を中心にしますか？") is None
     True
     >>> question_rule_problem(r, "町について調べてください。", "どの時代を中心にしますか？")
     'request names none of the entities'
@@ -90,7 +95,8 @@ def answer_rule_problem(record: dict, request: str, question: str, answer: str) 
     """Why the second call's user answer fails the rules, or None when it passes.
 
     >>> r = {"instruction": "潮見町と蒼井町の歴史を比べ、表にまとめてください。"}
-    >>> answer_rule_problem(r, "潮見町と蒼井町を調べて。", "どの観点ですか？", "歴史を比べて表にしてください。") is None
+    >>> answer_rule_problem(r, "潮見町と蒼井町を調べて。", "どの観点ですか？",
+    ...                     "歴史を比べて表にしてください。") is None
     True
     >>> answer_rule_problem(r, "潮見町と蒼井町を調べて。", "どの観点ですか？", "どの観点がいいですか？")
     'answer is empty, too long, or another question'
@@ -107,7 +113,8 @@ def answer_rule_problem(record: dict, request: str, question: str, answer: str) 
 
 
 def question_message(record: dict) -> str:
-    """The first call: the report instruction and its entities (the LLM writes the request and the question)."""
+    """The first call: the report instruction and its entities (the LLM writes the request and the
+    question)."""
     return f"【指示】\n{record['instruction']}\n【対象】{'、'.join(record['entities'])}"
 
 
@@ -127,7 +134,8 @@ def answer_judge_message(record: dict, answer: str) -> str:
 
 def _with(record: dict, status: str, request: str | None = None, question: str | None = None,
           answer: str | None = None, detail: str | None = None) -> dict:
-    """``record`` with its clarify columns; ``dialogue`` holds the exchange only when ``status`` is ``ok``, and the
+    """``record`` with its clarify columns; ``dialogue`` holds the exchange only when ``status`` is ``ok``,
+    and the
     texts are kept only while they can still become one (``ok``, ``PENDING``): a rejected exchange leaves its
     reason in ``clarify_detail`` and nothing a later stage (the rubric writer) could take for a real one."""
     if status not in ("ok", PENDING):
@@ -138,8 +146,8 @@ def _with(record: dict, status: str, request: str | None = None, question: str |
     else:
         dialogue = [{"role": "user", "content": record["instruction"]}]
     return {**record, "clarify_request": request, "clarify_question": question, "clarify_answer": answer,
-            "clarify_status": status, "clarify_detail": detail if detail is None else str(detail)[:DETAIL_CHARS],
-            "dialogue": dialogue}
+            "clarify_status": status,
+            "clarify_detail": detail if detail is None else str(detail)[:DETAIL_CHARS], "dialogue": dialogue}
 
 
 def _verdict(verdict: dict, keys: tuple[str, ...]) -> str | None:
@@ -163,7 +171,8 @@ def make_question_stage_fn(llm):
             if isinstance(draft, Drop):
                 out[i] = _with(records[i], f"question_{draft.reason}", detail=draft.detail)
                 continue
-            request, question = str(draft.get("request") or "").strip(), str(draft.get("question") or "").strip()
+            request, question = (str(draft.get("request") or "").strip(),
+                                 str(draft.get("question") or "").strip())
             problem = question_rule_problem(records[i], request, question)
             if problem:
                 out[i] = _with(records[i], "question_rejected", request, question, detail=f"rules: {problem}")
@@ -173,7 +182,8 @@ def make_question_stage_fn(llm):
                             [question_judge_message(records[i], r, q) for i, r, q in to_judge], 256)
         for (i, request, question), verdict in zip(to_judge, verdicts):
             if isinstance(verdict, Drop):
-                out[i] = _with(records[i], f"question_judge_{verdict.reason}", request, question, detail=verdict.detail)
+                out[i] = _with(records[i], f"question_judge_{verdict.reason}", request, question,
+                               detail=verdict.detail)
             elif problem := _verdict(verdict, ("request_ok", "question_ok")):
                 out[i] = _with(records[i], "question_rejected", request, question, detail=problem)
             else:
@@ -184,9 +194,9 @@ def make_question_stage_fn(llm):
 
 
 def make_answer_stage_fn(llm):
-    """``batch_stage`` function ``clarify_answer``: the user's answer to every ``PENDING`` record's question (the
-    answer call sees the question the first call wrote), filtered by rules then by the judge; ``ok`` rows get
-    the exchange as their ``dialogue``. Other records pass unchanged."""
+    """``batch_stage`` function ``clarify_answer``: the user's answer to every ``PENDING`` record's question
+    (the answer call sees the question the first call wrote), filtered by rules then by the judge; ``ok`` rows
+    get the exchange as their ``dialogue``. Other records pass unchanged."""
 
     def clarify_answer(records: list[dict]) -> list[dict]:
         pending = [i for i, r in enumerate(records) if r.get("clarify_status") == PENDING]
@@ -205,8 +215,8 @@ def make_answer_stage_fn(llm):
                 out[i] = _with(r, "answer_rejected", *asked, answer, detail=f"rules: {problem}")
                 continue
             to_judge.append((i, answer))
-        verdicts = ask_json(llm, "clarify_answer_judge", [answer_judge_message(records[i], a) for i, a in to_judge],
-                            256)
+        verdicts = ask_json(llm, "clarify_answer_judge",
+                            [answer_judge_message(records[i], a) for i, a in to_judge], 256)
         for (i, answer), verdict in zip(to_judge, verdicts):
             r = records[i]
             asked = (r["clarify_request"], r["clarify_question"])

@@ -3,9 +3,9 @@
 It reads which prompt it got from the system message's first line (``# deepresearch/<kind> v1``) and
 the data blocks of the user message (【キーワード】, 【対象】, 【記事】 …), so the whole pipeline runs
 over any small corpus without an endpoint: ``--llm scripted:deepresearch``. The writer really searches
-(tool calls through ``tansaku.envs.environments.SearchEnvironment``) and cites only doc ids it saw; the single-page judge
-answers "yes" exactly when one article names every entity. It is a demo of the plumbing, not a model:
-its instructions are templates.
+(tool calls through ``tansaku.envs.environments.SearchEnvironment``) and cites only doc ids it saw; the
+single-page judge answers "yes" exactly when one article names every entity. It is a demo of the plumbing, not
+a model: its instructions are templates.
 
     from tansaku.pipelines.deepresearch.demo_llm import demo_llm
     llm = demo_llm()              # a tansaku.core.llm.ScriptedLLM
@@ -55,8 +55,8 @@ def _writer(messages: list[dict]) -> dict:
                 supporting.append(doc_id)
                 break
     names = "、".join(keywords)
-    instruction = (f"{names}について、それぞれの概要と相互の関わり（歴史的な経緯や地域とのつながり）を複数の資料で"
-                   "調べ、対象ごとに比較できる表を含むレポートにまとめてください。")
+    instruction = (f"{names}について、それぞれの概要と相互の関わり（歴史的な経緯や地域とのつながり）"
+                   "を複数の資料で調べ、対象ごとに比較できる表を含むレポートにまとめてください。")
     return {"content": _as_json({"instruction": instruction, "supporting_doc_ids": supporting[:4],
                                  "entities": keywords, "report_format": "table"})}
 
@@ -98,7 +98,8 @@ def _clarify_answer(user: str) -> str:
 
 
 def _clarify_question_judge(user: str) -> str:
-    instruction, request, question = _block(user, "指示"), _block(user, "最初の依頼"), _block(user, "確認の質問")
+    instruction, request, question = _block(user, "指示"), _block(user, "最初の依頼"), _block(user,
+                                                                                       "確認の質問")
     return _as_json({"request_ok": bool(request) and len(request) < len(instruction),
                      "question_ok": "？" in question or "?" in question, "reason": "形式を確認"})
 
@@ -116,14 +117,16 @@ def _rubric(user: str) -> str:
     for doc_id, title, text in _DOC_BLOCK.findall(user):
         sentence = next(iter(_SENTENCE_WITH_NUMBER.findall(text)), "")
         if sentence:
-            criteria.append({"criterion": f"{title.strip()}について「{sentence.strip()}」という記述と一致する事実を書いている",
+            criteria.append({"criterion": f"{title.strip()}について「{sentence.strip()}」"
+                                          f"という記述と一致する事実を書いている",
                              "weight": 1.5, "scale": "binary", "kind": "fact", "entities": [title.strip()],
                              "source_doc_ids": [doc_id]})
     if "表" in instruction:
-        criteria.append({"criterion": f"{'、'.join(entities)}を比較する表を含めている", "weight": 1, "scale": "binary",
-                         "kind": "format", "entities": entities, "source_doc_ids": []})
+        criteria.append({"criterion": f"{'、'.join(entities)}を比較する表を含めている", "weight": 1,
+                         "scale": "binary", "kind": "format", "entities": entities, "source_doc_ids": []})
     if _block(user, "ユーザーの回答"):
-        criteria.append({"criterion": "確認の回答で指定された観点（歴史的な経緯）を中心に書いている", "weight": 1,
+        criteria.append({"criterion": "確認の回答で指定された観点（歴史的な経緯）を中心に書いている",
+                         "weight": 1,
                          "scale": "binary", "kind": "other", "entities": [], "source_doc_ids": []})
     return _as_json({"criteria": criteria[:10]})
 
@@ -134,7 +137,8 @@ def respond(request) -> str | dict:
     system = next((m["content"] for m in messages if m["role"] == "system"), "")
     match = _KIND.match(system)
     if not match:
-        raise ValueError("demo LLM only answers deepresearch prompts (system line '# deepresearch/<kind> vN')")
+        raise ValueError("demo LLM only answers deepresearch prompts (system line '# deepresearch/<kind> "
+                         "vN')")
     kind = match.group(1)
     if kind == "instruction":
         return _writer(messages)

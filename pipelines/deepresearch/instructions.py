@@ -12,8 +12,8 @@ it (``backend.get``); unconfirmed ids are removed and listed in ``unconfirmed_do
 The single-page judge then reads each supporting article alone: if any one of them suffices, the
 instruction is dropped (``single_page``).
 
-Drop reasons: ``llm_error``, ``agent_no_answer`` (turns or tokens ran out), ``llm_bad_json``, ``llm_bad_output``,
-``instruction_empty``, ``unconfirmed_sources``, ``single_page``.
+Drop reasons: ``llm_error``, ``agent_no_answer`` (turns or tokens ran out), ``llm_bad_json``,
+``llm_bad_output``, ``instruction_empty``, ``unconfirmed_sources``, ``single_page``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ REPORT_FORMATS = ("table", "list", "timeline", "prose")
 def writer_task(max_turns: int):
     """A generation-only task for the rollout runner: the instruction prompt as system, no rewards."""
 
-    return Task(name="deepresearch_instruction_writer", version="1", system_prompts=(load_prompt("instruction"),),
+    return Task(name="deepresearch_instruction_writer", version="1",
+                system_prompts=(load_prompt("instruction"),),
                 columns={"question": "str"}, answer_reward_name=None, reward_weights={}, max_turns=max_turns)
 
 
@@ -89,17 +90,19 @@ def finish_instruction(group: dict, trajectory, backend, min_sources: int) -> di
     confirmed = [d for d in dict.fromkeys(claimed) if d in seen and backend.get(d) is not None]
     if len(confirmed) < min_sources:
         return Drop("unconfirmed_sources")
-    entities = [str(e).strip() for e in answer.get("entities") or [] if str(e).strip()] or list(group["keywords"])
+    entities = ([str(e).strip() for e in answer.get("entities") or [] if str(e).strip()]
+                or list(group["keywords"]))
     report_format = str(answer.get("report_format") or "prose").strip()
     return {**group, "instruction": instruction, "entities": entities,
             "report_format": report_format if report_format in REPORT_FORMATS else "prose",
-            "supporting_doc_ids": confirmed, "unconfirmed_doc_ids": [d for d in claimed if d not in confirmed],
+            "supporting_doc_ids": confirmed,
+            "unconfirmed_doc_ids": [d for d in claimed if d not in confirmed],
             "searched_doc_ids": seen, "search_queries": search_queries(messages),
             "agent_turns": trajectory.turns}
 
 
-def make_instruction_stage_fn(llm, backend, research_task: Task, *, max_turns: int, min_sources: int, top_k: int,
-                              seed: int):
+def make_instruction_stage_fn(llm, backend, research_task: Task, *, max_turns: int, min_sources: int,
+                              top_k: int, seed: int):
     """``batch_stage`` function: one writer episode per keyword group, all turns batched together, with
     ``research_task``'s tool-call budget (the task whose rows these become), ``max_turns`` turns and ``top_k``
     hits per search; fewer than ``min_sources`` confirmed articles → ``unconfirmed_sources``."""
@@ -142,7 +145,8 @@ def make_single_page_stage_fn(llm, backend, doc_chars: int):
             drops = [a for a in answers if isinstance(a, Drop)]
             if drops:
                 out.append(drops[0])
-            elif any(a.get("answerable") is True or str(a.get("answerable")).lower() == "true" for a in answers):
+            elif any(a.get("answerable") is True or str(a.get("answerable")).lower() == "true"
+                     for a in answers):
                 out.append(Drop("single_page"))
             else:
                 out.append({**r, "single_page_checked": len(answers)})

@@ -49,16 +49,18 @@ _KANA_ONLY = re.compile(r"^[\u3040-\u309f\u30fcー]+$")
 _BAD_CHARS = re.compile(r"[\s、。，．「」『』（）()\[\]【】:：;；!！?？/／\-―…〜~]")
 _DOT = "・"
 # Suffixes that make a phrase no more specific (「世界大戦中」, 「日本向け」, 「学生ら」): cut from the end.
-_GENERIC_TAILS = {"向け", "等", "ら", "達", "たち", "側", "ごと", "毎", "内", "外", "間", "以降", "以前", "以来"}
+_GENERIC_TAILS = {"向け", "等", "ら", "達", "たち", "側", "ごと", "毎", "内", "外", "間", "以降", "以前",
+                  "以来"}
 # Nouns that describe the text rather than a topic (how encyclopedia leads phrase things: 「正式名称」,
 # 「同州最大」, 「法令番号」): they break noun runs like adverb-like nouns do, so they never join a phrase.
 _GENERIC_NOUNS = frozenset(
-    "意味 用語 名称 正式名称 通称 略称 総称 別称 呼称 英称 名前 名義 最大 最小 最初 最後 番号 面積 参照 一定 期間 "
-    "一定期間 区分 部分 全体 種類 一種 総数 構成 関係 対象 目的 方法 内容 状態 中心 主要 代表 一般 定義 概念 事項 "
-    "事務 所管 所掌 以下 以上 現在 当時 同州 同国 同社 同市 同町 同村 同県 同年 同氏 同校 同局 同紙 同誌 同党 "
-    "同地 同島 同名 当地 当社 本社 旧称 旧名 原語 英語 英名 和名 愛称 国内 国外 各地 全国 一帯 周辺 各種 業界 "
-    "最大手 初期 中期 後期 末期 前期 前半 後半 位置付け 同時代".split())
-_ACRONYM = re.compile(r"^[A-Z][A-Z0-9&]+$")  # 「NHK」「FIFA」; other Latin words (Inc., University) are generic
+    "意味 用語 名称 正式名称 通称 略称 総称 別称 呼称 英称 名前 名義 最大 最小 最初 最後 番号 面積 参照 一定 "
+    "期間 一定期間 区分 部分 全体 種類 一種 総数 構成 関係 対象 目的 方法 内容 状態 中心 主要 代表 一般 定義 "
+    "概念 事項 事務 所管 所掌 以下 以上 現在 当時 同州 同国 同社 同市 同町 同村 同県 同年 同氏 同校 同局 "
+    "同紙 同誌 同党 同地 同島 同名 当地 当社 本社 旧称 旧名 原語 英語 英名 和名 愛称 国内 国外 各地 全国 "
+    "一帯 周辺 各種 業界 最大手 初期 中期 後期 末期 前期 前半 後半 位置付け 同時代".split())
+# 「NHK」「FIFA」; other Latin words (Inc., University) are generic
+_ACRONYM = re.compile(r"^[A-Z][A-Z0-9&]+$")
 _ASCII = re.compile(r"^[\x21-\x7e]+$")
 _HIRAGANA = re.compile(r"^[\u3040-\u309f]+$")
 
@@ -139,7 +141,8 @@ def _specific(units: list[list], config: KeywordConfig) -> bool:
     if not nouns or any(not u[1] and _HIRAGANA.match(u[0]) for u in nouns):
         return False
     if len(units) == 1 and units[0][1] in ("姓", "名"):
-        return False  # a lone surname or given name (小林, ジャンヌ) names different people in different articles
+        # a lone surname or given name (小林, ジャンヌ) names different people in different articles
+        return False
     if any(u[1] for u in units):
         return True
     # Common nouns only: a short compound (研究開発, 運営費用) is as generic as its parts.
@@ -236,7 +239,8 @@ def keyword_groups(docs: Iterable[dict], config: KeywordConfig = KeywordConfig()
     docs_of: dict[str, set[str]] = {k: set(ids) for k, ids in
                                     kept.group_by("keyword").agg(pl.col("doc_id")).iter_rows()}
     # Pair co-occurrence: a self-join on doc_id, counted per (a, b) with a < b.
-    co = (kept.select("doc_id", "keyword").join(kept.select("doc_id", pl.col("keyword").alias("other")), on="doc_id")
+    co = (kept.select("doc_id", "keyword")
+          .join(kept.select("doc_id", pl.col("keyword").alias("other")), on="doc_id")
           .filter(pl.col("keyword") < pl.col("other"))
           .group_by("keyword", "other").agg(pl.len().alias("n")))
     together: dict[tuple[str, str], int] = {}
@@ -253,7 +257,8 @@ def keyword_groups(docs: Iterable[dict], config: KeywordConfig = KeywordConfig()
         members = _grow(seed, sorted(neighbours.get(seed, [])), together, idf_of, docs_of, config)
         if members is None:
             continue
-        holders = {d: sum(d in docs_of[k] for k in members) for d in set().union(*(docs_of[k] for k in members))}
+        holders = {d: sum(d in docs_of[k] for k in members)
+                   for d in set().union(*(docs_of[k] for k in members))}
         spanning = sorted((d for d, n in holders.items() if n >= 2), key=lambda d: (-holders[d], d))
         if len(spanning) < config.min_articles:
             continue

@@ -54,7 +54,8 @@ def make_quality_stage_fn(llm, threshold: float, floor: float):
             if mean < threshold or min(scores.values()) < floor:
                 out.append(Drop("low_quality"))
                 continue
-            out.append({**r, "quality_score": round(mean, 3), "quality_scores": [scores[c] for c in CRITERIA]})
+            out.append({**r, "quality_score": round(mean, 3),
+                        "quality_scores": [scores[c] for c in CRITERIA]})
         return out
 
     return judge_quality

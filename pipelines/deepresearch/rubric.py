@@ -1,6 +1,7 @@
 """Stage 5 of ``synth build deepresearch``: one rubric per instruction, validated against a JSON schema.
 
-A rubric is a list of criteria (the ``rubric`` column, read by ``tansaku.envs.rubric_reward.make_rubric_reward``)::
+A rubric is a list of criteria (the ``rubric`` column, read by
+``tansaku.envs.rubric_reward.make_rubric_reward``)::
 
     {"id": "c1", "criterion": "月見湖水質保全条例の制定年（1976年）を正しく書いている", "weight": 0.25,
      "scale": "binary", "kind": "fact", "entities": ["月見湖水質保全条例"], "source_doc_ids": ["dr0007"]}
@@ -57,8 +58,8 @@ RUBRIC_SCHEMA = {
 
 # Criteria that could be written without reading the instruction: sources, length, tone, correctness.
 _GENERIC = re.compile(
-    r"出典|情報源|ソース|参考文献|引用|文献|件以上|つ以上|個以上|文字以上|文字数|分かりやす|わかりやす|読みやす|"
-    r"正確|網羅|丁寧|論理的|簡潔|誤字|日本語|構成|見出し|まとめ|要約|結論|客観的|信頼")
+    r"出典|情報源|ソース|参考文献|引用|文献|件以上|つ以上|個以上|文字以上|文字数|分かりやす|わかりやす|読みや"
+    r"す|正確|網羅|丁寧|論理的|簡潔|誤字|日本語|構成|見出し|まとめ|要約|結論|客観的|信頼")
 
 
 class RubricError(InputError):
@@ -80,7 +81,8 @@ def is_specific(criterion: dict, names: set[str]) -> bool:
     return any(n in text for n in names) or any(e in text for e in named)
 
 
-def validate_rubric(obj: dict, supporting_doc_ids: list[str], names: list[str], min_specific: int = MIN_SPECIFIC,
+def validate_rubric(obj: dict, supporting_doc_ids: list[str], names: list[str],
+                    min_specific: int = MIN_SPECIFIC,
                     max_generic_share: float = MAX_GENERIC_SHARE) -> list[dict]:
     """The rubric's criteria, checked and normalized (ids ``c1…``, weights summing to 1).
 
@@ -101,16 +103,19 @@ def validate_rubric(obj: dict, supporting_doc_ids: list[str], names: list[str], 
         unknown = [d for d in c["source_doc_ids"] if d not in supporting_doc_ids]
         if unknown:
             raise RubricError("rubric_unknown_source",
-                              f"criterion cites {unknown}, not among supporting articles {supporting_doc_ids}")
+                              f"criterion cites {unknown}, not among supporting articles "
+                              f"{supporting_doc_ids}")
     name_set = {n for n in names if n}
     specific = [is_specific(c, name_set) and not (c["kind"] == "other" and _GENERIC.search(c["criterion"]))
                 for c in criteria]
     total = sum(float(c["weight"]) for c in criteria)
     generic_weight = sum(float(c["weight"]) for c, s in zip(criteria, specific) if not s)
     if sum(specific) < min_specific or generic_weight / total > max_generic_share:
-        raise RubricError("rubric_generic", f"only {sum(specific)} of {len(criteria)} criteria name an entity of "
-                                            f"the instruction (generic weight {generic_weight / total:.0%})")
-    return [{"id": f"c{i + 1}", "criterion": c["criterion"].strip(), "weight": round(float(c["weight"]) / total, 4),
+        raise RubricError("rubric_generic",
+                          f"only {sum(specific)} of {len(criteria)} criteria name an entity of "
+                          f"the instruction (generic weight {generic_weight / total:.0%})")
+    return [{"id": f"c{i + 1}", "criterion": c["criterion"].strip(),
+             "weight": round(float(c["weight"]) / total, 4),
              "scale": c["scale"], "kind": c["kind"], "entities": list(c["entities"]),
              "source_doc_ids": list(c["source_doc_ids"])}
             for i, c in enumerate(criteria)]
@@ -119,11 +124,13 @@ def validate_rubric(obj: dict, supporting_doc_ids: list[str], names: list[str], 
 def rubric_user_message(record: dict, docs: dict[str, dict], doc_chars: int = RUBRIC_CHARS) -> str:
     lines = [f"【指示】\n{record['instruction']}", f"【対象】{'、'.join(record['entities'])}"]
     if record.get("clarify_question"):
-        lines.append(f"【確認の質問】{record['clarify_question']}\n【ユーザーの回答】{record['clarify_answer']}")
+        lines.append(f"【確認の質問】{record['clarify_question']}\n【ユーザーの回答"
+                     f"】{record['clarify_answer']}")
     lines.append("【根拠記事】")
     for doc_id in record["supporting_doc_ids"]:
         doc = docs.get(doc_id) or {}
-        lines.append(f"- doc_id: {doc_id} | title: {doc.get('title', '')}\n{excerpt(doc.get('text', ''), doc_chars)}")
+        lines.append(f"- doc_id: {doc_id} | title: "
+                     f"{doc.get('title', '')}\n{excerpt(doc.get('text', ''), doc_chars)}")
     return "\n".join(lines)
 
 
@@ -137,14 +144,15 @@ def make_rubric_stage_fn(llm, backend, min_specific: int, max_generic_share: flo
             docs = {d: backend.get(d) or {} for d in r["supporting_doc_ids"]}
             messages.append(rubric_user_message(r, docs, doc_chars))
         out: list[dict | Drop] = []
-        for r, answer in zip(records, ask_json(llm, "rubric", messages, max_tokens=1536, json_schema=RUBRIC_SCHEMA)):
+        for r, answer in zip(records,
+                             ask_json(llm, "rubric", messages, max_tokens=1536, json_schema=RUBRIC_SCHEMA)):
             if isinstance(answer, Drop):
                 out.append(answer)
                 continue
             titles = [(backend.get(d) or {}).get("title", "") for d in r["supporting_doc_ids"]]
             try:
-                rubric = validate_rubric(answer, r["supporting_doc_ids"], r["entities"] + titles, min_specific,
-                                         max_generic_share)
+                rubric = validate_rubric(answer, r["supporting_doc_ids"], r["entities"] + titles,
+                                         min_specific, max_generic_share)
             except RubricError as exc:
                 out.append(Drop(exc.reason))
                 continue

@@ -14,8 +14,8 @@ itself (the questions). An embedded search index over the articles is built at `
 Article ids are unique: of several files holding one law only the newest revision is kept, the other
 files' articles are dropped as ``duplicate_law_revision`` (parse.py).
 
-Question stages: generate (rule-based kinds without an LLM — cloze.py, statements.py, provisions.py, subjects.py,
-lists.py, classic.py, quoting through quote.py — the LLM generator with one) → leak_filter →
+Question stages: generate (rule-based kinds without an LLM — cloze.py, statements.py, provisions.py,
+subjects.py, lists.py, classic.py, quoting through quote.py — the LLM generator with one) → leak_filter →
 judge (LLM only: rubric score ≥ threshold) → dedup → retrieval → balance (answer positions) →
 gold_check (the task's ``gold_drops``: its answer reward must give the gold 1.0) → leak_audit (independent
 checker over the final rows; it must drop 0) → prompt (the task's ``finalize``: ``task`` and TRL's ``prompt``
@@ -56,11 +56,14 @@ from tansaku.pipelines.egov.parse import ARTICLE_META, article_meta, parse_law_b
 from tansaku.pipelines.egov.sources import Skip, list_law_sources, read_law_source
 
 log = logging.getLogger(__name__)
-ARTICLES_VERSION = "4"  # 2: one revision per law (unique article ids); 3: meta a struct, not JSON text; 4: sentences
+# 2: one revision per law (unique article ids); 3: meta a struct, not JSON text; 4: sentences
+ARTICLES_VERSION = "4"
 # without 。 (old laws) kept apart by an ideographic space (extract.join_sentences)
-QUESTIONS_VERSION = "6"  # 2: prompt and task columns, declared column types; 3: actor/effect/true_statement kinds;
-# 4: permission/requirement/subject/body kinds (provisions.py, subjects.py); 5: the config is EgovConfig's fields,
-# stage params named as they are, the gold check the task's (drop reason gold_not_scoring); 6: references to other
+# 2: prompt and task columns, declared column types; 3: actor/effect/true_statement kinds;
+QUESTIONS_VERSION = "6"
+# 4: permission/requirement/subject/body kinds (provisions.py, subjects.py); 5: the config is EgovConfig's
+# fields, stage params named as they are, the gold check the task's (drop reason gold_not_scoring); 6:
+# references to other
 # provisions quoted as elided (quote.py), the list and value kinds (lists.py, subjects.py), old-style laws
 # (classic.py)
 RULE_KINDS = ("term", "number", "actor", "effect", "true_statement",  # without --llm (cloze, statements,
@@ -75,13 +78,14 @@ QUESTION_TYPES = {**QUESTION_COLUMNS, "id": pa.string(), "question": pa.string()
                   "generator": pa.string(), "article_id": pa.string(),
                   "article_title": pa.string(), "law_id": pa.string(), "law_title": pa.string(),
                   "law_abbrev": pa.string(), "law_kana": pa.string(), "quality": pa.float64(),
-                  "quality_detail": pa.struct([(k, pa.float64()) for k in generate.RUBRIC]), "judge": pa.string(),
-                  "retrieval_rank": pa.int64()}
+                  "quality_detail": pa.struct([(k, pa.float64()) for k in generate.RUBRIC]),
+                  "judge": pa.string(), "retrieval_rank": pa.int64()}
 ARTICLE_CARD = {
     "pretty_name": "e-Gov law articles", **EGOV_LICENSE, "task_categories": ["text-retrieval"],
     "description": "One record per article (条) of e-Gov 法令標準XML laws, with nested paragraphs and items, "
                    "supplementary provisions flagged; a document dataset for the search index.",
-    "limitations": ["Statute text is not copyrightable (著作権法第13条); e-Gov data terms ask for attribution.",
+    "limitations": ["Statute text is not copyrightable (著作権法第13条); e-Gov data terms ask for "
+                    "attribution.",
                     "Tables are flattened to text lines; figures and forms are dropped."],
 }
 QUESTION_CARD = {
@@ -89,19 +93,19 @@ QUESTION_CARD = {
     "task_categories": ["question-answering", "multiple-choice"],
     "description": "Four-choice questions about single law articles for agentic search (task egov_mcq). "
                    "Questions and choices name no law and no article number; the search tool must find it.",
-    "limitations": ["Without an LLM the questions are rule-based (column `kind`), found by the grammar of statutes "
-                    "(法令用語), not by word lists: the actor of a duty or power, what a provision permits, forbids "
-                    "or requires (permission), the condition it attaches to its effect (requirement), the effect "
-                    "of a condition, what a provision is about (subject), to whom a notice or claim goes (body), "
-                    "what it sets a thing to be (value), "
-                    "one true statement among three perturbed ones, numbers, defined terms and an item of a list "
-                    "(list); old-style laws (文語体) by their own grammar. They test what the article says, not its "
-                    "reasons. A reference to another provision (第N条, 前項) is quoted as （略）, so a question never "
-                    "shows an article number; a quote left with too little to say, and provisions that only apply "
-                    "others (準用する), get none.",
-                    "Distractors are other values from the same law (or perturbations checked to occur nowhere in "
-                    "it); a few may be valid in other contexts (another provision of the law giving the same "
-                    "person a similar power)."],
+    "limitations": ["Without an LLM the questions are rule-based (column `kind`), found by the grammar of "
+                    "statutes (法令用語), not by word lists: the actor of a duty or power, what a provision "
+                    "permits, forbids or requires (permission), the condition it attaches to its effect "
+                    "(requirement), the effect of a condition, what a provision is about (subject), to whom "
+                    "a notice or claim goes (body), what it sets a thing to be (value), "
+                    "one true statement among three perturbed ones, numbers, defined terms and an item of a "
+                    "list (list); old-style laws (文語体) by their own grammar. They test what the article "
+                    "says, not its reasons. A reference to another provision (第N条, 前項) is quoted as "
+                    "（略）, so a question never shows an article number; a quote left with too little to "
+                    "say, and provisions that only apply others (準用する), get none.",
+                    "Distractors are other values from the same law (or perturbations checked to occur "
+                    "nowhere in it); a few may be valid in other contexts (another provision of the law "
+                    "giving the same person a similar power)."],
 }
 
 
@@ -158,7 +162,8 @@ def build_articles(config: EgovConfig, out: Path, context: BuildContext | None =
 
 def _question_row(article: dict, q: dict, k: int) -> dict:
     meta = article_meta(article)
-    return {"id": f"{article['id']}-q{k}", **q, "article_id": article["id"], "article_title": article["article_title"],
+    return {"id": f"{article['id']}-q{k}", **q, "article_id": article["id"],
+            "article_title": article["article_title"],
             "law_id": article["law_id"], "law_title": article["law_title"],
             "law_abbrev": ",".join(meta.get("abbrev", [])), "law_kana": meta.get("kana", ""),
             "quality": None, "retrieval_rank": None}
@@ -200,7 +205,8 @@ def _llm_stages(client, c: EgovConfig) -> list[Stage]:
         return [o if isinstance(o, Drop) else _question_row(a, o, 0) for a, o in zip(batch, outs)]
 
     return [map_stage("eligible", eligible, params=c.pick("min_article_chars")),
-            batch_stage("generate", gen, batch_size=32, params={"prompt": generate.GENERATE_PROMPT}, llm=client)]
+            batch_stage("generate", gen, batch_size=32, params={"prompt": generate.GENERATE_PROMPT},
+                        llm=client)]
 
 
 def _leak_filter(row: dict) -> dict | Drop:
@@ -225,11 +231,14 @@ def check_inputs(c: EgovConfig) -> None:
     if missing := [str(p) for p in c.laws if not p.exists()]:  # a typo must not build an empty dataset
         raise MissingInputError(f"--laws {', '.join(missing)}: no such file or folder")
     if files := [str(p) for p in c.laws if p.is_file() and p.suffix.lower() not in (".xml", ".zip")]:
-        raise InputError(f"--laws {', '.join(files)}: a file given is a law XML (*.xml) or a zip of them (*.zip)")
+        raise InputError(f"--laws {', '.join(files)}: a file given is a law XML (*.xml) or a zip of them "
+                         f"(*.zip)")
     if not any(isinstance(s, str) for s in list_law_sources(c.laws)):  # names only: cheap
-        raise InputError(f"--laws {', '.join(map(str, c.laws))}: no law XML files (*.xml, or *.xml inside a zip)")
+        raise InputError(f"--laws {', '.join(map(str, c.laws))}: no law XML files (*.xml, or *.xml inside a "
+                         f"zip)")
     if c.index is not None:  # a missing or damaged one is refused now, not after the articles are built
-        require_index(c.index, "build it with `synth index build`, or leave --index out to index the articles")
+        require_index(c.index,
+                      "build it with `synth index build`, or leave --index out to index the articles")
 
 
 def retrieval_backend(c: EgovConfig, out: Path, articles_dir: Path, quiet: bool):
@@ -238,7 +247,8 @@ def retrieval_backend(c: EgovConfig, out: Path, articles_dir: Path, quiet: bool)
     if not c.retrieval and c.index is None:
         return None, None
     index_path = str(c.index) if c.index is not None else str(out / "index")
-    if c.index is None and not ownership.is_index(out / "index"):  # missing, or a build killed while writing it
+    # missing, or a build killed while writing it
+    if c.index is None and not ownership.is_index(out / "index"):
         with quiet_loops(quiet):  # between the two builds: -q holds here too
             build_index(articles_dir, out / "index")
     return open_index(index_path), index_path
@@ -268,8 +278,9 @@ def question_stages(c: EgovConfig, client, articles_dir: Path, retrieval, task: 
     stages.append(map_stage("leak_filter", _leak_filter))
     if client is not None:
         by_id = {a["id"]: a for a in iter_rows(articles_dir)}
-        stages.append(batch_stage("judge", lambda b: generate.llm_judge(client, b, by_id, c.judge_threshold), 32,
-                                  params={**c.pick("judge_threshold"), "prompt": generate.JUDGE_PROMPT}, llm=client))
+        stages.append(batch_stage(
+            "judge", lambda b: generate.llm_judge(client, b, by_id, c.judge_threshold), 32,
+            params={**c.pick("judge_threshold"), "prompt": generate.JUDGE_PROMPT}, llm=client))
     stages.append(global_stage("dedup", lambda rows: generate.near_duplicates(rows, c.dedup_threshold),
                                params=c.pick("dedup_threshold")))
     if retrieval is not None:
@@ -299,7 +310,8 @@ def build_egov(config: EgovConfig, out="out/egov", context: BuildContext | None 
     heldout = HeldOut(c.heldout_share, "article_id", c.seed, c.rl_share)
     chosen = choose_license(c.license, c.license_file, default=EGOV_LICENSE)
     check_inputs(c)
-    out = precheck_out(out, pipeline="egov_mcq", inputs={  # before out/articles and out/index are written into it
+    # before out/articles and out/index are written into it
+    out = precheck_out(out, pipeline="egov_mcq", inputs={
         "--laws": c.laws, "--index": c.index, "--license-file": c.license_file})
     articles_dir = out / "articles"
     # --shard / --from-shards apply to the articles (their shards lie at …/articles too)

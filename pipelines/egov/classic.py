@@ -1,22 +1,25 @@
 """Rule-based kinds for laws in the old written style (文語体: katakana, no 、 or 。); needs no LLM.
 
-Laws of the Meiji to early Showa eras that were never rewritten (手形法, 供託法 and the like) say the same things
-as modern ones in another grammar: 「組合員ハ…使用スルコトヲ得」「組合長ハ…招集スヘシ」「…譲渡シタルトキハ譲受人
-ハ…承継ス」. The modern kinds find nothing there — they look for は、 ときは、 …できる。 — so an old law got almost
-no question. The same three questions, by the old grammar (sentences are the XML's ``Sentence`` elements, which
-extract.py keeps apart):
+Laws of the Meiji to early Showa eras that were never rewritten (手形法, 供託法 and the like) say the same
+things
+as modern ones in another grammar:
+「組合員ハ…使用スルコトヲ得」「組合長ハ…招集スヘシ」「…譲渡シタルトキハ譲受人 ハ…承継ス」. The modern kinds
+find nothing there — they look for は、 ときは、 …できる。 — so an old law got almost no question. The same
+three questions, by the old grammar (sentences are the XML's ``Sentence`` elements, which extract.py keeps
+apart):
 
-  * ``actor``        「【　　】ハ…ス」: the person or organ a provision speaks of (the last 「Xハ」 whose X is a run of
-                     kanji ending in a person's suffix: 組合長, 地方長官, 譲受人), distractors = the law's other such
-                     actors (in a small law also the persons it names elsewhere: 未成年者, 当該官吏), never one the
-                     sentence names or one the law says the same of;
-  * ``permission``   「組合員ハ【　　】」: what follows the topic, with its modal ending (…スルコトヲ得 / …コトヲ得ス /
-                     …スヘシ / …ヲ要ス / …ヲ要セス / …効力ヲ生ス / …ヲ生セス, with or without dakuten: スベシ, 得ズ);
+  * ``actor``        「【　　】ハ…ス」: the person or organ a provision speaks of (the last 「Xハ」 whose X is
+                     a run of kanji ending in a person's suffix: 組合長, 地方長官, 譲受人), distractors = the
+                     law's other such actors (in a small law also the persons it names elsewhere: 未成年者,
+                     当該官吏), never one the sentence names or one the law says the same of;
+  * ``permission``   「組合員ハ【　　】」: what follows the topic, with its modal ending (…スルコトヲ得 /
+                     …コトヲ得ス / …スヘシ / …ヲ要ス / …ヲ要セス / …効力ヲ生ス / …ヲ生セス, with or without
+                     dakuten: スベシ, 得ズ);
                      choices: the clause as written, the clause
-                     with the contradicting ending (:data:`FLIPS`; only when the law says it nowhere) and two clauses of
-                     other actors' provisions that grant or impose something;
-  * ``requirement``  「…【　　】トキハ…」: the condition before 「トキハ」「場合ニ於テハ」「ニ非サレハ」, distractors = the
-                     law's other conditions with another effect.
+                     with the contradicting ending (:data:`FLIPS`; only when the law says it nowhere) and two
+                     clauses of other actors' provisions that grant or impose something;
+  * ``requirement``  「…【　　】トキハ…」: the condition before 「トキハ」「場合ニ於テハ」「ニ非サレハ」,
+                     distractors = the law's other conditions with another effect.
 
 Sentences pointing elsewhere are quoted with the pointer elided (quote.py); a list's lead (左ノ事項) and a
 proviso (但シ…) are not quoted alone.
@@ -39,14 +42,16 @@ from tansaku.pipelines.egov.statements import GENERIC_ACTORS, PERSON
 # Old style: katakana particles after kanji, and not one hiragana.
 CLASSIC = re.compile(r"[一-龥々][ハヲニノヘト]")
 HIRAGANA = re.compile(r"[ぁ-ん]")
-# A topic: a run of kanji (with ノ between nouns) before ハ, not right after another kanji (組合ノ組合長ハ whole).
+# A topic: a run of kanji (with ノ between nouns) before ハ, not right after another kanji (組合ノ組合長ハ
+# whole).
 TOPIC = re.compile(r"(?<![一-龥々ノ])((?:[一-龥々]{1,12}ノ)?[一-龥々]{2,12})ハ")
 # Sentences that say nothing of their own, and the leads of lists and provisos, are not quoted.
 GENERIC = re.compile(r"準用ス|此ノ限ニ在ラス|此限ニ在ラス|同シ|適用セス|左ノ|左ニ|^但")
 MIN_CLASSIC, MAX_CLASSIC = 8, 200
-# (ending, contradicting ending, the same in a law that writes dakuten: 得ズ, 要セズ, 生ゼズ); endings are matched on
-# the sentence without dakuten (:func:`plain`), so スベシ and スヘシ are one.
-FLIPS = (("コトヲ得ス", "コトヲ得", "コトヲ得"), ("コトヲ得", "コトヲ得ス", "コトヲ得ズ"), ("ヲ要セス", "ヲ要ス", "ヲ要ス"),
+# (ending, contradicting ending, the same in a law that writes dakuten: 得ズ, 要セズ, 生ゼズ); endings are
+# matched on the sentence without dakuten (:func:`plain`), so スベシ and スヘシ are one.
+FLIPS = (("コトヲ得ス", "コトヲ得", "コトヲ得"), ("コトヲ得", "コトヲ得ス", "コトヲ得ズ"),
+         ("ヲ要セス", "ヲ要ス", "ヲ要ス"),
          ("ヲ要ス", "ヲ要セス", "ヲ要セズ"), ("スヘシ", "スルコトヲ要セス", "スルコトヲ要セズ"),
          ("効力ヲ生セス", "効力ヲ生ス", "効力ヲ生ズ"), ("効力ヲ生ス", "効力ヲ生セス", "効力ヲ生ゼズ"),
          ("義務ヲ負フ", "義務ヲ負ハス", "義務ヲ負ハズ"))
@@ -62,9 +67,11 @@ def plain(text: str) -> str:
     '地方長官ノ認可ヲ受クルニ非サレハ其ノ効力ヲ生セス'
     """
     return text.translate(_PLAIN)
-POSITIVE = ("コトヲ得", "スヘシ", "ヲ要ス", "義務ヲ負フ")  # grant or impose something (never "cannot" of another act)
+# grant or impose something (never "cannot" of another act)
+POSITIVE = ("コトヲ得", "スヘシ", "ヲ要ス", "義務ヲ負フ")
 MARKER = re.compile(r"(トキハ|場合ニ於テハ|ニ非サレハ)")
-KANJI_RUN = re.compile(r"(?<![一-龥々])[一-龥々]{2,8}(?![一-龥々])")  # a noun of an old law (未成年者, 当該官吏)
+# a noun of an old law (未成年者, 当該官吏)
+KANJI_RUN = re.compile(r"(?<![一-龥々])[一-龥々]{2,8}(?![一-龥々])")
 MIN_CONDITION, MAX_CONDITION = 4, 60
 
 
@@ -88,8 +95,8 @@ def _actor(sentence: str) -> tuple[int, str] | None:
 
 
 def _clause(sentence: str) -> tuple[int, str, str, tuple[str, str]] | None:
-    """(start, clause, ending as written, (contradicting ending, the same with dakuten)) after the sentence's last
-    topic, when it ends in a modal ending."""
+    """(start, clause, ending as written, (contradicting ending, the same with dakuten)) after the sentence's
+    last topic, when it ends in a modal ending."""
     flat = plain(sentence)
     flip = next((f for f in FLIPS if flat.endswith(f[0])), None)
     topics = list(TOPIC.finditer(flat))
@@ -119,8 +126,9 @@ def _condition(sentence: str) -> tuple[int, str, str] | None:
 def law_classic_pools(articles: list[dict]) -> dict[str, dict]:
     """Per law (old-style articles only): actors, positive clauses (with their topic), conditions (with their
     effect), the words of each actor's provisions, and the law's text."""
-    pools: dict[str, dict] = defaultdict(lambda: {"actors": [], "persons": [], "clauses": [], "conditions": [],
-                                                  "texts": [], "acts": defaultdict(list), "position": {}})
+    pools: dict[str,
+                dict] = defaultdict(lambda: {"actors": [], "persons": [], "clauses": [], "conditions": [],
+                                             "texts": [], "acts": defaultdict(list), "position": {}})
     for pos, article in enumerate(articles):
         if not _usable(article):
             continue
@@ -150,7 +158,8 @@ def law_classic_pools(articles: list[dict]) -> dict[str, dict]:
 
 
 def _stem(sentence: str, start: int, end: int) -> str:
-    return f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n「{sentence[:start]}{BLANK}{sentence[end:]}」"
+    return (f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか"
+            f"。\n「{sentence[:start]}{BLANK}{sentence[end:]}」")
 
 
 def _actor_target(sentence: str, article: dict, pool: dict, pos: int) -> dict | None:
@@ -206,8 +215,8 @@ def _requirement_target(sentence: str, article: dict, pool: dict, pos: int) -> d
 
     def keep(value) -> bool:
         other, other_effect = value
-        ok = (other not in seen and other != condition and other not in article["text"] and other_effect != effect
-              and len(words & kanji_pairs(other)) < 2)
+        ok = (other not in seen and other != condition and other not in article["text"]
+              and other_effect != effect and len(words & kanji_pairs(other)) < 2)
         seen.add(other)
         return ok
 

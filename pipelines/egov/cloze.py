@@ -1,8 +1,8 @@
 """Deterministic four-choice cloze questions from article records; needs no LLM.
 
 Targets (``kind`` ``term`` or ``number``), at most one per sentence:
-  * defined terms: ``「館長」とは…をいう`` / ``（以下「計画」という。）`` / definition lists (term　definition),
-    distractors = other terms defined in the same law;
+  * defined terms: ``「館長」とは…をいう`` / ``（以下「計画」という。）`` / definition lists
+    (term　definition), distractors = other terms defined in the same law;
   * periods: ``十五日``, ``六月``, ``二十年``, ``三週間`` (not dates such as ``十月一日``);
   * counts, amounts and measures: ``十冊``, ``五人``, ``二十万円``, ``三回``, ``五十メートル``, ``三割``.
 Period and count distractors come from sibling articles of the same law with the same unit (nearest
@@ -25,10 +25,11 @@ from tansaku.pipelines.egov.parse import article_meta
 from tansaku.pipelines.egov.quote import ELIDED, elide
 
 _K = "〇一二三四五六七八九十百千万"
-PERIOD = re.compile(rf"(?<![{_K}年月])(?<!令和)(?<!平成)(?<!昭和)(?<!大正)(?<!明治)([{_K}]+)(年|箇月|か月|月|週間|日|時間)(?![{_K}])(?!曜)")
+PERIOD = re.compile(rf"(?<![{_K}年月])(?<!令和)(?<!平成)(?<!昭和)(?<!大正)(?<!明治)([{_K}]+)(年|箇月|か"
+                    rf"月|月|週間|日|時間)(?![{_K}])(?!曜)")
 COUNT = re.compile(rf"(?<![{_K}第])([{_K}]+)(万円|円|人|冊|回|歳|名|個|倍|件|"
-                   r"キロメートル|センチメートル|ミリメートル|平方メートル|メートル|ヘクタール|キログラム|グラム|トン|"
-                   r"ミリリットル|リットル|パーセント|割)")
+                   r"キロメートル|センチメートル|ミリメートル|平方メートル|メートル|ヘクタール|キログラム|グ"
+                   r"ラム|トン|ミリリットル|リットル|パーセント|割)")
 DEFINED = re.compile(r"「([^「」]{2,15})」とは")
 DEFINED_LATER = re.compile(r"以下(?:この[章節款条項]において)?「([^「」]{2,15})」という")
 # The generator's own guard; the independent check over the final rows is tansaku.pipelines.egov.leak.
@@ -37,7 +38,8 @@ _REFERENCE = re.compile(rf"第[{_K}0-9０-９]+[条項号編章節款目]|条の
 LEANS = re.compile(r"ただし|この場合")
 BLANK = "【　　】"
 RARE_KINDS = ("term", "number", "body")  # few articles have them: asked first
-# Words (kanji pairs) a quote with elisions must keep besides its answer: 「（略）の規定にかかわらず、（略）の期間は
+# Words (kanji pairs) a quote with elisions must keep besides its answer:
+# 「（略）の規定にかかわらず、（略）の期間は
 # 【　】とする」 says too little of what it is about to be asked.
 MIN_QUOTED_WORDS = 4
 HIRAGANA = re.compile(r"[ぁ-ん]")
@@ -47,7 +49,8 @@ KANJI_PAIR = re.compile(r"[一-龥々]{2}")
 
 
 def kanji_pairs(text: str) -> set[str]:
-    """Adjacent kanji pairs: the words two phrases share (返還の請求 / その給付したものの返還を請求: 返還, 請求)."""
+    """Adjacent kanji pairs: the words two phrases share (返還の請求 / その給付したものの返還を請求: 返還,
+    請求)."""
     return {text[i:i + 2] for i in range(len(text) - 1) if KANJI_PAIR.fullmatch(text[i:i + 2])}
 
 
@@ -111,8 +114,9 @@ def outside_brackets(text: str, mark: str) -> list[int]:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Split at 。 outside brackets: ``（以下「X」という。）`` stays inside its sentence. A text without 。 (old
-    laws, in katakana, write none) is split where extract.py kept its sentences apart, at an ideographic space.
+    """Split at 。 outside brackets: ``（以下「X」という。）`` stays inside its sentence. A text without 。
+    (old laws, in katakana, write none) is split where extract.py kept its sentences apart, at an ideographic
+    space.
 
     >>> split_sentences("者（以下「甲」という。）は、届け出る。ただし、この限りでない。")
     ['者（以下「甲」という。）は、届け出る。', 'ただし、この限りでない。']
@@ -164,7 +168,8 @@ def _usable(article: dict) -> bool:
 
 
 def law_pools(articles: list[dict]) -> dict[str, dict]:
-    """Per law: ordered article ids, (position, value) lists per unit and for defined terms, and the law's text."""
+    """Per law: ordered article ids, (position, value) lists per unit and for defined terms, and the law's
+    text."""
     pools: dict[str, dict] = defaultdict(lambda: {"units": defaultdict(list), "terms": [], "texts": []})
     for pos, article in enumerate(articles):
         if not _usable(article):
@@ -189,14 +194,15 @@ def law_pools(articles: list[dict]) -> dict[str, dict]:
 def nearest_values(pool: list[tuple[int, str]] | ByPosition, pos: int, keep, n: int) -> list[str]:
     """Up to ``n`` distinct values of ``pool`` ((position, value) pairs) that ``keep`` accepts, the nearest
     articles to ``pos`` first (the distractors of every rule-based kind). The pools of a law are
-    :class:`ByPosition` (walked outward from ``pos``, sorted once per law; each value offered once, so ``keep``
-    must reject a value again once it has — every caller's does); a plain list is sorted here. A value holding
-    an elision (quote.py) is never offered."""
+    :class:`ByPosition` (walked outward from ``pos``, sorted once per law; each value offered once, so
+    ``keep`` must reject a value again once it has — every caller's does); a plain list is sorted here. A
+    value holding an elision (quote.py) is never offered."""
     out: list[str] = []
     ordered = (pool.nearest(pos) if isinstance(pool, ByPosition)
                else sorted(pool, key=lambda pv: (abs(pv[0] - pos), pv[0], pv[1])))
     for _, value in ordered:
-        shown = value[0] if isinstance(value, tuple) else value  # a pool's value: the text a choice would show
+        # a pool's value: the text a choice would show
+        shown = value[0] if isinstance(value, tuple) else value
         if ELIDED in shown:  # part of a quote with an omission: no choice
             continue
         if value not in out and keep(value):
@@ -231,8 +237,8 @@ def _said_with(text, sentence: str, answer: str, value: str) -> bool:
 
 
 def _distractors(kind: str, answer: str, unit: str, pool: dict, pos: int, sentence: str) -> list[str]:
-    """Three distractors for a term or number; a number the law says in the same words elsewhere (施行日から起算
-    して三年を経過する日 beside …五年…; その期間は、二箇月を下ることができない) is none."""
+    """Three distractors for a term or number; a number the law says in the same words elsewhere
+    (施行日から起算 して三年を経過する日 beside …五年…; その期間は、二箇月を下ることができない) is none."""
     exclude = {answer} | ({answer} if kind == "term" else {v for v in re.findall(
         rf"[{_K}]+{re.escape(unit)}", sentence)})
     if kind == "term":
@@ -255,15 +261,18 @@ def _targets(article: dict) -> list[dict]:
     found = []
     for term, definition in definition_items(article):
         found.append({"kind": "term", "answer": term, "unit": "", "context": definition,
-                      "stem": f"次の説明に当てはまる、法令上の用語として正しいものはどれか。\n「{definition}」"})
+                      "stem": f"次の説明に当てはまる、"
+                              f"法令上の用語として正しいものはどれか。\n「{definition}」"})
     sentences = sentences_of(article)
     for i, sentence in enumerate(sentences):
         # an old law's sentence (katakana, no 。) says as much in fewer characters (免許ノ有効期間ハ五年トス)
         shortest = MIN_SENTENCE if HIRAGANA.search(sentence) else MIN_OLD_SENTENCE
         if not shortest <= len(sentence) <= MAX_SENTENCE or _REFERENCE.search(sentence):
             continue
-        # ただし…, この場合… lean on the sentence before: it is quoted with them, so the blank can be answered.
-        before = sentences[i - 1] if i and LEANS.match(sentence) and not _REFERENCE.search(sentences[i - 1]) else ""
+        # ただし…, この場合… lean on the sentence before: it is quoted with them, so the blank can be
+        # answered.
+        before = (sentences[i - 1] if i and LEANS.match(sentence) and not _REFERENCE.search(sentences[i - 1])
+                  else "")
         if LEANS.match(sentence) and not before:
             continue
         match, kind, answer = None, None, ""
@@ -286,7 +295,8 @@ def _targets(article: dict) -> list[dict]:
             continue
         found.append({"kind": "term" if kind == "term" else "number", "answer": answer, "unit": unit,
                       "context": before + sentence,
-                      "stem": f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n「{blanked}」"})
+                      "stem": f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか"
+                              f"。\n「{blanked}」"})
     return found
 
 
@@ -310,7 +320,8 @@ def _says_enough(target: dict) -> bool:
     return len(kanji_pairs(quoted) - kanji_pairs(target["answer"])) >= MIN_QUOTED_WORDS
 
 
-def questions_from_targets(article: dict, targets: list[dict], seed: int = 0, per_article: int = 2) -> list[dict]:
+def questions_from_targets(article: dict, targets: list[dict], seed: int = 0,
+                           per_article: int = 2) -> list[dict]:
     """Up to ``per_article`` question rows from an article's candidates of any kind (answer first in
     ``choices``; balancing comes later): different kinds first — the rare ones (:data:`RARE_KINDS`: few
     articles have them) before the rest, which come in an order drawn from the seed and the article id — so
@@ -327,7 +338,8 @@ def questions_from_targets(article: dict, targets: list[dict], seed: int = 0, pe
         rows.append({
             "question": question.rstrip("\n"), "choices": [t["answer"], *t["distractors"]], "answer_index": 0,
             "answer": t["answer"], "kind": t["kind"], "generator": "rules",
-            "explanation": f"{article['law_title']}{article['article_title']}の規定による。原文は「{t['context']}」。",
+            "explanation": f"{article['law_title']}{article['article_title']}の規定による。"
+                           f"原文は「{t['context']}」。",
         })
     rng_for(seed, "cloze", article["id"]).shuffle(rows)
     rows.sort(key=lambda r: r["kind"] not in RARE_KINDS)  # stable: the drawn order within each group

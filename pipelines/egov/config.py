@@ -32,7 +32,8 @@ QUESTIONS_PER_CHUNK = 200
 
 @dataclass(frozen=True)
 class EgovConfig(BuildConfig):
-    laws: list[Path] = option(path=INPUT, help="Folder or zip of e-Gov law XML files (repeat the option for several).")
+    laws: list[Path] = option(path=INPUT,
+                              help="Folder or zip of e-Gov law XML files (repeat the option for several).")
     llm: str | None = option(None, llm=True, help=f"LLM spec: {engine_help()}")
     index: Path | None = option(None, path=INDEX, help="Search index for the retrieval-rank signal.")
     limit: int | None = limit_option()
@@ -40,26 +41,33 @@ class EgovConfig(BuildConfig):
     heldout_share: float = heldout_share_option()
     rl_share: float = rl_share_option()
     keep_rejected: bool = option(True, flag="--keep-rejected/--no-keep-rejected",
-                                 help="Also write every dropped question (and article) with its stage and reason "
-                                      "as the 'rejected' split (cheap: a few thousand small rows).")
+                                 help="Also write every dropped question (and article) with its stage and "
+                                      "reason as the 'rejected' split (cheap: a few thousand small rows).")
     per_article: int = option(2, min=1, help="Without --llm: rule-based questions per article, at most.")
-    min_article_chars: int = option(MIN_ARTICLE_CHARS, min=0, help="With --llm: articles shorter than this get no "
-                                                            "question (too little to ask about).")
-    judge_threshold: float = option(0.75, min=0, max=1, help="With --llm: keep questions the LLM judge's rubric scores at least "
-                                               "this (0–1).")
-    dedup_threshold: float = option(0.85, min=0, max=1, help="Drop a question whose char-3-gram Jaccard similarity (question + "
-                                               "answer) to one kept before it is at least this (0–1).")
+    min_article_chars: int = option(MIN_ARTICLE_CHARS, min=0,
+                                    help="With --llm: articles shorter than this get no "
+                                         "question (too little to ask about).")
+    judge_threshold: float = option(0.75, min=0, max=1,
+                                    help="With --llm: keep questions the LLM judge's rubric scores at least "
+                                         "this (0–1).")
+    dedup_threshold: float = option(0.85, min=0, max=1,
+                                    help="Drop a question whose char-3-gram Jaccard similarity (question + "
+                                         "answer) to one kept before it is at least this (0–1).")
     retrieval: bool = option(True, flag="--retrieval/--no-retrieval",
                              help="Rank each question's source article in a search for the question "
                                   "(retrieval_rank; the index is built at --out/index unless --index names "
                                   "one, which turns it on).")
-    retrieval_k: int = option(20, min=1, help="Search hits the retrieval rank looks through (beyond: no rank).")
-    max_retrieval_rank: int | None = option(None, min=1, help="Drop questions whose source article is not in the top N "
-                                                       "hits for the question (default: keep every question).")
-    laws_per_chunk: int = option(LAWS_PER_CHUNK, min=1, help="Law files per checkpoint chunk of the article build (the "
-                                                      "unit of resume and of --shard).")
-    chunk_size: int = option(QUESTIONS_PER_CHUNK, min=1, help="Articles per checkpoint chunk of the question build (the "
-                                                       "unit of resume).")
+    retrieval_k: int = option(20, min=1,
+                              help="Search hits the retrieval rank looks through (beyond: no rank).")
+    max_retrieval_rank: int | None = option(None, min=1,
+                                            help="Drop questions whose source article is not in the top N "
+                                                 "hits for the question (default: keep every question).")
+    laws_per_chunk: int = option(LAWS_PER_CHUNK, min=1,
+                                 help="Law files per checkpoint chunk of the article build (the "
+                                      "unit of resume and of --shard).")
+    chunk_size: int = option(QUESTIONS_PER_CHUNK, min=1,
+                             help="Articles per checkpoint chunk of the question build (the "
+                                  "unit of resume).")
     license: str | None = license_option()
     license_file: Path | None = license_file_option()
 

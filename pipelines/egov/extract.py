@@ -36,9 +36,11 @@ def norm(text: str | None) -> str:
 
 def join_sentences(texts) -> str:
     """A paragraph's ``Sentence`` texts as one text: as written when each ends in 。; old laws write no 。, so
-    there a sentence not ending in it is kept apart from the next by an ideographic space (…之ヲ決ス　可否同数…).
+    there a sentence not ending in it is kept apart from the next by an ideographic space
+    (…之ヲ決ス　可否同数…).
 
-    >>> join_sentences(["甲ハ乙ヲ決ス", "可否同数ナルトキハ議長之ヲ決ス"]), join_sentences(["甲は決する。", "ただし、…。"])
+    >>> (join_sentences(["甲ハ乙ヲ決ス", "可否同数ナルトキハ議長之ヲ決ス"]),
+    ...  join_sentences(["甲は決する。", "ただし、…。"]))
     ('甲ハ乙ヲ決ス\u3000可否同数ナルトキハ議長之ヲ決ス', '甲は決する。ただし、…。')
     """
     out = ""
@@ -181,7 +183,8 @@ def _lx_node_parts(el, title_tag: str, sentence_tag: str, skip: set[str]):
     if sentence is not None and sentence.find("Table") is not None:
         extra += _lx_lines(sentence.find("Table"))
     for child in el:
-        if isinstance(child.tag, str) and child.tag not in skip and child.tag not in (title_tag, sentence_tag):
+        if (isinstance(child.tag, str) and child.tag not in skip
+                and child.tag not in (title_tag, sentence_tag)):
             extra += _lx_lines(child)
     return _lx_sentence_text(sentence), extra
 
@@ -198,7 +201,8 @@ def _lx_paragraph(el, index: int) -> dict:
     caption = el.find("ParagraphCaption")
     text, extra = _lx_node_parts(el, "ParagraphNum", "ParagraphSentence", {"ParagraphCaption", "Item"})
     num = el.get("Num")
-    return {"num": index if ascii_int(num) is None else ascii_int(num), "label": _lx_text(el.find("ParagraphNum")),
+    return {"num": index if ascii_int(num) is None else ascii_int(num),
+            "label": _lx_text(el.find("ParagraphNum")),
             "caption": _lx_text(caption) if caption is not None else None, "text": text, "extra": extra,
             "items": [_lx_item(i) for i in el.iterchildren("Item")]}
 

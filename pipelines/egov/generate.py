@@ -68,7 +68,8 @@ def llm_generate(client, articles: list[dict], seed: int = 0, max_tokens: int = 
     """One question per article from the LLM; a Drop with a named reason for each failure."""
 
     template, version = load_prompt(GENERATE_PROMPT)
-    requests = [ChatRequest(messages=[{"role": "user", "content": fill(template, **_article_prompt_values(a))}],
+    requests = [ChatRequest(messages=[{"role": "user",
+                                       "content": fill(template, **_article_prompt_values(a))}],
                             max_tokens=max_tokens, temperature=0.0, seed=seed, json_schema=MCQ_SCHEMA)
                 for a in articles]
     out: list[dict | Drop] = []
@@ -90,7 +91,8 @@ def validate_mcq(data: dict) -> dict | Drop:
     choices = data.get("choices")
     if not question:
         return Drop("empty_question")
-    if not isinstance(choices, list) or len(choices) != 4 or not all(isinstance(c, (str, int, float)) for c in choices):
+    if (not isinstance(choices, list) or len(choices) != 4
+            or not all(isinstance(c, (str, int, float)) for c in choices)):
         return Drop("bad_choices")
     choices = [str(c).strip() for c in choices]
     if any(not c for c in choices) or len({unicodedata.normalize("NFKC", c) for c in choices}) != 4:
@@ -139,7 +141,8 @@ def llm_judge(client, rows: list[dict], articles_by_id: dict[str, dict], thresho
         if quality < threshold:
             out.append(Drop("low_quality"))
             continue
-        out.append(row | {"quality": quality, "quality_detail": json.dumps(scores), "judge": f"llm:{version}"})
+        out.append(row
+                   | {"quality": quality, "quality_detail": json.dumps(scores), "judge": f"llm:{version}"})
     return out
 
 

@@ -83,10 +83,10 @@ class ByPosition:
         return iter(self.pairs)
 
     def nearest(self, pos: int) -> Iterator[tuple[int, object]]:
-        """Each distinct value once, at its nearest position, by distance to ``pos``, then position, then value
-        (the order of the sort it replaces; a value's later places change nothing for ``nearest_values``,
-        whose filters reject a value again once they have). Lazy: a walk that finds its distractors in the
-        next articles reads only those."""
+        """Each distinct value once, at its nearest position, by distance to ``pos``, then position, then
+        value (the order of the sort it replaces; a value's later places change nothing for
+        ``nearest_values``, whose filters reject a value again once they have). Lazy: a walk that finds its
+        distractors in the next articles reads only those."""
         pairs, positions, n = self.pairs, self.positions, len(self.pairs)
         right = bisect_left(positions, pos)
         left, seen, read = right - 1, set(), 0
@@ -108,14 +108,15 @@ class ByPosition:
                 return
 
     def _by_value(self, pos: int, seen: set) -> Iterator[tuple[int, object]]:
-        """The values not in ``seen`` at their nearest positions, in the walk's order: each is past the part of
-        the law the walk has read, since none of its places was in it."""
+        """The values not in ``seen`` at their nearest positions, in the walk's order: each is past the part
+        of the law the walk has read, since none of its places was in it."""
         rest = []
         for value, places in self.where.items():
             if value in seen:
                 continue
             i = bisect_left(places, pos)
-            p = places[i - 1] if i == len(places) or (i and pos - places[i - 1] <= places[i] - pos) else places[i]
+            p = (places[i - 1] if i == len(places) or (i and pos - places[i - 1] <= places[i] - pos)
+                 else places[i])
             rest.append((abs(p - pos), p, value))
         rest.sort()  # distance, position, value
         return ((p, value) for _, p, value in rest)

@@ -32,11 +32,13 @@ PATTERNS: dict[str, re.Pattern] = {
     # 条の二, 条の十五: branch article numbers even without 第
     "branch_number": re.compile(rf"(?:条|号){_SP}の{_SP}{_NUM}"),
     # 三条, 12項, ２号 written without 第
-    "bare_number": re.compile(rf"(?<![第0-9〇一二三四五六七八九十百千万]){_NUM}{_SP}(?:条|項)(?![件約例文理目])"),
+    "bare_number": re.compile(rf"(?<![第0-9〇一二三四五六七八九十百千万]){_NUM}{_SP}(?:条|項)(?![件約例文理"
+                              rf"目])"),
     "english_article": re.compile(r"\b(?:Art(?:icle)?|Para(?:graph)?|Item|Sec(?:tion)?)\.?\s*[0-9]+", re.I),
     # e-Gov law ids (129AC0000000089) and revision ids (…_20230614_505AC0000000053)
     "egov_id": re.compile(r"(?<![0-9A-Za-z])[0-9]{3}[A-Z]{2}[0-9A-Z]{10}(?![0-9A-Za-z])"),
-    "law_number": re.compile(rf"(?:明治|大正|昭和|平成|令和){_SP}{_NUM}{_SP}年{_SP}(?:法律|政令|省令|勅令|規則|告示)"),
+    "law_number": re.compile(rf"(?:明治|大正|昭和|平成|令和){_SP}{_NUM}{_SP}年{_SP}(?:法律|政令|省令|勅令|規"
+                             rf"則|告示)"),
 }
 
 
@@ -44,7 +46,8 @@ def _nfkc(text: str) -> str:
     return unicodedata.normalize("NFKC", text)
 
 
-def law_name_forms(law_titles: Iterable[str] = (), abbrevs: Iterable[str] = (), kana: Iterable[str] = ()) -> list[str]:
+def law_name_forms(law_titles: Iterable[str] = (), abbrevs: Iterable[str] = (),
+                   kana: Iterable[str] = ()) -> list[str]:
     """Every spelling of the law's name to look for: title, title without its last 法/令/規則, abbreviations.
 
     >>> law_name_forms(["行政手続法"], ["行手法"])
@@ -65,7 +68,8 @@ def law_name_forms(law_titles: Iterable[str] = (), abbrevs: Iterable[str] = (), 
     return sorted(forms)
 
 
-def find_leaks_in_text(text: str, names: Iterable[str] = (), ids: Iterable[str] = ()) -> list[tuple[str, str]]:
+def find_leaks_in_text(text: str, names: Iterable[str] = (),
+                       ids: Iterable[str] = ()) -> list[tuple[str, str]]:
     """``[(kind, matched text)]`` for one string.
 
     >>> find_leaks_in_text("第３条の２第一項に定める期間は？")
@@ -83,8 +87,8 @@ def find_leaks_in_text(text: str, names: Iterable[str] = (), ids: Iterable[str] 
     return found
 
 
-def find_leaks(row: dict, law_titles: Iterable[str] = (), abbrevs: Iterable[str] = (), kana: Iterable[str] = (),
-               ids: Iterable[str] = ()) -> list[tuple[str, str]]:
+def find_leaks(row: dict, law_titles: Iterable[str] = (), abbrevs: Iterable[str] = (),
+               kana: Iterable[str] = (), ids: Iterable[str] = ()) -> list[tuple[str, str]]:
     """Leaks in a row's ``question`` and ``choices`` (the parts a model sees before searching)."""
     names = law_name_forms(law_titles, abbrevs, kana)
     texts = [row.get("question") or "", *(row.get("choices") or [])]

@@ -1,10 +1,11 @@
-"""The ``list`` kind: a provision's list (号, イロハ, （１）…) quoted with one of its items blanked; needs no LLM.
+"""The ``list`` kind: a provision's list (号, イロハ, （１）…) quoted with one of its items blanked; needs no
+LLM.
 
-Statutes put much of what they say into lists: what an application states (次に掲げる事項を記載した申請書), when a
-permit may be revoked (次の各号のいずれかに該当するとき), who sits on a council (次に掲げる者をもって構成する), and
-old laws the same (左ノ事項ヲ記載スヘシ). Their items are fragments that no other kind quotes, so an article of
-such lists had no question. Here the lead sentence and its items are quoted as the law lays them out, one item
-blanked::
+Statutes put much of what they say into lists: what an application states (次に掲げる事項を記載した申請書),
+when a permit may be revoked (次の各号のいずれかに該当するとき), who sits on a council
+(次に掲げる者をもって構成する), and old laws the same (左ノ事項ヲ記載スヘシ). Their items are fragments that
+no other kind quotes, so an article of such lists had no question. Here the lead sentence and its items are
+quoted as the law lays them out, one item blanked::
 
     「…次に掲げる事項を記載した申請書を知事に提出しなければならない。
     一　氏名又は名称及び住所
@@ -12,14 +13,14 @@ blanked::
     三　掘削を行う土地の所在地及び掘削の深さ」
 
 A lead is any paragraph or item whose text announces a list (:data:`LEAD`) and has two items or more; a nested
-list (号→イ→（１）) is quoted under its lead's own lead. The blanked item is a leaf of 4 to 60 characters without
-an elision (quote.py); items written as term and meaning (定義の号) are the ``term`` kind's. Distractors are items
-of the law's other lists (nearest articles first) of the same shape — a clause ending in 。 for a clause, a
-person for a person, a noun phrase for a noun phrase — that the article nowhere says and that share at most a
-third of their words with any item of this list (a near restatement of one would be arguable); a law with few
-lists lends what its sentences name in that shape (a case 「…とき。」 from its conditions, a thing from its
-topics and defined terms, a person from its actors and addressees). Long lists are quoted around the blank,
-the items left out marked as elided.
+list (号→イ→（１）) is quoted under its lead's own lead. The blanked item is a leaf of 4 to 60 characters
+without an elision (quote.py); items written as term and meaning (定義の号) are the ``term`` kind's.
+Distractors are items of the law's other lists (nearest articles first) of the same shape — a clause ending in
+。 for a clause, a person for a person, a noun phrase for a noun phrase — that the article nowhere says and
+that share at most a third of their words with any item of this list (a near restatement of one would be
+arguable); a law with few lists lends what its sentences name in that shape (a case 「…とき。」 from its
+conditions, a thing from its topics and defined terms, a person from its actors and addressees). Long lists
+are quoted around the blank, the items left out marked as elided.
 
     from tansaku.pipelines.egov.lists import law_list_pools, list_targets
     pools = law_list_pools(article_records)
@@ -145,23 +146,24 @@ def _quote(chain: list[str], lead: dict, blank: int) -> str:
 
 
 def _keeper(text: str, answer: str, shape: tuple, siblings: list[str]):
-    """Whether a value may stand beside ``answer`` (see the module docstring): not in the article's ``text``, of
-    the answer's shape, no restatement of an item of the list, of a comparable length."""
+    """Whether a value may stand beside ``answer`` (see the module docstring): not in the article's ``text``,
+    of the answer's shape, no restatement of an item of the list, of a comparable length."""
     sibling_words = [kanji_pairs(s) for s in siblings]
 
     def keep(value: str) -> bool:
         words = kanji_pairs(value)
         return (value not in text and _shape(value) == shape
                 and not any(value in s or s in value for s in siblings)
-                and not any(words & w and len(words & w) * SHARED >= min(len(words), len(w)) for w in sibling_words)
+                and not any(words & w and len(words & w) * SHARED >= min(len(words), len(w))
+                            for w in sibling_words)
                 and 0.3 <= len(value) / len(answer) <= 3)
 
     return keep
 
 
 def list_targets(article: dict, pool: dict) -> list[dict]:
-    """One ``list`` target per list of ``article`` that finds three distractors (see the module docstring); none
-    for supplementary provisions."""
+    """One ``list`` target per list of ``article`` that finds three distractors (see the module docstring);
+    none for supplementary provisions."""
     if not _usable(article) or article.get("is_suppl") or not pool:
         return []
     pos = pool.get("position", {}).get(article["id"], 0)

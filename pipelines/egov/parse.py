@@ -58,7 +58,8 @@ ERA_OFFSETS = {"Meiji": 1867, "Taisho": 1911, "Showa": 1925, "Heisei": 1988, "Re
 LAW_ID = re.compile(r"^\d{3}[A-Z0-9]{9,14}$")
 HIERARCHY = {"Part": "PartTitle", "Chapter": "ChapterTitle", "Section": "SectionTitle",
              "Subsection": "SubsectionTitle", "Division": "DivisionTitle"}
-# The ``meta`` column of an article row, typed (``article_meta`` reads it, and the JSON text older builds wrote).
+# The ``meta`` column of an article row, typed (``article_meta`` reads it, and the JSON text older builds
+# wrote).
 ARTICLE_META = pa.struct([
     ("source_file", pa.string()), ("parser", pa.string()), ("path", pa.list_(pa.string())),
     ("abbrev", pa.list_(pa.string())), ("kana", pa.string()),
@@ -97,7 +98,8 @@ def article_num_from_title(title: str) -> str | None:
     >>> article_num_from_title("第三百九十八条の二十二"), article_num_from_title("第１条")
     ('398_22', '1')
     """
-    m = re.match(r"第([〇一二三四五六七八九十百千0-9０-９]+)条((?:の[〇一二三四五六七八九十百千0-9０-９]+)*)", title)
+    m = re.match(r"第([〇一二三四五六七八九十百千0-9０-９]+)条((?:の[〇一二三四五六七八九十百千0-9０-９]+)*)",
+                 title)
     if not m:
         return None
     nums = [kanji_to_int(m.group(1))] + [kanji_to_int(b) for b in m.group(2).split("の")[1:]]
@@ -137,10 +139,11 @@ def law_metadata(root: etree._Element, law: etree._Element, source: str) -> dict
     title = title or _find_text(root, "law_title", "LawTitle") or ""
     date = _find_text(root, "promulgation_date", "PromulgationDate") if root is not law else None
     if not date and era in ERA_OFFSETS and law.get("PromulgateMonth"):
-        date = _promulgation_date(era, year, law.get("PromulgateMonth"), law.get("PromulgateDay") or "1", source)
+        date = _promulgation_date(era, year, law.get("PromulgateMonth"), law.get("PromulgateDay") or "1",
+                                  source)
     abbrev = (title_el.get("Abbrev") or "") if title_el is not None else ""
-    return {"law_id": law_id, "law_num": (law.findtext("LawNum") or _find_text(root, "law_num") or "").strip(),
-            "law_title": title, "law_type": law_type, "era": era, "promulgation_date": date,
+    return {"law_id": law_id, "law_num": (law.findtext("LawNum") or _find_text(root, "law_num") or "")
+            .strip(), "law_title": title, "law_type": law_type, "era": era, "promulgation_date": date,
             "abbrev": [a for a in re.split(r"[,、，]", abbrev) if a.strip()],
             "kana": title_el.get("Kana", "") if title_el is not None else ""}
 
@@ -250,11 +253,13 @@ def _record(el, k, prov, meta: dict, source: str, prefer: str) -> dict:
     label = norm_label(prov.findtext("SupplProvisionLabel")) if k is not None else ""
     if not is_article:
         content["title"] = label
-    path = [norm_label("".join(a.find(HIERARCHY[a.tag]).itertext())) for a in reversed(list(el.iterancestors()))
+    path = [norm_label("".join(a.find(HIERARCHY[a.tag]).itertext()))
+            for a in reversed(list(el.iterancestors()))
             if a.tag in HIERARCHY and a.find(HIERARCHY[a.tag]) is not None]
     lines = flatten_lines(content)
     text = "\n".join(lines)
-    deleted = el.get("Delete") == "true" or re.fullmatch(r"(（[^）]*）\n)?\S*[\u3000 ]?削除", text) is not None
+    deleted = (el.get("Delete") == "true"
+               or re.fullmatch(r"(（[^）]*）\n)?\S*[\u3000 ]?削除", text) is not None)
     article_title = content["title"]
     doc_title = " ".join(p for p in (meta["law_title"], label if is_article else "", article_title) if p)
     record_meta = {"source_file": source, "parser": content["parser"], "path": path,
@@ -331,7 +336,8 @@ def iter_articles(paths: Iterable[str | Path], prefer: str = "ja-law-parser") ->
             yield item
         elif item[0] in superseded:
             yield Skip(item[0], "duplicate_law_revision",
-                       f"{item[0]}: an older revision of the law in {superseded[item[0]]}; the newest is kept")
+                       f"{item[0]}: an older revision of the law in {superseded[item[0]]}; the newest is "
+                       f"kept")
         else:
             yield from parse_law_bytes(item[1], item[0], prefer)
 

@@ -1,4 +1,5 @@
-"""e-Gov inputs: the law files in folders, zip files and zips inside zips, listed cheaply and read one at a time.
+"""e-Gov inputs: the law files in folders, zip files and zips inside zips, listed cheaply and read one at a
+time.
 
     for name in list_law_sources(["laws/", "all_xml.zip"]):   # "laws/a.xml", "all_xml.zip!x/y.xml",
         data = read_law_source(name)                          # "all_xml.zip!law.zip!law.xml" or a Skip
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from tansaku.pipelines.egov.xml_safety import MAX_XML_BYTES
 
-MAX_ZIP_DEPTH = 1  # bulk zip → per-law zip → XML; deeper nesting is not an e-Gov layout (and a zip-bomb shape)
+# bulk zip → per-law zip → XML; deeper nesting is not an e-Gov layout (and a zip-bomb shape)
+MAX_ZIP_DEPTH = 1
 NESTED_ZIP_FACTOR = 8  # a nested zip may hold a few laws: up to 8 × the per-file limit, inflated in memory
 
 
@@ -63,7 +65,8 @@ def _zip_members(zf: zipfile.ZipFile, prefix: str, max_bytes: int, depth: int = 
         elif lower.endswith(".zip") and depth < MAX_ZIP_DEPTH:
             name = f"{prefix}!{info.filename}"
             if info.file_size > max_bytes * NESTED_ZIP_FACTOR:
-                yield Skip(name, "too_large", f"{name}: a nested zip of {info.file_size:,} bytes is over the limit")
+                yield Skip(name, "too_large",
+                           f"{name}: a nested zip of {info.file_size:,} bytes is over the limit")
                 continue
             try:
                 with zipfile.ZipFile(io.BytesIO(zf.read(info))) as inner:
@@ -104,7 +107,8 @@ def read_law_source(name: str, max_bytes: int = MAX_XML_BYTES) -> bytes | Skip:
             zf = zipfile.ZipFile(io.BytesIO(zf.read(inner_name)))
         info = zf.getinfo(member)
         if info.file_size > max_bytes:  # checked before inflating: zip bombs stay compressed
-            return Skip(name, "too_large", f"{name}: {info.file_size:,} bytes is over the limit of {max_bytes:,}")
+            return Skip(name, "too_large",
+                        f"{name}: {info.file_size:,} bytes is over the limit of {max_bytes:,}")
         with zf.open(info) as f:
             data = f.read(max_bytes + 1)
         if len(data) > max_bytes:
@@ -116,8 +120,8 @@ def read_law_source(name: str, max_bytes: int = MAX_XML_BYTES) -> bytes | Skip:
 
 @functools.lru_cache(maxsize=4)
 def _open_zip(path: str, mtime_ns: int, size: int) -> zipfile.ZipFile:
-    """An archive kept open for its next member (keyed on its size and mtime, so a rewritten file is reopened):
-    opening it per law re-read the e-Gov bulk zip's 9,000-entry directory 9,000 times."""
+    """An archive kept open for its next member (keyed on its size and mtime, so a rewritten file is
+    reopened): opening it per law re-read the e-Gov bulk zip's 9,000-entry directory 9,000 times."""
     return zipfile.ZipFile(path)
 
 
@@ -130,7 +134,8 @@ def _nested_members(zf: zipfile.ZipFile, member: str) -> list[str]:
     return [member]
 
 
-def iter_law_files(paths: Iterable[str | Path], max_bytes: int = MAX_XML_BYTES) -> Iterator[tuple[str, bytes] | Skip]:
+def iter_law_files(paths: Iterable[str | Path],
+                   max_bytes: int = MAX_XML_BYTES) -> Iterator[tuple[str, bytes] | Skip]:
     """``(source name, bytes)`` for every law file under ``paths``, or a Skip saying why not."""
     for name in list_law_sources(paths, max_bytes):
         data = name if isinstance(name, Skip) else read_law_source(name, max_bytes)

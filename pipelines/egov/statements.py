@@ -1,9 +1,9 @@
 """Deterministic question kinds beyond the cloze of terms and numbers; needs no LLM.
 
-  * ``actor``           who holds a duty or power or does what a provision says: 「【　】は、…しなければならない。」
-                        「【　】は、…を代表する。」, distractors = the other actors the same law names that way
-                        (債権者, 家庭裁判所, 行政庁 …; in a small law also the persons it names elsewhere), never one
-                        the law says the same of;
+  * ``actor``           who holds a duty or power or does what a provision says:
+                        「【　】は、…しなければならない。」 「【　】は、…を代表する。」, distractors = the
+                        other actors the same law names that way (債権者, 家庭裁判所, 行政庁 …; in a small law
+                        also the persons it names elsewhere), never one the law says the same of;
   * ``effect``          what follows a condition: 「…ときは、【　】。」, distractors = the effects of other
                         conditional sentences of the same law;
   * ``true_statement``  「正しいものはどれか」: one sentence of the article as written and three perturbed
@@ -47,18 +47,22 @@ MAX_STEM = 300  # characters of the provision an actor or effect question quotes
 # The subject of the main clause: at the start, or right after a leading condition (「…ときは、債権者は、」).
 ACTOR = (re.compile(r"^([^、。「」（）()\s]{2,20}?)は、"),
          re.compile(r"^[^。]*?(?:ときは|場合には|場合においては)、([^、。「」（）()\s]{2,20}?)は、"))
-# An actor is a person or an organ; "当事者" and its kin cover the others, so they are never swapped in or out.
-PERSON = re.compile(r"(者|人|庁|裁判所|大臣|知事|長|機関|官|員|主|政府|法人|会社|組合|委員会|理事|監事|幹事|取締役|執行役)$")
+# An actor is a person or an organ; "当事者" and its kin cover the others, so they are never swapped in or
+# out.
+PERSON = re.compile(r"(者|人|庁|裁判所|大臣|知事|長|機関|官|員|主|政府|法人|会社|組合|委員会|理事|監事|幹"
+                    r"事|取締役|執行役)$")
 NOUN_RUN = re.compile(r"(?<![一-龥ァ-ヶー々])[一-龥ァ-ヶー々]{2,10}(?![一-龥ァ-ヶー々])")  # 操縦者, 警察署長
 GENERIC_ACTORS = {"当事者", "各当事者", "第三者", "相手方", "何人", "本人", "者", "その者", "他人"}
 # A statement must stand alone: no pointer to another provision or to the sentence before.
-NOT_STANDALONE = re.compile(r"前[項条号段各]|次[項条号]|同[項条号]|後段|^前[二三四五六七八九]|次に掲げる|次のとおり|各号")
+NOT_STANDALONE = re.compile(r"前[項条号段各]|次[項条号]|同[項条号]|後段|^前[二三四五六七八九]|次に掲げる|次の"
+                            r"とおり|各号")
 FRAGMENT = ("とき。", "こと。", "もの。", "者。", "場合。")  # the items (号) of a list, not statements
 COLUMN = "\u3000"  # an item written in columns (用語　意義, 区分　期間): a table's row, not a sentence
 TRAILING_NOTE = re.compile(r"（[^（）]*(?:（[^（）]*）[^（）]*)*）。$")  # …とき（前号に掲げる場合を除く。）。
-DUTY = re.compile(r"(なければならない|てはならない|ことができる|ことができない|ものとする|を要する|を要しない|"
-                  r"義務を負う|責任を負う|責任を負わない)。$")
-# What a person does or has, said plainly (後見人は、…被後見人を代表する / 所有者は、…権利を有する): a verb's end.
+DUTY = re.compile(r"(なければならない|てはならない|ことができる|ことができない|ものとする|を要する|を要しな"
+                  r"い|義務を負う|責任を負う|責任を負わない)。$")
+# What a person does or has, said plainly (後見人は、…被後見人を代表する / 所有者は、…権利を有する): a verb's
+# end.
 DECLARATIVE = re.compile(r"(?:[るうくすつぬむぶぐ]|ない)。$")
 PARALLEL = 2  # another provision of the same actor sharing half this one's words says the same of that actor
 # Subjects that are no actor: references to other provisions, conditions, pronouns.
@@ -91,7 +95,8 @@ FLIPS = (
 
 def _actor(sentence: str) -> tuple[int, str] | None:
     """Where the actor of a duty, power or plain act starts, and who it is."""
-    if not DUTY.search(sentence) and not (DECLARATIVE.search(sentence) and not GENERIC_EFFECT.search(sentence)):
+    if (not DUTY.search(sentence)
+            and not (DECLARATIVE.search(sentence) and not GENERIC_EFFECT.search(sentence))):
         return None
     for pattern in ACTOR:
         if match := pattern.match(sentence):
@@ -105,9 +110,10 @@ def _clean(sentence: str, longest: int = MAX_STEM, leaning: bool = False) -> boo
     """A standalone provision sentence without article references, ``longest`` characters at most (a stem
     may quote :data:`MAX_STEM`, a choice of 「正しいものはどれか」 only :data:`MAX_STATEMENT`); ``leaning``: a
     ただし/この場合 sentence is allowed (its stem quotes the sentence before it too)."""
-    return (MIN_SENTENCE <= len(sentence) <= longest and not _REFERENCE.search(sentence) and COLUMN not in sentence
-            and not NOT_STANDALONE.search(sentence) and not TRAILING_NOTE.sub("。", sentence).endswith(FRAGMENT)
-            and (leaning or not LEANS.match(sentence)))
+    return (MIN_SENTENCE <= len(sentence) <= longest and not _REFERENCE.search(sentence)
+            and COLUMN not in sentence
+            and not NOT_STANDALONE.search(sentence) and not TRAILING_NOTE.sub("。", sentence)
+            .endswith(FRAGMENT) and (leaning or not LEANS.match(sentence)))
 
 
 def law_statement_pools(articles: list[dict]) -> dict[str, dict]:
@@ -145,20 +151,22 @@ def _unrelated(answer: str, sentence: str):
 
 
 def _stem_words(name: str) -> set[str]:
-    """The words (kanji pairs) of a person's name but its last, the kind of person (権者, 務者, 人): 弁済, 相続."""
+    """The words (kanji pairs) of a person's name but its last, the kind of person (権者, 務者, 人): 弁済,
+    相続."""
     return kanji_pairs(name) - kanji_pairs(name[-2:])
 
 
 def _described(name: str) -> bool:
-    """A person named by what they do (弁済をする者, 区画の利用を希望する者), not by a title (灯台の所有者)."""
+    """A person named by what they do (弁済をする者, 区画の利用を希望する者), not by a title
+    (灯台の所有者)."""
     return bool(re.search(r"[ぁ-ん]", name.replace("の", "")))
 
 
 def _other_actor(actor: str, sentence: str):
-    """:func:`_unrelated`, and not the same head noun either (各所有者 / 土地の所有者, 各組合員 / 脱退した組合員:
-    often the same person in context, so the "wrong" actor would be arguable), nor, where one of them is named by
-    what they do, one sharing another word (弁済をする者 / 債務者のために弁済をした者, 相続の放棄をした者 / 相続の
-    放棄をしようとする者; 灯台の所有者 and 灯台管理人 are two persons)."""
+    """:func:`_unrelated`, and not the same head noun either (各所有者 / 土地の所有者, 各組合員 /
+    脱退した組合員: often the same person in context, so the "wrong" actor would be arguable), nor, where one
+    of them is named by what they do, one sharing another word (弁済をする者 / 債務者のために弁済をした者,
+    相続の放棄をした者 / 相続の 放棄をしようとする者; 灯台の所有者 and 灯台管理人 are two persons)."""
     unrelated, mine = _unrelated(actor, sentence), _stem_words(actor)
     return lambda v: (unrelated(v) and len(os.path.commonprefix([v[::-1], actor[::-1]])) < 2
                       and not ((_described(actor) or _described(v)) and mine & _stem_words(v)))
@@ -166,8 +174,8 @@ def _other_actor(actor: str, sentence: str):
 
 def _fitting_actor(actor: str, sentence: str, start: int, pool: dict):
     """:func:`_other_actor`, and not one the law says the same of: the sentence with it in the actor's place
-    (貸主は、いつでも契約の解除をすることができる), or a provision of its own sharing half this one's words (公証人
-    who, like the person here, reads a will through an interpreter)."""
+    (貸主は、いつでも契約の解除をすることができる), or a provision of its own sharing half this one's words
+    (公証人 who, like the person here, reads a will through an interpreter)."""
     other_person = _other_actor(actor, sentence)
     mine = kanji_pairs(sentence.replace(actor, "、"))
 
@@ -185,7 +193,8 @@ def perturbations(sentence: str, pool: dict, pos: int) -> list[tuple[str, str]]:
 
     >>> pool = {"text": "行政庁は、申請をした者に通知しなければならない。", "actors": [(0, "審査庁")]}
     >>> perturbations("行政庁は、申請をした者に通知しなければならない。", pool, 0)[:2]
-    [('duty', '行政庁は、申請をした者に通知しなくてもよい。'), ('actor', '審査庁は、申請をした者に通知しなければならない。')]
+    [('duty', '行政庁は、申請をした者に通知しなくてもよい。'), ('actor',
+    '審査庁は、申請をした者に通知しなければならない。')]
     """
     out = []
     for pattern, replacement, flip in FLIPS:
@@ -197,8 +206,10 @@ def perturbations(sentence: str, pool: dict, pos: int) -> list[tuple[str, str]]:
             out.append(("actor", sentence[:start] + other + sentence[start + len(actor):]))
     for pattern in (PERIOD, COUNT):
         for match in pattern.finditer(sentence):
-            # 一人 / 同一人 / その一人 are "one of", not a count: changing them makes nonsense, not a falsehood.
-            one = kanji_number(match.group(1)) == 1 or sentence[max(0, match.start() - 1):match.start()] == "同"
+            # 一人 / 同一人 / その一人 are "one of", not a count: changing them makes nonsense, not a
+            # falsehood.
+            one = (kanji_number(match.group(1)) == 1
+                   or sentence[max(0, match.start() - 1):match.start()] == "同")
             if pattern is COUNT and one:
                 continue
             for other in _number_neighbours(match.group(0), match.group(2))[:2]:
@@ -247,18 +258,22 @@ def statement_targets(article: dict, pool: dict) -> list[dict]:
             start, actor = at
             fits = _fitting_actor(actor, sentence, start, pool)
             others = nearest_values(pool["actors"], pos, fits, 3)
-            if len(others) < 3:  # a small law has few actors: the persons it names elsewhere (操縦者, 警察署長)
+            # a small law has few actors: the persons it names elsewhere (操縦者, 警察署長)
+            if len(others) < 3:
                 others += nearest_values(pool.get("persons", []), pos,
-                                         lambda v, seen=set(others), f=fits: v not in seen and f(v), 3 - len(others))
+                                         lambda v, seen=set(others), f=fits: v not in seen and f(v),
+                                         3 - len(others))
             found.append({"kind": "actor", "answer": actor, "distractors": others, "context": sentence,
                           "stem": f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n"
                                   f"「{before}{sentence[:start]}{BLANK}{sentence[start + len(actor):]}」"})
         if (match := CONDITION.match(sentence)) and not GENERIC_EFFECT.search(match.group(2)):
             effect, unrelated = match.group(2), _unrelated(match.group(2), sentence)
-            # …ときは、X, said of the same condition elsewhere in the law, is no wrong choice (遺言執行者がある場合には)
+            # …ときは、X, said of the same condition elsewhere in the law, is no wrong choice
+            # (遺言執行者がある場合には)
             said = lambda v, c=match.group(1): says(pool["text"], f"{c}、{v}")  # noqa: E731
             others = nearest_values(pool["effects"], pos,
-                                    lambda v, u=unrelated, s=said: u(v) and v not in article["text"] and not s(v), 3)
+                                    lambda v, u=unrelated,
+                                    s=said: u(v) and v not in article["text"] and not s(v), 3)
             found.append({"kind": "effect", "answer": effect, "distractors": others, "context": sentence,
                           "stem": f"次の法令の規定の空欄{BLANK}に入るものとして正しいものはどれか。\n"
                                   f"「{before}{match.group(1)}、{BLANK}。」"})

@@ -45,7 +45,8 @@ def check_xml_bytes(data: bytes, source: str = "<bytes>", max_bytes: int = MAX_X
     >>> check_xml_bytes(b'<!DOCTYPE x [<!ENTITY a "b">]><x>&a;</x>', "t.xml")
     Traceback (most recent call last):
     ...
-    tansaku.pipelines.egov.xml_safety.UnsafeXMLError: t.xml: refused: the XML declares a DOCTYPE (DTDs and entity \
+    tansaku.pipelines.egov.xml_safety.UnsafeXMLError: t.xml: refused: the XML declares a DOCTYPE (DTDs and
+    entity \
 declarations are not allowed in law XML; this blocks XXE and billion-laughs attacks)
     """
     if len(data) > max_bytes:
@@ -53,15 +54,17 @@ declarations are not allowed in law XML; this blocks XXE and billion-laughs atta
                                           f"{max_bytes:,} bytes")
     # The byte scan below only works on ASCII-compatible encodings; e-Gov ships UTF-8.
     if data[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in data[:4]:
-        raise UnsafeXMLError("bad_encoding", f"{source}: refused: UTF-16/32 XML is not accepted; convert to UTF-8")
+        raise UnsafeXMLError("bad_encoding",
+                             f"{source}: refused: UTF-16/32 XML is not accepted; convert to UTF-8")
     # A DOCTYPE can only come before the root element; scanning the prolog is enough and cheap.
     root = _ROOT_START.search(data)
     found = _DECLARATION.search(data[: root.start()] if root else data)
     if found:
         kind = found.group(1).decode().upper()
-        raise UnsafeXMLError("dtd_declared", f"{source}: refused: the XML declares a{'n' if kind == 'ENTITY' else ''}"
-                                             f" {kind} (DTDs and entity declarations are not allowed in law XML; "
-                                             "this blocks XXE and billion-laughs attacks)")
+        raise UnsafeXMLError("dtd_declared",
+                             f"{source}: refused: the XML declares a{'n' if kind == 'ENTITY' else ''}"
+                             f" {kind} (DTDs and entity declarations are not allowed in law XML; "
+                             "this blocks XXE and billion-laughs attacks)")
 
 
 def parse_xml_bytes(data: bytes, source: str = "<bytes>", max_bytes: int = MAX_XML_BYTES) -> etree._Element:

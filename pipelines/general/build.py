@@ -2,10 +2,10 @@
 general prompts, as SFT chat rows with no system prompt.
 
     from tansaku.pipelines.general.build import GeneralConfig, build_general
-    build_general(GeneralConfig(prompts="examples/general_prompts.jsonl", llm="transformers:tiny", max_tokens=256),
-                  out="out/general")
-    # CLI: synth build general --prompts FILE|hf:OWNER/NAME --llm SPEC --out DIR [--reasoning] [--max-tokens N]
-    #      [--temperature T] [--limit N] [--seed S] [--heldout-share F] [--license ID] [-q]
+    build_general(GeneralConfig(prompts="examples/general_prompts.jsonl", llm="transformers:tiny",
+                                max_tokens=256), out="out/general")
+    # CLI: synth build general --prompts FILE|hf:OWNER/NAME --llm SPEC --out DIR [--reasoning]
+    #      [--max-tokens N] [--temperature T] [--limit N] [--seed S] [--heldout-share F] [--license ID] [-q]
     # (every option is a GeneralConfig field: tansaku.pipelines.general.config)
 
 Why: SFT that teaches a model to search again and to reason in Japanese pulls it far from its own output
@@ -128,7 +128,8 @@ def read_prompts(value: str | Path) -> Prompts:
 
 
 def _messages(value: list, key: str) -> list | str:
-    """A prompt's messages (from the row's ``key`` column, mapped by ``chat_messages``), or why there are none."""
+    """A prompt's messages (from the row's ``key`` column, mapped by ``chat_messages``), or why there are
+    none."""
     out = []
     for i, message in enumerate(value):
         role = message.get("role") if isinstance(message, dict) else None
@@ -154,7 +155,8 @@ def parse_prompt(record: dict) -> dict | Drop:
     try:
         key, mapped = chat_messages(row)
     except UnusableRow as exc:
-        return Drop("unmappable" if exc.reason == "unmappable" else "bad_prompt", detail=f"{where}: {exc.detail}")
+        return Drop("unmappable" if exc.reason == "unmappable" else "bad_prompt",
+                    detail=f"{where}: {exc.detail}")
     messages = _messages(mapped, key)
     if isinstance(messages, str):
         return Drop("bad_prompt", detail=f"{where}: {messages}")
@@ -183,7 +185,8 @@ def answer_row(record: dict, result, keep_reasoning: bool) -> dict | Drop:
     if result.error is not None:
         return Drop("llm_error", detail=result.error)
     if result.finish_reason == "length":  # a cut answer would teach the model to stop mid-sentence
-        return Drop("truncated", detail=f"the answer stopped at max_tokens ({len(result.content)} characters)")
+        return Drop("truncated",
+                    detail=f"the answer stopped at max_tokens ({len(result.content)} characters)")
     reasoning, answer = split_think(strip_end_markers(result.content or ""))
     reasoning = result.server_reasoning or reasoning  # what a server's reasoning parser split off
     if not answer.strip():
@@ -198,10 +201,12 @@ def generate_fn(client, max_tokens: int, temperature: float, seed: int, keep_rea
     """``generate``: one request per prompt, exactly its messages (no system prompt added)."""
 
     def run(batch: list[dict]) -> list[dict | Drop]:
-        requests = [ChatRequest(messages=[{"role": m["role"], "content": m["content"]} for m in r["messages"]],
+        requests = [ChatRequest(messages=[{"role": m["role"], "content": m["content"]}
+                                          for m in r["messages"]],
                                 max_tokens=max_tokens, temperature=temperature,
                                 seed=seed if temperature > 0 else None) for r in batch]
-        return [answer_row(r, result, keep_reasoning) for r, result in zip(batch, client.chat(requests), strict=True)]
+        return [answer_row(r, result, keep_reasoning) for r,
+                result in zip(batch, client.chat(requests), strict=True)]
 
     return run
 
@@ -211,8 +216,9 @@ def _from_hub(hub: HubData | None) -> str:
     if hub is None:
         return ""
     license = f", license `{hub.license}` (its card)" if hub.license else ", no license on its card"
-    return (f" Prompts: the Hub dataset [{hub.source.repo_id}](https://huggingface.co/datasets/{hub.source.repo_id})"
-            f" (config `{hub.config}`, split `{hub.split}`, revision `{hub.revision}`{license}); its reference "
+    return (f" Prompts: the Hub dataset "
+            f"[{hub.source.repo_id}](https://huggingface.co/datasets/{hub.source.repo_id}) (config "
+            f"`{hub.config}`, split `{hub.split}`, revision `{hub.revision}`{license}); its reference "
             "answers, if any, were replaced by the model's own.")
 
 
@@ -239,12 +245,14 @@ def build_general(config: GeneralConfig, out: str | Path = "out/general",
     split (``tansaku.core.heldout``). ``limit``: the first N prompt rows. ``license``: the card's license
     (default: the license the prompt folder's or Hub dataset's card declares, else ``other`` until
     ``--license`` names one). ``chunk_size``:
-    prompts per checkpoint. ``context``: LLM options and progress (``BuildContext``; this build does not shard)."""
+    prompts per checkpoint. ``context``: LLM options and progress (``BuildContext``; this build does not
+    shard)."""
     context = context or BuildContext()
     c = config.check()  # every option's declared bounds, before any work
     heldout = HeldOut(c.heldout_share, "prompt_id", c.seed)
     hub = parse_hub_source(c.prompts, "--prompts")  # a malformed hf: value: refused before --out is looked at
-    given = snapshot(hub, "--prompts")[0] if hub is not None else c.prompts  # a Hub dataset: its cached snapshot
+    # a Hub dataset: its cached snapshot
+    given = snapshot(hub, "--prompts")[0] if hub is not None else c.prompts
     out = precheck_out(out, pipeline=PIPELINE, inputs={"--prompts": given, "--license-file": c.license_file})
     prompts = read_prompts(c.prompts)
     chosen = choose_license(c.license, c.license_file, prompts.folder)
@@ -253,7 +261,8 @@ def build_general(config: GeneralConfig, out: str | Path = "out/general",
         raise InputError(f"--prompts {c.prompts} holds no prompts")
     problem = _first_problem(records[:c.limit])
     if problem is not None:
-        needs = "" if FORMATS in problem else f"; each row needs {FORMATS}, the conversation ending in a user turn"
+        needs = ("" if FORMATS in problem
+                 else f"; each row needs {FORMATS}, the conversation ending in a user turn")
         raise InputError(f"--prompts {c.prompts}: no usable prompt ({problem}){needs}")
     client = context.client(c.llm)
     manifest = build_dataset(
@@ -263,19 +272,22 @@ def build_general(config: GeneralConfig, out: str | Path = "out/general",
         chunk_size=c.chunk_size, context=context, keep_rejected=c.keep_rejected,
         stages=[map_stage("prompts", parse_prompt), global_stage("dedup", unique_ids),
                 batch_stage("generate", generate_fn(client, c.max_tokens, c.temperature, c.seed, c.reasoning),
-                            c.batch_size, params=c.pick("max_tokens", "temperature", "reasoning"), llm=client)],
+                            c.batch_size, params=c.pick("max_tokens", "temperature", "reasoning"),
+                            llm=client)],
         heldout=heldout, column_types=COLUMN_TYPES, empty_hints=EMPTY_HINTS,
         summarize=(lambda manifest: {"hub_inputs": [prompts.hub.record()]}) if prompts.hub else None,
         card={"pretty_name": "tansaku general chat (the base model's own answers)", **chosen.card,
               "task_categories": ["text-generation"], "tags": ["sft", "general-chat", "system-prompt-switch"],
-              "description": "General prompts answered by the base model itself (the manifest's `llm`), with no "
-                             "system prompt: the general half of the system-prompt switch. Mix the `train` split "
-                             "into agentic SFT (`synth build trajectories --general DIR`, or a `train sft` data "
-                             "source); score retention on the held-out `test` split (`train eval --task general`)."
+              "description": "General prompts answered by the base model itself (the manifest's `llm`), with "
+                             "no system prompt: the general half of the system-prompt switch. Mix the "
+                             "`train` split into agentic SFT (`synth build trajectories --general DIR`, or a "
+                             "`train sft` data source); score retention on the held-out `test` split (`train "
+                             "eval --task general`)."
                              + _from_hub(prompts.hub)
-                             + (" Assistant turns keep the model's reasoning in `reasoning_content`." if c.reasoning
-                                else " Assistant turns hold the answer only (no reasoning)."),
-              "limitations": ["Answers are what the model wrote, unchecked: their quality is the base model's.",
+                             + (" Assistant turns keep the model's reasoning in `reasoning_content`."
+                                if c.reasoning else " Assistant turns hold the answer only (no reasoning)."),
+              "limitations": ["Answers are what the model wrote, unchecked: their quality is the base "
+                              "model's.",
                               "Answers cut at max_tokens are dropped (`truncated`), so long answers are "
                               "under-represented unless max_tokens is large."]})
     return chosen.write(out, manifest)

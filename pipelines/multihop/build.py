@@ -12,10 +12,11 @@ Stages (names for ``until``): ``triples`` → ``link`` → ``cardinality`` → `
 ``phrasing.py``). ``until`` stops after the named stage and writes the records as they stand (chains already
 carry ``derivations``). Without ``llm`` questions come from
 templates and the quality loop is skipped (``quality`` = None); without ``policy`` the agent check is
-skipped (``pass_rate`` and ``k`` = None); the config (``MultihopConfig``, every setting) is the manifest's. A run that reaches
-``prefilter`` needs ``corpus`` or ``index``; with a corpus and no index an embedded index is built into the
-work folder. The ``finalize`` stage is the task's (``MultihopQA.finalize``): every finished row's gold answer
-scores 1.0 under its answer reward, and carries TRL's ``prompt`` column; ``COLUMN_TYPES`` fixes the finished rows' Features whatever the options.
+skipped (``pass_rate`` and ``k`` = None); the config (``MultihopConfig``, every setting) is the manifest's. A
+run that reaches ``prefilter`` needs ``corpus`` or ``index``; with a corpus and no index an embedded index is
+built into the work folder. The ``finalize`` stage is the task's (``MultihopQA.finalize``): every finished
+row's gold answer scores 1.0 under its answer reward, and carries TRL's ``prompt`` column; ``COLUMN_TYPES``
+fixes the finished rows' Features whatever the options.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ from tansaku.pipelines.multihop.relations import Relations
 PIPELINE_VERSION = "7"
 # What fixes a build that kept no question, per stage[:reason] (tansaku.core.out_folder.refuse_empty).
 EMPTY_HINTS = {
-    "triples:no_triples": "the documents gave no triples (no infobox links): pass --llm SPEC to extract triples "
-                          "from the text, or --triples FILE",
+    "triples:no_triples": "the documents gave no triples (no infobox links): pass --llm SPEC to extract "
+                          "triples from the text, or --triples FILE",
     "chains": "no two triples chain through a linked bridge article: more documents or triples, or "
               "--max-per-subject 0 --max-per-bridge 0 to lift the caps",
     "prefilter": "no question's hops are retrievable from --index: index the corpus the triples come from",
@@ -68,13 +69,16 @@ SEARCHING = ("prefilter", "solve", "finalize")
 PROMPT_VERSIONS = sorted(p.name for p in (Path(__file__).with_name("prompts")).glob("*.md"))
 _VERDICT = pa.struct([("ambiguous", pa.bool_()), ("natural", pa.int64()), ("single_answer", pa.bool_()),
                       ("time_dependent", pa.bool_()), ("reasons", STRINGS)])
-# The finished rows' Features: the same whatever the options (no --llm: quality null; no --policy: pass_rate, k null).
+# The finished rows' Features: the same whatever the options (no --llm: quality null; no --policy: pass_rate,
+# k null).
 COLUMN_TYPES = {
-    **QUESTION_COLUMNS, "qid": pa.string(), "type": pa.string(), "question": pa.string(), "answer": pa.string(),
+    **QUESTION_COLUMNS, "qid": pa.string(), "type": pa.string(), "question": pa.string(),
+    "answer": pa.string(),
     "derivations": DERIVATIONS, "page_ids": STRINGS, "time_dependent": pa.bool_(), "aliases": STRINGS,
     "pass_rate": pa.float64(), "k": pa.int64(), "hop_doc_ids": STRINGS, "generator": pa.string(),
     "bridge": pa.string(), "chain_id": pa.string(), "frame": pa.string(), phrasing.FAMILY_COLUMN: pa.string(),
-    "quality": pa.struct([("rounds", pa.int64()), ("scores", _VERDICT), ("reasons", STRINGS), ("failed", STRINGS)]),
+    "quality": pa.struct([("rounds", pa.int64()), ("scores", _VERDICT), ("reasons", STRINGS),
+                          ("failed", STRINGS)]),
 }
 DEFAULT_LICENSE = {"license": "cc-by-sa-4.0"}  # Wikipedia's text license, when the input declares none
 
@@ -113,7 +117,8 @@ def final_row(record: dict) -> dict:
         "k": record.get("k"), "hop_doc_ids": record["hop_doc_ids"], "generator": record["generator"],
         "quality": record.get("quality"),
         "bridge": record["bridge"], "chain_id": record["chain_id"],
-        # the template frame ("bridge/final"; null for LLM questions) and, on test_phrasing rows, its held-out family
+        # the template frame ("bridge/final"; null for LLM questions) and, on test_phrasing rows, its held-out
+        # family
         "frame": record.get("frame"), phrasing.FAMILY_COLUMN: record.get(phrasing.FAMILY_COLUMN),
     }
 
@@ -199,10 +204,11 @@ def question_stages(c: MultihopConfig, table: Relations, families: tuple, heldou
                 "quality": map_stage("quality", lambda r: {**r, "quality": None})}
     return {
         "questions": batch_stage("questions", lambda cs: questions.generate_llm(
-            cs, llm, c.seed, c.question_temperature), batch_size=32, params=c.pick("question_temperature"), llm=llm),
+            cs, llm, c.seed, c.question_temperature), batch_size=32, params=c.pick("question_temperature"),
+                                 llm=llm),
         "quality": batch_stage("quality", lambda rs: quality.quality_loop(
-            rs, llm, c.max_rounds, c.min_natural, seed=c.seed), 32, params=c.pick("max_rounds", "min_natural"),
-            llm=llm),
+            rs, llm, c.max_rounds, c.min_natural, seed=c.seed), 32,
+            params=c.pick("max_rounds", "min_natural"), llm=llm),
     }
 
 
@@ -215,25 +221,31 @@ def search_stages(c: MultihopConfig, rule: dict, backend: LazyIndex, policy, tas
         return solvability.agent_check(batch, policy, environments, task, k=c.k, m=c.m, seed=c.seed,
                                        min_pass_rate=c.min_pass_rate, max_pass_rate=c.max_pass_rate)
 
-    solve_params = {**c.pick("k", "m", "min_pass_rate", "max_pass_rate"),  # the options and the counts they mean
+    # the options and the counts they mean
+    solve_params = {**c.pick("k", "m", "min_pass_rate", "max_pass_rate"),
                     "min_solved": rule["min_solved"], "max_solved": rule["max_solved"]}
     return {
-        "prefilter": batch_stage("prefilter", lambda rs: solvability.prefilter(rs, backend(), c.prefilter_size),
+        "prefilter": batch_stage("prefilter",
+                                 lambda rs: solvability.prefilter(rs, backend(), c.prefilter_size),
                                  batch_size=64, params=c.pick("prefilter_size", "index"), separable=True),
-        "solve": (batch_stage("solve", solve, batch_size=16, llm=policy, params=solve_params) if policy is not None
+        "solve": (batch_stage("solve", solve, batch_size=16, llm=policy, params=solve_params)
+                  if policy is not None
                   else map_stage("solve", lambda r: {**r, "pass_rate": None, "k": None})),
-        "finalize": batch_stage("finalize", lambda rs: task.finalize([final_row(r) for r in rs]), batch_size=256,
+        "finalize": batch_stage("finalize", lambda rs: task.finalize([final_row(r) for r in rs]),
+                                batch_size=256,
                                 params={"task": task.name, "task_version": task.version}, separable=True),
         # with held-out phrasings: a test_phrasing row stays only beside its chain's test row
-        "phrasing_pairs": global_stage("phrasing_pairs", phrasing.keep_pairs, params=c.pick("heldout_phrasing")),
+        "phrasing_pairs": global_stage("phrasing_pairs", phrasing.keep_pairs,
+                                       params=c.pick("heldout_phrasing")),
     }
 
 
 def dataset_card(out: Path, families: tuple, chosen) -> dict:
     """The data card's fields: what the rows are, and what they cannot promise."""
     phrasing_note = [f"`{TEST_PHRASING}` asks the `test` chains again in the held-out phrasing families "
-                     f"{', '.join(families)} (column `phrasing_family`; every row's frame is its `frame`), which "
-                     "no other split uses: it measures whether what training taught survives new phrasings."]
+                     f"{', '.join(families)} (column `phrasing_family`; every row's frame is its `frame`), "
+                     "which no other split uses: it measures whether what training taught survives new "
+                     "phrasings."]
     return {
         "description": "Two-hop Japanese questions built from (subject, relation, object) triples: hop 1's "
                        "object is hop 2's subject; the bridge entity is never named in the question.",
@@ -266,12 +278,14 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
     families only ``test_phrasing`` uses (``phrasing``). ``context``: shards, LLM options, progress."""
     context = context or BuildContext()
     c = config.check()
-    rule = solvability.keep_rule(c.k, c.m, c.min_pass_rate, c.max_pass_rate)  # before any work: one line, exit 2
+    # before any work: one line, exit 2
+    rule = solvability.keep_rule(c.k, c.m, c.min_pass_rate, c.max_pass_rate)
     families = phrasing.check_options(c.heldout_phrasing, c.llm, c.heldout_share)
     heldout = HeldOut(c.heldout_share, "bridge", c.seed, c.rl_share,
                       phrasing_column=phrasing.FAMILY_COLUMN if families else None)
     table = Relations.load(Path(c.relations) if c.relations is not None else None)
-    names = stage_plan(c) + (["phrasing_pairs"] if families and (not c.until or c.until == "finalize") else [])
+    names = (stage_plan(c)
+             + (["phrasing_pairs"] if families and (not c.until or c.until == "finalize") else []))
     out = precheck_out(out, pipeline="multihop", inputs={  # before the inputs are read
         "--corpus": c.corpus, "--triples": c.triples, "--index": c.index, "--relations": c.relations,
         "--license-file": c.license_file})
@@ -290,10 +304,12 @@ def build_multihop(config: MultihopConfig, out="out/multihop", context: BuildCon
     }
     summarize = (lambda m: phrasing.summary(out, m["splits"], families, table)) if families else None
     manifest = build_dataset(
-        out=out, name=out.name, pipeline="multihop", pipeline_version=PIPELINE_VERSION, config=recipe, seed=c.seed,
+        out=out, name=out.name, pipeline="multihop", pipeline_version=PIPELINE_VERSION, config=recipe,
+        seed=c.seed,
         inputs=inputs, source=source, stages=[stages[n] for n in names], llm=llm, context=context,
         chunk_size=c.chunk_size, keep_rejected=c.keep_rejected, empty_hints=EMPTY_HINTS,
         column_types=COLUMN_TYPES if "finalize" in names else None,  # earlier stages write working records
-        heldout=heldout if "questions" in names else None,  # records before it are triples/chains, not questions
+        # records before it are triples/chains, not questions
+        heldout=heldout if "questions" in names else None,
         summarize=summarize if "questions" in names else None, card=dataset_card(out, families, chosen))
     return chosen.write(out, manifest)

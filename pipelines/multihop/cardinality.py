@@ -9,7 +9,8 @@ For each relation, over its distinct (subject, value) pairs:
 A share ≥ ``threshold`` counts as "one" on that side, which gives 1:1, N:1 (many subjects share one
 object: 出身地), 1:N (one subject, many objects: 出演者) or N:N. Whether the answer of a hop is unique
 depends on the subject side only, and a share measured on a handful of subjects says little: the relation
-is judged as a whole only when it is seen on at least ``min_support`` subjects (default :func:`min_support_for`
+is judged as a whole only when it is seen on at least ``min_support`` subjects (default
+:func:`min_support_for`
 the threshold: 50 at 0.9) *and* the Wilson interval of
 ``subject_to_one`` at ``confidence`` lies wholly on one side of ``threshold`` (``judged: relation``). Then
 a 1:N / N:N relation drops every hop (``relation_1:N``, ``relation_N:N``: a film with one performer listed
@@ -50,7 +51,8 @@ def value_classes(triples: list[dict]) -> dict[tuple[str, str, str], str]:
     nested in each other (大阪府 ⊂ 大阪府大阪市中央区, 4月16日 ⊂ 1923年4月16日) are one fact written at
     two granularities, so they count as one value; the class is named by the longest spelling.
 
-    >>> ts = [{"subject_key": "s", "relation": "r", "object_key": o} for o in ("大阪府", "大阪府大阪市", "京都府")]
+    >>> ts = [{"subject_key": "s", "relation": "r", "object_key": o}
+    ...       for o in ("大阪府", "大阪府大阪市", "京都府")]
     >>> sorted(set(value_classes(ts).values()))
     ['京都府', '大阪府大阪市']
     """
@@ -68,12 +70,13 @@ def value_classes(triples: list[dict]) -> dict[tuple[str, str, str], str]:
 
 # The rule in one line, for the manifest's cardinality stage (its thresholds are the stage's other params).
 RULE = ("relation-level class where min_support subjects and the Wilson interval of subject_to_one at "
-        "cardinality_confidence lie on one side of cardinality_threshold (1:N, N:N dropped); else per subject: "
-        "kept when the subject has one value; set_valued relations of the table never kept")
+        "cardinality_confidence lie on one side of cardinality_threshold (1:N, N:N dropped); else per "
+        "subject: kept when the subject has one value; set_valued relations of the table never kept")
 GROUP = ["subject_key", "relation"]
-REASONS = pl.Enum(["relation_1:N", "relation_N:N", "relation_set_valued", "multi_valued", "llm_not_single_valued",
-                   "duplicate_triple", "granularity_variant"])
-# A kept hop's ``cardinality``: its relation's class when the relation was judged as a whole, else per_subject.
+REASONS = pl.Enum(["relation_1:N", "relation_N:N", "relation_set_valued", "multi_valued",
+                   "llm_not_single_valued", "duplicate_triple", "granularity_variant"])
+# A kept hop's ``cardinality``: its relation's class when the relation was judged as a whole, else
+# per_subject.
 CLASSES = pl.Enum(["1:1", "N:1", "1:N", "N:N", "per_subject"])
 
 
@@ -109,7 +112,8 @@ def judged_as(subjects: int, share: float, threshold: float, confidence: float, 
     """``relation`` when the data can tell the relation's class (enough subjects and the share's interval on
     one side of the threshold), else ``per_subject``.
 
-    >>> judged_as(400, 0.6, 0.9, 0.95, 50), judged_as(80, 0.875, 0.9, 0.95, 50), judged_as(12, 0.5, 0.9, 0.95, 50)
+    >>> (judged_as(400, 0.6, 0.9, 0.95, 50), judged_as(80, 0.875, 0.9, 0.95, 50),
+    ...  judged_as(12, 0.5, 0.9, 0.95, 50))
     ('relation', 'per_subject', 'per_subject')
     """
     if subjects < min_support:
@@ -120,9 +124,11 @@ def judged_as(subjects: int, share: float, threshold: float, confidence: float, 
 
 def judged_columns(source: Path | pl.DataFrame, seed: int = 0) -> pl.DataFrame:
     """What the judgement reads, from the spilled file (or a frame of triple columns): names dictionary-
-    encoded, the object's length, whether it is linked, and the seeded hash of the triple id (the tie-break)."""
+    encoded, the object's length, whether it is linked, and the seeded hash of the triple id (the
+    tie-break)."""
     cat = spill.categorical()
-    return spill.load(source, *(pl.col(c).cast(cat) for c in ("relation", "subject_key", "object_key", "object")),
+    return spill.load(source,
+                      *(pl.col(c).cast(cat) for c in ("relation", "subject_key", "object_key", "object")),
                       pl.col("object").str.len_chars().alias("object_len"),
                       pl.col("object_id").is_null().alias("unlinked"),
                       pl.col("triple_id").hash(seed).alias("triple_hash"))
@@ -137,7 +143,8 @@ def hop_frame(triples: list[dict], seed: int = 0) -> pl.DataFrame:
 def _repeated_groups(frame: pl.DataFrame) -> pl.Series:
     """Row numbers of the rows whose (subject, relation) group has more than one row. The two dictionary codes
     packed into one 8-byte key: hashing numbers costs a fraction of hashing a struct of two columns."""
-    key = pl.col("subject_key").to_physical().cast(pl.UInt64) * 2**32 + pl.col("relation").to_physical().cast(pl.UInt64)
+    key = (pl.col("subject_key").to_physical().cast(pl.UInt64) * 2**32
+           + pl.col("relation").to_physical().cast(pl.UInt64))
     return frame.select(key.is_duplicated()).to_series().arg_true()
 
 
@@ -148,14 +155,16 @@ def with_values(frame: pl.DataFrame) -> pl.DataFrame:
     several = frame.select(pl.col(c).gather(at).cast(pl.String) for c in (*GROUP, "object_key"))
     keyed = [dict(zip(("subject_key", "relation", "object_key"), key)) for key in several.iter_rows()]
     classes = value_classes(keyed)
-    values = pl.Series([classes[k["subject_key"], k["relation"], k["object_key"]] for k in keyed], dtype=pl.String)
-    value = frame.get_column("object_key").scatter(at, values.cast(frame.schema["object_key"])) if len(at) else (
-        frame.get_column("object_key"))
+    values = pl.Series([classes[k["subject_key"], k["relation"], k["object_key"]] for k in keyed],
+                       dtype=pl.String)
+    value = (frame.get_column("object_key").scatter(at, values.cast(frame.schema["object_key"])) if len(at)
+             else frame.get_column("object_key"))
     return frame.with_columns(value.alias("value"))
 
 
 def relation_stats(triples: list[dict] | pl.DataFrame, threshold: float = DEFAULT_THRESHOLD,
-                   confidence: float = DEFAULT_CONFIDENCE, min_support: int = DEFAULT_MIN_SUPPORT) -> dict[str, dict]:
+                   confidence: float = DEFAULT_CONFIDENCE,
+                   min_support: int = DEFAULT_MIN_SUPPORT) -> dict[str, dict]:
     """Per relation: counts, the two to-one shares, the class (``1:1``, ``N:1``, ``1:N``, ``N:N``) and how
     its hops are judged (``judged``: ``relation`` or ``per_subject``, :func:`judged_as`).
     ``triples``: dicts, or a frame from :func:`with_values`."""
@@ -163,16 +172,21 @@ def relation_stats(triples: list[dict] | pl.DataFrame, threshold: float = DEFAUL
     frame = triples if isinstance(triples, pl.DataFrame) else with_values(hop_frame(triples))
     if frame.is_empty():
         return {}
-    # Distinct (relation, subject, value) as two packed 8-byte keys: (relation, subject) and (relation, value).
+    # Distinct (relation, subject, value) as two packed 8-byte keys: (relation, subject) and (relation,
+    # value).
     r = pl.col("relation").to_physical().cast(pl.UInt64) * 2**32
-    pairs = frame.select(rs=r + pl.col("subject_key").to_physical(), ro=r + pl.col("value").to_physical()).unique()
+    pairs = (frame.select(rs=r + pl.col("subject_key").to_physical(), ro=r + pl.col("value").to_physical())
+             .unique())
     per_s = pairs.group_by("rs").agg(pl.len().alias("n")).select((pl.col("rs") // 2**32).alias("r"), "n")
     per_o = pairs.group_by("ro").agg(pl.len().alias("n")).select((pl.col("ro") // 2**32).alias("r"), "n")
     relation = frame.get_column("relation").unique()
     names = dict(zip(relation.to_physical().to_list(), relation.cast(pl.String).to_list()))
-    s_side = per_s.group_by("r").agg(pl.len().alias("subjects"), (pl.col("n") == 1).mean().alias("subject_to_one"))
-    o_side = per_o.group_by("r").agg(pl.len().alias("objects"), (pl.col("n") == 1).mean().alias("object_to_one"))
-    table = s_side.join(o_side, on="r").with_columns(pl.col("r").replace_strict(names, return_dtype=pl.String))
+    s_side = (per_s.group_by("r")
+              .agg(pl.len().alias("subjects"), (pl.col("n") == 1).mean().alias("subject_to_one")))
+    o_side = (per_o.group_by("r")
+              .agg(pl.len().alias("objects"), (pl.col("n") == 1).mean().alias("object_to_one")))
+    table = (s_side.join(o_side, on="r")
+             .with_columns(pl.col("r").replace_strict(names, return_dtype=pl.String)))
     stats = {}
     for row in table.iter_rows(named=True):
         left = "1" if row["object_to_one"] >= threshold else "N"
@@ -190,7 +204,8 @@ def confirm_with_llm(relations: list[str], llm, seed: int = 0) -> dict[str, bool
 
     requests = [ChatRequest(messages=[{"role": "user", "content": (
         f"関係「{r}」について、ある主語に対して値（目的語）は常に一つに決まりますか。"
-        '例:「出身地」は一つ、「出演者」は複数。JSON だけで答えてください: {"single_valued": true または false}')}],
+        '例:「出身地」は一つ、「出演者」は複数。JSON だけで答えてください: {"single_valued": true または '
+        'false}')}],
         max_tokens=32, temperature=0.0, seed=seed, json_schema=CARDINALITY_SCHEMA) for r in relations]
     verdicts: dict[str, bool | None] = {}
     for r, answer in zip(relations, ask_json(llm, requests)):
@@ -229,7 +244,8 @@ def verdicts(frame: pl.DataFrame, stats: dict[str, dict], confirmed: dict[str, b
     repeated ones are ranked."""
     confirmed = confirmed or {}
     table = pl.DataFrame({"relation": list(stats),
-                          "cls": [v["class"] if v["judged"] == "relation" else "per_subject" for v in stats.values()],
+                          "cls": [v["class"] if v["judged"] == "relation" else "per_subject"
+                                  for v in stats.values()],
                           "dropped": [relation_verdict(v, r in set_valued, confirmed.get(r) is False)
                                       for r, v in stats.items()]},
                          schema={"relation": pl.String, "cls": CLASSES, "dropped": pl.String}
@@ -258,14 +274,15 @@ def verdicts(frame: pl.DataFrame, stats: dict[str, dict], confirmed: dict[str, b
     reason = reason.scatter(at, decided.get_column("reason"))
     kept = decided.filter(pl.col("reason").is_null().any().over(GROUP))
     aliases = kept.group_by(GROUP).agg(pl.col("object").cast(pl.String).unique().alias("objects"),
-                                      pl.col("object").filter(pl.col("best")).first().cast(pl.String).alias("kept"),
-                                      pl.col("_row").filter(pl.col("best")).first())
+                                      pl.col("object").filter(pl.col("best")).first().cast(pl.String)
+                                      .alias("kept"), pl.col("_row").filter(pl.col("best")).first())
     found = {row: sorted(set(objects) - {best}) for objects, best, row in
              aliases.select("objects", "kept", "_row").iter_rows()}
     return pl.DataFrame({"reason": reason, "cls": cls}), {row: a for row, a in found.items() if a}
 
 
-BUCKET_ROWS = 2_000_000  # triples judged at once: a dump's relations are split into buckets of about this many
+# triples judged at once: a dump's relations are split into buckets of about this many
+BUCKET_ROWS = 2_000_000
 
 
 def relation_buckets(frame: pl.DataFrame) -> list[pl.Series]:
@@ -281,14 +298,17 @@ def relation_buckets(frame: pl.DataFrame) -> list[pl.Series]:
 
 def judge_hops(rows: list[dict], stats: dict[str, dict], confirmed: dict[str, bool | None] | None = None,
                set_valued: frozenset[str] = frozenset()) -> Iterator[tuple[dict, str | None]]:
-    """``(triple, None)`` for each kept hop (annotated), ``(triple, reason)`` for each dropped one, in order."""
+    """``(triple, None)`` for each kept hop (annotated), ``(triple, reason)`` for each dropped one, in
+    order."""
     judged, aliases = verdicts(with_values(hop_frame(rows)), stats, confirmed, set_valued)
     for k, (t, (reason, cls)) in enumerate(zip(rows, judged.iter_rows())):
-        yield ({**t, "cardinality": cls, "object_aliases": aliases.get(k, [])}, None) if reason is None else (t, reason)
+        yield (({**t, "cardinality": cls, "object_aliases": aliases.get(k, [])}, None) if reason is None
+               else (t, reason))
 
 
 def filter_unique_hops(triples: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, llm=None,
-                       min_support: int = DEFAULT_MIN_SUPPORT, seed: int = 0, confidence: float = DEFAULT_CONFIDENCE,
+                       min_support: int = DEFAULT_MIN_SUPPORT, seed: int = 0,
+                       confidence: float = DEFAULT_CONFIDENCE,
                        set_valued: frozenset[str] = frozenset()) -> Iterator[dict | Drop]:
     """The global stage: annotate each triple with its relation's class and drop non-unique hops, in input
     order. ``set_valued``: relation names whose hops are never kept (the relation table's ``set_valued``).
@@ -298,7 +318,8 @@ def filter_unique_hops(triples: Iterable[dict], threshold: float = DEFAULT_THRES
         frame = judged_columns(path, seed)
         buckets = relation_buckets(frame)
         stats: dict[str, dict] = {}
-        value = frame.get_column("object_key").alias("value")  # each bucket's value classes, kept for the verdicts
+        # each bucket's value classes, kept for the verdicts
+        value = frame.get_column("object_key").alias("value")
         for at in buckets:
             part = with_values(frame[at])
             stats |= relation_stats(part, threshold, confidence, min_support)
@@ -310,18 +331,21 @@ def filter_unique_hops(triples: Iterable[dict], threshold: float = DEFAULT_THRES
             weak = sorted(r for r, s in stats.items() if s["judged"] == "per_subject" and r not in set_valued)
             confirmed = confirm_with_llm(weak, llm, seed) if weak else {}
         reason, cls = pl.repeat(None, frame.height, dtype=REASONS, eager=True), pl.repeat(None, frame.height,
-                                                                                         dtype=CLASSES, eager=True)
+                                                                                         dtype=CLASSES,
+                                                                                         eager=True)
         aliases: dict[int, list[str]] = {}
         for at in buckets:
             part, found = verdicts(frame[at], stats, confirmed, set_valued)
-            reason, cls = reason.scatter(at, part.get_column("reason")), cls.scatter(at, part.get_column("cls"))
+            reason, cls = reason.scatter(at, part.get_column("reason")), cls.scatter(at,
+                                                                                     part.get_column("cls"))
             aliases |= {at[row]: objects for row, objects in found.items()}
         judged = pl.DataFrame({"reason": reason, "cls": cls})
         del frame
         done = 0
         for batch in spill.records(path):
             rows = batch.drop("cardinality", "object_aliases").iter_rows(named=True)
-            for k, (row, (reason, cls)) in enumerate(zip(rows, judged.slice(done, batch.height).iter_rows()), done):
+            for k, (row, (reason, cls)) in enumerate(zip(rows, judged.slice(done, batch.height).iter_rows()),
+                                                     done):
                 yield ({**row, "cardinality": cls, "object_aliases": aliases.get(k, [])} if reason is None
                        else Drop(reason, record=row))
             done += batch.height

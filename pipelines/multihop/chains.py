@@ -1,6 +1,7 @@
 """Stage 3: 2-hop chains — the object of hop 1 is the subject of hop 2 — joined with polars.
 
-    (ノルウェイの森, 著者, 村上春樹) ⋈ (村上春樹, 出身地, 京都府)  →  ノルウェイの森 →著者→ 村上春樹 →出身地→ 京都府
+    (ノルウェイの森, 著者, 村上春樹) ⋈ (村上春樹, 出身地, 京都府)
+        →  ノルウェイの森 →著者→ 村上春樹 →出身地→ 京都府
 
 Every candidate pair is kept or dropped with the first rule it breaks:
 
@@ -36,8 +37,8 @@ from tansaku.core.features import derivation_lists
 from tansaku.pipelines.multihop import spill
 from tansaku.pipelines.multihop.defaults import MAX_PER_BRIDGE, MAX_PER_RELATION_PAIR, MAX_PER_SUBJECT
 
-TRIPLE_COLUMNS = ("triple_id", "subject", "relation", "relation_text", "object", "subject_key", "object_key", "subject_id",
-                  "object_id", "subject_title", "object_title", "doc_id", "source", "evidence")
+TRIPLE_COLUMNS = ("triple_id", "subject", "relation", "relation_text", "object", "subject_key", "object_key",
+                  "subject_id", "object_id", "subject_title", "object_title", "doc_id", "source", "evidence")
 RULES = ("cycle", "same_relation", "answer_in_question", "bridge_not_linked")
 CAP_RULES = ("cap_subject", "cap_bridge", "cap_relation_pair")
 
@@ -52,8 +53,8 @@ class Caps:
 
     @classmethod
     def from_options(cls, max_per_subject: int, max_per_bridge: int) -> Caps:
-        """``--max-per-subject N`` / ``--max-per-bridge N``: chains kept per subject / bridge entity; 0 = no cap
-        (with given triples a user keeps every chain they gave)."""
+        """``--max-per-subject N`` / ``--max-per-bridge N``: chains kept per subject / bridge entity; 0 = no
+        cap (with given triples a user keeps every chain they gave)."""
         for name, value in (("--max-per-subject", max_per_subject), ("--max-per-bridge", max_per_bridge)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(f"{name} {value!r}: give a whole number ≥ 0 (0 = no cap)")
@@ -130,7 +131,8 @@ def _rules_and_order(triples, pairs, seed: int, require_linked_bridge: bool, nam
     # Relations are few: compare their codes, and gather names from the small table of distinct ones.
     relation_names = triples.get_column("relation").unique(maintain_order=True)
     # Names may be strings, categoricals, or codes into ``names`` (the stage's own dictionary: join_frame).
-    text = (lambda codes: names.gather(codes)) if names is not None else (lambda values: values.cast(pl.String))
+    text = ((lambda codes: names.gather(codes)) if names is not None
+            else (lambda values: values.cast(pl.String)))
     relation_code = triples.select("relation").join(relation_names.to_frame().with_row_index("code"),
                                                     on="relation", how="left",
                                                     maintain_order="left").get_column("code")
@@ -222,11 +224,11 @@ def derivations_of(record: dict) -> list:
     return derivation_lists(json.loads(value) if isinstance(value, str) else value)
 
 
-CHAIN_RECORD_COLUMNS = ("chain_id", "subject_1", "relation_1", "relation_text_1", "relation_text_2", "object_1",
-                        "subject_title_1", "object_title_1",
+CHAIN_RECORD_COLUMNS = ("chain_id", "subject_1", "relation_1", "relation_text_1", "relation_text_2",
+                        "object_1", "subject_title_1", "object_title_1",
                         "subject_id_1", "object_id_1", "doc_id_1", "source_1", "evidence_1", "relation_2",
-                        "object_2", "subject_title_2", "subject_id_2", "object_aliases_2", "doc_id_2", "source_2",
-                        "evidence_2")
+                        "object_2", "subject_title_2", "subject_id_2", "object_aliases_2", "doc_id_2",
+                        "source_2", "evidence_2")
 
 
 def chain_record(row: dict) -> dict:
@@ -236,8 +238,9 @@ def chain_record(row: dict) -> dict:
     return {
         "chain_id": row["chain_id"],
         # the source's spelling of each relation (JEMHopQA's own 生年月日, not the canonical 生年)
-        "derivations": jsontext.dumps([[subject, row.get("relation_text_1") or row["relation_1"], [row["object_1"]]],
-                                       [bridge, row.get("relation_text_2") or row["relation_2"], [row["object_2"]]]]),
+        "derivations": jsontext.dumps([
+            [subject, row.get("relation_text_1") or row["relation_1"], [row["object_1"]]],
+            [bridge, row.get("relation_text_2") or row["relation_2"], [row["object_2"]]]]),
         "subject": subject, "bridge": bridge, "answer": row["object_2"],
         "answer_aliases": list(row["object_aliases_2"] or []),
         "relations": [row["relation_1"], row["relation_2"]],
@@ -255,13 +258,13 @@ JOIN_NAMES = ("subject", "relation", "object", "subject_key", "object_key")  # d
 def join_frame(path: Path, seed: int = 0):
     """The columns of spilled triples that the rules and caps read, and the names they stand for: every name
     as a 4-byte code into one sorted dictionary of the distinct names (a polars categorical costs ~140 bytes a
-    distinct name, this ~30), whether the bridge is linked, and the seeded hash of the triple id (all the order
-    needs of it). Returns ``(frame, names)``; ``join_chains(frame, …, names=names)``."""
+    distinct name, this ~30), whether the bridge is linked, and the seeded hash of the triple id (all the
+    order needs of it). Returns ``(frame, names)``; ``join_chains(frame, …, names=names)``."""
     scan = pl.scan_parquet(path)
-    names = pl.concat([scan.select(pl.col(c).alias("name")) for c in JOIN_NAMES]).unique().sort("name").collect(
-        engine="streaming").get_column("name")
-    codes = [scan.select(pl.col(c).alias("name")).join(names.to_frame().lazy().with_row_index("code"), on="name",
-                                                       how="left", maintain_order="left")
+    names = (pl.concat([scan.select(pl.col(c).alias("name")) for c in JOIN_NAMES]).unique().sort("name")
+             .collect(engine="streaming").get_column("name"))
+    codes = [scan.select(pl.col(c).alias("name")).join(names.to_frame().lazy().with_row_index("code"),
+                                                       on="name", how="left", maintain_order="left")
              .select(pl.col("code").alias(c)).collect(engine="streaming") for c in JOIN_NAMES]
     rest = spill.load(path, pl.col("object_id").is_null().alias("unlinked"),
                       pl.col("triple_id").hash(seed).alias("triple_hash"))
@@ -297,4 +300,5 @@ def chain_stage(triples: Iterable[dict], caps: Caps = Caps(), seed: int = 0, lim
             hops = spill.rows_at(path, rows)  # row k of hops = row rows[k] of the file
             local = batch.select(pl.col(f"row_{hop}").map_batches(rows.search_sorted) for hop in (1, 2))
             yield from map(chain_record,
-                           local.hstack(pair_columns(hops, local, CHAIN_RECORD_COLUMNS)).iter_rows(named=True))
+                           local.hstack(pair_columns(hops, local, CHAIN_RECORD_COLUMNS))
+                           .iter_rows(named=True))

@@ -71,7 +71,8 @@ class ArticleIndex:
     redirects: dict[str, str] = field(default_factory=dict)  # exact key of a redirect -> exact key of title
     outgoing: dict[str, dict[str, str]] = field(default_factory=dict)  # doc id -> entity key -> exact key
 
-    def add(self, doc_id: str, title: str, redirects: Iterable[str] = (), outgoing: Iterable[str] = ()) -> None:
+    def add(self, doc_id: str, title: str, redirects: Iterable[str] = (),
+            outgoing: Iterable[str] = ()) -> None:
         key = exact_key(title)
         if not key:
             return

@@ -5,8 +5,8 @@ A phrasing family is a final phrase form and its frames (``questions.PHRASING_FA
 every chain's question with the frames outside them, so ``train``, ``rl`` and ``test`` never use a held-out
 frame, and for each chain of the ``test`` split (an unseen bridge) one more question, in a frame of a held-out
 family drawn per chain from the build's seed among those ``frames_for`` allows its relation pair. That row
-carries ``phrasing_family`` and goes to ``test_phrasing`` (``tansaku.core.heldout``); it passes every check any
-question passes (``question_problem``, the prefilter, the agent check, the gold check), its drops named
+carries ``phrasing_family`` and goes to ``test_phrasing`` (``tansaku.core.heldout``); it passes every check
+any question passes (``question_problem``, the prefilter, the agent check, the gold check), its drops named
 ``phrasing_<reason>``. The last stage, ``phrasing_pairs`` (:func:`keep_pairs`), keeps a ``test_phrasing`` row
 only when its chain's ``test`` row was kept too: the two splits ask the same chains, so what differs between
 them is the phrasing alone.
@@ -56,8 +56,8 @@ def check_options(families: list[str], llm: str | None, heldout_share: float) ->
         raise InputError(f"--heldout-phrasing {unknown[0]!r}: choose from {', '.join(PHRASING_FAMILIES)} "
                          "(the final forms of the template frames)")
     if families and llm is not None:
-        raise InputError("--heldout-phrasing holds out template frames, and --llm writes the questions itself: "
-                         "drop one of the two")
+        raise InputError("--heldout-phrasing holds out template frames, and --llm writes the questions "
+                         "itself: drop one of the two")
     if families and not heldout_share:
         raise InputError("--heldout-phrasing asks the test split's chains again: give --heldout-share > 0")
     return tuple(families)
@@ -132,7 +132,8 @@ def summary(out: Path, splits: dict, families: tuple[str, ...], relations: Relat
     pairs = set()
     for split, n in splits.items():
         if split != "rejected" and n:
-            for row in iter_rows(out, split, columns=["derivations"]):  # finished rows or, with --until, records
+            # finished rows or, with --until, records
+            for row in iter_rows(out, split, columns=["derivations"]):
                 pairs.add(tuple(relations.canonical(relation) for _, relation, _ in derivations_of(row)[:2]))
     without: dict[str, list[str]] = {"phrasing_pair_without_holdout": [], "phrasing_no_heldout_frame": []}
     for r1, r2 in sorted(pairs):

@@ -71,7 +71,8 @@ def failed_criterion(verdict: dict, min_natural: int) -> str | None:
 
 def quality_loop(records: list[dict], llm, max_rounds: int = 2, min_natural: int = 3, seed: int = 0
                  ) -> list[dict | Drop]:
-    """Judge every record; fix and re-judge the failing ones up to ``max_rounds`` times (batched per round)."""
+    """Judge every record; fix and re-judge the failing ones up to ``max_rounds`` times (batched per
+    round)."""
 
     out: list[dict | Drop | None] = [None] * len(records)
     current = {i: dict(r) for i, r in enumerate(records)}
@@ -81,7 +82,8 @@ def quality_loop(records: list[dict], llm, max_rounds: int = 2, min_natural: int
         pending = sorted(current)
         if not pending:
             break
-        judged = ask_json(llm, [_request(JUDGE_PROMPT, current[i], JUDGE_SCHEMA, seed, round_no) for i in pending],
+        judged = ask_json(llm,
+                          [_request(JUDGE_PROMPT, current[i], JUDGE_SCHEMA, seed, round_no) for i in pending],
                           bad_json="judge_bad_json")
         to_fix = []
         for i, answer in zip(pending, judged):

@@ -39,13 +39,17 @@ QUESTION_SCHEMA = {"type": "object", "properties": {"question": {"type": "string
 BRIDGES = {
     "clause": lambda s, p: p.of.format(S=s),                                    # 「X」を書いた人物
     "noun": lambda s, p: f"{s}の{p.name}",                                       # 「X」の著者
-    "known": lambda s, p: f"{s}の{p.name}として知られる{KIND_NOUN[p.kind]}",      # 「X」の著者として知られる人物
+    # 「X」の著者として知られる人物
+    "known": lambda s, p: f"{s}の{p.name}として知られる{KIND_NOUN[p.kind]}",
 }
 FINALS = {
     "ask": lambda b, p, p1: p.ask.format(S=b),                                   # …はどこで生まれましたか？
-    "wh": lambda b, p, p1: f"{p.of.format(S=b)}は{WH[p.kind]}",                  # …が生まれた場所はどこですか？
-    "answer": lambda b, p, p1: f"{p.of.format(S=b)}を答えてください。",           # …が生まれた場所を答えてください。
-    "about": lambda b, p, p1: f"{b}について、{p.ask.format(S='その' + KIND_NOUN[p1.kind])}",  # …について、その人物は…
+    # …が生まれた場所はどこですか？
+    "wh": lambda b, p, p1: f"{p.of.format(S=b)}は{WH[p.kind]}",
+    # …が生まれた場所を答えてください。
+    "answer": lambda b, p, p1: f"{p.of.format(S=b)}を答えてください。",
+    # …について、その人物は…
+    "about": lambda b, p, p1: f"{b}について、{p.ask.format(S='その' + KIND_NOUN[p1.kind])}",
 }
 FRAMES = tuple((b, f) for b in BRIDGES for f in FINALS)  # 12 frames
 
@@ -66,7 +70,8 @@ def frames_for(first: Phrase, second: Phrase) -> list[tuple[str, str]]:
     * no 「「X」の著者の職業は何ですか」 chains of の when hop 1 can be said as a clause instead.
 
     >>> from tansaku.pipelines.multihop.relations import DEFAULT
-    >>> len(frames_for(DEFAULT.phrase("著者"), DEFAULT.phrase("出生地"))), frames_for(DEFAULT.phrase("血液型"), DEFAULT.phrase("色"))
+    >>> (len(frames_for(DEFAULT.phrase("著者"), DEFAULT.phrase("出生地"))),
+    ...  frames_for(DEFAULT.phrase("血液型"), DEFAULT.phrase("色")))
     (12, [('noun', 'ask'), ('noun', 'wh'), ('noun', 'answer')])
     """
     allowed = []
@@ -88,7 +93,8 @@ def _key(text: str) -> str:
 def question_problem(question: str, chain: dict) -> str | None:
     """Why a question is unusable for its chain, or None.
 
-    >>> question_problem("村上春樹の出身地は？", {"subject": "ノルウェイの森", "bridge": "村上春樹", "answer": "京都府"})
+    >>> question_problem("村上春樹の出身地は？",
+    ...                  {"subject": "ノルウェイの森", "bridge": "村上春樹", "answer": "京都府"})
     'bridge_named'
     """
     q = _key(question)
@@ -163,7 +169,8 @@ def _renderings(subject: str, r1: str, r2: str, relations: Relations) -> list[st
 def _rendered(subject: str, r1: str, r2: str, relations: Relations) -> list[tuple[tuple[str, str], str]]:
     """``(frame, question)`` for every frame that reads well for (r1, r2), in :data:`FRAMES` order."""
     first, second = relations.phrase(r1), relations.phrase(r2)
-    return [((b, f), FINALS[f](BRIDGES[b](f"「{subject}」", first), second, first)) for b, f in frames_for(first, second)]
+    return [((b, f), FINALS[f](BRIDGES[b](f"「{subject}」", first), second, first)) for b,
+            f in frames_for(first, second)]
 
 
 def generate_template(chain: dict, seed: int = 0, relations: Relations = DEFAULT,
@@ -180,7 +187,8 @@ def question_request(chain: dict, seed: int = 0, temperature: float = 0.7):
     user = (prompt.replace("{subject}", s1).replace("{relation1}", r1).replace("{bridge}", chain["bridge"])
             .replace("{relation2}", r2).replace("{answer}", chain["answer"]))
     return ChatRequest(messages=[{"role": "user", "content": user}], max_tokens=256, temperature=temperature,
-                       seed=rng_for(seed, "question", chain["chain_id"]).randrange(2**31), json_schema=QUESTION_SCHEMA)
+                       seed=rng_for(seed, "question", chain["chain_id"]).randrange(2**31),
+                       json_schema=QUESTION_SCHEMA)
 
 
 def question_from_answer(chain: dict, answer: dict | Drop) -> dict | Drop:

@@ -26,11 +26,14 @@ TABLE = Path(__file__).with_name("relations.json")
 KINDS = ("person", "place", "time", "org", "work", "thing")
 WH = {"person": "誰ですか？", "place": "どこですか？", "time": "いつですか？", "org": "どこですか？",
       "work": "何ですか？", "thing": "何ですか？"}
-KIND_NOUN = {"person": "人物", "place": "場所", "time": "時期", "org": "組織", "work": "作品", "thing": "もの"}
+KIND_NOUN = {"person": "人物", "place": "場所", "time": "時期", "org": "組織", "work": "作品",
+             "thing": "もの"}
 # Shapes of relation names the table does not list (the fallback's question word).
-_SHAPES = (("place", ("地", "所在地", "出身", "本社", "本拠地", "場所", "国", "国籍", "都道府県", "県", "都市", "州")),
+_SHAPES = (("place",
+            ("地", "所在地", "出身", "本社", "本拠地", "場所", "国", "国籍", "都道府県", "県", "都市", "州")),
            ("time", ("年", "年月日", "日", "時期", "時代", "設立", "開業", "開館", "創業", "開通", "開港")),
-           ("person", ("者", "人", "長", "知事", "監督", "妻", "夫", "配偶者", "師匠", "父", "母", "主宰", "選手")))
+           ("person",
+            ("者", "人", "長", "知事", "監督", "妻", "夫", "配偶者", "師匠", "父", "母", "主宰", "選手")))
 
 
 @dataclass(frozen=True)
@@ -74,9 +77,9 @@ class Relations:
         self.canonical_of: dict[str, str] = {}
         for name, entry in self.table.items():
             if not _well_formed(entry):
-                raise InputError(f"relation table: {name!r} needs kind (one of {', '.join(KINDS)}), 'of' / 'ask' "
-                                 "phrasings that contain {S}, variants as a list of strings, and set_valued (if "
-                                 "given) true or false")
+                raise InputError(f"relation table: {name!r} needs kind (one of {', '.join(KINDS)}), 'of' / "
+                                 "'ask' phrasings that contain {S}, variants as a list of strings, and "
+                                 "set_valued (if given) true or false")
             for spelling in (name, *entry.get("variants", [])):
                 self.canonical_of[spelling] = name
         self.version = hashlib.sha256(jsontext.dumps(self.table, sort_keys=True).encode()).hexdigest()[:12]
@@ -88,9 +91,11 @@ class Relations:
             try:
                 more = jsontext.loads(Path(extra).read_bytes())  # nesting bounded, lone surrogates → U+FFFD
             except (OSError, ValueError) as e:  # ValueError: bad JSON or UTF-8, nested too deeply
-                raise InputError(f"--relations {extra}: not a readable JSON table of relations ({e})") from None
+                raise InputError(f"--relations {extra}: not a readable JSON table of relations "
+                                 f"({e})") from None
             if not isinstance(more, dict):
-                raise InputError(f"--relations {extra}: the table must be a JSON object of relation name -> entry")
+                raise InputError(f"--relations {extra}: the table must be a JSON object of relation name -> "
+                                 f"entry")
             table |= more
         return cls(table)
 

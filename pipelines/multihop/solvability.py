@@ -8,8 +8,8 @@
   episode, its tool descriptions drawn at ``reset`` as in RL); each answer is scored by the ``multihop_qa``
   answer reward. :func:`keep_rule` turns the thresholds into the window of solved counts kept. The default
   keeps questions solved *stably* — in at least half of the ``k`` tries, as the blog's pipeline did
-  (「複数回解かせ、安定して解ける問題のみ採用」) — and ``max_pass_rate`` below 1 also drops the always-solved ones
-  (every RL sample scores the same: zero reward variance, no gradient). Kept items carry ``pass_rate`` =
+  (「複数回解かせ、安定して解ける問題のみ採用」) — and ``max_pass_rate`` below 1 also drops the always-solved
+  ones (every RL sample scores the same: zero reward variance, no gradient). Kept items carry ``pass_rate`` =
   solved / k and ``k``. Drops: ``unsolved`` (no try), ``unstable`` (some, fewer than the minimum),
   ``always_solved`` (all k, above ``max_pass_rate``), ``too_easy`` (above ``max_pass_rate``, not all k).
 """
@@ -37,7 +37,8 @@ def keep_rule(k: int, m: int | None = None, min_pass_rate: float | None = None,
 
     >>> keep_rule(4)
     {'k': 4, 'm': None, 'min_pass_rate': 0.5, 'max_pass_rate': 1.0, 'min_solved': 2, 'max_solved': 4}
-    >>> keep_rule(1)["min_solved"], keep_rule(3, max_pass_rate=0.9)["max_solved"], keep_rule(4, m=1)["min_solved"]
+    >>> (keep_rule(1)["min_solved"], keep_rule(3, max_pass_rate=0.9)["max_solved"],
+    ...  keep_rule(4, m=1)["min_solved"])
     (1, 2, 1)
     """
     check_count("--k", k, 1)
@@ -96,7 +97,8 @@ def prefilter(records: list[dict], backend, size: int = 10) -> list[dict | Drop]
 def eval_row(record: dict) -> dict:
     """The columns the ``multihop_qa`` task reads."""
     return {"id": record.get("qid") or record["chain_id"], "question": record["question"],
-            "answer": record["answer"], "aliases": list(record.get("aliases") or record.get("answer_aliases") or [])}
+            "answer": record["answer"],
+            "aliases": list(record.get("aliases") or record.get("answer_aliases") or [])}
 
 
 def _completion(trajectory):
@@ -107,7 +109,8 @@ def _completion(trajectory):
     raise TypeError(f"cannot read a completion from {type(trajectory).__name__}")
 
 
-def agent_check(records: list[dict], policy, tools, task: Task, k: int = 4, m: int | None = None, seed: int = 0,
+def agent_check(records: list[dict], policy, tools, task: Task, k: int = 4, m: int | None = None,
+                seed: int = 0,
                 max_turns: int | None = None, max_tokens: int = 1024, min_pass_rate: float | None = None,
                 max_pass_rate: float = 1.0) -> list[dict | Drop]:
     """Run ``k`` rollouts per record and keep those whose solved count fits :func:`keep_rule`.
@@ -121,13 +124,15 @@ def agent_check(records: list[dict], policy, tools, task: Task, k: int = 4, m: i
     trajectories = run_rollouts(policy, task, rows, tools, k=k, seed=seed, score=False, max_turns=max_turns,
                                 max_tokens=max_tokens)
     if len(trajectories) != k * len(rows):
-        raise RuntimeError(f"run_rollouts returned {len(trajectories)} trajectories for {len(rows)} rows × k={k}")
+        raise RuntimeError(f"run_rollouts returned {len(trajectories)} trajectories for {len(rows)} rows × "
+                           f"k={k}")
     reward = task.answer_reward()
     out: list[dict | Drop] = []
     for i, (record, row) in enumerate(zip(records, rows)):
         # Trajectories come grouped per row: row i owns [i*k, (i+1)*k).
         group = trajectories[i * k:(i + 1) * k]
-        scores = reward([_completion(t) for t in group], answer=[row["answer"]] * k, aliases=[row["aliases"]] * k)
+        scores = reward([_completion(t) for t in group], answer=[row["answer"]] * k,
+                        aliases=[row["aliases"]] * k)
         solved = sum(1 for s in scores if s == 1.0)
         reason = _verdict(solved, rule)
         out.append(Drop(reason) if reason else

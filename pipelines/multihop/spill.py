@@ -20,9 +20,10 @@ import pyarrow.parquet as pq
 
 SPILL_ROWS = 100_000  # records per parquet row group (and per batch of dicts held while spilling)
 # Every key a triple record has on its way through the multihop stages (tansaku.pipelines.multihop.triples).
-TRIPLE_KEYS = ("triple_id", "subject", "relation", "relation_text", "object", "subject_id", "doc_id", "evidence", "source",
-               "object_hint", "origin", "subject_title", "subject_key", "object_key", "object_id", "object_title", "link",
-               "cardinality")
+TRIPLE_KEYS = ("triple_id", "subject", "relation", "relation_text", "object", "subject_id", "doc_id",
+               "evidence", "source",
+               "object_hint", "origin", "subject_title", "subject_key", "object_key", "object_id",
+               "object_title", "link", "cardinality")
 TRIPLE_SCHEMA = {**{k: pl.String for k in TRIPLE_KEYS}, "object_aliases": pl.List(pl.String)}
 
 

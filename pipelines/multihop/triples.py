@@ -39,8 +39,9 @@ PROMPTS = Path(__file__).with_name("prompts")
 EXTRACT_PROMPT = "extract_triples.v1.md"
 
 # Infobox fields that hold pictures, layout or prose rather than a fact about the subject.
-_SKIP_FIELD = re.compile(r"画像|image|キャプション|caption|脚注|備考|注釈|サイン|署名|ウェブサイト|website|url|"
-                         r"公式サイト|ロゴ|logo|色|幅|サイズ|size|地図|map|^名前$|^氏名$|^name$|^タイトル$|^title$",
+_SKIP_FIELD = re.compile(r"画像|image|キャプション|caption|脚注|備考|注釈|サイン|署名|ウェブサイ"
+                         r"ト|website|url|公式サイト|ロゴ|logo|色|幅|サイズ|size|地図|map|^名前$|^氏"
+                         r"名$|^name$|^タイトル$|^title$",
                          re.IGNORECASE)
 _ITEM_SPLIT = re.compile(r"<br\s*/?>|\n\s*[*#]?\s*", re.IGNORECASE)
 _SEPARATORS_ONLY = re.compile(r"^[\s、,，/／・]*$")
@@ -194,8 +195,8 @@ def triples_from_llm_answer(doc: dict, answer: dict | Drop, max_chars: int = 300
             out.append(Drop("object_too_long"))
         else:
             is_self = entity_key(item["subject"]) == entity_key(doc["title"])
-            out.append(make_triple(doc["title"] if is_self else item["subject"], item["relation"], item["object"],
-                                   source="llm", doc_id=str(doc["id"]),
+            out.append(make_triple(doc["title"] if is_self else item["subject"], item["relation"],
+                                   item["object"], source="llm", doc_id=str(doc["id"]),
                                    subject_id=str(doc["id"]) if is_self else None,
                                    evidence=item["evidence"]))
     return out
@@ -235,7 +236,8 @@ def read_triples_file(path: str | Path) -> Iterator[dict]:
     path = Path(path)
     if not path.is_file():
         raise TriplesError(f"--triples {path}: no such file")
-    with open(path, encoding="utf-8-sig", errors="replace") as f:  # a sniff: a bad byte is the reader's to name
+    # a sniff: a bad byte is the reader's to name
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         head = f.read(1024).lstrip()
     if head.startswith("["):
         try:

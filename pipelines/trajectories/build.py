@@ -1,13 +1,14 @@
 """``synth build trajectories``: teacher rollouts → correct only → the reasoning rewritten in three passes
-(``translate`` to Japanese → ``refine`` → ``scenario``, each its own LLM call, prompt and language check, each fed
-what the pass before it wrote) → verify → HF chat rows → mixed SFT set, as stages on the pipeline engine, into
-one versioned dataset.
+(``translate`` to Japanese → ``refine`` → ``scenario``, each its own LLM call, prompt and language check, each
+fed what the pass before it wrote) → verify → HF chat rows → mixed SFT set, as stages on the pipeline engine,
+into one versioned dataset.
 
     from tansaku.pipelines.trajectories.build import build_trajectories
     from tansaku.pipelines.trajectories.config import TrajectoriesConfig
     manifest = build_trajectories(TrajectoriesConfig(dataset="out/multihop", index="out/index",
                                                      teacher="http:Qwen/Qwen3-32B@http://gpu:8000",
-                                                     general="data/chat.jsonl", ratio=0.5, n=4), out="out/sft")
+                                                     general="data/chat.jsonl", ratio=0.5, n=4),
+                                  out="out/sft")
 
 Splits: ``train`` (the SFT set: agentic rows under the agentic system prompt + general rows) and
 ``rejected`` (the engine's rejected split: every trajectory a stage dropped, as ``stage, reason, detail,
@@ -19,14 +20,16 @@ the teacher for translation and rewriting.
 
 A deepresearch ``--dataset`` (``synth build deepresearch``) needs ``--judge``: correct-only scores each report
 against its row's rubric (``--min-reward``, e.g. the task's pass threshold 0.5). A row with a clarifying
-exchange is the teacher's prompt as RL shows it (``DeepResearch.build_prompt``): the user's initial request, the
-assistant's clarifying question, the user's answer; so its trajectory's ``messages`` open with that exchange
-(the question an assistant turn, trained on like every assistant turn; the answer a user turn) before the
-research, and the rewrite passes leave those turns as they are.
+exchange is the teacher's prompt as RL shows it (``DeepResearch.build_prompt``): the user's initial request,
+the assistant's clarifying question, the user's answer; so its trajectory's ``messages`` open with that
+exchange (the question an assistant turn, trained on like every assistant turn; the answer a user turn) before
+the research, and the rewrite passes leave those turns as they are.
 
-The config (``TrajectoriesConfig``, every setting) is the manifest's, with ``task`` and ``system_prompt`` as they came to (the task's name, the prompt's text).
+The config (``TrajectoriesConfig``, every setting) is the manifest's, with ``task`` and ``system_prompt`` as
+they came to (the task's name, the prompt's text).
 
-Demo (no GPU): ``--teacher scripted:examples/teacher_script.py --translator scripted:examples/teacher_script.py:rewrite``.
+Demo (no GPU):
+``--teacher scripted:examples/teacher_script.py --translator scripted:examples/teacher_script.py:rewrite``.
 """
 
 from __future__ import annotations
@@ -59,17 +62,20 @@ from tansaku.pipelines.trajectories.teacher import guess_task, make_tools, teach
 from tansaku.pipelines.trajectories.verify import verify_stage
 
 PIPELINE_VERSION = "6"  # 2: failed trajectories go to the engine's rejected split (was a failures split);
-# 3: `answer` is a typed struct (was JSON text); agentic rows carry their task's system prompt (the one RL and eval use)
-# 4: a `tool_interface` column (the episode's tool interface, tansaku.envs.tool_interfaces; 0 before)
-# 5: the config is TrajectoriesConfig's fields (the rewriter's settings and min_reward too); mix's ratio always
-# 6: rewrite prompts v2 (the clarifying exchange shown as `dialogue`; scenario keeps the refined facts); a judge
-#    for judged answer rewards (deepresearch), whose prompt turns (the clarifying exchange) are never rewritten
+# 3: `answer` is a typed struct (was JSON text); agentic rows carry their task's system prompt (the one RL and
+# eval use) 4: a `tool_interface` column (the episode's tool interface, tansaku.envs.tool_interfaces; 0
+# before) 5: the config is TrajectoriesConfig's fields (the rewriter's settings and min_reward too); mix's
+# ratio always 6: rewrite prompts v2 (the clarifying exchange shown as `dialogue`; scenario keeps the refined
+# facts); a judge
+#    for judged answer rewards (deepresearch), whose prompt turns (the clarifying exchange) are never
+#    rewritten
 REWRITE_SETTINGS = ("result_chars", "rewrite_max_tokens", "rewrite_temperature", "min_japanese_share",
                     "min_chinese_chars")
 
 
 def question_source(dataset: str | Path, limit: int | None = None):
-    """Question records ``{"question_id", "row"}`` in dataset order (stable ids: the row's ``id`` or ``q<i>``).
+    """Question records ``{"question_id", "row"}`` in dataset order (stable ids: the row's ``id`` or
+    ``q<i>``).
 
     The ``train`` split only: held-out ``test`` questions (``tansaku.core.heldout``) never become SFT rows."""
 
@@ -89,13 +95,15 @@ def _describe(client) -> dict:
 
 def _empty_hints(rewriter_is_teacher: bool) -> dict[str, str]:
     """What fixes a build that kept no trajectory, per stage (``tansaku.core.out_folder.refuse_empty``)."""
-    rewrite = ("the rewriter is the teacher (no --translator): pass --translator SPEC, an LLM that answers the "
-               "rewrite prompts in JSON" if rewriter_is_teacher else "check --translator: its rewrites were unusable")
+    rewrite = ("the rewriter is the teacher (no --translator): pass --translator SPEC, an LLM that answers "
+               "the rewrite prompts in JSON" if rewriter_is_teacher
+               else "check --translator: its rewrites were unusable")
     return {"input": "the --dataset train split has no questions",
-            "teacher": "the teacher gave no rollout: check --teacher (with tool interface variants, a teacher that "
-                       "calls another interface's tools is dropped as wrong_interface: the rejected split)",
-            "correct_only": "no teacher rollout reached the gold answer: check --teacher and that --index holds "
-                            "the documents the questions come from, or raise --n",
+            "teacher": "the teacher gave no rollout: check --teacher (with tool interface variants, a "
+                       "teacher that calls another interface's tools is dropped as wrong_interface: the "
+                       "rejected split)",
+            "correct_only": "no teacher rollout reached the gold answer: check --teacher and that --index "
+                            "holds the documents the questions come from, or raise --n",
             **{stage: rewrite for stage in REWRITE_PASSES},
             "verify": "every rewrite changed the tool calls or results: check --translator"}
 
@@ -107,8 +115,8 @@ def trajectory_task(c: TrajectoriesConfig, dataset_manifest: dict, system_prompt
     if first is None:
         raise InputError(f"{c.dataset} has no questions in its train split")
     overrides = {**({"system_prompt": system_prompt} if system_prompt is not None else {}),
-                 **({"tools": {"interface_variants": c.interface_variants}} if c.interface_variants is not None
-                    else {})}
+                 **({"tools": {"interface_variants": c.interface_variants}}
+                    if c.interface_variants is not None else {})}
     task = task_named(c.task or guess_task(dataset_manifest, first["row"])).configured(overrides)
     if c.judge is None:  # correct-only needs an answer reward: an automatic one, or a rubric and --judge
         try:
@@ -118,13 +126,16 @@ def trajectory_task(c: TrajectoriesConfig, dataset_manifest: dict, system_prompt
     return task
 
 
-def trajectory_stages(c: TrajectoriesConfig, task, tools, clients: dict, catalog_data: dict, general_rows) -> list:
+def trajectory_stages(c: TrajectoriesConfig, task, tools, clients: dict, catalog_data: dict,
+                      general_rows) -> list:
     """Teacher rollouts → correct only → the rewrite passes → verify → format → mix with general chat."""
     return [
-        teacher_stage(clients["teacher"], task, tools, seed=c.seed, **c.pick("n", "temperature", "max_tokens")),
+        teacher_stage(clients["teacher"], task, tools, seed=c.seed,
+                      **c.pick("n", "temperature", "max_tokens")),
         correct_only_stage(task, judge=clients["judge"], **c.pick("min_reward")),
-        # The seed's passes, in its order, one stage each: translate, then refine the translation, then rewrite
-        # the refined reasoning into a drawn scenario (each stage's prompt and language check its own).
+        # The seed's passes, in its order, one stage each: translate, then refine the translation, then
+        # rewrite the refined reasoning into a drawn scenario (each stage's prompt and language check its
+        # own).
         *(rewrite_stage(kind, clients["translator"], seed=c.seed,
                         catalog=catalog_data if kind == "scenario" else None, **c.pick(*REWRITE_SETTINGS))
           for kind in REWRITE_PASSES),
@@ -134,7 +145,8 @@ def trajectory_stages(c: TrajectoriesConfig, task, tools, clients: dict, catalog
     ]
 
 
-def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: BuildContext | None = None) -> dict:
+def build_trajectories(config: TrajectoriesConfig, out="out/sft",
+                       context: BuildContext | None = None) -> dict:
     """Build the mixed SFT trajectory dataset into ``out`` and return its manifest (see module docstring).
 
     ``config`` holds every setting and its bounds (``TrajectoriesConfig``: its help texts are the CLI's);
@@ -151,15 +163,16 @@ def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: Build
         "--dataset": c.dataset, "--index": c.index, "--general": c.general, "--catalog": c.catalog,
         "--license-file": c.license_file})
     dataset_manifest = checked_manifest(c.dataset, "--dataset")
-    chosen = choose_license(c.license, c.license_file, c.dataset)  # refused before the first rollout is paid for
+    # refused before the first rollout is paid for
+    chosen = choose_license(c.license, c.license_file, c.dataset)
     task = trajectory_task(c, dataset_manifest, system_prompt)
     # The recipe records what the options came to: a guessed task and a build naming it are the same build,
     # as are a prompt given as text and as @FILE.
     c = c.replace(task=task.name, system_prompt=system_prompt)
     general_rows = read_chat_rows(c.general) if c.general else None
     teacher = context.client(c.teacher)
-    clients = {"teacher": teacher, "translator": context.client(c.translator) if c.translator is not None else teacher,
-               "judge": context.client(c.judge) if c.judge is not None else None}
+    clients = {"teacher": teacher, "translator": context.client(c.translator) if c.translator is not None
+               else teacher, "judge": context.client(c.judge) if c.judge is not None else None}
     tools = make_tools(task, c.index, seed=c.seed)
     recipe = {
         **c.recipe(), "task_version": task.version, "prompts": PROMPTS,
@@ -171,7 +184,8 @@ def build_trajectories(config: TrajectoriesConfig, out="out/sft", context: Build
     models = {name: _describe(client) if client is not None else None for name, client in clients.items()}
     inputs = [describe_input(c.dataset), describe_input(c.catalog or CATALOG_PATH), describe_input(c.index)]
     if c.general:
-        inputs.append(describe_source(c.general, len(general_rows), option="--general"))  # hf:…: the commit read
+        # hf:…: the commit read
+        inputs.append(describe_source(c.general, len(general_rows), option="--general"))
 
     def summarize(manifest: dict) -> dict:
         train = list(iter_rows(out, split="train", columns=["kind", "scenario", "question_id"]))
@@ -197,7 +211,8 @@ def summary(train: list[dict], rejected: list[dict], config: dict, models: dict,
     return {
         "teacher": models["teacher"], "translator": models["translator"], "judge": models.get("judge"),
         "prompts": config["prompts"],
-        "scenario_distribution": dict(Counter(r["scenario"] for r in train if r["kind"] == "agentic").most_common()),
+        "scenario_distribution": dict(Counter(r["scenario"] for r in train if r["kind"] == "agentic")
+                                      .most_common()),
         "failure_reasons": dict(Counter(f"{r['stage']}/{r['reason']}" for r in rejected).most_common()),
         "questions_with_a_kept_trajectory": len({r["question_id"] for r in train if r["kind"] == "agentic"}),
         "mix": {"ratio_requested": config["ratio"] if general_rows else None, "agentic_rows": agentic,
@@ -222,13 +237,14 @@ def trajectory_card(manifest: dict) -> dict:
         "(assistant-only loss: tool results are masked).\n\n"
         f"- **Teacher:** `{t['teacher'].get('backend')}` `{t['teacher'].get('model')}`; "
         f"**rewriter:** `{t['translator'].get('backend')}` `{t['translator'].get('model')}`; "
-        + (f"**judge:** `{t['judge'].get('backend')}` `{t['judge'].get('model')}`; " if t.get("judge") else "")
+        + (f"**judge:** `{t['judge'].get('backend')}` `{t['judge'].get('model')}`; " if t.get("judge")
+           else "")
         + "prompts "
         + ", ".join(f"`{v}`" for v in t["prompts"].values()) + "\n"
-        f"- **Mix:** {mix['agentic_rows']} agentic rows (agentic system prompt) + {mix['general_rows']} general rows "
-        f"(no system prompt); ratio requested {mix['ratio_requested']}, reached {mix['ratio_actual']}\n"
-        f"- **Rejected split:** {sum(t['failure_reasons'].values())} failed trajectories (config `rejected`), "
-        "never positive examples\n\n"
+        f"- **Mix:** {mix['agentic_rows']} agentic rows (agentic system prompt) + {mix['general_rows']} "
+        f"general rows (no system prompt); ratio requested {mix['ratio_requested']}, reached "
+        f"{mix['ratio_actual']}\n- **Rejected split:** {sum(t['failure_reasons'].values())} failed "
+        "trajectories (config `rejected`), never positive examples\n\n"
         f"### Scenario distribution\n\n| scenario | rows |\n|---|---:|\n{scen}\n\n"
         f"### Rejected by stage/reason\n\n| stage/reason | rows |\n|---|---:|\n{fails}"
     )
@@ -236,6 +252,7 @@ def trajectory_card(manifest: dict) -> dict:
     return {"pretty_name": f"tansaku SFT trajectories: {manifest['name']}", "license": "other",
             "task_categories": ["text-generation"], "tags": ["sft", "tool-use", "agentic-search"],
             "description": description,
-            "limitations": ["Reasoning is rewritten by an LLM: faithful to the tool results by instruction and "
-                            "review, not by proof. Tool calls and results are verified byte-identical.",
-                            "Only questions the teacher solved appear; hard questions are under-represented."]}
+            "limitations": ["Reasoning is rewritten by an LLM: faithful to the tool results by instruction "
+                            "and review, not by proof. Tool calls and results are verified byte-identical.",
+                            "Only questions the teacher solved appear; hard questions are "
+                            "under-represented."]}

@@ -1,10 +1,11 @@
-"""Correct-only: keep trajectories whose final answer scores at least ``min_reward`` (``--min-reward``, default
+"""Correct-only: keep trajectories whose final answer scores at least ``min_reward`` (``--min-reward``,
+default
 1.0: the gold answer) under the task's own answer reward (``deepresearch``: its rubric, scored by ``judge``,
 ``--judge``; a judge that gives no score drops the trajectory as ``judge_error``).
 
 Everything else is dropped (kept in the ``rejected`` split, never a positive example):
-``wrong_answer`` (the answer reward is below ``min_reward``), ``malformed_tool_call`` (the teacher wrote a tool
-call the runner could not parse), ``no_tool_calls`` (answered without searching: it does not teach
+``wrong_answer`` (the answer reward is below ``min_reward``), ``malformed_tool_call`` (the teacher wrote a
+tool call the runner could not parse), ``no_tool_calls`` (answered without searching: it does not teach
 the loop). Teacher episodes that ended without an answer were already dropped by the teacher stage.
 
     stage = correct_only_stage(MultihopQA(), min_reward=1.0)

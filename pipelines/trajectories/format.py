@@ -4,22 +4,25 @@
 Arrow would merge every dict's keys into one struct (tool-call arguments of ``search`` and ``open_doc``,
 the two tool schemas) and fill gaps with nulls, so tool-call ``arguments`` and ``tools`` are stored as
 JSON text — the chat template and ``tansaku.trainer.data`` take both as strings. Each agentic row opens with
-its task's system prompt for its question (``Task.system_prompt``): the very text ``train rl`` and ``train eval``
-put before the same question, which is what makes the system prompt the switch.
+its task's system prompt for its question (``Task.system_prompt``): the very text ``train rl`` and
+``train eval`` put before the same question, which is what makes the system prompt the switch.
 
-Row columns of the ``train`` split: ``id, kind (agentic|general), messages, tools, tool_variant, tool_interface,
-task, question_id, try_index, scenario, answer, reward`` (failed trajectories are in the ``rejected`` split).
-``tools`` are the schemas the teacher episode was shown (the RL environment's, in the description variant
-``tool_variant`` and tool interface ``tool_interface`` drawn for that episode; 0 = ``search``/``open_doc``).
+Row columns of the ``train`` split: ``id, kind (agentic|general), messages, tools, tool_variant,
+tool_interface, task, question_id, try_index, scenario, answer,
+reward`` (failed trajectories are in the ``rejected`` split). ``tools`` are the schemas the teacher episode
+was shown (the RL environment's, in the description variant ``tool_variant`` and tool interface
+``tool_interface`` drawn for that episode; 0 = ``search``/``open_doc``).
 
-``answer`` is the question's gold as one declared struct (``GOLD``) for every task, so its type never depends on
+``answer`` is the question's gold as one declared struct (``GOLD``) for every task, so its type never depends
+on
 which task or rows a build holds and datasets of two tasks concatenate: ``{answer, aliases}`` filled for
 multihop_qa, ``{answer, answer_index, choices}`` for egov_mcq, the other fields null; general rows: null.
-deepresearch rows (correct-only with ``--judge``) have no gold answer: their ``answer`` is all nulls (the rubric
-stays in the source dataset), and their ``messages`` open with the row's clarifying exchange when it has one:
+deepresearch rows (correct-only with ``--judge``) have no gold answer: their ``answer`` is all nulls (the
+rubric stays in the source dataset), and their ``messages`` open with the row's clarifying exchange when it
+has one:
 ``[system, user initial request, assistant clarifying question, user answer, assistant step, tool, …]`` (the
-question, an assistant turn without reasoning, is trained on like every assistant turn; the answer, a user turn,
-is not).
+question, an assistant turn without reasoning, is trained on like every assistant turn; the answer, a user
+turn, is not).
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from tansaku.envs.tool_interfaces import interface_text
 from tansaku.pipelines.trajectories.verify import arguments_text
 
 MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "name", "tool_call_id")
-ROW_KEYS = ("id", "kind", "messages", "tools", "tool_variant", "tool_interface", "task", "question_id", "try_index",
-            "scenario", "answer", "reward")
-# The gold of every task that can build trajectories (the question row's answer columns, typed as its task does).
+ROW_KEYS = ("id", "kind", "messages", "tools", "tool_variant", "tool_interface", "task", "question_id",
+            "try_index", "scenario", "answer", "reward")
+# The gold of every task that can build trajectories (the question row's answer columns, typed as its task
+# does).
 GOLD = pa.struct([("answer", pa.string()), ("aliases", pa.list_(pa.string())), ("answer_index", pa.int64()),
                   ("choices", pa.list_(pa.string()))])
 # Declared so no type depends on the rows: a build whose trajectories all failed holds general rows only.
@@ -81,14 +85,16 @@ def gold_of(row: dict) -> dict:
 
     answer, index = row.get("answer"), row.get("answer_index")
     return {"answer": None if answer is None else str(answer), "aliases": strings(row.get("aliases")),
-            "answer_index": None if index is None else choice_index(index), "choices": strings(row.get("choices"))}
+            "answer_index": None if index is None else choice_index(index),
+            "choices": strings(row.get("choices"))}
 
 
 def chat_row(record: dict, task) -> dict:
     """The dataset row of a trajectory record, under ``task``'s system prompt for the record's question."""
     # Named for the episode's tool interface, as its rollout showed it (tool_interfaces.interface_text).
     system = {"role": "system",
-              "content": interface_text(task.system_prompt(record.get("row") or {}), record.get("tool_interface") or 0)}
+              "content": interface_text(task.system_prompt(record.get("row") or {}),
+                                        record.get("tool_interface") or 0)}
     return {
         "id": record["id"],
         "kind": "agentic",

@@ -11,8 +11,8 @@ byte-identical either way, so only the reasoning tells. ``rewrite.rewrite_stage`
   ``min_japanese_share``.
 
 (A blank step is already ``empty_reasoning`` in ``rewrite.apply_rewrite``.) Both thresholds are config fields
-(``--min-japanese-share``, ``--min-chinese-chars``) and the rewrite stages' params, so they are in the manifest
-and the resume fingerprint.
+(``--min-japanese-share``, ``--min-chinese-chars``) and the rewrite stages' params, so they are in the
+manifest and the resume fingerprint.
 
 >>> language_problem("白砂県の県庁所在地は白砂市。「白砂市」を検索する。") is None
 True
@@ -34,10 +34,11 @@ EXCERPT_CHARS = 60
 
 # Quoted or bracketed text copies a query, a title or a tool result (「…」『…』, a JSON bool query {…}, a
 # gloss （…）): it is not the model's own words. Innermost pairs first, so nesting is removed too.
-_QUOTED = re.compile(r"「[^「」]*」|『[^『』]*』|【[^【】]*】|〔[^〔〕]*〕|《[^《》]*》|〈[^〈〉]*〉|（[^（）]*）"
-                     r"|\([^()]*\)|\[[^\[\]]*\]|\{[^{}]*\}|“[^“”]*”|‘[^‘’]*’|\"[^\"\n]*\"|`[^`\n]*`")
+_QUOTED = re.compile(r"「[^「」]*」|『[^『』]*』|【[^【】]*】|〔[^〔〕]*〕|《[^《》]*》|〈[^〈〉]*〉|（[^（"
+                     r"）]*）|\([^()]*\)|\[[^\[\]]*\]|\{[^{}]*\}|“[^“”]*”|‘[^‘’]*’|\"[^\"\n]*\"|`[^`\n]*`")
 _ASCII_TOKEN = re.compile(r"[!-~]+")
-# An ASCII token with a digit or one of these inside is an identifier (doc ids, URLs, open_doc, v1.2), not a word.
+# An ASCII token with a digit or one of these inside is an identifier (doc ids, URLs, open_doc, v1.2), not a
+# word.
 _IDENTIFIER = re.compile(r"[\d_/:#@=.%&+]")
 _JAPANESE = re.compile(r"[\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9f\u3005\u3006\u3400-\u4dbf"
                        r"\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]+")
@@ -74,13 +75,14 @@ def japanese_share(text: str) -> float:
 
     Digits, punctuation, whitespace, quoted/bracketed text and identifiers do not count (``own_words``). Nor
     do names, whichever script they are in, because both languages embed the other's: a kana/kanji run
-    without hiragana (白砂県, ソフトウェア開発, a Chinese clause — zh_detect's business) and a Latin word with a
-    capital (iPhone, OpenSearch, Guido). What counts is the grammar: kana/kanji runs holding hiragana
+    without hiragana (白砂県, ソフトウェア開発, a Chinese clause — zh_detect's business) and a Latin word with
+    a capital (iPhone, OpenSearch, Guido). What counts is the grammar: kana/kanji runs holding hiragana
     (particles, okurigana) for Japanese, lowercase words of any other script for the rest. So Japanese
     reasoning naming English products, ASCII queries or doc ids scores ~1, English reasoning naming Japanese
     entities ~0, and a step half English scores under 0.5 (an English word spends ~2.5 letters per Japanese
-    character, so even "search ツールで「X」を検索する" — one English word to nine Japanese letters — keeps 0.6).
-    A step with no grammar at all (a bare name, unquoted 文語体) is judged by its script; no letters: 1.0.
+    character, so even "search ツールで「X」を検索する" — one English word to nine Japanese letters — keeps
+    0.6). A step with no grammar at all (a bare name, unquoted 文語体) is judged by its script; no letters:
+    1.0.
 
     >>> japanese_share("Visual Studio Code の拡張機能について調べる。")
     1.0
@@ -91,7 +93,8 @@ def japanese_share(text: str) -> float:
     """
     own = own_words(text)
     grammar = sum(len(run) for run in _JAPANESE.findall(own) if _HIRAGANA.search(run))
-    foreign = sum(len(w) for w in _FOREIGN_WORD.findall(_JAPANESE.sub(" ", own)) if not any(c.isupper() for c in w))
+    foreign = sum(len(w) for w in _FOREIGN_WORD.findall(_JAPANESE.sub(" ", own))
+                  if not any(c.isupper() for c in w))
     if grammar + foreign:
         return grammar / (grammar + foreign)
     for source in (own, text):
@@ -116,7 +119,8 @@ def language_problem(reasoning: str, min_japanese_share: float = MIN_JAPANESE_SH
         return "reasoning_has_chinese", f"{count} Chinese characters: 「{_excerpt(span)}」"
     share = japanese_share(reasoning)
     if share < min_japanese_share:
-        return "reasoning_not_japanese", f"Japanese share {share:.2f} < {min_japanese_share}: 「{_excerpt(reasoning)}」"
+        return ("reasoning_not_japanese",
+                f"Japanese share {share:.2f} < {min_japanese_share}: 「{_excerpt(reasoning)}」")
     return None
 
 

@@ -7,7 +7,8 @@ it (general chat) it keeps its old behaviour. ``ratio`` is general rows per agen
 (capped at what the general set holds; the card reports the ratio actually reached), then the two are
 shuffled together with the same seed. Failed trajectories never get here: earlier stages dropped them.
 
-    rows = read_chat_rows("data/general.jsonl")      # JSONL, JSON list, parquet, a dataset folder, hf:ORG/NAME
+    # JSONL, JSON list, parquet, a dataset folder, hf:ORG/NAME:
+    rows = read_chat_rows("data/general.jsonl")
     stage = mix_stage(rows, ratio=0.5, seed=0)
 """
 
@@ -27,12 +28,13 @@ from tansaku.pipelines.trajectories.format import general_row
 def read_chat_rows(path: str | Path) -> list[dict]:
     """Rows with ``messages`` from a JSONL/JSON/parquet file or a dataset folder (split ``train``), or a Hub
     chat set ``hf:OWNER/NAME[:CONFIG][@REVISION][#SPLIT]`` from the local HF cache (its columns mapped to
-    ``messages``: ``tansaku.core.chat_sources``), normalized to the trajectory row columns (``kind="general"``,
-    leading system message removed)."""
+    ``messages``: ``tansaku.core.chat_sources``), normalized to the trajectory row columns
+    (``kind="general"``, leading system message removed)."""
 
     p = Path(path)
     try:
-        raw = read_chat_source(path, option="--general") if is_hub_source(path) else read_records(p, split="train")
+        raw = (read_chat_source(path, option="--general") if is_hub_source(path)
+               else read_records(p, split="train"))
     except StoreError as exc:
         raise InputError(f"general chat set: {exc}") from None
     rows = []

@@ -1,23 +1,26 @@
-"""Rewrite each step's reasoning with an LLM, in passes: translate to Japanese, refine, follow a drawn scenario.
+"""Rewrite each step's reasoning with an LLM, in passes: translate to Japanese, refine, follow a drawn
+scenario.
 
-The seed's order (出力の修正: 和訳する → 自然で洗練されたものにする → シナリオパターンに従ってアレンジする), each
+The seed's order (出力の修正: 和訳する → 自然で洗練されたものにする → シナリオパターンに従ってアレンジする),
+each
 pass its own engine stage, LLM call, versioned prompt and checks: ``translate`` turns the teacher's reasoning
-into Japanese; ``refine`` cleans up the translated reasoning (natural, coherent, faithful to the tool results);
-``scenario`` rewrites the *refined* reasoning into the drawn scenario pattern (the stages run in that order on
-the same record, so each pass is shown what the pass before it wrote). None is optional and none is folded into
-another.
+into Japanese; ``refine`` cleans up the translated reasoning (natural, coherent, faithful to the tool
+results); ``scenario`` rewrites the *refined* reasoning into the drawn scenario pattern (the stages run in
+that order on the same record, so each pass is shown what the pass before it wrote). None is optional and none
+is folded into another.
 
 Only assistant ``reasoning_content`` changes, and only in the episode's own steps: the prompt's turns
 (``record["n_prompt"]``: system, user, and for a deepresearch row with a clarifying exchange the assistant's
 question and the user's answer, shown to the rewriter as ``dialogue``) are left as they are. The LLM sees the
 steps (reasoning, tool calls, tool results cut to ``result_chars``) and answers
-``{"steps": [{"reasoning", "tool_calls"}, …]}``; it must echo every tool call unchanged. The new reasoning is put back into the teacher's own messages, and the
-result is checked with ``verify.identity_violation`` so tool calls and results stay byte-identical;
-anything else is dropped with a reason (``llm_error``, ``llm_bad_json``, ``step_count_changed``,
-``tool_call_altered``, ``empty_reasoning`` …). Every rewritten step must then be Japanese (``language``:
-``reasoning_has_chinese``, ``reasoning_not_japanese``; thresholds ``min_japanese_share``, ``min_chinese_chars``
-in the stage params), so all three rewrite stages drop a Chinese or English rewrite the same way, each under
-its own stage name (``translate``/``refine``/``scenario``, with the step in the detail).
+``{"steps": [{"reasoning", "tool_calls"}, …]}``; it must echo every tool call unchanged. The new reasoning is
+put back into the teacher's own messages, and the result is checked with ``verify.identity_violation`` so tool
+calls and results stay byte-identical; anything else is dropped with a reason (``llm_error``,
+``llm_bad_json``, ``step_count_changed``, ``tool_call_altered``, ``empty_reasoning`` …). Every rewritten step
+must then be Japanese (``language``: ``reasoning_has_chinese``, ``reasoning_not_japanese``; thresholds
+``min_japanese_share``, ``min_chinese_chars`` in the stage params), so all three rewrite stages drop a Chinese
+or English rewrite the same way, each under its own stage name (``translate``/``refine``/``scenario``, with
+the step in the detail).
 
 Scenarios come from ``scenarios.yaml``; one is drawn per trajectory with ``rng_for(seed, "scenario", id)``
 among those whose ``requires`` hold for what the trajectory really did. Prompts are versioned files in
@@ -60,8 +63,8 @@ from tansaku.pipelines.trajectories.verify import (
 
 HERE = Path(__file__).resolve().parent
 CATALOG_PATH = HERE / "scenarios.yaml"
-# v2: the payload may hold the clarifying exchange before the episode (`dialogue`); scenario is told its input is
-# the refined reasoning, whose facts it keeps.
+# v2: the payload may hold the clarifying exchange before the episode (`dialogue`); scenario is told its input
+# is the refined reasoning, whose facts it keeps.
 PROMPTS = {"translate": "translate.v2.md", "refine": "refine.v2.md", "scenario": "scenario.v2.md"}
 REWRITE_PASSES = ("translate", "refine", "scenario")  # the stages, in the order they run
 REWRITE_SCHEMA = {
@@ -99,7 +102,8 @@ def trajectory_features(messages: list[dict]) -> dict:
     return {
         "tool_calls": len(pairs),
         "searches": len(searches),
-        "empty_result": any(r is not None and _empty_or_error(str(r.get("content", ""))) for _, r in searches),
+        "empty_result": any(r is not None and _empty_or_error(str(r.get("content", ""))) for _,
+                            r in searches),
         "bool_query": any(_is_bool_query(a) for a, _ in searches),
         "opened_doc": any(TOOL_ROLES.get(n) == "open" for n, _, _ in pairs),
     }
@@ -134,7 +138,8 @@ def load_catalog(path: str | Path | None = None) -> dict:
             raise CatalogError(f"{path}: every scenario needs an id and a guide (text), got {s!r:.100}")
         weight = s.get("weight", 1)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise CatalogError(f"{path}: scenario {s['id']!r} needs a number as its weight, got {weight!r:.40}")
+            raise CatalogError(f"{path}: scenario {s['id']!r} needs a number as its weight, got "
+                               f"{weight!r:.40}")
         if not isinstance(s.get("requires") or {}, dict):
             raise CatalogError(f"{path}: scenario {s['id']!r}: requires is a mapping of check: value")
         if s["id"] in seen:
@@ -144,7 +149,8 @@ def load_catalog(path: str | Path | None = None) -> dict:
         if unknown:
             raise CatalogError(f"{path}: scenario {s['id']!r} requires unknown {sorted(unknown)}; "
                                f"known: {sorted(SCENARIO_CHECKS)}")
-        for check, value in (s.get("requires") or {}).items():  # what the check reads it as, at each trajectory
+        # what the check reads it as, at each trajectory
+        for check, value in (s.get("requires") or {}).items():
             if check.startswith("min_") and (isinstance(value, bool) or not isinstance(value, int)):
                 raise CatalogError(f"{path}: scenario {s['id']!r}: requires {check} takes a whole number")
         if not float(s.get("weight", 1)) > 0:
@@ -159,7 +165,8 @@ def applicable_scenarios(catalog: dict, messages: list[dict]) -> list[dict]:
 
 
 def draw_scenario(catalog: dict, messages: list[dict], seed: int, key: str) -> dict | None:
-    """One applicable scenario, drawn by weight with ``rng_for(seed, "scenario", key)``; None if none applies."""
+    """One applicable scenario, drawn by weight with ``rng_for(seed, "scenario", key)``; None if none
+    applies."""
     options = applicable_scenarios(catalog, messages)
     if not options:
         return None
@@ -185,7 +192,8 @@ def steps_payload(messages: list[dict], result_chars: int = RESULT_CHARS, start:
             text = str(result.get("content") or "")
             results.append(text if len(text) <= result_chars else text[:result_chars] + "…(省略)")
         calls = [{"name": n, "arguments": _loads_or_text(a)} for n, a in tool_calls_of(message)]
-        step = {"step": len(steps) + 1, "reasoning": message.get("reasoning_content") or "", "tool_calls": calls}
+        step = {"step": len(steps) + 1, "reasoning": message.get("reasoning_content") or "",
+                "tool_calls": calls}
         if results:
             step["tool_results"] = results
         if message.get("content"):
@@ -215,11 +223,14 @@ def exchange(record: dict) -> list[dict] | None:
     return [{"role": m["role"], "content": m.get("content") or ""} for m in turns]
 
 
-def rewrite_request(kind: str, record: dict, scenario: dict | None = None, *, result_chars: int = RESULT_CHARS,
+def rewrite_request(kind: str, record: dict, scenario: dict | None = None, *,
+                    result_chars: int = RESULT_CHARS,
                     max_tokens: int = REWRITE_MAX_TOKENS, temperature: float = REWRITE_TEMPERATURE):
-    """The ChatRequest asking the LLM to rewrite ``record["messages"]``' reasoning (greedy by default, cached).
+    """The ChatRequest asking the LLM to rewrite ``record["messages"]``' reasoning (greedy by default,
+    cached).
 
-    With a clarifying exchange in the prompt the payload's ``question`` is the user's first turn and ``dialogue``
+    With a clarifying exchange in the prompt the payload's ``question`` is the user's first turn and
+    ``dialogue``
     the exchange: what the agent was told, so its rewritten reasoning knows no more than that."""
 
     text, version = load_prompt(kind)
@@ -230,7 +241,8 @@ def rewrite_request(kind: str, record: dict, scenario: dict | None = None, *, re
         payload["dialogue"] = dialogue
     payload["steps"] = steps_payload(record["messages"], result_chars, prompt_length(record))
     if scenario is not None:
-        payload["scenario"] = {"id": scenario["id"], "name": scenario.get("name", ""), "guide": scenario["guide"]}
+        payload["scenario"] = {"id": scenario["id"], "name": scenario.get("name", ""),
+                               "guide": scenario["guide"]}
     body = "```json\n" + jsontext.dumps(payload, indent=1) + "\n```"
     return ChatRequest(messages=[{"role": "user", "content": text.replace("{{PAYLOAD}}", body)}],
                        max_tokens=max_tokens, temperature=temperature, json_schema=REWRITE_SCHEMA)
@@ -251,7 +263,8 @@ def apply_rewrite(messages: list[dict], text: str, start: int = 0) -> list[dict]
         return "step_count_changed", f"{len(assistant_at)} steps -> {got}"
     out = copy.deepcopy(messages)
     for n, (i, step) in enumerate(zip(assistant_at, steps), 1):
-        if not isinstance(step, dict) or not isinstance(step.get("reasoning"), str) or not step["reasoning"].strip():
+        if (not isinstance(step, dict) or not isinstance(step.get("reasoning"), str)
+                or not step["reasoning"].strip()):
             return "empty_reasoning", f"step {n}"
         # The echo is compared as parsed JSON (key order and spacing are not a change); the stored bytes
         # stay the teacher's. A different name, value or count of calls is an altered tool call.
@@ -273,14 +286,15 @@ def _canonical(arguments) -> str:
 
 def rewrite_stage(kind: str, client, *, seed: int = 0, catalog: dict | None = None, batch_size: int = 16,
                   result_chars: int = RESULT_CHARS, rewrite_max_tokens: int = REWRITE_MAX_TOKENS,
-                  rewrite_temperature: float = REWRITE_TEMPERATURE, min_japanese_share: float = MIN_JAPANESE_SHARE,
-                  min_chinese_chars: int = MIN_CHINESE_CHARS):
+                  rewrite_temperature: float = REWRITE_TEMPERATURE,
+                  min_japanese_share: float = MIN_JAPANESE_SHARE, min_chinese_chars: int = MIN_CHINESE_CHARS):
     """A batch stage rewriting live records' reasoning with ``client`` (one pass: ``translate``, ``refine`` or
-    ``scenario``, each given the reasoning the record holds when it arrives); ``kind="scenario"`` also draws and
-    records the scenario (a trajectory no scenario applies to fails with ``no_scenario_applies``).
+    ``scenario``, each given the reasoning the record holds when it arrives); ``kind="scenario"`` also draws
+    and records the scenario (a trajectory no scenario applies to fails with ``no_scenario_applies``).
     ``result_chars``, ``rewrite_max_tokens``, ``rewrite_temperature``: what the rewriter is shown and how it
     answers; ``min_japanese_share``/``min_chinese_chars``: the language check on every rewritten step
-    (``language``). All five are ``TrajectoriesConfig`` fields and the stage's params, under the same names."""
+    (``language``). All five are ``TrajectoriesConfig`` fields and the stage's params, under the same
+    names."""
     settings = {"result_chars": result_chars, "rewrite_max_tokens": rewrite_max_tokens,
                 "rewrite_temperature": rewrite_temperature, "min_japanese_share": min_japanese_share,
                 "min_chinese_chars": min_chinese_chars}

@@ -5,13 +5,14 @@ Each question row (a multihop or egov dataset row) becomes ``n`` trajectory reco
     {"id": "q7-t0", "question_id": "q7", "try_index": 0, "task": "multihop_qa", "question": …,
      "row": {question row, for the answer reward}, "messages": [system, user, assistant, tool, …],
      "teacher_messages": (the same, frozen for the byte-identity check), "n_prompt": 2,
-     "tools": [tool schemas], "tool_variant": 2, "tool_interface": 0, "stop_reason": "answer", "scenario": None}
+     "tools": [tool schemas], "tool_variant": 2, "tool_interface": 0, "stop_reason": "answer",
+     "scenario": None}
 
 ``tools`` are the JSON schemas the teacher was shown in *that* episode: each episode is a fresh
 ``tansaku.envs.environments.SearchEnvironment`` (the RL environment class) whose ``reset`` draws a
-description variant (``tool_variant``) and, when the task draws them, a tool interface (``tool_interface``), so
-SFT rows carry the same schemas RL shows, varied per question. An episode that called another interface's tools
-(a teacher that speaks only ``search``/``open_doc`` on a ``find``/``read`` episode) is dropped as
+description variant (``tool_variant``) and, when the task draws them, a tool interface (``tool_interface``),
+so SFT rows carry the same schemas RL shows, varied per question. An episode that called another interface's
+tools (a teacher that speaks only ``search``/``open_doc`` on a ``find``/``read`` episode) is dropped as
 ``wrong_interface``.
 
 Tool-call arguments are stored as JSON text (one spelling, fixed here), so every later comparison of
@@ -40,8 +41,8 @@ def guess_task(dataset_manifest: dict, first_row: dict | None) -> str:
     (each task class says which pipelines and columns are its own: ``tasks.task_for_dataset``)."""
     task = task_for_dataset(str(dataset_manifest.get("pipeline", "")), first_row)
     if task is None:
-        raise InputError("cannot tell the task of this dataset (no task's pipeline in its manifest, no task's "
-                         f"columns in its rows); pass --task with one of {', '.join(TASKS)}")
+        raise InputError("cannot tell the task of this dataset (no task's pipeline in its manifest, no "
+                         f"task's columns in its rows); pass --task with one of {', '.join(TASKS)}")
     return task.name
 
 
@@ -74,7 +75,8 @@ def wrong_interface_calls(trajectory) -> list[str]:
 
 
 def trajectory_records(question: dict, trajectories, task_name: str) -> list[dict]:
-    """One record per trajectory of ``question`` (a failed teacher episode is a ``Drop`` named by its stop reason)."""
+    """One record per trajectory of ``question`` (a failed teacher episode is a ``Drop`` named by its stop
+    reason)."""
     records = []
     for t in trajectories:
         messages = stored_messages(t.messages)
@@ -123,4 +125,5 @@ def teacher_stage(client, task, tools, *, n: int, temperature: float, max_tokens
         return [trajectory_records(q, by_row.get(i, []), task.name) for i, q in enumerate(batch)]
 
     return batch_stage("teacher", run, batch_size=batch_size, llm=client,
-                       params={"n": n, "temperature": temperature, "max_tokens": max_tokens, "task": task.name})
+                       params={"n": n, "temperature": temperature, "max_tokens": max_tokens,
+                               "task": task.name})

@@ -4,7 +4,8 @@ A trajectory is a list of HF chat messages; tool-call ``arguments`` are JSON *st
 teacher stage), so "byte-identical" is a plain string comparison. Rewriting may only change assistant
 ``reasoning_content``; everything else must match the teacher's messages exactly:
 
-    problem = identity_violation(teacher_messages, rewritten)   # None, or ("tool_result_altered", "message 4")
+    problem = identity_violation(teacher_messages, rewritten)
+    # None, or ("tool_result_altered", "message 4")
     problem = replay_violation(rewritten, make_environment_factory(task, "out/index"), row)
 
 Run the tests: ``pytest tests/test_trajectories_verify.py``.
@@ -47,8 +48,8 @@ def identity_violation(original: list[dict], rewritten: list[dict],
     assistant's visible content), ``empty_reasoning`` (an assistant step lost its reasoning).
 
     The first ``prompt_messages`` messages are the episode's prompt (a deepresearch row's clarifying exchange
-    holds an assistant turn there: the question the row's dialogue asked, never rewritten): each stays exactly as
-    it was, reasoning included, and needs none.
+    holds an assistant turn there: the question the row's dialogue asked, never rewritten): each stays exactly
+    as it was, reasoning included, and needs none.
     """
     if len(original) != len(rewritten):
         return "message_count_changed", f"{len(original)} -> {len(rewritten)}"
@@ -59,7 +60,8 @@ def identity_violation(original: list[dict], rewritten: list[dict],
         role = before.get("role")
         if role == "assistant":
             if tool_calls_of(before) != tool_calls_of(after):
-                return "tool_call_altered", f"{where}: {tool_calls_of(before)} -> {tool_calls_of(after)}"[:300]
+                return ("tool_call_altered",
+                        f"{where}: {tool_calls_of(before)} -> {tool_calls_of(after)}"[:300])
             if (before.get("content") or "") != (after.get("content") or ""):
                 return "content_altered", where
             if i < prompt_messages:
@@ -103,15 +105,18 @@ def call_pairs(messages: list[dict]) -> Iterator[tuple[str, str, dict | None]]:
             yield name, args, result
 
 
-def replay_violation(messages: list[dict], environment_factory, row: dict | None = None) -> tuple[str, str] | None:
+def replay_violation(messages: list[dict], environment_factory,
+                     row: dict | None = None) -> tuple[str, str] | None:
     """Run every tool call again, in order, on a fresh environment from ``environment_factory`` (reset with
     ``row``: the same call budget as the episode) and compare with the stored result, as the runner wrote it
     (``environments.call_tool``: a failed call's stored content is ``{'error': …}``). ``None`` when all match,
-    else ``(reason, call)`` with reason ``replay_mismatch``, ``replay_missing_result`` or ``replay_unexecutable``.
+    else ``(reason, call)`` with reason ``replay_mismatch``, ``replay_missing_result`` or
+    ``replay_unexecutable``.
     """
     environment = environment_factory()
     # The episode's own prompt turns stand in for a row's prompt (the environment refuses a row without one).
-    environment.reset(**{"prompt": [m for m in messages if m.get("role") in ("system", "user")], **(row or {})})
+    environment.reset(**{"prompt": [m for m in messages if m.get("role") in ("system", "user")],
+                         **(row or {})})
     functions = tool_methods(environment)
     for name, args, result in call_pairs(messages):
         call = f"{name}({args[:120]})"
@@ -136,7 +141,8 @@ def verify_stage(tools):
     from ``tools`` (an environment factory, ``teacher.make_tools``)."""
 
     def check(record: dict) -> dict:
-        problem = identity_violation(record["teacher_messages"], record["messages"], record.get("n_prompt") or 0)
+        problem = identity_violation(record["teacher_messages"], record["messages"],
+                                     record.get("n_prompt") or 0)
         if problem is None:
             problem = replay_violation(record["messages"], tools, record.get("row"))
         return fail(record, *problem) if problem else record

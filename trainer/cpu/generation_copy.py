@@ -1,7 +1,8 @@
-"""On CPU, GRPO's transformers generation run by a bf16 copy of the policy, refreshed before every generate call.
+"""On CPU, GRPO's transformers generation run by a bf16 copy of the policy, refreshed before every generate
+call.
 
     from tansaku.trainer.cpu.generation_copy import generate_with_bf16_copy
-    generate_with_bf16_copy(trainer)   # cpu.apply does this unless the recipe sets bf16_generation_copy: false
+    generate_with_bf16_copy(trainer)   # cpu.apply does this unless a recipe sets bf16_generation_copy: false
 
 RL at a learning rate of 1e-5 keeps fp32 master weights (``bf16: true`` without ``dtype``): bf16 weights would
 round most updates away. Accelerate then runs every forward under bf16 autocast, and autocast drops its cache
@@ -11,10 +12,10 @@ of cast weights when the outermost autocast region ends, which is every forward.
 copy (``bench/results/gspo_profile_shared_training.md``, ``autocast-generation`` vs ``full``). This
 wrapper (an instance attribute over the model's ``generate``: TRL's code is untouched) keeps a bf16 copy of
 the weights, copies the training weights into it at the start of every call (one cast per call instead of one
-per decode step; the weights never change inside a call) and lets the copy generate. The rotary frequencies and other buffers stay as they were. Sampling in bf16 while
-training in fp32 is what every vLLM-backed GRPO run does; TRL recomputes the log-probs it trains on with the
-training model, so the loss is unchanged. LoRA models, models whose weights are not fp32 and other devices
-keep TRL's generate.
+per decode step; the weights never change inside a call) and lets the copy generate. The rotary frequencies
+and other buffers stay as they were. Sampling in bf16 while training in fp32 is what every vLLM-backed GRPO
+run does; TRL recomputes the log-probs it trains on with the training model, so the loss is unchanged. LoRA
+models, models whose weights are not fp32 and other devices keep TRL's generate.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import torch
 from peft import PeftModel
 
 COPY_DTYPE = torch.bfloat16
-# Instance attributes that TRL, accelerate and tansaku put over the class's methods: the copy runs the class's own.
+# Instance attributes that TRL, accelerate and tansaku put over the class's methods: the copy runs the class's
+# own.
 PATCHED_METHODS = ("forward", "generate")
 
 
@@ -39,8 +41,8 @@ def handles(trainer) -> bool:
 
 
 def bf16_copy(model):
-    """A copy of ``model`` for generation: its parameters in ``COPY_DTYPE`` (ties kept), its buffers as they were,
-    no gradients, eval mode, and the class's own ``forward`` / ``generate``."""
+    """A copy of ``model`` for generation: its parameters in ``COPY_DTYPE`` (ties kept), its buffers as they
+    were, no gradients, eval mode, and the class's own ``forward`` / ``generate``."""
     twin = copy.deepcopy(model)
     for name in PATCHED_METHODS:
         twin.__dict__.pop(name, None)
@@ -78,7 +80,8 @@ def copy_generate(model, twin):
         with torch.no_grad():  # the weights the optimizer left, cast once for the whole call
             for target, source in pairs:
                 target.copy_(source)
-        twin.generation_config = model.generation_config  # TRL overrides the policy's for the call (transformers#42762)
+        # TRL overrides the policy's for the call (transformers#42762)
+        twin.generation_config = model.generation_config
         return twin.generate(*args, **kwargs)
 
     generate.bf16_copy = twin  # for profilers and tests: the module whose forwards a rollout runs

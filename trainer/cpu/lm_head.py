@@ -57,7 +57,8 @@ def labelled_scores(hidden, weight, bias, labels, temperature: float = 1.0, bloc
     inv_t, block_rows = 1.0 / temperature, block_rows or BLOCK_ROWS
     parts = [checkpoint(block_scores, hidden[s:s + block_rows], weight, bias, labels[s:s + block_rows], inv_t,
                         use_reentrant=False)
-             for s in range(0, max(len(hidden), 1), block_rows)]  # one empty block keeps an empty batch connected
+             # one empty block keeps an empty batch connected
+             for s in range(0, max(len(hidden), 1), block_rows)]
     return tuple(torch.cat(p) for p in zip(*parts))
 
 
@@ -70,12 +71,13 @@ def handles(model) -> bool:
 def score_labelled_positions(trainer, share_prefix: bool = False) -> SharedPrefix | None:
     """Wrap the forward TRL patched on the trainer's model (and reference model) when ``handles`` says so.
     ``share_prefix`` (GRPO): the policy's training forwards run the rollouts' shared prompt tokens once per
-    optimizer step (``tansaku.trainer.cpu.prefix_train``); returns that ``SharedPrefix`` for the trainer to feed."""
+    optimizer step (``tansaku.trainer.cpu.prefix_train``); returns that ``SharedPrefix`` for the trainer to
+    feed."""
     temperature = getattr(trainer, "temperature", 1.0)  # GRPO's sampling temperature; SFT scores at 1.0
     policy = trainer.model.get_base_model() if isinstance(trainer.model, PeftModel) else trainer.model
     # Not under gradient checkpointing: its recomputation would write the cache twice, so the training forward
-    # takes the full path, and TRL's no-grad forwards (old log-probs), which it runs with checkpointing off, must
-    # take the same path, or rounding alone moves the ratio a round is clipped against.
+    # takes the full path, and TRL's no-grad forwards (old log-probs), which it runs with checkpointing off,
+    # must take the same path, or rounding alone moves the ratio a round is clipped against.
     checkpointing = getattr(getattr(trainer, "args", None), "gradient_checkpointing", False)
     shared = SharedPrefix(policy) if share_prefix and handles(policy) and not checkpointing else None
     for model, prefix in ((policy, shared), (getattr(trainer, "ref_model", None), None)):
@@ -91,22 +93,25 @@ def labelled_forward(model, temperature: float, shared: SharedPrefix | None = No
     fused = model.forward
 
     @functools.wraps(fused)
-    def forward(*args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
+    def forward(*args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None,
+                **kwargs):
         if not fused_lm_head:
-            return fused(*args, labels=labels, shift_labels=shift_labels, num_items_in_batch=num_items_in_batch,
-                         **kwargs)
+            return fused(*args, labels=labels, shift_labels=shift_labels,
+                         num_items_in_batch=num_items_in_batch, **kwargs)
         targets = labels[:, 1:] if shift_labels is None else shift_labels
         mask = targets != -100
         hidden = None
         if shared is not None and not args:
             found = shared.hidden_states(**kwargs)
-            if found is not None and bool(found[1][:, :targets.shape[1]][mask].all()):  # every scored position
+            # every scored position
+            if found is not None and bool(found[1][:, :targets.shape[1]][mask].all()):
                 hidden = found[0]
         if hidden is None:
             hidden = model.base_model(*args, **{**kwargs, "use_cache": False}).last_hidden_state
         hidden = hidden[:, :targets.shape[1]]  # unshifted labels: position t predicts label t + 1
         head = model.get_output_embeddings()
-        log_probs, entropy, top1 = labelled_scores(hidden[mask], head.weight, head.bias, targets[mask], temperature)
+        log_probs, entropy, top1 = labelled_scores(hidden[mask], head.weight, head.bias, targets[mask],
+                                                   temperature)
         log_probs, entropy, is_top1 = (x.new_zeros(mask.shape).masked_scatter(mask, x)
                                        for x in (log_probs, entropy, top1))
         count = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch

@@ -2,16 +2,17 @@
 an episode's earlier turns once per episode.
 
     from tansaku.trainer.cpu.prefix_generate import share_prompt_prefix
-    share_prompt_prefix(trainer.model)   # cpu.apply does this unless the recipe sets share_prompt_prefix: false
+    share_prompt_prefix(trainer.model)   # cpu.apply does this unless a recipe sets share_prompt_prefix: false
 
-Without vLLM, TRL's GRPOTrainer generates each turn with ``model.generate`` over the left-padded batch of every
-active episode's whole context. Those contexts all begin with the same system turn and tool schemas (most
-of a compact prompt), and a multi-turn episode pays for them again at every turn: in the first profile of one
-16-episode GSPO step (``bench/gspo_profile.py``, 2026-12-01) prefill was 37k tokens, a fifth of the step. This wrapper of the model's ``generate`` (an instance attribute: TRL's code is
-untouched) finds the tokens all rows of a call share after their padding, runs them once, and hands generate
-their KV cache with the rows laid out as [shared tokens][padding][own tokens]. The layout is as wide as TRL's
-own, so TRL's ``prompt_length`` slicing of the output is unchanged; the attention mask hides the padding and
-generate numbers positions from the mask, so each row sees its text at the positions it had. The shared part is
+Without vLLM, TRL's GRPOTrainer generates each turn with ``model.generate`` over the left-padded batch of
+every active episode's whole context. Those contexts all begin with the same system turn and tool schemas
+(most of a compact prompt), and a multi-turn episode pays for them again at every turn: in the first profile
+of one 16-episode GSPO step (``bench/gspo_profile.py``, 2026-12-01) prefill was 37k tokens, a fifth of the
+step. This wrapper of the model's ``generate`` (an instance attribute: TRL's code is untouched) finds the
+tokens all rows of a call share after their padding, runs them once, and hands generate their KV cache with
+the rows laid out as [shared tokens][padding][own tokens]. The layout is as wide as TRL's own, so TRL's
+``prompt_length`` slicing of the output is unchanged; the attention mask hides the padding and generate
+numbers positions from the mask, so each row sees its text at the positions it had. The shared part is
 recomputed at every call (the weights change between steps), so nothing stale is ever reused. A call that
 continues the episodes of the call before it (the next turn of TRL's tool loop, with the same weights) reuses
 that call's cache instead, so it prefills only the tool results (``tansaku.core.llm.turn_cache``). Every cache
@@ -48,10 +49,10 @@ def shared_prefix_length(input_ids, attention_mask) -> int:
 
 
 def share_prompt_prefix(model, min_shared: int = MIN_SHARED_TOKENS, turns: TurnCache | None = None):
-    """Replace ``model.generate`` by one that computes the batch's shared prompt tokens once and reuses the last
-    call's cache for the next turn (see module doc). ``turns``: where that cache is kept (default: a
-    ``TurnCache`` over ``model``'s weights; a generation copy passes one over the training model it is refreshed
-    from, which the trainer also clears once the rollouts are done)."""
+    """Replace ``model.generate`` by one that computes the batch's shared prompt tokens once and reuses the
+    last call's cache for the next turn (see module doc). ``turns``: where that cache is kept (default: a
+    ``TurnCache`` over ``model``'s weights; a generation copy passes one over the training model it is
+    refreshed from, which the trainer also clears once the rollouts are done)."""
     generate = model.generate
     turns = turns if turns is not None else TurnCache(model)
 

@@ -1,7 +1,7 @@
 """GRPO's training forward with the prompt tokens several rollouts share run once per optimizer step.
 
     shared = SharedPrefix(model)          # build_rl_trainer wires it on CPU (tansaku.trainer.cpu.lm_head)
-    shared.set_prompts(rows)              # after each rollout batch is generated: the prefixes its prompts share
+    shared.set_prompts(rows)              # once each rollout batch is generated: its prompts' shared prefixes
     hidden, computed = shared.hidden_states(input_ids, attention_mask)   # in each micro-batch's forward
     shared.flush()                        # after the last micro-batch's backward, before gradient clipping
 
@@ -19,7 +19,8 @@ on relative positions only, so a prefix at positions 0… instead of after each 
 nothing.
 
 Forwards without gradients (TRL's ``old_per_token_logps`` of an off-policy round, the sampler gap of
-``tansaku.trainer.sampler_logprobs``) take the same path over a cache computed without a graph, so the log-probs a
+``tansaku.trainer.sampler_logprobs``) take the same path over a cache computed without a graph, so the
+log-probs a
 round is clipped against are computed the way its training forward computes them: in bf16 the full forward and
 the prefix path differ by more than GSPO's clip of 3e-4 (on the 2-core CPU, 75 % of the first minibatch's
 sequences were clipped before any update), which would clip on rounding instead of on the policy's change.
@@ -45,8 +46,10 @@ class Prefix:
     """Prompt tokens several rollouts begin with, and between flushes their KV cache."""
 
     tokens: torch.Tensor  # 1-D
-    graph: list[torch.Tensor] = field(default_factory=list)  # each layer's keys and values, in the forward's graph
-    leaves: list[torch.Tensor] = field(default_factory=list)  # the same tensors cut from it: rows attend to these
+    # each layer's keys and values, in the forward's graph
+    graph: list[torch.Tensor] = field(default_factory=list)
+    # the same tensors cut from it: rows attend to these
+    leaves: list[torch.Tensor] = field(default_factory=list)
     frozen: list[torch.Tensor] = field(default_factory=list)  # keys and values computed without gradients
 
 
@@ -59,7 +62,8 @@ class SharedPrefix:
 
     def set_prompts(self, rows: list[torch.Tensor]) -> None:
         """Take the prefixes the prompts (1-D token tensors) of a new rollout batch share."""
-        self.flush()  # the gradients so far belong to the old prefixes: add them now (addition is exact anyway)
+        # the gradients so far belong to the old prefixes: add them now (addition is exact anyway)
+        self.flush()
         self.prefixes = [Prefix(tokens) for tokens in shared_prefixes(rows, self.min_tokens)]
 
     def set_rollouts(self, prompt_ids, prompt_mask) -> None:
@@ -71,9 +75,9 @@ class SharedPrefix:
                 and not getattr(self.model, "is_activation_checkpointing", False))
 
     def hidden_states(self, input_ids, attention_mask, **extra_inputs):
-        """The backbone's last hidden states for ``input_ids`` ([B, T, H]), each row computed over its prefix's
-        cache, and a [B, T] mask of the positions computed (zeros elsewhere: prefixes and padding); or None
-        where this forward does not apply (see module doc)."""
+        """The backbone's last hidden states for ``input_ids`` ([B, T, H]), each row computed over its
+        prefix's cache, and a [B, T] mask of the positions computed (zeros elsewhere: prefixes and padding);
+        or None where this forward does not apply (see module doc)."""
         if not self.usable(extra_inputs):
             return None
         spans = text_spans(attention_mask)
@@ -101,7 +105,8 @@ class SharedPrefix:
         best = None
         for prefix in self.prefixes:
             n = len(prefix.tokens)
-            if n < len(text) and (best is None or n > len(best.tokens)) and torch.equal(text[:n], prefix.tokens):
+            if (n < len(text) and (best is None or n > len(best.tokens))
+                    and torch.equal(text[:n], prefix.tokens)):
                 best = prefix
         return best
 
