@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from search import WAC, generated_rows, make_queries  # noqa: E402 - bench/search.py's corpus and queries
 
-from tansaku.envs.search.dsl import Limits, QueryError  # noqa: E402
+from tansaku.envs.search.dsl import QueryError  # noqa: E402
+from tansaku.envs.search.dsl_limits import Limits  # noqa: E402
 from tansaku.envs.search.embedded import EmbeddedBackend, build_embedded  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"

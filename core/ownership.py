@@ -3,15 +3,19 @@
 A command replaces only what it can prove it made. Each kind of output carries a marker file that tansaku
 writes last (so its presence also means "complete"):
 
-    dataset folder   manifest.json        (``synth build …``: a JSON object with ``pipeline`` and ``fingerprint``)
-    search index     tansaku_index.json   (``synth index build``: a JSON object with ``format`` and ``backend``)
+    dataset folder   manifest.json        (``synth build …``: a JSON object with ``pipeline`` and
+                                          ``fingerprint``)
+    search index     tansaku_index.json   (``synth index build``: a JSON object with ``format`` and
+                                          ``backend``)
     merged model     tansaku_model.json   (``train merge``: ``{"kind": "merge", …}``)
 
-Outputs written file by file carry a marker written *first*, so a killed command's folder is still provably its
-own (:func:`refuse_unmarked` checks them, :func:`write_marker` writes them):
+Outputs written file by file carry a marker written *first*, so a killed command's folder is still provably
+its own (:func:`refuse_unmarked` checks them, :func:`write_marker` writes them):
 
-    eval folder      tansaku_eval.json    (``train eval --out``: ``{"kind": "eval", …}``; report.json comes last)
-    training run     tansaku_recipe.json  (``train sft`` / ``train rl`` output_dir: the resolved recipe and its kind)
+    eval folder      tansaku_eval.json    (``train eval --out``: ``{"kind": "eval", …}``; report.json comes
+                                          last)
+    training run     tansaku_recipe.json  (``train sft`` / ``train rl`` output_dir: the resolved recipe and
+                                          its kind)
     rescore folder   tansaku_rescore.json (``train rescore --out``: ``{"kind": "rescore", …}``)
 
 ``foreign_entries(folder, kind)`` lists what in a folder is not provably tansaku's (a dataset folder may
@@ -20,16 +24,14 @@ finished or interrupted). A missing or empty folder is free; anything foreign is
 or removed. :func:`refuse_overlap` refuses an output that is, lies inside or holds one of the command's inputs
 (a build would read its own output back, or replace what it reads).
 
-Outputs swapped in whole (an index, a merged model) are written into a hidden sibling ``.NAME.partial-XXXXXXXX``
-whose first file (``.tansaku_partial.json``) names ``NAME``, then renamed over ``NAME`` through an empty
-``.NAME.old-XXXXXXXX`` (:func:`swapped_in`). After a ``kill -9`` at any point each leftover is provably the
-build's own (marked, empty, or the output it replaced), and the next build into ``NAME`` removes it. A live
-build holds a ``flock`` on its leftovers, so a sweep never removes one in use (:func:`swapped_in` says why).
+Outputs swapped in whole (an index, a merged model) are built in a hidden sibling ``.NAME.partial-XXXXXXXX``
+and renamed over ``NAME`` (``tansaku.core.swapped_outputs``); :func:`leftover_of` proves such a leftover the
+build's own.
 
-``folder_lock(folder, option)`` (``tansaku.core.folder_locks``) holds an exclusive ``flock`` on the folder itself for the whole build, so a
-second build into the same folder is refused in one line instead of racing for the same temp files. The
-kernel drops the lock when the process exits, even on ``kill -9``, so a killed build never leaves a stale
-lock behind, and no lock file is ever written into the user's folder.
+``folder_lock(folder, option)`` (``tansaku.core.folder_locks``) holds an exclusive ``flock`` on the folder
+itself for the whole build, so a second build into the same folder is refused in one line instead of racing
+for the same temp files. The kernel drops the lock when the process exits, even on ``kill -9``, so a killed
+build never leaves a stale lock behind, and no lock file is ever written into the user's folder.
 
     with folder_lock(out, "--out"):
         ...  # check again, then build
@@ -37,25 +39,21 @@ lock behind, and no lock file is ever written into the user's folder.
 
 from __future__ import annotations
 
-import errno
-import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 from tansaku.core import jsontext, safe_write
 from tansaku.core.errors import InputError
-from tansaku.core.folder_locks import FolderBusyError, folder_lock, locked, still_names
+from tansaku.core.folder_locks import folder_lock
 from tansaku.core.redact import redact_mapping
 
 DATASET_MARKER = "manifest.json"
 INDEX_MARKER = "tansaku_index.json"
-# What a dataset build writes; LICENSE (tansaku.core.licenses) only after the manifest, so a folder holding it is
-# already provably tansaku's.
+# What a dataset build writes; LICENSE (tansaku.core.licenses) only after the manifest, so a folder holding it
+# is already provably tansaku's.
 DATASET_WRITES = ("data", "data.partial", "README.md", DATASET_MARKER, ".work", "LICENSE")
 # Sub-builds a dataset build keeps in its folder (egov: OUT/articles, OUT/index): empty, they are what a build
 # killed right after creating them leaves.
@@ -75,7 +73,8 @@ _LEFTOVER = re.compile(r"^\.(?P<of>.+)\.(?P<part>partial|old)-[a-z0-9_]{8}$")
 def refuse_other_kind(folder: Path, option: str, kind: str) -> None:
     """InputError when ``folder`` is a file or tansaku output of the other kind (``kind``: dataset | index):
     an index is never built into a dataset folder, nor a dataset into an index."""
-    wanted, other = ("dataset folder", "search index") if kind == "dataset" else ("search index", "dataset folder")
+    wanted, other = (("dataset folder", "search index") if kind == "dataset"
+                     else ("search index", "dataset folder"))
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{option} {folder} is a file, not a {wanted}; choose another {option}")
     if is_index(folder) if kind == "dataset" else is_dataset(folder):
@@ -93,8 +92,8 @@ def _shaped(obj: object, keys: tuple[str, ...]) -> bool:
 
 
 def _read_json(path: Path) -> object:
-    """The JSON value in ``path``, or None when it is missing or broken (depth-bounded: a 100k-deep "marker" is
-    no marker, not a crash)."""
+    """The JSON value in ``path``, or None when it is missing or broken (depth-bounded: a 100k-deep "marker"
+    is no marker, not a crash)."""
     try:
         return jsontext.read_file(path)
     except jsontext.JSONInputError:
@@ -119,7 +118,8 @@ def work_recipe(out: Path) -> dict | None:
         return None
     recipe = _read_json(path)
     if not _shaped(recipe, ("pipeline", "stages")):
-        raise InputError(f"--out {out}: {path.relative_to(out)} is not a recipe tansaku wrote; choose another --out")
+        raise InputError(f"--out {out}: {path.relative_to(out)} is not a recipe tansaku wrote; choose "
+                         f"another --out")
     return recipe
 
 
@@ -129,8 +129,8 @@ def require_named(path: str | Path | None, option: str) -> Path:
     text = "" if path is None else str(path).strip()
     p = Path(text)
     if text in ("", ".") or p.name in ("", ".", ".."):
-        raise InputError(f"{option} {text!r} names no folder of its own (empty, the current or a parent folder); "
-                         f"give a folder name, e.g. {option} runs/x")
+        raise InputError(f"{option} {text!r} names no folder of its own (empty, the current or a parent "
+                         f"folder); give a folder name, e.g. {option} runs/x")
     safe_write.refuse_shared_folder(p, option)  # every output folder passes here, before any work
     return p
 
@@ -161,8 +161,8 @@ def foreign_entries(folder: Path, kind: str) -> list[str]:
 
 
 def _unfinished_build(folder: Path) -> bool:
-    """Whether ``folder`` holds a dataset build that was interrupted: its ``.work`` holds the recipe tansaku wrote
-    (or nothing else is there but a ``.work`` killed before its first write)."""
+    """Whether ``folder`` holds a dataset build that was interrupted: its ``.work`` holds the recipe tansaku
+    wrote (or nothing else is there but a ``.work`` killed before its first write)."""
     work = folder / ".work"
     if _shaped(_read_json(work / "recipe.json"), ("pipeline", "stages")):
         return True
@@ -170,12 +170,14 @@ def _unfinished_build(folder: Path) -> bool:
 
 
 def _killed_before_writing(folder: Path, first: str) -> bool:
-    """Whether ``folder`` is a real folder holding nothing but, at most, the temp file of ``first``, the file a build
-    writes into it first (``tansaku.core.safe_write`` renames it into place once whole: a kill leaves the temp)."""
+    """Whether ``folder`` is a real folder holding nothing but, at most, the temp file of ``first``, the file
+    a build writes into it first (``tansaku.core.safe_write`` renames it into place once whole: a kill leaves
+    the temp)."""
     if not folder.is_dir() or folder.is_symlink():
         return False
     with os.scandir(folder) as entries:  # a folder under a temp file's name is no killed write's
-        return all(safe_write.temp_of(e.name) == first and not e.is_dir(follow_symlinks=False) for e in entries)
+        return all(safe_write.temp_of(e.name) == first and not e.is_dir(follow_symlinks=False)
+                   for e in entries)
 
 
 def refuse_foreign_entries(folder: Path, option: str, error: type[Exception] = InputError) -> None:
@@ -191,7 +193,8 @@ def describe(names: list[str], limit: int = 3) -> str:
 
 
 def make_folder(folder: Path, option: str) -> None:
-    """Create ``folder`` (and its parents); an unwritable place is the user's to fix (InputError), not a bug."""
+    """Create ``folder`` (and its parents); an unwritable place is the user's to fix (InputError), not a
+    bug."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -231,7 +234,8 @@ def marker_kind(folder: str | Path, marker: str) -> str | None:
 
 
 def older_output_kind(folder: str | Path) -> str | None:
-    """The kind of output a tansaku from before the markers left in ``folder``, proven by its files alone, else
+    """The kind of output a tansaku from before the markers left in ``folder``, proven by its files alone,
+    else
     None: a run's recipe copy naming no ``kind`` (``sft``, or ``rl`` when it has ``tasks``), or an eval folder
     (``report.json`` with the keys every eval report has, and ``trajectories.jsonl``, nothing else)."""
     folder = Path(folder)
@@ -248,12 +252,13 @@ def older_output_kind(folder: str | Path) -> str | None:
 
 def refuse_unmarked(folder: str | Path | None, option: str, marker: str, kind: str, what: str,
                     spare: Callable[[Path], bool] = lambda entry: False) -> Path:
-    """``folder`` as a Path when a command writing a ``what`` (``eval folder``, ``sft run`` …) may write into it:
-    missing, empty, holding ``marker`` of ``kind``, or an older tansaku's output of ``kind``
-    (:func:`older_output_kind`). Else InputError, one line, nothing written: a file, a dataset or index, another kind's
-    output (current: any of :data:`KIND_MARKERS`; or older), or a folder holding anything but the entries
-    ``spare(entry)`` lets through. A marker that lists the
-    ``files`` its command wrote (an output replaced whole) proves only those: anything added since is refused."""
+    """``folder`` as a Path when a command writing a ``what`` (``eval folder``, ``sft run`` …) may write into
+    it: missing, empty, holding ``marker`` of ``kind``, or an older tansaku's output of ``kind``
+    (:func:`older_output_kind`). Else InputError, one line, nothing written: a file, a dataset or index,
+    another kind's output (current: any of :data:`KIND_MARKERS`; or older), or a folder holding anything but
+    the entries ``spare(entry)`` lets through. A marker that lists the
+    ``files`` its command wrote (an output replaced whole) proves only those: anything added since is
+    refused."""
     folder = require_named(folder, option)
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{option} {folder} is a file, not a {what}; choose another {option}")
@@ -273,20 +278,23 @@ def refuse_unmarked(folder: str | Path | None, option: str, marker: str, kind: s
         # a killed write's temp file (tansaku.core.safe_write) of one of them is theirs too
         if ours is not None and (added := sorted(n for n in os.listdir(folder)
                                                  if n not in ours and safe_write.temp_of(n) not in ours)):
-            raise InputError(f"{option} {folder} is a tansaku {what} with files added since ({describe(added)}), "
-                             f"which replacing it would delete; move them out or choose another {option}")
+            raise InputError(f"{option} {folder} is a tansaku {what} with files added since "
+                             f"({describe(added)}), which replacing it would delete; move them out or choose "
+                             f"another {option}")
         return folder
     if not folder.is_dir():
         return folder
-    if foreign := sorted(e.name for e in folder.iterdir() if not spare(e) and safe_write.temp_of(e.name) != marker):
+    if foreign := sorted(e.name for e in folder.iterdir()
+                         if not spare(e) and safe_write.temp_of(e.name) != marker):
         raise InputError(f"{option} {folder} is not empty and no tansaku {what} made it (it holds "
                          f"{describe(foreign)}); choose a new or empty folder for {option}")
     return folder
 
 
 def write_marker(folder: Path, marker: str, info: dict, option: str = "--out") -> None:
-    """Create ``folder`` and write ``info`` as its ``marker``: before anything else goes into it. A marker records
-    what ran (a run's recipe copy: judge keys, --hub_token), so it is redacted (``tansaku.core.redact``)."""
+    """Create ``folder`` and write ``info`` as its ``marker``: before anything else goes into it. A marker
+    records what ran (a run's recipe copy: judge keys, --hub_token), so it is redacted
+    (``tansaku.core.redact``)."""
     make_folder(folder, option)
     info = redact_mapping(info)
     safe_write.write_text_atomic(folder / marker, jsontext.dumps(info, indent=2, default=str))
@@ -296,9 +304,10 @@ _REMOTE = re.compile(r"^(https?://|opensearch:)")  # an input that names a servi
 
 
 def refuse_overlap(out: str | Path, inputs: Mapping[str, object], option: str = "--out") -> None:
-    """InputError (one line) when ``out`` is one of ``inputs`` (option → a path, a list of paths or None; other
-    values such as OpenSearch targets or clients are skipped), lies inside one, or holds one: the command would
-    read its own output back as input, or write over what it reads. Paths are compared resolved (links followed)."""
+    """InputError (one line) when ``out`` is one of ``inputs`` (option → a path, a list of paths or None;
+    other values such as OpenSearch targets or clients are skipped), lies inside one, or holds one: the
+    command would read its own output back as input, or write over what it reads. Paths are compared resolved
+    (links followed)."""
     target = Path(os.path.realpath(out))
     for name, given in inputs.items():
         for path in given if isinstance(given, (list, tuple)) else [given]:
@@ -312,89 +321,20 @@ def refuse_overlap(out: str | Path, inputs: Mapping[str, object], option: str = 
                                  f"where it reads; choose an {option} outside every input")
 
 
-# ---------------------------------------------------------------- outputs swapped in whole
+# ---------------------------------------------------------------- leftovers of outputs swapped in whole
 
 
 def leftover_of(entry: Path) -> str | None:
-    """The folder name a hidden ``.NAME.partial-*`` / ``.NAME.old-*`` sibling was made for, when it provably is
-    what :func:`swapped_in` left (marked with that name, empty, or an old one holding the output it replaced)."""
+    """The folder name a hidden ``.NAME.partial-*`` / ``.NAME.old-*`` sibling was made for, when it provably
+    is what ``tansaku.core.swapped_outputs.swapped_in`` left (marked with that name, empty, or an old one
+    holding the output it replaced)."""
     match = _LEFTOVER.match(entry.name)
     if match is None or entry.is_symlink() or not entry.is_dir():
         return None
     partial = _read_json(entry / PARTIAL_MARKER)
-    if _killed_before_writing(entry, PARTIAL_MARKER) or (isinstance(partial, dict) and partial.get("of") == match["of"]):
+    if (_killed_before_writing(entry, PARTIAL_MARKER)
+            or (isinstance(partial, dict) and partial.get("of") == match["of"])):
         return match["of"]
     if match["part"] == "old" and (is_index(entry) or marker_kind(entry, MODEL_MARKER) == "merge"):
         return match["of"]
     return None
-
-
-def sweep_leftovers(folder: Path) -> int:
-    """Remove what killed builds into ``folder`` left next to it: every leftover that no live build holds
-    locked (a killed build's locks are gone: the kernel drops them, even on ``kill -9``); returns how many
-    leftovers a live build holds (it is swapping into ``folder`` right now)."""
-    live = 0
-    for entry in folder.parent.iterdir():
-        if leftover_of(entry) == folder.name:
-            with suppress(OSError):  # removed meanwhile, or unreadable: nothing to remove now
-                if (fd := locked(entry)) is None:
-                    live += 1
-                else:
-                    shutil.rmtree(entry, ignore_errors=True)
-                    os.close(fd)
-    return live
-
-
-def _sibling(folder: Path, part: str, option: str | None, held: ExitStack) -> Path:
-    """A new empty ``.NAME.<part>-XXXXXXXX`` next to ``folder``, locked until ``held`` closes; InputError when
-    ``folder``'s parent folder is not writable."""
-    named = f"{option} {folder}" if option else str(folder)
-    try:
-        path = Path(tempfile.mkdtemp(prefix=f".{folder.name}.{part}-", dir=folder.parent))
-    except OSError as exc:
-        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise
-        raise InputError(f"{named}: cannot write beside it ({exc.strerror}): the output is built next to it and "
-                         f"swapped in, so its parent folder {folder.parent} must be writable") from None
-    with suppress(OSError):  # gone, or locked by another: a sweep took it, empty and not yet locked, for a leftover
-        if (fd := locked(path)) is not None:
-            held.callback(os.close, fd)
-            if still_names(fd, path):
-                return path
-    raise FolderBusyError(f"{named} is being built by another process right now; run again")
-
-
-@contextmanager
-def swapped_in(folder: Path, option: str | None = None) -> Iterator[Path]:
-    """A new hidden sibling of ``folder`` to write a whole output into; when the block ends without an error it
-    replaces ``folder`` (for a symbolic link: the folder it points to, so the link stays), else it is removed
-    and ``folder`` is left as it was. Call it holding ``folder``'s lock (:func:`claimed`): it first removes the
-    leftovers of killed builds. ``option`` names ``folder`` in an error (an unwritable parent folder).
-
-    ``folder``'s lock alone does not prove a leftover dead: between the two renames the name is free, so a
-    second build can create and lock a fresh ``folder`` and sweep. So this build holds a ``flock`` on each of its
-    siblings while they are its own (``held``; once ``.old-*`` holds the replaced output, it is the folder that
-    the caller's :func:`folder_lock` holds), and :func:`sweep_leftovers` skips what it cannot lock; a build that
-    finds such live siblings is refused (FolderBusyError): its swap would collide with the other's second rename."""
-    folder = Path(os.path.realpath(folder))
-    if sweep_leftovers(folder):
-        raise FolderBusyError(f"{option or ''} {folder} is being built by another process right now; run again".lstrip())
-    with ExitStack() as held:
-        tmp = _sibling(folder, "partial", option, held)
-        held.callback(shutil.rmtree, tmp, ignore_errors=True)  # still there only when the build failed
-        safe_write.write_text_atomic(tmp / PARTIAL_MARKER, json.dumps({"of": folder.name}))  # first: ours
-        yield tmp
-        old, moved = _sibling(folder, "old", option, held), False
-        try:
-            if folder.exists():
-                os.replace(folder, old)  # onto the empty folder: allowed for directories
-                moved = True
-            os.replace(tmp, folder)
-        except BaseException:
-            if moved:  # the old output back: never leave folder missing and its output in .old-* (swept)
-                os.replace(old, folder)
-            else:
-                old.rmdir()  # still empty
-            raise
-        (folder / PARTIAL_MARKER).unlink(missing_ok=True)
-        shutil.rmtree(old, ignore_errors=True)

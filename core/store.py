@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from tansaku.core import jsontext, ownership, safe_write, shards
+from tansaku.core import jsontext, ownership, safe_write, shards, swapped_outputs
 from tansaku.core.context import BuildContext
 from tansaku.core.dataset_spec import DatasetSpec
 from tansaku.core.engine import Record
@@ -154,7 +154,7 @@ def _sweep_killed_writes(out: Path, finished: bool) -> None:
     checkpoints (``.work``: a whole copy of the rows, were it killed before removing it)."""
     safe_write.sweep_temps(out, ("README.md", MANIFEST))
     for nested in {ownership.leftover_of(entry) for entry in out.iterdir()} - {None}:
-        ownership.sweep_leftovers(out / nested)
+        swapped_outputs.sweep_leftovers(out / nested)
     work = out / ".work"
     # rmtree refuses a link: remove the link itself, never what it points to
     if finished and work.is_symlink():

@@ -14,7 +14,8 @@ other 4xx / 5xx, an episode the server no longer knows — fails the *episode*: 
 later calls fail at once with it, and ``remote_reward`` gives that episode ``None`` (TRL leaves it out of the
 reward) and logs ``remote/failed_episodes``; training goes on.
 
-In a ``train rl`` recipe a task names its server instead of an index (``tansaku.trainer.recipes.RLTask``)::
+In a ``train rl`` recipe a task names its server instead of an index
+(``tansaku.trainer.recipe_arguments.RLTask``)::
 
     tasks: [{name: multihop_qa, data: out/multihop, environment_url: "http://envhost:8010"}]
 

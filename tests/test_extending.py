@@ -60,7 +60,7 @@ from pathlib import Path
 from tansaku.core.errors import MissingInputError
 from tansaku.envs.search.base import Hit, SearchResult
 from tansaku.envs.search.documents import iter_documents
-from tansaku.envs.search.dsl import Limits
+from tansaku.envs.search.dsl_limits import Limits
 
 
 def _file(spec):

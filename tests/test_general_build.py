@@ -28,7 +28,7 @@ from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
 from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.trainer.data import load_sources
-from tansaku.trainer.recipes import DataSource
+from tansaku.trainer.recipe_arguments import DataSource
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "teacher_script.py"

@@ -38,7 +38,7 @@ from tansaku.pipelines.general.build import build_general
 from tansaku.pipelines.general.config import GeneralConfig
 from tansaku.pipelines.trajectories.mix import read_chat_rows
 from tansaku.trainer.data import load_sources
-from tansaku.trainer.recipes import DataSource
+from tansaku.trainer.recipe_arguments import DataSource
 
 OLD, NEW = "1" * 40, "2" * 40
 CARD = b"---\nlicense: apache-2.0\npretty_name: chat\n---\n# chat\n"

@@ -2,7 +2,7 @@
 
 ``synth index build`` (and the index ``synth build egov`` makes in its folder) writes a hidden sibling
 ``.NAME.partial-*`` whose first file names the folder it is for, and swaps it in at the end through
-``.NAME.old-*`` (``tansaku.core.ownership.swapped_in``). A child process runs the build and kills itself with
+``.NAME.old-*`` (``tansaku.core.swapped_outputs.swapped_in``). A child process runs the build and kills itself with
 SIGKILL at a chosen point (inside the article build, while the index is written, once it is written, between the
 two renames of the swap, before the old folder is removed, in the question build); the rerun must finish,
 remove every leftover, and give the same rows as an uninterrupted build, row by row.
@@ -25,7 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
-from tansaku.core import ownership
+from tansaku.core import ownership, swapped_outputs
 from tansaku.core.errors import InputError
 from tansaku.core.store import read_manifest, read_rows
 from tansaku.envs.search import build_index
@@ -161,7 +161,7 @@ def merged(folder: Path, text: str = "old") -> Path:
 
 
 def swap(out: Path):  # what train merge does: claim (create, lock) the folder, then swap into it
-    return ownership.claimed(out, "--out", lambda: None), ownership.swapped_in(out, "--out")
+    return ownership.claimed(out, "--out", lambda: None), swapped_outputs.swapped_in(out, "--out")
 
 
 def test_a_sweep_by_a_second_build_leaves_a_live_builds_folders_alone(tmp_path, monkeypatch):
@@ -172,13 +172,13 @@ def test_a_sweep_by_a_second_build_leaves_a_live_builds_folders_alone(tmp_path, 
         if ".old-" in str(b):  # out is missing now: a second build makes a fresh one, locks it and sweeps
             out.mkdir()
             with ownership.folder_lock(out, "--out"):
-                ownership.sweep_leftovers(out)
+                swapped_outputs.sweep_leftovers(out)
             assert len(leftovers(tmp_path)) == 2  # .out.partial-* and .out.old-*: both in use
 
     monkeypatch.setattr(os, "replace", second_build_between_the_renames)
     claim, swapping = swap(out)
     with claim, swapping as tmp:
-        ownership.sweep_leftovers(out)  # a sweep while the block is open
+        swapped_outputs.sweep_leftovers(out)  # a sweep while the block is open
         assert tmp.is_dir()
         (tmp / "w").write_text("new", encoding="utf-8")
     assert (out / "w").read_text(encoding="utf-8") == "new" and leftovers(tmp_path) == []
@@ -201,13 +201,13 @@ def test_the_leftover_of_a_killed_build_is_swept(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(partial)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "locked"
-        ownership.sweep_leftovers(out)
+        swapped_outputs.sweep_leftovers(out)
         assert partial.is_dir()  # its build is alive
     finally:
         proc.kill()  # SIGKILL: the kernel drops its lock
         proc.wait(timeout=30)
         proc.stdout.close()
-    ownership.sweep_leftovers(out)
+    swapped_outputs.sweep_leftovers(out)
     assert leftovers(tmp_path) == []
 
 
@@ -234,7 +234,7 @@ def refuse(*_args, **_kwargs):
 @pytest.mark.parametrize("stand_in", [False, True])
 def test_swapping_into_a_read_only_folder_is_one_line(tmp_path, monkeypatch, stand_in):
     if stand_in:  # what mkdtemp raises there for a non-root user (root ignores chmod)
-        monkeypatch.setattr(ownership, "tempfile", SimpleNamespace(mkdtemp=refuse))
+        monkeypatch.setattr(swapped_outputs, "tempfile", SimpleNamespace(mkdtemp=refuse))
     elif os.geteuid() == 0:
         pytest.skip("root ignores chmod (the stand-in covers it)")
     parent = tmp_path / "ro"

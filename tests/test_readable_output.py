@@ -271,7 +271,7 @@ def test_every_command_has_an_example_and_quiet(path):
 
 # ---------------------------------------------------------------- every train command: an example, -q and --json
 
-TRAIN_COMMANDS = commands(train_app, ("tansaku.trainer.cli",))
+TRAIN_COMMANDS = commands(train_app, ("tansaku.trainer.cli", "tansaku.trainer.eval_command"))
 
 
 def test_the_train_command_list_is_what_trainer_cli_defines():

@@ -16,7 +16,8 @@ import torch
 from typer.testing import CliRunner
 
 from tansaku.cli import train_app
-from tansaku.trainer.recipes import RecipeError, TansakuRLArguments, TansakuSFTArguments, load_recipe
+from tansaku.trainer.recipe_arguments import TansakuRLArguments, TansakuSFTArguments
+from tansaku.trainer.recipes import RecipeError, load_recipe
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser  # noqa: E402

@@ -23,7 +23,7 @@ from tansaku.core.store import read_manifest, read_rows
 from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.config import TrajectoriesConfig
-from tansaku.trainer.recipes import RLTask
+from tansaku.trainer.recipe_arguments import RLTask
 
 ROOT = Path(__file__).resolve().parents[1]
 

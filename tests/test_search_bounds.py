@@ -22,15 +22,8 @@ from hypothesis import strategies as st
 
 from tansaku.envs.search import build_index, open_index, search_cli
 from tansaku.envs.search.base import SearchResult
-from tansaku.envs.search.dsl import (
-    MAX_FIELDS,
-    MAX_MSM_COUNT,
-    MAX_REQUEST_CHARS,
-    Fields,
-    Limits,
-    QueryError,
-    parse_request,
-)
+from tansaku.envs.search.dsl import Fields, QueryError, parse_request
+from tansaku.envs.search.dsl_limits import MAX_FIELDS, MAX_MSM_COUNT, MAX_REQUEST_CHARS, Limits
 from tansaku.envs.search.embedded import EmbeddedBackend
 
 FIX = Path(__file__).parent / "fixtures" / "search"

@@ -18,7 +18,8 @@ import pytest
 from tansaku.core.analysis import get_analyzer
 from tansaku.envs.search import build_index, open_index
 from tansaku.envs.search.documents import iter_chunks
-from tansaku.envs.search.dsl import Fields, Limits, QueryError, parse_request, resolve_msm
+from tansaku.envs.search.dsl import Fields, QueryError, parse_request, resolve_msm
+from tansaku.envs.search.dsl_limits import Limits
 
 FIX = Path(__file__).parent / "fixtures" / "search"
 _spec = importlib.util.spec_from_file_location("search_fixture", FIX / "dataset.py")

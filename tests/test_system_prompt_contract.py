@@ -25,7 +25,8 @@ from tansaku.pipelines.multihop.config import MultihopConfig
 from tansaku.pipelines.trajectories.build import build_trajectories
 from tansaku.pipelines.trajectories.config import TrajectoriesConfig
 from tansaku.trainer.data import normalize_conversation
-from tansaku.trainer.recipes import RecipeError, RLTask
+from tansaku.trainer.recipe_arguments import RLTask
+from tansaku.trainer.recipes import RecipeError
 from tansaku.trainer.rl import task_rows
 from tansaku.trainer.rl_rewards import rl_task
 

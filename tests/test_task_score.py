@@ -25,7 +25,7 @@ from tansaku.envs.gym_service import build_app, completion_from_response
 from tansaku.envs.rollout import Trajectory, score_trajectories
 from tansaku.envs.tasks import TASKS
 from tansaku.testing.canned_server import free_port
-from tansaku.trainer.recipes import RLTask
+from tansaku.trainer.recipe_arguments import RLTask
 from tansaku.trainer.rescore import rescore
 from tansaku.trainer.rl_rewards import reward_inputs, rl_task
 from tansaku.trainer.typed_config import RecipeError

@@ -13,7 +13,8 @@ import pytest
 
 from tansaku.trainer.data import as_trained, load_sources
 from tansaku.trainer.length import ELIDED, REPORT, apply_overlong, count_tokens, training_template
-from tansaku.trainer.recipes import DataSource, RecipeError, load_recipe
+from tansaku.trainer.recipe_arguments import DataSource
+from tansaku.trainer.recipes import RecipeError, load_recipe
 
 ANSWER = "答えは{{朝霧市}}です。"
 TOOLS = [{"type": "function", "function": {"name": "search", "description": "検索する",

@@ -15,7 +15,8 @@ import torch
 from fixtures.recipe_args import section_arg
 
 from tansaku.trainer.data import mix_sources, normalize_conversation
-from tansaku.trainer.recipes import RENAMED, DataSource, RecipeError, load_recipe
+from tansaku.trainer.recipe_arguments import DataSource
+from tansaku.trainer.recipes import RENAMED, RecipeError, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "trainer" / "recipes"

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from tansaku.trainer import sft as sft_module
 from tansaku.trainer.data import mix_dataset, mix_sources, quotas
-from tansaku.trainer.recipes import DataSource, RecipeError, TansakuSFTArguments, load_recipe
+from tansaku.trainer.recipe_arguments import DataSource, TansakuSFTArguments
+from tansaku.trainer.recipes import RecipeError, load_recipe
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from transformers import HfArgumentParser  # noqa: E402

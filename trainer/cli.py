@@ -1,20 +1,24 @@
-"""``train``: SFT and GRPO/GSPO runs from YAML recipes, evaluation, report comparison and merges (``train --help``).
+"""``train``: SFT and GRPO/GSPO runs from YAML recipes, evaluation, report comparison and merges
+(``train --help``).
 
 Each command parses options and calls one toolkit function (``tansaku.trainer.sft.run_sft``,
 ``tansaku.trainer.rl.run_rl``, ``tansaku.envs.evaluate.run_eval``, …); the trainers are imported inside the
-commands so that ``train --help`` stays fast. Bad input is one line and exit 2 (``tansaku.core.cli_common``).
-``train eval --config R`` and ``train rescore`` measure a recipe's task as ``train rl`` trains it
-(``tansaku.trainer.rl_rewards.rl_task``: its reward weights, abstention, tools and system prompt).
+commands so that ``train --help`` stays fast. ``train eval`` is defined in ``tansaku.trainer.eval_command``
+and registered here; the options several commands share are in ``tansaku.trainer.cli_options``. Bad input is
+one line and exit 2 (``tansaku.core.cli_common``). ``train eval --config R`` and ``train rescore`` measure a
+recipe's task as ``train rl`` trains it (``tansaku.trainer.rl_rewards.rl_task``: its reward weights,
+abstention, tools and system prompt).
 
 ``train sft`` / ``train rl`` hand every argument they do not know themselves to TRL's parser, as TRL's own
 scripts take them: ``train sft --config R.yaml --learning_rate 1e-5 --max_steps 2`` (``docs/recipes.md``).
 
-Output, as ``synth``'s (``tansaku.core.cli_common``): a command's summary is a table on stderr (``-q``/``--quiet``:
-none, and for ``sft``/``rl`` no progress bars either) and, with ``--json``, its whole result as one JSON value on
-stdout; without ``--json`` stdout holds only a command's plain result (``train merge``: the merged folder) or
-nothing. Every command's ``--help`` ends with an example::
+Output, as ``synth``'s (``tansaku.core.cli_common``): a command's summary is a table on stderr
+(``-q``/``--quiet``: none, and for ``sft``/``rl`` no progress bars either) and, with ``--json``, its whole
+result as one JSON value on stdout; without ``--json`` stdout holds only a command's plain result
+(``train merge``: the merged folder) or nothing. Every command's ``--help`` ends with an example::
 
-    train eval --task multihop_qa --dataset out/multihop --model runs/sft --index out/index --json | jq '."pass@1"'
+    train eval --task multihop_qa --dataset out/multihop --model runs/sft --index out/index --json \
+        | jq '."pass@1"'
 """
 
 from __future__ import annotations
@@ -44,10 +48,16 @@ from tansaku.core.value_checks import (
     OUTPUT_FILE,
     OUTPUT_FOLDER,
 )
-from tansaku.envs.retention import TASK as GENERAL_TASK
-from tansaku.envs.tasks import TASKS  # the task registry: every --task list below is made from it
-from tansaku.envs.tool_interfaces import N_INTERFACES
-from tansaku.trainer import mt_bench_cli  # train eval --task mt_bench: its options and runner
+from tansaku.trainer.cli_options import (  # the options several train commands share; --task's choices
+    AsJson,
+    Limit,
+    MaxTokens,
+    Seed,
+    SystemPrompt,
+    task_help,
+    task_names,
+)
+from tansaku.trainer.eval_command import train_eval
 
 train_app = typer.Typer(help="Train (SFT, GRPO/GSPO), evaluate and merge models.", no_args_is_help=True,
                         pretty_exceptions_enable=False)
@@ -58,34 +68,21 @@ def _train(version: Version = False) -> None:
     """Train (SFT, GRPO/GSPO), evaluate and merge models."""
 
 
-Limit = Annotated[int | None, option("--limit", parser=NumberType("--limit", min=1), help="Stop after N items (smoke runs).")]
-Seed = Annotated[int, option("--seed", parser=NumberType("--seed", min=0), help="Seed for every random draw.")]
-Recipe = Annotated[Path, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="YAML recipe (see trainer/recipes/, docs/recipes.md); "
-                                      "any other --KEY VALUE overrides a recipe key, as TRL's scripts take it.")]
+Recipe = Annotated[Path, option("--config", "-c", parser=PathType(
+    "--config", INPUT_FILE), help="YAML recipe (see trainer/recipes/, docs/recipes.md); "
+                                  "any other --KEY VALUE overrides a recipe key, as TRL's scripts take it.")]
 # The arguments a command does not declare (--learning_rate 1e-5 …) reach it in ctx.args, for TRL's parser.
 TRL_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
-MaxTokens = Annotated[int, option("--max-tokens", parser=NumberType("--max-tokens", min=1), help="New tokens per turn.")]
-SystemPrompt = Annotated[str | None, option("--system-prompt", parser=TextType("--system-prompt", multiline=True), help="Text (or @FILE) instead of the task's system prompt: the one the model was trained under.")]
-InterfaceVariants = Annotated[int | None, option("--interface-variants", parser=NumberType("--interface-variants", min=1, max=N_INTERFACES), help="Tool interfaces drawn per episode: 1 = search/open_doc, 2 = find/read too (default: the task's own).")]
-TrainQuiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary table on stderr, TRL's bars included (--disable_tqdm true unless given); TANSAKU_QUIET=1 does the same but for TRL's bars.")]
-AsJson = Annotated[bool, typer.Option("--json", help="Print the whole result (report, selection, comparison …) as one JSON value on stdout; without it stdout holds no JSON.")]
+TrainQuiet = Annotated[bool, typer.Option("--quiet", "-q",
+                                          help="No progress and no summary table on stderr, TRL's bars "
+                                               "included (--disable_tqdm true unless given); TANSAKU_QUIET=1 "
+                                               "does the same but for TRL's bars.")]
 TQDM_FLAGS = ("--disable_tqdm", "--disable-tqdm")
 
 
-def task_names(general: bool = False) -> tuple[str, ...]:
-    """What ``--task`` takes: the keys of ``tansaku.envs.tasks.TASKS`` (and ``general``, retention, for
-    ``train eval``), read when a value is given, so that a task registered after this module loaded counts."""
-    return (*TASKS, GENERAL_TASK, mt_bench_cli.TASK) if general else tuple(TASKS)
-
-
-def task_help(general: bool = False) -> str:
-    """``--task``'s help, made from ``TASKS``: ``multihop_qa | … | deepresearch`` (``| general (retention)``)."""
-    extra = f" | {GENERAL_TASK} (retention) | {mt_bench_cli.TASK} (LLM judge)"
-    return " | ".join(TASKS) + (extra if general else "")
-
-
 def trl_args(args: list[str], quiet: bool) -> list[str]:
-    """The arguments for TRL's parser: with ``-q``, ``--disable_tqdm true`` too, unless the command line sets it.
+    """The arguments for TRL's parser: with ``-q``, ``--disable_tqdm true`` too, unless the command line sets
+    it.
 
     >>> trl_args(["--max_steps", "2"], True), trl_args(["--disable_tqdm=false"], True), trl_args([], False)
     (['--max_steps', '2', '--disable_tqdm', 'true'], ['--disable_tqdm=false'], [])
@@ -105,21 +102,11 @@ def training_summary(result: dict) -> dict:
     return {**summary, "output_dir": result.get("output_dir")}
 
 
-def eval_summary(report: dict, out: Path | None) -> dict:
-    """The headline numbers of a ``train eval`` report (a search task's, or ``general``'s retention)."""
-    k = report.get("k")
-    names = {"task": "task", "questions": "questions", "pass@1": "pass@1", f"pass@{k}": f"pass@{k}",
-             "mean_total_reward": "mean reward", "mean_tool_calls": "tool calls/episode",
-             "parse_failure_rate": "parse failure rate", "rows": "rows", "tokens": "tokens",
-             "mean_token_logprob": "mean token logprob", "perplexity": "perplexity"}
-    return {**{label: report[key] for key, label in names.items() if key in report}, "out": str(out) if out else None}
-
-
 @train_app.command("sft", context_settings=TRL_ARGS)
 @friendly
 def train_sft(ctx: typer.Context, config: Recipe, quiet: TrainQuiet = False, as_json: AsJson = False):
-    """Supervised fine-tuning with TRL (tool results, system and user text get no loss); a summary (steps, loss,
-    output_dir) on stderr, with --json the result on stdout.
+    """Supervised fine-tuning with TRL (tool results, system and user text get no loss); a summary (steps,
+    loss, output_dir) on stderr, with --json the result on stdout.
 
     Example: train sft --config trainer/recipes/sft-tiny.yaml --max_steps 2
     """
@@ -136,8 +123,12 @@ def train_sft(ctx: typer.Context, config: Recipe, quiet: TrainQuiet = False, as_
 def train_rl(
     ctx: typer.Context,
     config: Recipe,
-    skip_readiness: Annotated[bool, typer.Option("--skip-readiness", help="Start even when the pre-flight check says the task is not learnable yet.")] = False,
-    judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"), help="LLM spec of the rubric judge (deepresearch); replaces the recipe's judge.model.")] = None,
+    skip_readiness: Annotated[bool, typer.Option("--skip-readiness",
+                                                 help="Start even when the pre-flight check says the task is "
+                                                      "not learnable yet.")] = False,
+    judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"),
+                                        help="LLM spec of the rubric judge (deepresearch); replaces the "
+                                             "recipe's judge.model.")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None, llm_option: LlmOption = None,
     quiet: TrainQuiet = False,
@@ -158,88 +149,42 @@ def train_rl(
     print_summary("train rl", training_summary(result), as_json=as_json, quiet=quiet, json_value=result)
 
 
-@train_app.command("eval")
-@friendly
-def train_eval(
-    model: Annotated[str | None, option("--model", parser=SpecType("--model"),
-                                        help="LLM spec, or a model folder (= transformers:FOLDER).")] = None,
-    task: Annotated[str | None, option("--task", parser=TextType("--task", choices=lambda: task_names(general=True)),
-                                       help=f"{task_help(general=True)}; with --config: which of the recipe's "
-                                            "tasks (needed when it has several).")] = None,
-    dataset: Annotated[Path | None, option("--dataset", parser=PathType("--dataset", INPUT), help="Dataset folder or JSONL of rows (with --config: default the recipe task's data).")] = None,
-    index: Annotated[str | None, option("--index", parser=IndexType("--index"), help="Search index the agent uses (not for general; with --config: default the recipe task's index).")] = None,
-    config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="A train rl recipe: evaluate its task as the recipe trains it (system prompt, abstention, tools, reward weights).")] = None,
-    split: Annotated[str, option("--split", parser=TextType("--split"), help="Dataset split to evaluate: the held-out 'test' by default.")] = "test",
-    k: Annotated[int, option("--k", parser=NumberType("--k", min=1), help="Samples per question (pass@k).")] = 4,
-    limit: Limit = None,
-    out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for report.json and trajectories.jsonl.")] = None,
-    max_tokens: MaxTokens = 1024,
-    judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"),
-                                        help="LLM spec of the judge (deepresearch, mt_bench).")] = None,
-    system_prompt: SystemPrompt = None,
-    interface_variants: InterfaceVariants = None,
-    no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
-    concurrency: Concurrency = None, llm_option: LlmOption = None,
-    answers: mt_bench_cli.Answers = None, pairwise: mt_bench_cli.Pairwise = None,
-    judge_prompts: mt_bench_cli.JudgePrompts = None, baseline: mt_bench_cli.Baseline = None,
-    judge_price_in: mt_bench_cli.JudgePriceIn = 0.0, judge_price_out: mt_bench_cli.JudgePriceOut = 0.0,
-    seed: Seed = 0,
-    quiet: Quiet = False,
-    as_json: AsJson = False,
-):
-    """Run a model with the task's environment: pass@1, pass@k, tool calls, parse failures, each reward (a
-    summary on stderr; the whole report with --json on stdout and, with --out, in report.json).
-
-    With --config RECIPE: the recipe's task as train rl trains it (its reward weights …), over its data and index
-    unless given. --task mt_bench: Japanese MT-Bench graded by --judge, with and without the agentic prompt.
-
-    Example: train eval --task multihop_qa --dataset out/multihop --model runs/sft --index out/index --k 1
-    """
-    if task == mt_bench_cli.TASK:  # its own runner and table; every option is passed on by name
-        return mt_bench_cli.mt_bench_command(**locals())
-    from tansaku.core.progress import quiet_loops
-    from tansaku.envs.evaluate import run_eval
-    from tansaku.trainer.rl_rewards import measured_task
-
-    # one source for the task: with --config the recipe's, as train rl trains it
-    task, given = measured_task(config, task, {"--dataset": dataset},
-                                {"--system-prompt": system_prompt, "--interface-variants": interface_variants})
-    dataset, index = given["--dataset"], given.get("--index", index)
-    if model is None:
-        raise InputError(f"--task {task} needs --model (the model that runs the episodes)")
-    if Path(model).is_dir():
-        model = f"transformers:{model}"
-    with quiet_loops(quiet):
-        report = run_eval(task, dataset, model, index, split=split, k=k, limit=limit, out_dir=out,
-                          max_tokens=max_tokens, seed=seed, judge=judge, system_prompt=system_prompt,
-                          interface_variants=interface_variants,
-                          llm_options=llm_options(no_cache, api_key, extra_body, concurrency, llm_option))
-    print_summary(f"train eval {report.get('task')}", eval_summary(report, out), as_json=as_json, quiet=quiet,
-                  json_value=report)
+train_app.command("eval")(train_eval)  # tansaku.trainer.eval_command: here, so --help lists it after rl
 
 
 @train_app.command("select")
 @friendly(outputs=("run",))  # it writes into the run folder (checkpoint_selection.json, selection/)
 def train_select(
-    run: Annotated[Path, option("--run", parser=PathType("--run", INPUT_FOLDER), help="A train sft output_dir with checkpoint-* folders.")],
+    run: Annotated[Path, option("--run", parser=PathType("--run", INPUT_FOLDER),
+                                help="A train sft output_dir with checkpoint-* folders.")],
     task: Annotated[str | None, option("--task", parser=TextType("--task", choices=task_names),
-                                       help=f"The task RL will train: {task_help()}; with --config: which of the "
-                                            "recipe's tasks.")] = None,
-    dataset: Annotated[Path | None, option("--dataset", parser=PathType("--dataset", INPUT), help="Dataset folder with the validation split (with --config: default the recipe task's data).")] = None,
-    index: Annotated[str | None, option("--index", parser=IndexType("--index"), help="Search index the agent uses (with --config: default the recipe task's index).")] = None,
-    config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="The train rl recipe the start is for: its task as train rl trains it (system prompt, abstention, tools, reward weights) chooses.")] = None,
-    split: Annotated[str, option("--split", parser=TextType("--split"), help="Validation split: 'rl' (never 'test', kept for the final comparison).")] = "rl",
-    rows: Annotated[int, option("--rows", parser=NumberType("--rows", min=1), help="Questions evaluated per checkpoint (the first N).")] = 32,
-    k: Annotated[int, option("--k", parser=NumberType("--k", min=1), help="Samples per question (with --temperature > 0).")] = 1,
-    temperature: Annotated[float, option("--temperature", parser=NumberType("--temperature", integer=False, min=0), help="0 = greedy.")] = 0.0,
+                                       help=f"The task RL will train: {task_help()}; with --config: which of "
+                                            "the recipe's tasks.")] = None,
+    dataset: Annotated[Path | None, option("--dataset", parser=PathType("--dataset", INPUT),
+                                           help="Dataset folder with the validation split (with --config: "
+                                                "default the recipe task's data).")] = None,
+    index: Annotated[str | None, option("--index", parser=IndexType("--index"),
+                                        help="Search index the agent uses (with --config: default the recipe "
+                                             "task's index).")] = None,
+    config: Annotated[Path | None, option("--config", "-c", parser=PathType(
+        "--config", INPUT_FILE), help="The train rl recipe the start is for: its task as train rl trains it "
+                                      "(system prompt, abstention, tools, reward weights) chooses.")] = None,
+    split: Annotated[str, option("--split", parser=TextType(
+        "--split"), help="Validation split: 'rl' (never 'test', kept for the final comparison).")] = "rl",
+    rows: Annotated[int, option("--rows", parser=NumberType("--rows", min=1),
+                                help="Questions evaluated per checkpoint (the first N).")] = 32,
+    k: Annotated[int, option("--k", parser=NumberType("--k", min=1),
+                             help="Samples per question (with --temperature > 0).")] = 1,
+    temperature: Annotated[float, option("--temperature", parser=NumberType(
+        "--temperature", integer=False, min=0), help="0 = greedy.")] = 0.0,
     max_tokens: MaxTokens = 1024,
     system_prompt: SystemPrompt = None,
     seed: Seed = 0,
     quiet: Quiet = False,
     as_json: AsJson = False,
 ):
-    """Evaluate each SFT checkpoint on a validation slice; choose the RL start (pass@1, entropy per checkpoint;
-    table on stderr, with --json the selection on stdout).
+    """Evaluate each SFT checkpoint on a validation slice; choose the RL start (pass@1, entropy per
+    checkpoint; table on stderr, with --json the selection on stdout).
 
     Example: train select --run runs/sft --task multihop_qa --dataset out/multihop --index out/index --rows 16
     """
@@ -261,13 +206,19 @@ def train_select(
 @train_app.command("rescore")
 @friendly
 def train_rescore(
-    completions: Annotated[Path, option("--completions", parser=PathType("--completions", INPUT_FOLDER), help="A train rl run's completions folder (or the run).")],
+    completions: Annotated[Path, option("--completions", parser=PathType("--completions", INPUT_FOLDER),
+                                        help="A train rl run's completions folder (or the run).")],
     task: Annotated[str | None, option("--task", parser=TextType("--task", choices=task_names),
-                                       help=f"The task whose rewards score them: {task_help()}; default: the run's "
-                                            "recipe task (its tansaku_recipe.json), or which of its tasks.")] = None,
-    config: Annotated[Path | None, option("--config", "-c", parser=PathType("--config", INPUT_FILE), help="A train rl recipe whose task (reward weights, abstention, tools) scores them, instead of the run's own recipe copy.")] = None,
-    out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for rescored.parquet and rescore_report.json.")] = None,
-    judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"), help="LLM spec of the rubric judge (deepresearch).")] = None,
+                                       help=f"The task whose rewards score them: {task_help()}; default: the "
+                                            "run's recipe task (its tansaku_recipe.json), or which of its "
+                                            "tasks.")] = None,
+    config: Annotated[Path | None, option("--config", "-c", parser=PathType(
+        "--config", INPUT_FILE), help="A train rl recipe whose task (reward weights, abstention, tools) "
+                                      "scores them, instead of the run's own recipe copy.")] = None,
+    out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FOLDER),
+                                       help="Folder for rescored.parquet and rescore_report.json.")] = None,
+    judge: Annotated[str | None, option("--judge", parser=SpecType("--judge"),
+                                        help="LLM spec of the rubric judge (deepresearch).")] = None,
     no_cache: NoCache = False, api_key: ApiKey = None, extra_body: ExtraBody = None,
     concurrency: Concurrency = None, llm_option: LlmOption = None,
     quiet: Quiet = False,
@@ -277,7 +228,8 @@ def train_rescore(
     on stderr, with --json the report on stdout).
 
     The task is the run's own, as train rl trained it (its reward weights …): from the run folder's
-    tansaku_recipe.json, or --config RECIPE; --task NAME alone (a run without a recipe copy) gets its defaults.
+    tansaku_recipe.json, or --config RECIPE; --task NAME alone (a run without a recipe copy) gets its
+    defaults.
 
     Example: train rescore --completions runs/rl/completions --out runs/rl-rescored
     """
@@ -287,19 +239,28 @@ def train_rescore(
 
     options = llm_options(no_cache, api_key, extra_body, concurrency, llm_option)
     with quiet_loops(quiet):
-        report = rescore(completions, task, out=out, judge=as_client(judge, llm_options=options), config=config)
+        report = rescore(completions, task, out=out, judge=as_client(judge, llm_options=options),
+                         config=config)
     print_table(format_report(report), report, as_json=as_json, quiet=quiet)
 
 
 @train_app.command("compare")
 @friendly
 def train_compare(
-    a: Annotated[Path | None, argument(PathType("A", INPUT), help="Eval report A: report.json or a train eval --out folder.")] = None,
-    b: Annotated[Path | None, argument(PathType("B", INPUT), help="Eval report B (deltas are B − A).")] = None,
-    completions: Annotated[Path | None, option("--completions", parser=PathType("--completions", INPUT_FOLDER), help="Instead: a train rl run (or its completions folder) whose samples to compare across --steps.")] = None,
-    steps: Annotated[tuple[int, int] | None, option("--steps", parser=NumberType("--steps", min=0), help="With --completions: steps A B; the prompts both sampled, side by side.")] = None,
+    a: Annotated[Path | None, argument(PathType("A", INPUT), help="Eval report A: report.json or a train "
+                                                                  "eval --out folder.")] = None,
+    b: Annotated[Path | None,
+                 argument(PathType("B", INPUT), help="Eval report B (deltas are B − A).")] = None,
+    completions: Annotated[Path | None, option("--completions", parser=PathType(
+        "--completions", INPUT_FOLDER), help="Instead: a train rl run (or its completions folder) whose "
+                                             "samples to compare across --steps.")] = None,
+    steps: Annotated[tuple[int, int] | None, option("--steps", parser=NumberType("--steps", min=0),
+                                                    help="With --completions: steps A B; the prompts both "
+                                                         "sampled, side by side.")] = None,
     limit: Limit = None,
-    width: Annotated[int, option("--width", parser=NumberType("--width", min=20), help="With --completions: characters of each completion shown in the table (the JSON has all).")] = 400,
+    width: Annotated[int, option("--width", parser=NumberType("--width", min=20),
+                                 help="With --completions: characters of each completion shown in the table "
+                                      "(the JSON has all).")] = 400,
     quiet: Quiet = False,
     as_json: AsJson = False,
 ):
@@ -313,7 +274,8 @@ def train_compare(
 
     if completions is not None or steps is not None:
         if completions is None or steps is None or a is not None or b is not None:
-            raise InputError("give either two eval reports (train compare A B) or --completions RUN --steps A B")
+            raise InputError("give either two eval reports (train compare A B) or --completions RUN --steps "
+                             "A B")
         from tansaku.trainer.step_samples import samples_table, step_samples
 
         result = step_samples(completions, *steps, limit=limit)
@@ -330,13 +292,23 @@ def train_compare(
 @train_app.command("report")
 @friendly
 def train_report(
-    run: Annotated[list[Path], argument(PathType("RUN", INPUT_FOLDER), help="A run's output_dir; with --runs, two or more runs (seeds).")],
-    runs: Annotated[bool, typer.Option("--runs", help="Overlay the runs given and flag collapses that recur at the same step.")] = False,
-    out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FILE), help="PNG to write: one run's learning curves, or the --runs overlay (none without it).")] = None,
-    lookback: Annotated[int, option("--lookback", parser=NumberType("--lookback", min=1), help="--runs: a collapse is a drop below (1 − drop) × the peak of this many previous steps.")] = 5,
-    drop: Annotated[float, option("--drop", parser=NumberType("--drop", integer=False, min=0, max=1, min_open=True, max_open=True), help="--runs: relative drop from that peak, 0 < drop < 1.")] = 0.5,
-    within: Annotated[int, option("--within", parser=NumberType("--within", min=0), help="--runs: onsets this many steps apart or closer coincide.")] = 1,
-    min_runs: Annotated[int, option("--min-runs", parser=NumberType("--min-runs", min=2), help="--runs: runs that must share a collapse.")] = 2,
+    run: Annotated[list[Path], argument(PathType("RUN", INPUT_FOLDER),
+                                        help="A run's output_dir; with --runs, two or more runs (seeds).")],
+    runs: Annotated[bool, typer.Option("--runs", help="Overlay the runs given and flag collapses that recur "
+                                                      "at the same step.")] = False,
+    out: Annotated[Path | None, option("--out", parser=PathType("--out", OUTPUT_FILE),
+                                       help="PNG to write: one run's learning curves, or the --runs overlay "
+                                            "(none without it).")] = None,
+    lookback: Annotated[int, option("--lookback", parser=NumberType("--lookback", min=1),
+                                    help="--runs: a collapse is a drop below (1 − drop) × the peak of this "
+                                         "many previous steps.")] = 5,
+    drop: Annotated[float, option("--drop", parser=NumberType(
+        "--drop", integer=False, min=0, max=1, min_open=True, max_open=True),
+                                  help="--runs: relative drop from that peak, 0 < drop < 1.")] = 0.5,
+    within: Annotated[int, option("--within", parser=NumberType("--within", min=0),
+                                  help="--runs: onsets this many steps apart or closer coincide.")] = 1,
+    min_runs: Annotated[int, option("--min-runs", parser=NumberType("--min-runs", min=2),
+                                    help="--runs: runs that must share a collapse.")] = 2,
     quiet: Quiet = False,
     as_json: AsJson = False,
 ):
@@ -353,7 +325,8 @@ def train_report(
         result = compare_seeds(run, lookback=lookback, drop=drop, within=within, min_runs=min_runs)
         if out is not None:
             plot_seeds(result, out, option="--out")
-        print_table(seeds_table(result), {**result, "png": str(out) if out else None}, as_json=as_json, quiet=quiet)
+        print_table(seeds_table(result), {**result, "png": str(out) if out else None}, as_json=as_json,
+                    quiet=quiet)
         return
     if len(run) != 1:
         raise InputError(f"give one run, or --runs for {len(run)} runs side by side")
@@ -375,13 +348,22 @@ def train_report(
 @train_app.command("merge")
 @friendly
 def train_merge(
-    method: Annotated[str, argument(TextType("METHOD", choices=("soup", "chat-vector", "chat_vector", "lora")), help="soup | chat-vector | lora")],
-    models: Annotated[list[str], argument(PathType("MODELS", INPUT_FOLDER, text=True), help="soup: checkpoints; chat-vector: TARGET INSTRUCT BASE; lora: ADAPTER")],
-    out: Annotated[Path, option("--out", parser=PathType("--out", OUTPUT_FOLDER), help="Folder for the merged model.")],
-    weights: Annotated[list[float] | None, option("--weight", parser=NumberType("--weight", integer=False), help="soup: one weight per model (repeat).")] = None,
-    scale: Annotated[float, option("--scale", parser=NumberType("--scale", integer=False), help="chat-vector: θ + scale·(θ_instruct − θ_base).")] = 1.0,
-    base: Annotated[str | None, option("--base", parser=ModelRefType("--base"), help="lora: the base model the adapter was trained on.")] = None,
-    exclude: Annotated[list[str] | None, option("--exclude", parser=TextType("--exclude", max_chars=1024), help="chat-vector: tensor names to keep from TARGET (e.g. embed_tokens).")] = None,
+    method: Annotated[str, argument(TextType("METHOD", choices=(
+        "soup", "chat-vector", "chat_vector", "lora")), help="soup | chat-vector | lora")],
+    models: Annotated[list[str],
+                      argument(PathType("MODELS", INPUT_FOLDER, text=True),
+                               help="soup: checkpoints; chat-vector: TARGET INSTRUCT BASE; lora: ADAPTER")],
+    out: Annotated[Path, option("--out", parser=PathType("--out", OUTPUT_FOLDER),
+                                help="Folder for the merged model.")],
+    weights: Annotated[list[float] | None, option("--weight", parser=NumberType("--weight", integer=False),
+                                                  help="soup: one weight per model (repeat).")] = None,
+    scale: Annotated[float, option("--scale", parser=NumberType("--scale", integer=False),
+                                   help="chat-vector: θ + scale·(θ_instruct − θ_base).")] = 1.0,
+    base: Annotated[str | None, option("--base", parser=ModelRefType("--base"),
+                                       help="lora: the base model the adapter was trained on.")] = None,
+    exclude: Annotated[list[str] | None, option("--exclude", parser=TextType("--exclude", max_chars=1024),
+                                                help="chat-vector: tensor names to keep from TARGET (e.g. "
+                                                     "embed_tokens).")] = None,
     quiet: Quiet = False,
     as_json: AsJson = False,
 ):
@@ -392,7 +374,8 @@ def train_merge(
     """
     from tansaku.trainer.merge import run_merge
 
-    merged = str(run_merge(method, models, str(out), weights=weights, scale=scale, exclude=exclude, base=base))
+    merged = str(run_merge(method, models, str(out), weights=weights, scale=scale, exclude=exclude,
+                           base=base))
     if not as_json:
         typer.echo(merged)
     summary = {"method": method, "models": models, **({"weights": weights} if weights else {}), "out": merged}

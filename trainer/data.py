@@ -42,7 +42,8 @@ from tansaku.core import jsontext
 from tansaku.core.chat_sources import is_hub_source, read_chat_source
 from tansaku.core.parsing import to_wire
 from tansaku.core.store import StoreError, read_records
-from tansaku.trainer.recipes import DataSource, RecipeError
+from tansaku.trainer.recipe_arguments import DataSource
+from tansaku.trainer.recipes import RecipeError
 
 MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "name", "tool_call_id")
 ROLES = ("system", "user", "assistant", "tool")

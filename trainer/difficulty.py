@@ -38,7 +38,8 @@ from tansaku.envs.environments import make_environment_factory
 from tansaku.envs.evaluate import NotReadyForRL, is_correct, load_rows, summarize, write_trajectories
 from tansaku.envs.rollout import run_rollouts
 from tansaku.trainer.readiness import readiness_model, readiness_options
-from tansaku.trainer.recipes import Recipe, RLTask
+from tansaku.trainer.recipe_arguments import RLTask
+from tansaku.trainer.recipes import Recipe
 
 BAND_FILE = "band.json"
 

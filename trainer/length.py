@@ -30,7 +30,8 @@ from collections import Counter
 from pathlib import Path
 
 from tansaku.core import jsontext, safe_write
-from tansaku.trainer.recipes import OVERLONG, RecipeError
+from tansaku.trainer.recipe_arguments import OVERLONG
+from tansaku.trainer.recipes import RecipeError
 
 log = logging.getLogger(__name__)
 ELIDED = "…(省略)"

@@ -19,9 +19,9 @@ model (chat vector), since the result should talk like it.
 
 ``--out`` must be missing, empty or a merge tansaku wrote (``tansaku_model.json``), and neither one of the
 input folders nor inside nor around one; both are checked before any tensor is read or model loaded. The
-merge is written into a hidden sibling and swapped in whole (``tansaku.core.ownership.swapped_in``), so an
-earlier merge in the folder is replaced with nothing of it left (no stale shard), and a killed merge leaves
-only what the next one removes. Weights and scales must be finite (a NaN weight gives NaN tensors).
+merge is written into a hidden sibling and swapped in whole (``tansaku.core.swapped_outputs.swapped_in``),
+so an earlier merge in the folder is replaced with nothing of it left (no stale shard), and a killed merge
+leaves only what the next one removes. Weights and scales must be finite (a NaN weight gives NaN tensors).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tansaku.core import jsontext, ownership, safe_write
+from tansaku.core import jsontext, ownership, safe_write, swapped_outputs
 from tansaku.core.cli_types import is_model_path
 from tansaku.core.errors import InputError
 
@@ -154,7 +154,7 @@ def _written(out: Path, info: dict) -> Iterator[Path]:
     def check() -> None:  # again under the lock
         ownership.refuse_unmarked(out, "--out", ownership.MODEL_MARKER, "merge", "merged model")
 
-    with ownership.claimed(out, "--out", check), ownership.swapped_in(out, "--out") as tmp:
+    with ownership.claimed(out, "--out", check), swapped_outputs.swapped_in(out, "--out") as tmp:
         yield tmp
         # all it may replace
         files = sorted(p.name for p in tmp.iterdir() if p.name != ownership.PARTIAL_MARKER)

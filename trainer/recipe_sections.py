@@ -1,6 +1,7 @@
 """The nested sections of an RL recipe that configure checks around training: the reward watch (``watch:``),
 the readiness check (``readiness:``) and difficulty banding (``difficulty:``), and the rubric judge
-(``judge:``); and retention during SFT and RL (``retention:``). ``tansaku.trainer.recipes`` reads them.
+(``judge:``); and retention during SFT and RL (``retention:``). ``tansaku.trainer.recipe_arguments`` reads
+them.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ from tansaku.core import jsontext, ownership, safe_write
 from tansaku.core.errors import InputError
 from tansaku.core.redact import redact_mapping
 from tansaku.envs.tasks import TASKS, Task
-from tansaku.trainer.recipes import RecipeError, RLTask, load_recipe
+from tansaku.trainer.recipe_arguments import RLTask
+from tansaku.trainer.recipes import RecipeError, load_recipe
 from tansaku.trainer.report import completions_run, load_completions
 from tansaku.trainer.rl_rewards import recipe_task, rl_task
 from tansaku.trainer.typed_config import section

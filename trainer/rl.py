@@ -60,10 +60,10 @@ from tansaku.trainer.difficulty import Band, band_prompts, banded_rows
 from tansaku.trainer.model_card import name_base_model
 from tansaku.trainer.monitor import RewardWatchCallback
 from tansaku.trainer.readiness import check_readiness
+from tansaku.trainer.recipe_arguments import RLTask
 from tansaku.trainer.recipes import (
     Recipe,
     RecipeError,
-    RLTask,
     load_recipe,
     require_model,
     resolve_model,

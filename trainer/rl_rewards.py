@@ -28,7 +28,8 @@ from tansaku.envs.remote_env import remote_reward
 from tansaku.envs.rewards import TRAINER_STEP, TRL_REWARD_ARGUMENTS
 from tansaku.envs.search_health import step_metrics
 from tansaku.envs.tasks import OVERRIDES, TASKS, Task
-from tansaku.trainer.recipes import Recipe, RecipeError, RLTask, auto_index_dir, load_recipe
+from tansaku.trainer.recipe_arguments import RLTask
+from tansaku.trainer.recipes import Recipe, RecipeError, auto_index_dir, load_recipe
 
 
 def environment_name(task_name: str, variant: int, interface: int = 0) -> str:

@@ -20,7 +20,8 @@ from tansaku.core.out_folder import read_manifest
 
 from .backend import SEARCH_BACKENDS, Backend, analyzer_names, backend_for, backend_named_by
 from .base import Hit, SearchResult
-from .dsl import Limits, QueryError
+from .dsl import QueryError
+from .dsl_limits import Limits
 
 __all__ = ["build_index", "open_index", "require_index", "QueryError", "SearchResult", "Hit", "Limits",
            "Backend", "SEARCH_BACKENDS", "backend_for", "build_index_cli", "search_cli"]

@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 from tansaku.core.errors import InputError
 
 from .base import SearchResult
-from .dsl import Limits
+from .dsl_limits import Limits
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ Supported (OpenSearch semantics):
   term {field: value | {value, boost}}, terms {field: [values], boost}               (keyword fields)
   bool {must, should, must_not, filter, minimum_should_match, boost} (nesting allowed), match_all
 A plain string means ``multi_match`` (most_fields) over title and text.
-Every limit (``MAX_*`` below: nesting, clauses, fields per multi_match, text and request length, terms,
-``minimum_should_match`` — an integer within ±1000 or a percentage within ±100 %, sloppy phrases) is checked
-here, before any translation, so both the work and the error are bounded; the backends' timeout covers the rest.
+Every limit (``Limits`` and the ``MAX_*`` of ``dsl_limits``: nesting, clauses, fields per multi_match, text
+and request length, terms, ``minimum_should_match`` — an integer within ±1000 or a percentage within ±100 %,
+sloppy phrases) is checked here, before any translation, so both the work and the error are bounded; the
+backends' timeout covers the rest.
 Embedded backend, ``char`` analyzer: ``match`` terms are the character bigrams of each query word (a
 one-character word is itself), and ``operator`` / ``minimum_should_match`` count those terms; phrases
 stay exact over characters (whitespace ignored). See ``analysis.py``.
@@ -27,7 +28,8 @@ stay exact over characters (whitespace ignored). See ``analysis.py``.
     >>> parse_request({"regexp": {"text": ".*"}}, 5, Fields())
     Traceback (most recent call last):
     ...
-    tansaku.envs.search.dsl.QueryError: query.regexp: 'regexp' is not allowed (regular expressions are too expensive); use match or match_phrase
+    tansaku.envs.search.dsl.QueryError: query.regexp: 'regexp' is not allowed (regular expressions are too
+    expensive); use match or match_phrase
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from dataclasses import dataclass
 
 from tansaku.core.errors import InputError
 from tansaku.core.text_values import holds_surrogate
+
+from .dsl_limits import MAX_KEYWORD_CHARS, MAX_MSM_COUNT, MAX_REQUEST_CHARS, MAX_TEXT_CHARS, Limits
 
 LEAF_CLAUSES = ("match", "match_phrase", "multi_match", "term", "terms", "match_all")
 CLAUSES = LEAF_CLAUSES + ("bool",)
@@ -62,37 +66,7 @@ class QueryError(InputError):
     """A query outside the supported subset or over a limit; the message is meant for the model."""
 
 
-# Limits, checked before a query is translated or sent: translation and execution both grow with the
-# query's size, and the per-query timeout only bounds how long a caller waits, not the work a huge
-# query makes (a 9000-field multi_match took seconds to translate before the fields were capped).
-MAX_DEPTH = 5             # bool nesting levels; deeper queries are never needed to express a search
-MAX_CLAUSES = 32          # clauses in the whole query, bool included
-MAX_FIELDS = 32           # entries of one multi_match "fields" list (each known field at most once)
-MAX_TERMS = 64            # values in one terms clause
-MAX_TEXT_CHARS = 200      # characters of one match/phrase text: each character is a posting list
-MAX_KEYWORD_CHARS = 1000  # characters of one term/terms value (long titles fit)
-MAX_REQUEST_CHARS = 32_000  # characters of a query written as JSON text, checked before parsing it
-MAX_MSM_COUNT = 1000      # |integer minimum_should_match|: more than any query has optional terms
-MAX_SIZE = 50             # hits per request
-MAX_SLOP = 10
-# A sloppy phrase (no bigram can lead it) costs its characters × slop on every document holding them all.
-MAX_SLOPPY_PHRASES, MAX_SLOP_WORK = 8, 200  # per query: match_phrase clauses with slop ≥ 1, their characters × slop
-TIMEOUT_MS = 2000         # per query, translation and execution, enforced by the backend
 _MSM = re.compile(r"-?[0-9]{1,6}%?")  # ASCII digits only: int() accepts other scripts' digits, "²" fails
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_depth: int = MAX_DEPTH
-    max_clauses: int = MAX_CLAUSES
-    max_size: int = MAX_SIZE
-    max_terms: int = MAX_TERMS
-    max_text_chars: int = MAX_TEXT_CHARS
-    max_slop: int = MAX_SLOP
-    timeout_ms: int = TIMEOUT_MS
-    max_fields: int = MAX_FIELDS
-    max_sloppy_phrases: int = MAX_SLOPPY_PHRASES
-    max_slop_work: int = MAX_SLOP_WORK
 
 
 @dataclass(frozen=True)
@@ -104,7 +78,8 @@ class Fields:
 
     @property
     def all_keyword(self) -> tuple[str, ...]:
-        return ("doc_id", "source", "title.keyword") + tuple(k for k in self.keyword if k not in ("doc_id", "source"))
+        return (("doc_id", "source", "title.keyword")
+                + tuple(k for k in self.keyword if k not in ("doc_id", "source")))
 
 
 def _is_number(x) -> bool:
@@ -177,7 +152,8 @@ class _Validator:
 
     def one_field(self, path: str, body, kind: str, allowed_fields: tuple[str, ...]):
         if not isinstance(body, dict) or len(body) != 1:
-            self.fail(path, f"{kind} takes exactly one field, e.g. {{\"{kind}\": {{\"{allowed_fields[0]}\": …}}}}")
+            self.fail(path,
+                      f"{kind} takes exactly one field, e.g. {{\"{kind}\": {{\"{allowed_fields[0]}\": …}}}}")
         (fname, spec), = body.items()
         if fname not in allowed_fields:
             hint = "keyword" if kind in ("term", "terms") else "text"
@@ -194,7 +170,8 @@ class _Validator:
             self.fail(path, f"bool nesting is deeper than the limit of {self.limits.max_depth}")
         if not isinstance(q, dict) or len(q) != 1:
             keys = ", ".join(map(str, list(q)[:8])) if isinstance(q, dict) else type(q).__name__
-            self.fail(path, f"a clause is an object with exactly one key (one of {', '.join(CLAUSES)}); got {keys}")
+            self.fail(path,
+                      f"a clause is an object with exactly one key (one of {', '.join(CLAUSES)}); got {keys}")
         (kind, body), = q.items()
         p = f"{path}.{kind}"
         if kind in FORBIDDEN:
@@ -222,16 +199,20 @@ class _Validator:
         if not isinstance(slop, int) or isinstance(slop, bool) or not 0 <= slop <= self.limits.max_slop:
             self.fail(f"{p}.{f}.slop", f"slop must be an integer from 0 to {self.limits.max_slop}")
         text = self.text(f"{p}.{f}.query", spec.get("query"))
-        self.sloppy, self.slop_work = self.sloppy + bool(slop), self.slop_work + len("".join(text.split())) * slop
+        self.sloppy, self.slop_work = (self.sloppy + bool(slop),
+                                       self.slop_work + len("".join(text.split())) * slop)
         if self.sloppy > self.limits.max_sloppy_phrases or self.slop_work > self.limits.max_slop_work:
-            self.fail(f"{p}.{f}.slop", f"sloppy phrases (slop ≥ 1) so far: {self.sloppy} clause(s), {self.slop_work} "
+            self.fail(f"{p}.{f}.slop",
+                      f"sloppy phrases (slop ≥ 1) so far: {self.sloppy} clause(s), {self.slop_work} "
                       f"characters × slop; the limit is {self.limits.max_sloppy_phrases} clauses and "
-                      f"{self.limits.max_slop_work} characters × slop per query: shorten them, lower slop or use slop 0")
+                      f"{self.limits.max_slop_work} characters × slop per query: shorten them, lower slop or "
+                      f"use slop 0")
         return {"match_phrase": {f: {"query": text, "slop": slop,
                                      "boost": self.boost(f"{p}.{f}", spec.get("boost"))}}}
 
     def multi_match(self, body, p, depth):
-        self.params(p, body, ("query", "fields", "type", "operator", "minimum_should_match", "tie_breaker", "boost"))
+        self.params(p, body,
+                    ("query", "fields", "type", "operator", "minimum_should_match", "tie_breaker", "boost"))
         fields = body.get("fields", list(self.fields.text))
         if isinstance(fields, str):
             fields = [fields]
@@ -299,7 +280,8 @@ class _Validator:
             self.fail(f"{p}.{f}", "terms takes a non-empty list of values")
         if len(values) > self.limits.max_terms:
             self.fail(f"{p}.{f}", f"{len(values)} values; the limit is {self.limits.max_terms}")
-        return {"terms": {f: [self.keyword_value(f"{p}.{f}[{i}]", v) for i, v in enumerate(values)], "boost": boost}}
+        return {"terms": {f: [self.keyword_value(f"{p}.{f}[{i}]", v) for i, v in enumerate(values)],
+                          "boost": boost}}
 
     def match_all(self, body, p, depth):
         self.params(p, body if body is not None else {}, ("boost",))
@@ -386,10 +368,11 @@ def resolve_msm(spec, n_optional: int) -> int:
 
 def plain_text_query(text: str) -> dict:
     """``text`` as a plain multi_match query. A generated question or entity name is words, never the query
-    DSL: passed as a string, one that starts with ``[`` or ``{`` would be parsed as JSON DSL and refused. Cut to the
-    DSL's limit of characters per query text, which a long question would otherwise exceed.
+    DSL: passed as a string, one that starts with ``[`` or ``{`` would be parsed as JSON DSL and refused. Cut
+    to the DSL's limit of characters per query text, which a long question would otherwise exceed.
 
     >>> plain_text_query('{"match_all": {}}')["multi_match"]["query"]
     '{"match_all": {}}'
     """
-    return {"multi_match": {"query": text[:MAX_TEXT_CHARS], "fields": list(TEXT_FIELDS), "type": "most_fields"}}
+    return {"multi_match": {"query": text[:MAX_TEXT_CHARS], "fields": list(TEXT_FIELDS),
+                            "type": "most_fields"}}

@@ -36,7 +36,8 @@ from tansaku.core.errors import MissingInputError
 from .base import Hit, SearchResult, highlight_texts, make_snippet
 from .cost import INLINE_POSTINGS_PER_MS, QueryCost
 from .documents import iter_documents, keyword_fields_of
-from .dsl import Fields, Limits, QueryError, parse_request, resolve_msm
+from .dsl import Fields, QueryError, parse_request, resolve_msm
+from .dsl_limits import Limits
 from .embedded_index import FORMAT, build_embedded
 from .index_meta import damaged, read_index_meta
 from .workers import QueryWorkers, index_identity

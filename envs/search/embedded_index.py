@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tantivy
 
-from tansaku.core import jsontext, ownership, safe_write
+from tansaku.core import jsontext, ownership, safe_write, swapped_outputs
 from tansaku.core.analysis import BIGRAM_TOKENIZER, get_analyzer
 from tansaku.core.errors import InputError
 from tansaku.core.progress import progress_bar
@@ -84,9 +84,9 @@ def _check_index_dir(index_dir: Path) -> None:
 def _build_locked(rows, index_dir: Path, an, analyzer: str, keyword_fields: list[str], chunk_chars: int,
                   heap_mb: int, threads: int, source_name: str, quiet: bool) -> dict:
     """``build_embedded`` once ``index_dir`` is checked, created and locked: written into a marked hidden
-    sibling and swapped in whole (``ownership.swapped_in``), so a killed build leaves only what the next one
-    removes."""
-    with ownership.swapped_in(index_dir, "--index") as tmp:
+    sibling and swapped in whole (``swapped_outputs.swapped_in``), so a killed build leaves only what the next
+    one removes."""
+    with swapped_outputs.swapped_in(index_dir, "--index") as tmp:
         return _write_index(rows, tmp, index_dir.name, an, analyzer, keyword_fields, chunk_chars, heap_mb,
                             threads, source_name, quiet)
 

@@ -25,7 +25,8 @@ from tansaku.core.index_target import index_name_problem, parse_service
 
 from .base import Hit, SearchResult, highlight_texts, make_snippet
 from .documents import iter_chunks, iter_documents, keyword_fields_of
-from .dsl import Fields, Limits, QueryError, parse_request
+from .dsl import Fields, QueryError, parse_request
+from .dsl_limits import Limits
 
 TANSAKU_META = "tansaku"  # key under the mapping's _meta that marks an index tansaku built
 

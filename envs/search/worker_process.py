@@ -17,7 +17,7 @@ import time
 
 from tansaku.core import jsontext
 
-from .dsl import Limits
+from .dsl_limits import Limits
 from .embedded import EmbeddedBackend
 from .workers import WORKER_NICE, index_identity
 

@@ -26,7 +26,8 @@ from tansaku.envs import reward_registry, rewards
 from tansaku.envs.task_prompts import COMPACT_TOOLS_CONFIG
 from tansaku.envs.tools import ToolsConfig
 
-# What a recipe's task may set over the task's own (``tansaku.trainer.recipes.RLTask`` fields of those names).
+# What a recipe's task may set over the task's own (``tansaku.trainer.recipe_arguments.RLTask`` fields of
+# those names).
 OVERRIDES = ("system_prompt", "abstention_weight", "tools", "reward_weights", "zh_mix_start_step",
              "zh_mix_scope")
 
