@@ -313,3 +313,15 @@ def test_shared_gpt35_answers_graded_by_a_scripted_judge(tmp_path):
     assert report["unreadable"] > 0 and summary["overall"]["n"] == 160 - report["unreadable"]
     roles = {json.loads(line)["prompt"] for line in (out / "judgments.jsonl").read_text().splitlines()}
     assert roles == {"single-v1", "single-math-v1", "single-v1-multi-turn", "single-math-v1-multi-turn"}
+
+
+@pytest.mark.parametrize("option, value", [("--answers", "answers.jsonl"), ("--pairwise", "scripted:x.jsonl"),
+                                           ("--judge-price-in", "2")])
+def test_mt_bench_options_with_another_task_are_refused_naming_the_option(option, value, tmp_path):
+    """Given with a search task, an MT-Bench option would be silently ignored: refused, one line, exit 2."""
+    (tmp_path / "answers.jsonl").write_text("", encoding="utf-8")
+    (tmp_path / "x.jsonl").write_text("", encoding="utf-8")
+    done = subprocess.run([str(TRAIN), "eval", "--task", "multihop_qa", "--dataset", str(tmp_path),
+                           "--model", "scripted:x.jsonl", option, value], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 2 and f"{option} is for --task mt_bench" in done.stderr

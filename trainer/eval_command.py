@@ -101,6 +101,9 @@ def train_eval(
     """
     if task == mt_bench_cli.TASK:  # its own runner and table; every option is passed on by name
         return mt_bench_cli.mt_bench_command(**locals())
+    mt_bench_cli.refuse_outside_mt_bench(
+        task, answers=answers, pairwise=pairwise, judge_prompts=judge_prompts, baseline=baseline,
+        judge_price_in=judge_price_in, judge_price_out=judge_price_out)
     from tansaku.core.progress import quiet_loops
     from tansaku.envs.evaluate import run_eval
     from tansaku.trainer.rl_rewards import measured_task

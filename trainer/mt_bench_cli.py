@@ -85,6 +85,15 @@ Baseline = Annotated[
 ]
 
 
+def refuse_outside_mt_bench(task: str | None, **given) -> None:
+    """The MT-Bench-only options given with another task are refused (one line naming the option): ignored,
+    a typo such as ``--answers`` on a search task would look like a graded run."""
+    for name, value in given.items():
+        if value not in (None, 0, 0.0, [], ()):
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{flag} is for --task {TASK} (got --task {task or 'the recipe'}'s)")
+
+
 def score_table(report: dict):
     """Per condition: overall, per turn and per category mean with its 95 % interval, scored turns,
     unreadable verdicts and judge errors (pairwise: win / loss / tie / inconsistent and the win rates)."""
