@@ -13,10 +13,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fixtures.drops import split
 from typer.testing import CliRunner
 
 from tansaku.cli import synth_app
-from tansaku.core.engine import Drop
 from tansaku.core.store import iter_rows
 from tansaku.pipelines.multihop.cardinality import filter_unique_hops, relation_stats, value_classes
 from tansaku.pipelines.multihop.chains import Caps, chain_stage, derivations_of
@@ -29,14 +29,6 @@ JEMHOPQA_TRAIN = (Path(__file__).resolve().parents[1].parent / "shared" / "data"
                   / "train_ver1.2.json")
 
 
-def split(items):
-    kept, drops = [], Counter()
-    for x in items:
-        if isinstance(x, Drop):
-            drops[x.reason] += 1
-        else:
-            kept.append(x)
-    return kept, drops
 
 
 def linked(rows: list[tuple[str, str, str]]) -> list[dict]:

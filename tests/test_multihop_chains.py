@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fixtures.drops import split
 
-from tansaku.core.engine import Drop
 from tansaku.pipelines.multihop.cardinality import filter_unique_hops, relation_stats
 from tansaku.pipelines.multihop.chains import Caps, chain_stage, derivations_of
 from tansaku.pipelines.multihop.entities import ArticleIndex, entity_key
@@ -44,14 +44,6 @@ def miniwiki_index(docs) -> ArticleIndex:
     return index
 
 
-def split(items):
-    kept, drops = [], Counter()
-    for x in items:
-        if isinstance(x, Drop):
-            drops[x.reason] += 1
-        else:
-            kept.append(x)
-    return kept, drops
 
 
 @pytest.fixture(scope="module")
