@@ -245,18 +245,14 @@ def judge_requests(
         for turn in (1, 2):
             role = _role("single", q, turn)
             item = {"question_id": q["question_id"], "category": q["category"], "turn": turn}
-            out.append(
-                (
-                    item,
-                    role,
-                    ChatRequest(
-                        messages=judge_messages(prompts, role, **values),
-                        max_tokens=JUDGE_MAX_TOKENS,
-                        temperature=0.0,
-                    ),
-                )
-            )
+            out.append((item, role, judge_request(prompts, role, values)))
     return out
+
+
+def judge_request(prompts: dict, role: str, values: dict) -> ChatRequest:
+    """One greedy judge call: the ``role`` prompt filled with ``values``."""
+    return ChatRequest(messages=judge_messages(prompts, role, **values), max_tokens=JUDGE_MAX_TOKENS,
+                       temperature=0.0)
 
 
 def pairwise_requests(
@@ -290,17 +286,7 @@ def pairwise_requests(
                     "turn": turn,
                     "game": game,
                 }
-                out.append(
-                    (
-                        item,
-                        role,
-                        ChatRequest(
-                            messages=judge_messages(prompts, role, **values),
-                            max_tokens=JUDGE_MAX_TOKENS,
-                            temperature=0.0,
-                        ),
-                    )
-                )
+                out.append((item, role, judge_request(prompts, role, values)))
     return out
 
 

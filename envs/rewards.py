@@ -82,17 +82,25 @@ def _parse_turn(rest: str, structured: list) -> tuple[str, list, list]:
     return content, calls, errors
 
 
-def episode_stats(completion) -> EpisodeStats:
-    """Count calls, failures, parse errors and collect reasoning and the final answer message."""
-    messages = as_messages(completion)
-    stats = EpisodeStats()
-    seen_ok: set[str] = set()
+def assistant_turns(messages: list[dict]):
+    """Each assistant message with the tool results that follow it, and whether nothing follows them:
+    ``(message, results, is_last)``."""
     i = 0
     while i < len(messages):
-        message = messages[i]
+        message, results = messages[i], []
         i += 1
-        if message.get("role") != "assistant":
-            continue
+        while i < len(messages) and messages[i].get("role") == "tool":
+            results.append(messages[i]["content"])
+            i += 1
+        if message.get("role") == "assistant":
+            yield message, results, i >= len(messages)
+
+
+def episode_stats(completion) -> EpisodeStats:
+    """Count calls, failures, parse errors and collect reasoning and the final answer message."""
+    stats = EpisodeStats()
+    seen_ok: set[str] = set()
+    for message, results, is_last in assistant_turns(as_messages(completion)):
         stats.turns += 1
         reasoning, rest = split_think(strip_end_markers(message["content"]))
         reasoning = message["reasoning_content"] or reasoning
@@ -104,10 +112,6 @@ def episode_stats(completion) -> EpisodeStats:
         stats.parse_errors += len(errors)
         stats.calls += len(calls)
         # Tool results follow the assistant message: one per well-formed call, in order, then one per error.
-        results = []
-        while i < len(messages) and messages[i].get("role") == "tool":
-            results.append(messages[i]["content"])
-            i += 1
         for call, result in zip(calls, results + [None] * len(calls)):
             if result is None or is_tool_error(result):
                 stats.failed_calls += 1
@@ -117,7 +121,6 @@ def episode_stats(completion) -> EpisodeStats:
                 stats.empty_calls += 1
                 continue
             seen_ok.add(normalized_call_key(call.name, call.arguments))  # cosmetic variants: once
-        is_last = i >= len(messages)
         if is_last and not calls and not errors:
             stats.final_content = content
     stats.unique_ok_calls = len(seen_ok)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from tansaku.core.parsing import is_tool_error, split_think, strip_end_markers
 from tansaku.envs.answer_text import as_messages
 from tansaku.envs.normalize import normalize_answer
-from tansaku.envs.rewards import _parse_turn, final_answer
+from tansaku.envs.rewards import _parse_turn, assistant_turns, final_answer
 from tansaku.envs.tool_interfaces import TOOL_ROLES
 
 # How much retrieved text one episode keeps for the grounding check: a model cannot read more than its context
@@ -96,20 +96,10 @@ def episode_health(completion) -> EpisodeHealth:
     >>> h.searches, h.opened_before_answer, h.answer, h.grounded
     (1, False, '白砂港', True)
     """
-    messages = as_messages(completion)
     health, evidence = EpisodeHealth(), []
-    i = 0
-    while i < len(messages):
-        message = messages[i]
-        i += 1
-        if message.get("role") != "assistant":
-            continue
+    for message, results, _ in assistant_turns(as_messages(completion)):
         _, rest = split_think(strip_end_markers(message["content"]))
         _, calls, _ = _parse_turn(rest, message["tool_calls"])
-        results = []
-        while i < len(messages) and messages[i].get("role") == "tool":
-            results.append(messages[i]["content"])
-            i += 1
         _read_calls(health, calls, results, evidence)
     health.answer = final_answer(completion)
     health.evidence = normalize_answer("\n".join(evidence)[:MAX_EVIDENCE_CHARS])
