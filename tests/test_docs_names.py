@@ -45,7 +45,7 @@ def mentioned(doc: Path) -> list[str]:
 def name_problem(name: str) -> str | None:
     """Why the dotted ``name`` does not resolve, or None: the longest importable module, then attributes."""
     parts = re.split(r"[\[(]", name.replace(":", "."))[0].split(".")
-    for cut in range(len(parts), 1, -1):
+    for cut in range(len(parts), 0, -1):
         module_name = ".".join(parts[:cut])
         try:
             found = importlib.import_module(module_name)
