@@ -4,9 +4,12 @@ forward / backward, optimizer — for several step configurations in one run, pr
     python bench/gspo_profile.py --work runs/efficacy --model runs/efficacy/sft-seed0/checkpoint-16
     python bench/gspo_profile.py --work runs/efficacy --model tiny --steps 1 --variants full lora
 
-Each variant runs ``--steps`` real ``train rl`` steps (``build_rl_trainer``, the same recipe keys the efficacy
-experiment uses: 4 prompts × 4 generations, multi-turn compact episodes over the ``rl`` split of
-``WORK/multihop`` and ``WORK/index``, which ``bench/efficacy.py`` builds) with timers wrapped around:
+Each variant runs ``--steps`` real ``train rl`` steps (``build_rl_trainer``) of the efficacy experiment's GSPO
+arm, its keys read from ``bench/efficacy.py`` (``efficacy_keys``): a step is one rollout round of 4 prompts ×
+4 generations (16 multi-turn compact episodes over the ``rl`` split of ``WORK/multihop`` and ``WORK/index``,
+which ``bench/efficacy.py`` builds), the trainer's log-probs of the round without gradients (the off-policy
+ratio's old log-probs, and the sampler gap), and the round trained off-policy in 2 optimizer steps of 8
+completions. Timers are wrapped around:
 
 - ``model.generate`` — every forward inside it, split into prefill (more than one new position: the prompt, and
   in TRL's tool loop the whole context again at each turn) and decode (one position);
@@ -15,7 +18,7 @@ experiment uses: 4 prompts × 4 generations, multi-turn compact episodes over th
   forward), ``accelerator.backward`` with the shared prompt tokens' backward (``tansaku.trainer.cpu.prefix_train``),
   and the optimizer step (callback events).
 
-Rows are seconds per step (mean over the steps) and the share of the step. Variants: ``full`` (full fine-tune,
+Rows are seconds per rollout round (mean over the rounds) and the share of the step. Variants: ``full`` (full fine-tune,
 fp32 master weights, bf16 autocast: what RL needs at lr 1e-5; the shared prompt prefix computed once per call,
 ``tansaku.trainer.cpu.prefix_generate``), ``no-shared-prefix`` (TRL's plain generate), ``batch4`` (4 completions
 per micro-batch instead of 1), ``lora`` (LoRA r=16 on all linear layers), ``short`` (512-token completions),
@@ -39,6 +42,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from unittest import mock
 
+import efficacy  # bench/, beside this script: the experiment whose step is profiled
 import yaml
 
 from tansaku.core.llm.turn_cache import TurnCache
@@ -54,7 +58,7 @@ TASK = "multihop_qa_compact"
 VARIANTS = {
     "full": {},
     "no-shared-prefix": {"share_prompt_prefix": False},
-    "batch4": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4},  # the same 16 completions
+    "batch4": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "steps_per_generation": 4},
     "lora": {"use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "lora_target_modules": "all-linear",
              "learning_rate": 1e-4},
     "short": {"max_completion_length": 512},
@@ -73,7 +77,8 @@ ABLATIONS = {
     "no-turn-cache": (TurnCache, "plan", lambda self, rows: None),  # nothing kept between turns
 }
 ROWS = ("generation (total)", "  prefill forwards", "  decode forwards", "  tool execution", "rewards",
-        "old/ref log-probs (no grad)", "training forward", "backward", "optimizer step", "other")
+        "old log-probs (no grad)", "start log-probs (kl_to_start)", "training forward", "backward",
+        "optimizer step", "other")
 
 
 class Timers:
@@ -134,9 +139,15 @@ def instrument(trainer, timers: Timers) -> None:
 
     model.generate, inner.forward = timed_generate, timed_forward
     trainer._calculate_rewards = timers.wrap(trainer._calculate_rewards, "rewards")
+    start = trainer.drift.start if trainer.drift is not None else None  # kl_to_start's frozen start model
+
+    def logps_row(model, *args, **kwargs) -> str:
+        if torch.is_grad_enabled():
+            return "training forward"
+        return "start log-probs (kl_to_start)" if model is start else "old log-probs (no grad)"
+
     trainer._get_per_token_logps_and_entropies = timers.wrap(
-        trainer._get_per_token_logps_and_entropies, "",
-        pick=lambda *a, **k: "training forward" if torch.is_grad_enabled() else "old/ref log-probs (no grad)")
+        trainer._get_per_token_logps_and_entropies, "", pick=logps_row)
     trainer.accelerator.backward = timers.wrap(trainer.accelerator.backward, "backward")
     if getattr(trainer, "shared_prefix", None) is not None:  # the shared prompt tokens' backward, once a step
         trainer.shared_prefix.flush = timers.wrap(trainer.shared_prefix.flush, "backward")
@@ -177,21 +188,28 @@ def timed_tools(timers: Timers):
         SearchEnvironment.search, SearchEnvironment.open_doc = search, open_doc
 
 
+def efficacy_keys(arm: str = "gspo") -> dict:
+    """The efficacy experiment's GRPOConfig keys for ``arm`` (``bench/efficacy.py``: its defaults, one source)."""
+    args = efficacy.parse_args([])
+    return {**efficacy.ARMS[arm], **efficacy.batch_keys(arm, args),
+            "vllm_importance_sampling_mode": "token_truncate", "kl_to_start": True,
+            "beta": 0.0, "max_completion_length": args.rl_completion, "max_tool_calling_iterations": 3,
+            "temperature": args.rl_temperature, "learning_rate": args.rl_lr, "lr_scheduler_type": "constant"}
+
+
 def profile(variant: str, args) -> dict:
     out = args.work / "profile" / variant
+    keys = {**efficacy_keys(), **VARIANTS[variant]}
+    # one rollout round (P prompts × G generations) is trained in steps_per_generation / accumulation optimizer
+    # steps: a profiled "step" is a whole round, whatever the variant's batch shape
+    steps_per_round = keys["steps_per_generation"] // keys["gradient_accumulation_steps"]
     recipe_dict = {
         "model_name_or_path": args.model, "output_dir": str(out),
         "tasks": [{"name": TASK, "data": str(args.work / "multihop"), "index": str(args.work / "index"),
                    "split": "rl"}],
-        # GSPO, 4 prompts × 4 generations per step, one completion per micro-batch
-        "importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4, "loss_type": "grpo",
-        "num_generations": 4, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 16,
-        # (the efficacy experiment's settings; each variant below changes one of them)
-        "beta": 0.0, "max_completion_length": 768, "max_tool_calling_iterations": 3, "temperature": 0.9,
-        "learning_rate": 3e-5, "lr_scheduler_type": "constant", "max_steps": args.steps, "bf16": True,
+        **keys, "max_steps": args.steps * steps_per_round, "bf16": True,
         "gradient_checkpointing": False, "use_cpu": True, "seed": 0,
         "save_steps": 10_000, "logging_steps": 1, "log_completions": False, "report_to": "none",
-        **VARIANTS[variant],
     }
     path = args.work / "profile" / f"{variant}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,10 +223,11 @@ def profile(variant: str, args) -> dict:
         instrument(trainer, timers)
         with timed_tools(timers):
             trainer.train()
-    steps = max(trainer.state.global_step, 1)
+    steps = max(trainer.state.global_step // steps_per_round, 1)  # rollout rounds
     per_step = {name: seconds / steps for name, seconds in timers.seconds.items()}
-    accounted = sum(per_step.get(r, 0.0) for r in ("generation (total)", "rewards", "old/ref log-probs (no grad)",
-                                                 "training forward", "backward", "optimizer step"))
+    accounted = sum(per_step.get(r, 0.0) for r in ("generation (total)", "rewards", "old log-probs (no grad)",
+                                                 "start log-probs (kl_to_start)", "training forward",
+                                                 "backward", "optimizer step"))
     per_step["other"] = max(per_step.get("step", 0.0) - accounted, 0.0)
     history = trainer.state.log_history
     return {"variant": variant, "steps": steps, "per_step_seconds": per_step,

@@ -5,9 +5,17 @@ finding cannot be an artefact of the project's own stand-in. It shares no code w
 ``asyncio`` streams (HTTP/1.1 keep-alive), no FastAPI, no uvicorn.
 
 - ``POST /v1/chat/completions``: at most ``--slots`` requests are served at once; the rest wait in a FIFO queue
-  (as in vLLM). Each request's latency is drawn from ``random.Random(--seed)`` in arrival order (the i-th
-  request to arrive gets the i-th draw, whatever its body), so two clients sending the same number of requests
-  get the same latencies. Once a slot is free the answer is computed by ``tansaku.examples.stand_in_llm.respond``
+  (as in vLLM). Each request's latency (``--latency-by``):
+
+  - ``arrival`` (the default): drawn from ``random.Random(--seed)`` in arrival order (the i-th request to
+    arrive gets the i-th draw, whatever its body), so two clients sending the same number of requests get the
+    same latencies;
+  - ``content``: a pure function of the request body and the seed (sha256 of both → uniforms in (0, 1) → the
+    distribution's quantile), so a request gets the same latency whenever it arrives and whatever the slots:
+    two runs that send the same requests in another order have the same workload. Identical bodies get
+    identical latencies.
+
+  Once a slot is free the answer is computed by ``tansaku.examples.stand_in_llm.respond``
   and the compute time is taken off the sleep: a slot is held for the drawn latency, not latency + compute.
 - ``GET /v1/models``, ``GET /health``.
 - ``GET /stats``: requests, failures, ``busy_seconds`` (Σ drawn latency), ``first_at`` (first request received),
@@ -15,15 +23,18 @@ finding cannot be an artefact of the project's own stand-in. It shares no code w
   (the canned server's shape); ``GET /stats/records``: ``[arrival, start, end, sent, latency]`` per request.
 
     python bench/latency_server.py --port 8010 --slots 64 --latency lognormal:0.5,0.8 --seed 0
+    python bench/latency_server.py --port 8010 --slots 64 --latency-by content  # same body, same latency
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import math
 import random
+import statistics
 import threading
 import time
 
@@ -58,6 +69,52 @@ def parse_latency(spec: str):
     return draw
 
 
+def parse_quantile(spec: str):
+    """The same spec as :func:`parse_latency` → ``seconds(u, v)``: the latency at quantile ``u`` of the
+    lognormal, times the tail factor when ``v`` < the tail share (``u``, ``v`` uniform in (0, 1)).
+
+    >>> seconds = parse_quantile("lognormal:0.5,0.8"); seconds(0.5, 0.5)
+    0.5
+    >>> parse_quantile("lognormal:0.5,0.8,tail:0.01,20")(0.5, 0.001)
+    10.0
+    """
+    kind, _, rest = spec.partition(":")
+    values = [float(v) for v in rest.replace("tail:", "").split(",") if v]
+    if kind == "fixed" and len(values) == 1:
+        return lambda u, v: values[0]
+    if kind != "lognormal" or len(values) not in (2, 4):
+        raise ValueError(f"latency {spec!r}: use fixed:S or lognormal:MEDIAN,SIGMA[,tail:SHARE,FACTOR]")
+    median, sigma = values[:2]
+    share, factor = values[2:] if len(values) == 4 else (0.0, 1.0)
+    normal = statistics.NormalDist()
+
+    def seconds(u: float, v: float) -> float:
+        drawn = median * math.exp(sigma * normal.inv_cdf(u))
+        return drawn * factor if v < share else drawn
+
+    return seconds
+
+
+def content_latency(spec: str, seed: int = 0):
+    """``spec`` → ``latency(body)``: a pure function of the request body (its canonical JSON) and ``seed``.
+
+    >>> latency = content_latency("lognormal:0.5,0.8")
+    >>> body = {"messages": [{"role": "user", "content": "a"}]}
+    >>> latency(body) == latency(json.loads(json.dumps(body))) != latency({"messages": []})
+    True
+    """
+    seconds = parse_quantile(spec)
+
+    def latency(body: dict) -> float:
+        text = json.dumps(body, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(f"{seed}\n{text}".encode()).digest()
+        # Two independent uniforms, strictly inside (0, 1): the quantile and the tail coin.
+        u, v = ((int.from_bytes(digest[i:i + 8], "big") + 0.5) / 2 ** 64 for i in (0, 8))
+        return seconds(u, v)
+
+    return latency
+
+
 def answer(body: dict) -> dict:
     """The stand-in model's answer to one request body, as an OpenAI assistant message."""
     schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
@@ -86,9 +143,12 @@ def answer(body: dict) -> dict:
 class LatencyServer:
     """The server's state and handlers; ``await serve(port)`` runs it on the current event loop."""
 
-    def __init__(self, slots: int, latency: str, seed: int = 0, model: str = "canned"):
-        self.slots, self.model = slots, model
+    def __init__(self, slots: int, latency: str, seed: int = 0, model: str = "canned", by: str = "arrival"):
+        if by not in ("arrival", "content"):
+            raise ValueError(f"latency by {by!r}: use arrival or content")
+        self.slots, self.model, self.by = slots, model, by
         self.draw, self.rng = parse_latency(latency), random.Random(seed)
+        self.by_content = content_latency(latency, seed)
         self.gate: asyncio.Semaphore | None = None  # made in the serving loop
         self.records: list[list[float]] = []  # [arrival, start, end, sent, latency], in the order answered
         self.requests = self.failures = self.in_flight = self.max_in_flight = 0
@@ -103,7 +163,8 @@ class LatencyServer:
         arrival = time.time()
         self.requests += 1
         self.first_at = self.first_at or arrival
-        latency = self.draw(self.rng)  # drawn now, so the draws follow arrival order, not slot order
+        # Drawn now, so arrival-order draws follow arrival order, not slot order.
+        latency = self.by_content(body) if self.by == "content" else self.draw(self.rng)
         async with self.gate:
             start = time.time()
             self.in_flight += 1
@@ -194,9 +255,9 @@ class LatencyServer:
             await server.serve_forever()
 
 
-def serve_in_thread(slots: int, latency: str, seed: int = 0) -> tuple[str, LatencyServer]:
+def serve_in_thread(slots: int, latency: str, seed: int = 0, by: str = "arrival") -> tuple[str, LatencyServer]:
     """Start a server on a free port in a daemon thread (tests); → (its URL, the server)."""
-    server, started = LatencyServer(slots, latency, seed), threading.Event()
+    server, started = LatencyServer(slots, latency, seed, by=by), threading.Event()
     threading.Thread(target=lambda: asyncio.run(server.serve(0, started)), daemon=True).start()
     if not started.wait(20):
         raise RuntimeError("latency server did not start")
@@ -209,8 +270,10 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=64, help="requests served at once (the rest queue)")
     parser.add_argument("--latency", default="lognormal:0.5,0.8", help="fixed:S | lognormal:MEDIAN,SIGMA[,tail:SHARE,FACTOR]")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--latency-by", choices=["arrival", "content"], default="arrival",
+                        help="arrival: the i-th request gets the i-th draw; content: a function of the body")
     args = parser.parse_args()
-    asyncio.run(LatencyServer(args.slots, args.latency, args.seed).serve(args.port))
+    asyncio.run(LatencyServer(args.slots, args.latency, args.seed, by=args.latency_by).serve(args.port))
 
 
 if __name__ == "__main__":

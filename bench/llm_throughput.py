@@ -159,12 +159,13 @@ def command(name: str, inputs: dict, url: str, out: Path, limit: int | None) -> 
 class Server:
     """A latency server of ``kind`` (canned | independent) in its own process, so its CPU is not the client's."""
 
-    def __init__(self, kind: str, latency: str, slots: int, seed: int = 0):
+    def __init__(self, kind: str, latency: str, slots: int, seed: int = 0, latency_by: str = "arrival"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         common = ["--port", str(self.port), "--latency", latency, "--slots", str(slots)]
         argv = ([sys.executable, "-m", "tansaku.testing.canned_server", "--responder", RESPONDER, *common]
-                if kind == "canned" else [sys.executable, str(BENCH / "latency_server.py"), "--seed", str(seed), *common])
+                if kind == "canned" else [sys.executable, str(BENCH / "latency_server.py"), "--seed", str(seed),
+                                          "--latency-by", latency_by, *common])
         self.proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.DEVNULL)
         wait_for_health(self.url)
 
@@ -223,7 +224,8 @@ def fifo_bound(n: int, slots: int, latency: str, draws: int = 30) -> float:
 
 
 def run_build(name: str, size: str, engine: str, kind: str, slots: int, args, inputs: dict, limit: int | None) -> dict:
-    server = Server(kind, args.latency, slots, args.seed)
+    # stream_efficiency.py asks for latencies by content (its runs must share a workload); here: arrival.
+    server = Server(kind, args.latency, slots, args.seed, getattr(args, "latency_by", "arrival"))
     label = f"{name}-{size}-{engine}-{kind}-{slots}"
     out = args.work / "runs" / label
     shutil.rmtree(out, ignore_errors=True)
@@ -240,6 +242,9 @@ def run_build(name: str, size: str, engine: str, kind: str, slots: int, args, in
             raise RuntimeError(f"{label} failed: {proc.stderr.read()[-2000:]}")
         stats, spans = server.get("/stats"), server.get("/stats/served")
         (args.work / "runs" / f"{label}.served.json").write_text(json.dumps(spans))
+        if kind == "independent":  # [arrival, start, end, sent, latency] per request
+            records = server.get("/stats/records")
+            (args.work / "runs" / f"{label}.records.json").write_text(json.dumps(records))
     finally:
         server_cpu = server.close()
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))

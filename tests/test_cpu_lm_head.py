@@ -88,3 +88,17 @@ def test_generation_calls_and_rescaled_models_keep_trls_forward():
     trls = capped.forward
     score_labelled_positions(SimpleNamespace(model=capped))
     assert capped.forward is trls
+
+
+def test_only_the_fields_the_trainer_asked_for_are_computed():
+    """GRPO asks TRL's head for log_probs and entropy: the same values, and is_top1 left None as TRL leaves it."""
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True))
+    add_fused_lm_head(model, temperature=0.9, outputs=("log_probs", "entropy"))
+    theirs, ours = model, copy.deepcopy(model)
+    score_labelled_positions(SimpleNamespace(model=ours, temperature=0.9), extras=cpu_lm_head.GRPO_EXTRAS)
+    ids, attention, labels = _batch()
+    a, b = (m(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True) for m in (theirs, ours))
+    assert a.is_top1 is None and b.is_top1 is None
+    assert torch.allclose(a.log_probs, b.log_probs, atol=1e-5) and torch.allclose(a.entropy, b.entropy, atol=1e-5)

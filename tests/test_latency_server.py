@@ -1,5 +1,6 @@
 """The bench's independent latency server (``bench/latency_server.py``): it answers in the OpenAI shape with the
-stand-in model's answer, counts what it served, and draws latencies in arrival order from its seed.
+stand-in model's answer, counts what it served, and draws latencies in arrival order from its seed or, with
+``by="content"``, as a function of each request's body.
 
 Run: ``pytest tests/test_latency_server.py`` (about a second; no FastAPI, no canned server)."""
 
@@ -7,7 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import random
+import statistics
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -64,3 +67,41 @@ def test_latencies_follow_arrival_order_from_the_seed():
         _chat(url, f"ルーブリック {i}")
     draw, rng = latency_server.parse_latency("lognormal:0.01,0.5"), random.Random(3)
     assert [r[4] for r in _get(f"{url}/stats/records")] == [draw(rng) for _ in range(3)]
+
+
+def test_content_latency_is_the_same_for_the_same_body_whatever_the_order():
+    url, _ = latency_server.serve_in_thread(slots=4, latency="lognormal:0.01,0.5", seed=3, by="content")
+    contents = ["ルーブリック 1", "ルーブリック 2", "ルーブリック 3", "ルーブリック 1"]
+    for content in contents:
+        _chat(url, content)
+    first = [r[4] for r in _get(f"{url}/stats/records")]
+    assert first[0] == first[3] and len(set(first)) == 3  # same body, same latency; others differ
+
+    url, _ = latency_server.serve_in_thread(slots=1, latency="lognormal:0.01,0.5", seed=3, by="content")
+    for content in reversed(contents):
+        _chat(url, content)
+    assert [r[4] for r in _get(f"{url}/stats/records")] == first[::-1]
+
+    url, _ = latency_server.serve_in_thread(slots=4, latency="lognormal:0.01,0.5", seed=4, by="content")
+    _chat(url, contents[0])
+    assert _get(f"{url}/stats/records")[0][4] != first[0]  # another seed, another draw
+
+
+def test_content_latency_follows_the_distribution_over_distinct_bodies():
+    latency = latency_server.content_latency("lognormal:0.5,0.8", seed=0)
+    draws = [latency({"messages": [{"role": "user", "content": f"質問 {i}"}]}) for i in range(4000)]
+    assert abs(statistics.median(draws) - 0.5) < 0.03  # the median's standard error here is ≈ 0.008
+    logs = [math.log(d / 0.5) for d in draws]
+    assert abs(statistics.pstdev(logs) - 0.8) < 0.04
+    tailed = latency_server.content_latency("lognormal:0.5,0.8,tail:0.1,20", seed=0)
+    ratios = [tailed({"messages": [{"role": "user", "content": f"質問 {i}"}]}) / d for i, d in enumerate(draws)]
+    assert all(math.isclose(r, 1.0) or math.isclose(r, 20.0) for r in ratios)  # the same quantile
+    assert 0.08 < sum(r > 2 for r in ratios) / len(ratios) < 0.12  # the tail share
+
+
+def test_latency_by_must_be_arrival_or_content():
+    try:
+        latency_server.LatencyServer(1, "fixed:0", by="order")
+        raise AssertionError("expected ValueError")
+    except ValueError as error:
+        assert "arrival or content" in str(error)

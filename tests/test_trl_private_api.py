@@ -17,11 +17,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import pytest
 
 trl = pytest.importorskip("trl")
+
+from tansaku.trainer.cpu.lm_head import EXTRAS, GRPO_EXTRAS  # noqa: E402  (after the skip)
 
 # (owner, name) → the parameter names tansaku was written against, and where tansaku uses it.
 METHODS = {
@@ -98,6 +101,19 @@ def test_fused_lm_head_output_has_the_fields_tansaku_fills():
     assert FUSED_OUTPUT_FIELDS <= fields, (
         f"TRL {trl.__version__}: FusedCausalLMOutput lacks {sorted(FUSED_OUTPUT_FIELDS - fields)}, which "
         "trainer/cpu/lm_head.py fills. Adapt it before raising the trl pin in pyproject.toml.")
+
+
+@pytest.mark.parametrize(("trainer", "extras"), [("SFTTrainer", EXTRAS), ("GRPOTrainer", GRPO_EXTRAS)])
+def test_trainers_ask_trls_head_for_the_fields_tansakus_head_computes(trainer, extras):
+    """tansaku's CPU head computes for a trainer only the fields its TRL head was asked for (the rest are
+    None there too): a trainer that starts reading another field must be seen here first."""
+    source = inspect.getsource(getattr(trl, trainer).__init__)
+    asked = re.findall(r"add_fused_lm_head\((?:[^()]|\([^()]*\))*?outputs=\(([^)]*)\)", source)
+    assert asked, f"TRL {trl.__version__}: {trainer}.__init__ no longer passes outputs= to add_fused_lm_head"
+    fields = {name.strip().strip('"\'') for name in asked[0].split(",") if name.strip()}
+    assert fields == {"log_probs", *extras}, (
+        f"TRL {trl.__version__}: {trainer} asks its fused head for {sorted(fields)}; trainer/cpu/lm_head.py "
+        f"computes log_probs and {list(extras)}. Adapt its extras before raising the trl pin.")
 
 
 def test_the_pin_names_the_tested_minor_version():

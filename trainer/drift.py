@@ -52,7 +52,8 @@ class StartDrift:
         add_fused_lm_head(start, temperature=trainer.temperature,
                           cast_lm_head_to_fp32=trainer.args.cast_lm_head_to_fp32)
         if cpu_lm_head.handles(start):
-            start.forward = cpu_lm_head.labelled_forward(start, trainer.temperature)
+            start.forward = cpu_lm_head.labelled_forward(start, trainer.temperature,
+                                                         extras=cpu_lm_head.REFERENCE_EXTRAS)
         return cls(start)
 
     def log(self, trainer, output: dict) -> None:

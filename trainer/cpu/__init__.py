@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from tansaku.core.llm.turn_cache import TurnCache
 from tansaku.trainer.cpu.generation_copy import generate_with_bf16_copy
-from tansaku.trainer.cpu.lm_head import score_labelled_positions
+from tansaku.trainer.cpu.lm_head import GRPO_EXTRAS, score_labelled_positions
 from tansaku.trainer.cpu.prefix_generate import share_prompt_prefix
 
 
@@ -54,5 +54,6 @@ def apply(trainer, script_args=None) -> bool:
         prefix(trainer.model)
     # on CPU: the LM head over the completion's positions only, the shared prompt tokens once per
     # optimizer step
-    trainer.shared_prefix = score_labelled_positions(trainer, share_prefix=script_args.share_prompt_prefix)
+    trainer.shared_prefix = score_labelled_positions(trainer, share_prefix=script_args.share_prompt_prefix,
+                                                     extras=GRPO_EXTRAS)
     return bool(copied)
