@@ -14,8 +14,8 @@ completions. Timers are wrapped around:
 - ``model.generate`` — every forward inside it, split into prefill (more than one new position: the prompt, and
   in TRL's tool loop the whole context again at each turn) and decode (one position);
 - tool execution (``SearchEnvironment.search`` / ``open_doc``) and reward functions (``_calculate_rewards``);
-- ``_get_per_token_logps_and_entropies`` without grad (old / reference log-probs) and with grad (the training
-  forward), ``accelerator.backward`` with the shared prompt tokens' backward (``tansaku.trainer.cpu.prefix_train``),
+- ``_get_per_token_logps_and_entropies`` without grad (old log-probs; the start model's for ``kl_to_start``)
+  and with grad (the training forward), ``accelerator.backward`` with the shared prompt tokens' backward (``tansaku.trainer.cpu.prefix_train``),
   and the optimizer step (callback events).
 
 Rows are seconds per rollout round (mean over the rounds) and the share of the step. Variants: ``full`` (full fine-tune,
@@ -28,8 +28,12 @@ bf16 copy), ``unshared-training`` (every training micro-batch runs its whole pro
 ``tansaku.trainer.cpu.prefix_train``'s shared tokens once per optimizer step), ``dynamic-cache`` (rollouts with
 transformers' ``DynamicCache``, which copies the whole cache at every decode step, instead of
 ``tansaku.core.llm.growing_cache``), ``no-turn-cache`` (each turn of TRL's tool loop prefills the episodes'
-whole contexts again instead of reusing the last turn's cache, ``tansaku.core.llm.turn_cache``).
-Writes ``bench/results/gspo_profile.json`` and ``.md``.
+whole contexts again instead of reusing the last turn's cache, ``tansaku.core.llm.turn_cache``),
+``all-head-fields`` (the CPU head computes entropy and is_top1 for every model, not only the fields each
+TRL head was asked for), ``unshared-start`` (``kl_to_start``'s start model runs every completion's whole
+prompt), ``strided-head`` (prefills hand the LM head the strided last-position slice, not
+``tansaku.core.llm.contiguous_head``'s copy) and ``2026-12-05-start`` (those three together: the step as it
+was before they were added). Writes ``bench/results/gspo_profile.json`` and ``.md`` (``--results``).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import argparse
 import functools
 import json
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from unittest import mock
 
@@ -47,6 +51,7 @@ import yaml
 
 from tansaku.core.llm.turn_cache import TurnCache
 from tansaku.envs.environments import SearchEnvironment
+from tansaku.trainer import cpu, drift
 from tansaku.trainer.cpu import lm_head as cpu_lm_head
 from tansaku.trainer.cpu import prefix_generate
 from tansaku.trainer.cpu.prefix_train import SharedPrefix
@@ -67,6 +72,10 @@ VARIANTS = {
     "unshared-training": {},  # every micro-batch runs its whole prompt (ABLATIONS)
     "dynamic-cache": {},  # transformers' DynamicCache in generation instead of the in-place one (ABLATIONS)
     "no-turn-cache": {},  # each tool-loop turn prefills the episode's whole context again (ABLATIONS)
+    "all-head-fields": {},  # the CPU head computes entropy and is_top1 for every model (ABLATIONS)
+    "unshared-start": {},  # kl_to_start's start model runs each completion's whole prompt (ABLATIONS)
+    "strided-head": {},  # prefills hand the LM head the strided last-position slice (ABLATIONS)
+    "2026-12-05-start": {},  # all three of the above: the step as this stop found it (ABLATIONS)
 }
 # Variants that put one of tansaku's CPU paths back to what TRL / transformers do, by patching it out for the
 # trainer's build and training (the recipe stays the same).
@@ -75,7 +84,13 @@ ABLATIONS = {
     "unshared-training": (SharedPrefix, "usable", lambda self, extra: False),  # every call: the full forward
     "dynamic-cache": (prefix_generate, "growing_cache", lambda config, cache=None: cache),  # generate's own cache
     "no-turn-cache": (TurnCache, "plan", lambda self, rows: None),  # nothing kept between turns
+    "all-head-fields": [(cpu, "GRPO_EXTRAS", cpu_lm_head.EXTRAS),
+                        (cpu_lm_head, "REFERENCE_EXTRAS", cpu_lm_head.EXTRAS)],
+    "unshared-start": (drift, "SharedPrefix", lambda model, min_tokens: None),
+    "strided-head": (cpu, "contiguous_head_input", lambda model: False),
 }
+ABLATIONS["2026-12-05-start"] = [*ABLATIONS["all-head-fields"], ABLATIONS["unshared-start"],
+                                 ABLATIONS["strided-head"]]
 ROWS = ("generation (total)", "  prefill forwards", "  decode forwards", "  tool execution", "rewards",
         "old log-probs (no grad)", "start log-probs (kl_to_start)", "training forward", "backward",
         "optimizer step", "other")
@@ -169,12 +184,13 @@ def instrument(trainer, timers: Timers) -> None:
     trainer.add_callback(StepClock())
 
 
-def ablation(variant: str):
-    """The variant's patch (``ABLATIONS``), or nothing."""
-    if variant not in ABLATIONS:
-        return nullcontext()
-    owner, name, replacement = ABLATIONS[variant]
-    return mock.patch.object(owner, name, replacement)
+def ablation(variant: str) -> ExitStack:
+    """The variant's patches (``ABLATIONS``: one or a list), or none."""
+    patches = ABLATIONS.get(variant, [])
+    stack = ExitStack()
+    for owner, name, replacement in [patches] if isinstance(patches, tuple) else patches:
+        stack.enter_context(mock.patch.object(owner, name, replacement))
+    return stack
 
 
 @contextmanager

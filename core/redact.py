@@ -110,7 +110,7 @@ def _env_secrets() -> list[str]:
     """Values of the secret-named environment variables as set now, longest first."""
     found = {value for name, value in os.environ.items()
              if len(value) >= _MIN_ENV_SECRET and value not in _NOT_SECRET_VALUES and is_secret_name(name)}
-    return sorted(found, key=len, reverse=True)
+    return sorted(found, key=lambda v: (-len(v), v))  # ties by text: a set's order follows PYTHONHASHSEED
 
 
 def _query(match: re.Match) -> str:

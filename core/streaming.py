@@ -42,7 +42,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from tansaku.core.engine import Drop, Record, Stage, StageStats, batches, emit_for, instrumented
-from tansaku.core.llm.base import llm_stage
+from tansaku.core.llm.base import llm_priority, llm_stage
 
 LARGE_BATCH = 4096  # records per call of an offline engine (vLLM): thousands of prompts for its scheduler
 WINDOW_PER_SLOT = 16  # records a streaming stage may hold per slot: room behind slow answers
@@ -238,16 +238,20 @@ class _StreamedStage:
         self.lock = threading.Lock()
         self.ended: set[int] = set()  # chunks whose end marker came from upstream and was not passed on
 
-    def call(self, record: Record):
+    def call(self, record: Record, place: tuple[int, Key]):
+        """The stage on one record. Its requests wait for a server slot ranked by ``place`` (chunk, key),
+        the record's place in input order: an old record's next call overtakes new records' first calls, so
+        records finish nearer the order they came (the last records' chains still run alone at the end:
+        ``bench/results/stream_efficiency.md``)."""
         started = time.perf_counter()
-        with llm_stage(self.stage.name):
+        with llm_stage(self.stage.name), llm_priority(place):
             outs = self.stage.batch_fn([record])
         if len(outs) != 1:
             raise ValueError(f"batch stage {self.stage.name!r} returned {len(outs)} results for 1 record")
         return outs[0], time.perf_counter() - started
 
     def submit(self, chunk: int, key: Key, record: Record) -> None:
-        future: Future = self.pool.submit(self.call, record)
+        future: Future = self.pool.submit(self.call, record, (chunk, key))
         future.add_done_callback(lambda f: self.finished.put((chunk, key, record, f)))
 
     def feed(self, upstream: Iterator) -> None:

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 from tansaku.core import jsontext
 from tansaku.core.llm import ChatRequest
+from tansaku.core.llm.base import in_callers_priority
 from tansaku.core.parsing import (
     ParseError,
     ToolCall,
@@ -207,7 +208,8 @@ def _run_episodes_concurrently(client, episodes, functions, request, max_turns: 
 
     with ThreadPoolExecutor(max_workers=min(slots, len(episodes)),
                             thread_name_prefix="tansaku-episode") as pool:
-        for future in [pool.submit(run, i) for i in range(len(episodes))]:
+        # each episode under the record's rank for a server slot (a streaming stage set it here)
+        for future in [pool.submit(in_callers_priority(run), i) for i in range(len(episodes))]:
             future.result()  # a bug in a tool or a backend is raised here, with its traceback
 
 

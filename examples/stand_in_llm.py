@@ -8,6 +8,8 @@ tests: deterministic (the answer depends only on the request), no model, no GPU.
 - multihop triple extraction: ``主語は値。`` sentences and ``AのB`` noun pairs of the article as triples, the
   sentence as evidence;
   question writing: 「{subject}」の{relation1}の{relation2}は？; the quality judge: natural, unambiguous;
+  the cardinality confirmation (``pipelines/multihop/cardinality.confirm_with_llm``): ``{"single_valued": true}``
+  (it knows no relation, so it leaves the data's per-subject verdict as it stands);
 - deepresearch: ``tansaku.pipelines.deepresearch.demo_llm.respond``;
 - the rubric judge of ``train rl`` (``tansaku.envs.rubric_reward.judge_messages``): one score per criterion, its top
   points when the report holds at least half of the criterion's names and numbers (a doc id for a doc_id
@@ -166,6 +168,8 @@ def respond(request) -> str | dict:
         return _egov_question(prompt)
     if "三つ組" in prompt:
         return _triples(prompt)
+    if "常に一つに決まりますか" in prompt and "single_valued" in prompt:  # multihop's cardinality confirmation
+        return _json({"single_valued": True})
     if "質問の品質を審査" in prompt:
         return _json({"ambiguous": False, "natural": 4, "single_answer": True, "time_dependent": False,
                       "reasons": []})

@@ -42,6 +42,36 @@ def current_stage() -> str | None:
     return getattr(_STAGE, "name", None)
 
 
+@contextmanager
+def llm_priority(priority) -> Iterator[None]:
+    """Requests this thread makes inside the block wait for a server slot by ``priority`` (smaller first;
+    e.g. ``(chunk, key)``, the record's place in input order), not by arrival: a streaming stage sets it so
+    that an old record's next call overtakes new records' first calls (``tansaku.core.llm.gate``).
+    None: unranked."""
+    before = getattr(_STAGE, "priority", None)
+    _STAGE.priority = priority
+    try:
+        yield
+    finally:
+        _STAGE.priority = before
+
+
+def current_priority():
+    return getattr(_STAGE, "priority", None)
+
+
+def in_callers_priority(fn):
+    """``fn`` wrapped to run, on whatever thread calls it, under this thread's ``llm_priority``: for work a
+    record's call hands to a thread pool (an agent's episodes)."""
+    priority = current_priority()
+
+    def wrapped(*args, **kwargs):
+        with llm_priority(priority):
+            return fn(*args, **kwargs)
+
+    return wrapped
+
+
 @dataclass
 class ChatRequest:
     """One chat completion. ``sample_index`` tells repeated samples of the same prompt apart.

@@ -16,10 +16,11 @@ over the messages cost ~3 ms of CPU per agent turn and changes nothing in a body
 JSON answer is read as it came (no pydantic models): ``tests/test_llm_http.py`` checks that the body on the
 wire is the one ``create`` sends and the result the one it gave.
 
-- at most ``max_concurrency`` requests in flight *per endpoint* (its slots: a semaphore per base URL; the
+- at most ``max_concurrency`` requests in flight *per endpoint* (its slots: a gate per base URL; the
   default is ``--concurrency`` or 64), so the client's ``slots`` are that times the endpoints; a request goes
   to the open endpoint with the fewest requests assigned (round-robin among equals), so a slow server is
-  not handed more than its share;
+  not handed more than its share; when the slots are full, the oldest record's request gets the next one
+  (``llm_priority``, set by a streaming stage; ``tansaku.core.llm.gate``), not the first to arrive;
 - retries on 408/429/5xx, timeouts and connection errors, with exponential backoff and full jitter;
   a retry goes to the next base URL, so a dead server is skipped; a server's ``Retry-After`` (as the
   ``openai`` client reads it) keeps requests off that server for that long, and they fail over meanwhile;
@@ -51,7 +52,8 @@ import weakref
 from tansaku.core.errors import InputError
 from tansaku.core.redact import redact_text
 
-from .base import ChatRequest, ChatResult, LLMClient, current_stage
+from .base import ChatRequest, ChatResult, LLMClient, current_priority, current_stage
+from .gate import PriorityGate
 from .settings import api_base, key_for
 
 RETRY_STATUS = {408, 429}
@@ -118,7 +120,7 @@ class HTTPClient(LLMClient):
         self._thread: threading.Thread | None = None
         self._clients: list = []  # filled on the loop, once; closed with it
         self._finalizer: weakref.finalize | None = None
-        self._semaphores: list[asyncio.Semaphore] = []
+        self._gates: list[PriorityGate] = []  # one per endpoint: its slots, oldest record first
         self._assigned = [0] * len(self.base_urls)  # requests handed to each endpoint and not answered yet
         self._start_lock = threading.Lock()
 
@@ -135,8 +137,8 @@ class HTTPClient(LLMClient):
         return self._loop
 
     def _generate(self, requests: list[ChatRequest]) -> list[ChatResult]:
-        future = asyncio.run_coroutine_threadsafe(self.achat_uncached(requests, current_stage()),
-                                                  self._ensure_loop())
+        future = asyncio.run_coroutine_threadsafe(
+            self.achat_uncached(requests, current_stage(), current_priority()), self._ensure_loop())
         return future.result()
 
     def _ensure_clients(self) -> None:
@@ -156,13 +158,15 @@ class HTTPClient(LLMClient):
                 self._clients.append(openai.AsyncOpenAI(
                     base_url=url, api_key=key, timeout=self.timeout, max_retries=0,
                     http_client=transport(limits=limits, timeout=self.timeout)))
-            self._semaphores = [asyncio.Semaphore(self.max_concurrency) for _ in self.base_urls]
+            self._gates = [PriorityGate(self.max_concurrency) for _ in self.base_urls]
 
-    async def achat_uncached(self, requests: list[ChatRequest], stage: str | None = None) -> list[ChatResult]:
+    async def achat_uncached(self, requests: list[ChatRequest], stage: str | None = None,
+                             priority=None) -> list[ChatResult]:
         """Async entry (no cache): must run on this client's loop, as ``chat`` arranges. ``stage``: whose
-        requests these are (``llm_stage``), for the in-flight counts."""
+        requests these are (``llm_stage``), for the in-flight counts; ``priority``: their rank for a slot
+        (``llm_priority``)."""
         self._ensure_clients()
-        return list(await asyncio.gather(*(self._one(r, stage) for r in requests)))
+        return list(await asyncio.gather(*(self._one(r, stage, priority) for r in requests)))
 
     # --- cache identity ---------------------------------------------------------------------------
     async def _served_roots(self) -> tuple[int, list[str]]:
@@ -203,7 +207,7 @@ class HTTPClient(LLMClient):
             }
         return {**body, **self.extra_body} if self.extra_body else body
 
-    async def _one(self, req: ChatRequest, stage: str | None = None) -> ChatResult:
+    async def _one(self, req: ChatRequest, stage: str | None = None, priority=None) -> ChatResult:
         import openai  # openai: not at --help
 
         body = self._body(req)
@@ -214,7 +218,7 @@ class HTTPClient(LLMClient):
             client = self._clients[index]
             self._assigned[index] += 1
             try:
-                async with self._semaphores[index]:
+                async with self._gates[index].held(priority):
                     self._count_in_flight(+1, stage)
                     try:
                         # cast_to=object: the parsed JSON as it came (the text when the server sent no JSON)

@@ -109,6 +109,8 @@ class TransformersClient(LLMClient):
             import torch  # torch: loaded with the model
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
+            from tansaku.core.llm.contiguous_head import contiguous_head_input
+
             tokenizer = AutoTokenizer.from_pretrained(self.path)
             # decoder-only batches: pad on the left so generation continues the text
             tokenizer.padding_side = "left"
@@ -116,6 +118,7 @@ class TransformersClient(LLMClient):
                 tokenizer.pad_token = tokenizer.eos_token
             model = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, self.dtype))
             self._model, self._tokenizer = model.to(self.device).eval(), tokenizer
+            contiguous_head_input(self._model)  # on CPU: no broadcast copy of the head at each prefill
             if self.turn_cache:
                 from tansaku.core.llm.turn_cache import TurnCache  # torch: loaded with the model
 

@@ -88,7 +88,9 @@ def make_snippet(text: str, highlight: list[str], max_chars: int) -> str:
     needles = _needles(highlight)
     found = [n for n in needles if n in low]
     if not found:
-        found = sorted({p for n in needles for p in _pieces(n[:40], low)}, key=len, reverse=True)
+        # longest first, ties by text: a set's own order follows PYTHONHASHSEED, and where two pieces
+        # overlap the first one marked wins, so the snippet (and every prompt that quotes it) would vary
+        found = sorted({p for n in needles for p in _pieces(n[:40], low)}, key=lambda p: (-len(p), p))
     start = 0
     if found:
         first = min(low.find(n) for n in found)

@@ -16,6 +16,8 @@ weights) and otherwise leaves TRL's own path in place. Each one patches instance
 - ``generation_copy``: on CPU, rollouts from a bf16 copy of the fp32 policy, refreshed before every generate
   call (recipe key ``bf16_generation_copy``).
 - ``lm_head``: on CPU, TRL's fused LM head scored over the labelled positions only (SFT and GRPO).
+- ``tansaku.core.llm.contiguous_head``: on CPU, each prefill's last-position slice goes to the generating
+  model's LM head as a contiguous tensor (GRPO; evaluation's transformers backend does the same).
 - ``prefix_train``: on CPU, GRPO's training forward runs the prompt tokens its rollouts share once per
   optimizer step (under ``share_prompt_prefix``; wired through ``lm_head``).
 
@@ -26,6 +28,7 @@ is built.
 
 from __future__ import annotations
 
+from tansaku.core.llm.contiguous_head import contiguous_head_input
 from tansaku.core.llm.turn_cache import TurnCache
 from tansaku.trainer.cpu.generation_copy import generate_with_bf16_copy
 from tansaku.trainer.cpu.lm_head import GRPO_EXTRAS, score_labelled_positions
@@ -41,6 +44,9 @@ def apply(trainer, script_args=None) -> bool:
     if script_args is None:
         score_labelled_positions(trainer)  # on CPU: the LM head over the assistant turns' positions only
         return False
+    # On CPU: each prefill's last-position slice goes to the LM head contiguous (the bf16 copy inherits it)
+    contiguous_head_input(trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model")
+                          else trainer.model)
     # Without vLLM: the system turn + tool schemas once per generate call, not per row; on CPU, by a bf16 copy
     sharing = script_args.share_prompt_prefix and not trainer.args.use_vllm
     trainer.turns = TurnCache(trainer.model) if sharing else None  # kept across turns while the weights stay
