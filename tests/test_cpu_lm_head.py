@@ -102,3 +102,7 @@ def test_only_the_fields_the_trainer_asked_for_are_computed():
     a, b = (m(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True) for m in (theirs, ours))
     assert a.is_top1 is None and b.is_top1 is None
     assert torch.allclose(a.log_probs, b.log_probs, atol=1e-5) and torch.allclose(a.entropy, b.entropy, atol=1e-5)
+    for out in (a, b):  # the loss GRPO trains on: log-probs and the entropy it may weigh, the same gradients
+        (out.loss + 0.1 * out.entropy.sum()).backward()
+    for (name, mine), (_, trls) in zip(ours.named_parameters(), theirs.named_parameters()):
+        assert torch.allclose(mine.grad, trls.grad, atol=1e-6, rtol=1e-4), name
