@@ -17,6 +17,11 @@ records flow instead:
   engine's own scheduler fills the GPU;
 - any other stage runs over each chunk's records in key order, as the chunked runner ran it.
 
+When a client's slots are all taken, a streaming stage's requests wait ranked by ``record_rank`` (stage in
+the segment, agent turn, chunk, key; ``tansaku.core.llm.gate``): an earlier stage, with more calls still to
+come after it, goes first ("longest remaining path first"), so that when the queue empties every record is at
+its last call and the drain is about one call long, not the last records' whole chains.
+
 The runner sorts a chunk's rows (and each stage's drops) by key before it commits the chunk, so the committed
 files are byte for byte those of a batch-by-batch run; chunks commit as they finish, in any order.
 
@@ -42,7 +47,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from tansaku.core.engine import Drop, Record, Stage, StageStats, batches, emit_for, instrumented
-from tansaku.core.llm.base import llm_priority, llm_stage
+from tansaku.core.llm.base import llm_priority, llm_stage, record_rank
 
 LARGE_BATCH = 4096  # records per call of an offline engine (vLLM): thousands of prompts for its scheduler
 WINDOW_PER_SLOT = 16  # records a streaming stage may hold per slot: room behind slow answers
@@ -239,12 +244,10 @@ class _StreamedStage:
         self.ended: set[int] = set()  # chunks whose end marker came from upstream and was not passed on
 
     def call(self, record: Record, place: tuple[int, Key]):
-        """The stage on one record. Its requests wait for a server slot ranked by ``place`` (chunk, key),
-        the record's place in input order: an old record's next call overtakes new records' first calls, so
-        records finish nearer the order they came (the last records' chains still run alone at the end:
-        ``bench/results/stream_efficiency.md``)."""
+        """The stage on one record. Its requests wait for a server slot ranked by ``record_rank``: this
+        stage's place in the segment first, then the agent turn, then ``place`` (chunk, key)."""
         started = time.perf_counter()
-        with llm_stage(self.stage.name), llm_priority(place):
+        with llm_stage(self.stage.name), llm_priority(record_rank(self.k, *place)):
             outs = self.stage.batch_fn([record])
         if len(outs) != 1:
             raise ValueError(f"batch stage {self.stage.name!r} returned {len(outs)} results for 1 record")

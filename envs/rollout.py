@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 from tansaku.core import jsontext
 from tansaku.core.llm import ChatRequest
-from tansaku.core.llm.base import in_callers_priority
+from tansaku.core.llm.base import in_callers_priority, llm_turn
 from tansaku.core.parsing import (
     ParseError,
     ToolCall,
@@ -184,7 +184,9 @@ def _run_turns_batched(client, episodes, functions, request, max_turns: int, adv
         active = [i for i, e in enumerate(episodes) if e.stop_reason == "running"]
         if not active:
             break
-        for i, result in zip(active, client.chat([request(episodes[i], turn) for i in active]), strict=True):
+        with llm_turn(turn):  # one episode on a client with slots comes here: its turn ranks its request
+            results = client.chat([request(episodes[i], turn) for i in active])
+        for i, result in zip(active, results, strict=True):
             _take_turn(episodes[i], functions[i], turn, result)
         advance(sum(1 for i in active if episodes[i].stop_reason != "running"))
 
@@ -199,7 +201,8 @@ def _run_episodes_concurrently(client, episodes, functions, request, max_turns: 
     def run(i: int) -> None:
         episode = episodes[i]
         for turn in range(max_turns):
-            [result] = client.chat([request(episode, turn)])
+            with llm_turn(turn):  # an earlier turn, more turns to come after it: it waits less for a slot
+                [result] = client.chat([request(episode, turn)])
             _take_turn(episode, functions[i], turn, result)
             if episode.stop_reason != "running":
                 break

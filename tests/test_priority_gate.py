@@ -1,6 +1,7 @@
-"""The HTTP client's slot gate (``tansaku.core.llm.gate``): oldest record first when the slots are full, never
-more holders than slots, a slot given back on an exception or a cancellation; and, over a real local server,
-a record's next-stage request overtaking newer records' first-stage requests in a streaming build.
+"""The HTTP client's slot gate (``tansaku.core.llm.gate``): the smallest priority first when the slots are full,
+never more holders than slots, a slot given back on an exception or a cancellation; the rank of a record's
+request (earlier stage, then earlier agent turn, then input order); and, over a real local server, every
+first-stage request of a streaming build going before any second-stage one.
 
 Run: pytest tests/test_priority_gate.py
 """
@@ -11,12 +12,16 @@ import asyncio
 import threading
 
 import pytest
+from fixtures.envs.helpers import task_rows, tool_results
 
 from tansaku.core.engine import batch_stage
-from tansaku.core.llm import ChatRequest, from_spec
-from tansaku.core.llm.base import current_priority, in_callers_priority, llm_priority
+from tansaku.core.llm import ChatRequest, ScriptedLLM, from_spec
+from tansaku.core.llm.base import current_priority, in_callers_priority, llm_priority, llm_turn, record_rank
 from tansaku.core.llm.gate import PriorityGate
 from tansaku.core.runner import run_pipeline
+from tansaku.envs.environments import make_environment_factory
+from tansaku.envs.rollout import run_rollouts
+from tansaku.envs.tasks import TASKS
 from tansaku.testing.canned_server import ServerThread
 
 
@@ -138,7 +143,7 @@ def _stage(name: str, client):
     return batch_stage(name, ask, 1, client=_PoolSize())
 
 
-def test_a_records_next_stage_request_overtakes_newer_records_first_stage_requests(tmp_path, monkeypatch):
+def test_earlier_stages_requests_go_first_when_the_slots_are_full(tmp_path, monkeypatch):
     monkeypatch.setenv("TANSAKU_STREAMING", "1")
     arrived: list[str] = []
 
@@ -146,7 +151,7 @@ def test_a_records_next_stage_request_overtakes_newer_records_first_stage_reques
         arrived.append(request.messages[-1]["content"])
         return "ok"
 
-    with ServerThread("gate", responder=respond, latency="fixed:0.02") as url:
+    with ServerThread("gate", responder=respond, latency="fixed:0.05") as url:
         client = from_spec(f"http:canned@{url}", cache=False, max_concurrency=1)
         try:
             result = run_pipeline([{"i": i} for i in range(24)], [_stage("first", client),
@@ -156,8 +161,56 @@ def test_a_records_next_stage_request_overtakes_newer_records_first_stage_reques
         finally:
             client.close()
     assert [r["i"] for r in rows] == list(range(24))
-    assert len(arrived) == 48
-    # First come, first served would put "second 0" behind the 7 first-stage requests already waiting
-    # (records 1-7), and so on: each record's second call would wait for ~8 newer first calls.
-    for i in range(16):
-        assert arrived.index(f"second {i}") < arrived.index(f"first {i + 3}"), arrived
+    # Oldest record first sent "second 0" as soon as record 0's first answer was back, ahead of records 9-23's
+    # first requests. A first-stage request has more calls to come after it, so every one goes first; then
+    # the second stage's, in input order.
+    assert sorted(arrived[:24]) == sorted(f"first {i}" for i in range(24)), arrived
+    assert arrived[24:] == [f"second {i}" for i in range(24)], arrived
+
+
+def test_a_records_rank_orders_stage_then_turn_then_input_order():
+    seen = []
+    with llm_priority(record_rank(1, 0, (5,))):
+        seen.append(current_priority())
+        with llm_turn(2):
+            seen.append(current_priority())
+        seen.append(current_priority())
+    with llm_turn(3):  # no rank set (a caller outside a streaming stage): it stays unranked
+        seen.append(current_priority())
+    assert seen == [(1, 0, 0, (5,)), (1, 2, 0, (5,)), (1, 0, 0, (5,)), None]
+    old_record_late_turn = (0, 4, 0, (0,))
+    assert old_record_late_turn < (0, 5, 0, (0,)) < record_rank(1, 2, (9,))  # an earlier stage first
+    assert (0, 1, 3, (9,)) < old_record_late_turn  # an earlier turn of a newer record first
+
+
+class _RankSeen(ScriptedLLM):
+    """A scripted model with 'server slots' (as an HTTP client has) that notes the rank of every request."""
+
+    slots = 4
+
+    def __init__(self, respond):
+        super().__init__(respond)
+        self.ranks: list[tuple] = []
+        self.lock = threading.Lock()
+
+    def chat(self, requests):
+        with self.lock:
+            self.ranks += [(len(tool_results(r)), current_priority()) for r in requests]
+        return super().chat(requests)
+
+
+def _search_then_answer(request):
+    if len(tool_results(request)) < 2:
+        return '<tool_call>\n{"name": "search", "arguments": {"query": "月見坂"}}\n</tool_call>'
+    return "{{白砂市}}"
+
+
+@pytest.mark.parametrize("episodes", [1, 3])  # one episode takes the batched loop, several their own threads
+def test_each_agent_turn_ranks_as_its_turn_of_the_records_stage(envs_index, episodes):
+    task, client = TASKS["multihop_qa"], _RankSeen(_search_then_answer)
+    with llm_priority(record_rank(2, 1, (7,))):
+        trajectories = run_rollouts(client, task, task_rows("multihop")[:1],
+                                    make_environment_factory(task, envs_index), k=episodes, score=False)
+    assert [t.turns for t in trajectories] == [3] * episodes
+    # a request after t tool results is turn t
+    assert sorted(client.ranks) == sorted((t, (2, t, 1, (7,))) for t in range(3) for _ in range(episodes))

@@ -44,10 +44,9 @@ def current_stage() -> str | None:
 
 @contextmanager
 def llm_priority(priority) -> Iterator[None]:
-    """Requests this thread makes inside the block wait for a server slot by ``priority`` (smaller first;
-    e.g. ``(chunk, key)``, the record's place in input order), not by arrival: a streaming stage sets it so
-    that an old record's next call overtakes new records' first calls (``tansaku.core.llm.gate``).
-    None: unranked."""
+    """Requests this thread makes inside the block wait for a server slot by ``priority`` (smaller first), not
+    by arrival (``tansaku.core.llm.gate``). A streaming stage sets :func:`record_rank`, so that a record's
+    earlier calls, those with the most calls still to come after them, go first. None: unranked."""
     before = getattr(_STAGE, "priority", None)
     _STAGE.priority = priority
     try:
@@ -58,6 +57,21 @@ def llm_priority(priority) -> Iterator[None]:
 
 def current_priority():
     return getattr(_STAGE, "priority", None)
+
+
+def record_rank(stage: int, chunk: int, key: tuple) -> tuple:
+    """The priority of a record's requests in the ``stage``-th stage of a streaming segment: (stage, turn,
+    chunk, key), earlier stages first, then earlier turns (:func:`llm_turn`), then input order."""
+    return (stage, 0, chunk, key)
+
+
+@contextmanager
+def llm_turn(turn: int) -> Iterator[None]:
+    """Requests this thread makes inside the block rank as the ``turn``-th call of the record's current stage
+    (an agent episode's turn): ``record_rank``'s turn replaced. Unranked requests stay unranked."""
+    rank = current_priority()
+    with llm_priority(None if rank is None else (rank[0], turn, *rank[2:])):
+        yield
 
 
 def in_callers_priority(fn):

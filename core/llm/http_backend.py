@@ -19,8 +19,9 @@ wire is the one ``create`` sends and the result the one it gave.
 - at most ``max_concurrency`` requests in flight *per endpoint* (its slots: a gate per base URL; the
   default is ``--concurrency`` or 64), so the client's ``slots`` are that times the endpoints; a request goes
   to the open endpoint with the fewest requests assigned (round-robin among equals), so a slow server is
-  not handed more than its share; when the slots are full, the oldest record's request gets the next one
-  (``llm_priority``, set by a streaming stage; ``tansaku.core.llm.gate``), not the first to arrive;
+  not handed more than its share; when the slots are full, the request with the most calls still after it
+  (an earlier stage or agent turn) gets the next one (``llm_priority``, set by a streaming stage;
+  ``tansaku.core.llm.gate``), not the first to arrive;
 - retries on 408/429/5xx, timeouts and connection errors, with exponential backoff and full jitter;
   a retry goes to the next base URL, so a dead server is skipped; a server's ``Retry-After`` (as the
   ``openai`` client reads it) keeps requests off that server for that long, and they fail over meanwhile;
@@ -120,7 +121,7 @@ class HTTPClient(LLMClient):
         self._thread: threading.Thread | None = None
         self._clients: list = []  # filled on the loop, once; closed with it
         self._finalizer: weakref.finalize | None = None
-        self._gates: list[PriorityGate] = []  # one per endpoint: its slots, oldest record first
+        self._gates: list[PriorityGate] = []  # one per endpoint: its slots, earliest stage first
         self._assigned = [0] * len(self.base_urls)  # requests handed to each endpoint and not answered yet
         self._start_lock = threading.Lock()
 
