@@ -27,32 +27,31 @@ _STAGE = threading.local()
 
 
 @contextmanager
-def llm_stage(name: str | None) -> Iterator[None]:
-    """Calls made by this thread inside the block are counted for pipeline stage ``name`` too
-    (``LLMClient.stage_stats``: the build's progress line per LLM stage)."""
-    before = getattr(_STAGE, "name", None)
-    _STAGE.name = name
+def _thread_setting(name: str, value) -> Iterator[None]:
+    """``value`` as this thread's ``name`` setting inside the block; the one before it afterwards."""
+    before = getattr(_STAGE, name, None)
+    setattr(_STAGE, name, value)
     try:
         yield
     finally:
-        _STAGE.name = before
+        setattr(_STAGE, name, before)
+
+
+def llm_stage(name: str | None):
+    """Calls made by this thread inside the block are counted for pipeline stage ``name`` too
+    (``LLMClient.stage_stats``: the build's progress line per LLM stage)."""
+    return _thread_setting("name", name)
 
 
 def current_stage() -> str | None:
     return getattr(_STAGE, "name", None)
 
 
-@contextmanager
-def llm_priority(priority) -> Iterator[None]:
+def llm_priority(priority):
     """Requests this thread makes inside the block wait for a server slot by ``priority`` (smaller first), not
     by arrival (``tansaku.core.llm.gate``). A streaming stage sets :func:`record_rank`, so that a record's
     earlier calls, those with the most calls still to come after them, go first. None: unranked."""
-    before = getattr(_STAGE, "priority", None)
-    _STAGE.priority = priority
-    try:
-        yield
-    finally:
-        _STAGE.priority = before
+    return _thread_setting("priority", priority)
 
 
 def current_priority():
