@@ -120,12 +120,26 @@ def prepare(work: Path, needs: set[str], scale: int, law_copies: int = 1) -> dic
 PREFIXES = "東西南北上下中新元本大小"
 
 
+def _prefix(seed: int) -> str:
+    """Seed ``seed``'s title prefix: ``seed`` in bijective base 12 over ``PREFIXES`` (東 … 小, 東東, 東西 …), so
+    every seed ≥ 1 has its own.
+
+    >>> [_prefix(s) for s in (1, 12, 13, 14, 25)]
+    ['東', '小', '東東', '東西', '西東']
+    """
+    prefix = ""
+    while seed > 0:
+        seed, digit = divmod(seed - 1, len(PREFIXES))
+        prefix = PREFIXES[digit] + prefix
+    return prefix
+
+
 def _renamed(docs: list[dict], seed: int) -> list[dict]:
     """Seed ``seed``'s articles with every title prefixed (北暁瀬県): seeds draw names from one pool, and the
     same name with other facts in another seed would make every relation look many-valued."""
     if seed == 0:
         return docs
-    prefix = PREFIXES[(seed - 1) % len(PREFIXES)] * (1 + (seed - 1) // len(PREFIXES))
+    prefix = _prefix(seed)
     titles = sorted({d["title"] for d in docs}, key=len, reverse=True)
     pattern = re.compile("|".join(map(re.escape, titles)))
 

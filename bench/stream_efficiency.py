@@ -9,6 +9,8 @@ function of the request body and the seed), so the same request gets the same la
 its arrival order; the bench checks that the runs sent the same requests (``same_requests``: the same sorted
 latencies from ``/stats/records``) and wrote the same dataset (``same_output``: the manifest ``version``).
 Identical bodies get identical latencies; they are the same request to a server, so that is the workload.
+The inputs are ``bench/llm_throughput.py``'s; a long deepresearch run reads the fictional mini-wiki at
+``--research-scale`` seeds instead of the Wikipedia leads, whose keyword groups give 920 requests at most.
 
 The bound of the workload at ``S`` slots is the larger of
 
@@ -26,7 +28,10 @@ slots to spare (the earliest its record was ready), any S-slot schedule ends no 
 max over t of t + (Σ latency of the requests released at or after t) / S, nor before the chain;
 ``vs_release`` = release_bound / span. ``fifo_replay_s`` is no bound but a reference: the same requests, each
 released when it arrived in the run with slots to spare, sent first come first served to S slots (what a
-client that cannot know the latencies gets, if waiting delayed no release); ``vs_fifo`` = fifo_replay / span.
+client that cannot know the latencies gets, if waiting delayed no release); ``vs_fifo`` = fifo_replay / span;
+``longest_first_replay_s`` the same with the longest latency first among the released requests (what knowing
+every latency in advance would give); ``vs_longest_first`` = longest_first_replay / span. A run with seed
+``--seed`` ≠ 0 works in ``WORK/seedN``, so each seed's server records stay apart for ``--rescore``.
 Rows and the conditions go to ``bench/results/stream_efficiency.{json,md}``; ``--rescore`` recomputes the
 record-based columns of the rows there from the saved server records.
 
@@ -53,9 +58,9 @@ from llm_throughput import PIPELINES, SHORT_LIMITS, _pairs, prepare, run_build  
 
 NEEDS = {"egov": {"laws"}, "multihop": {"wiki"}, "deepresearch": {"leads"},
          "trajectories": {"wiki", "questions"}}
-# ≥ 5,000 requests where the inputs allow: egov 2 law copies (5,536), multihop 10 seeds (5,040; 6 seeds
-# sent 4,056), trajectories at most 1,000 questions (6 seeds: 5,050 requests); deepresearch takes every
-# keyword group of the leads (106 groups, 920 requests: the inputs here have no more).
+# ≥ 5,000 requests: egov 2 law copies (5,536), multihop 10 seeds (5,040; 6 seeds sent 4,056), trajectories at
+# most 1,000 questions (6 seeds: 5,050 requests). Deepresearch's long run reads the mini-wiki at
+# --research-scale seeds (80: 652 keyword groups), since every keyword group of the leads gives 920 requests.
 LONG_LIMITS = {"trajectories": 1000}
 RESULTS = BENCH / "results"
 
@@ -93,13 +98,34 @@ def fifo_replay(records: list[list[float]], slots: int) -> float:
     return end
 
 
+def longest_first_replay(records: list[list[float]], slots: int) -> float:
+    """The span of ``records``, each released at its arrival, served longest latency first among those
+    released: what a client that knew every latency in advance could do with the same releases."""
+    first = min(r[0] for r in records)
+    released = sorted((r[0] - first, r[4]) for r in records)
+    free, ready, i, end = [0.0] * slots, [], 0, 0.0
+    while i < len(released) or ready:
+        now = heapq.heappop(free)
+        if not ready:  # an idle slot waits for the next release
+            now = max(now, released[i][0])
+        while i < len(released) and released[i][0] <= now:
+            heapq.heappush(ready, -released[i][1])
+            i += 1
+        done = now - heapq.heappop(ready)
+        heapq.heappush(free, done)
+        end = max(end, done)
+    return end
+
+
 def record_based(row: dict, free_records: list) -> dict:
     """The columns computed from the server's records of the run with slots to spare."""
     span, slots = row["span_s"], row["slots"]
     tighter = max(row["critical_path_s"], release_bound(free_records, slots))
-    replay = fifo_replay(free_records, slots)
+    replay, clairvoyant = fifo_replay(free_records, slots), longest_first_replay(free_records, slots)
     return {"release_bound_s": round(tighter, 2), "vs_release": round(tighter / span, 3) if span else 0.0,
-            "fifo_replay_s": round(replay, 2), "vs_fifo": round(replay / span, 3) if span else 0.0}
+            "fifo_replay_s": round(replay, 2), "vs_fifo": round(replay / span, 3) if span else 0.0,
+            "longest_first_replay_s": round(clairvoyant, 2),
+            "vs_longest_first": round(clairvoyant / span, 3) if span else 0.0}
 
 
 def bounded(row: dict, free: dict, slots: int, same_requests: bool, free_records: list) -> dict:
@@ -159,6 +185,7 @@ def write_results(rows: list[dict], args, conditions_: dict) -> None:
     (RESULTS / "stream_efficiency.json").write_text(json.dumps(payload, indent=1) + "\n")
     columns = ["pipeline", "size", "slots", "requests", "span_s", "critical_path_s", "latency_over_slots_s",
                "bound_s", "vs_bound", "release_bound_s", "vs_release", "fifo_replay_s", "vs_fifo",
+               "longest_first_replay_s", "vs_longest_first",
                "slot_efficiency", "free_slots", "free_max_in_flight", "same_requests",
                "same_output", "cpu_build_s", "free_cpu_build_s"]
     if any("note" in r for r in rows):  # rows merged from runs on other inputs say which
@@ -173,7 +200,12 @@ def write_results(rows: list[dict], args, conditions_: dict) -> None:
              "at or after t / slots), each request released when it arrived in the run with slots to spare; "
              "`vs_release` = release_bound / span; `fifo_replay` (a reference, not a bound): the same "
              "requests at the same releases, first come first served on the slots; `vs_fifo` = fifo_replay "
-             "/ span. Written by `bench/stream_efficiency.py`.", "",
+             "/ span; `longest_first_replay` (a reference: it knows every latency in advance) the same, "
+             "longest latency first among the released; `vs_longest_first` = longest_first_replay / span. "
+             "Both replays keep the releases of the run with slots to spare, so they leave out how a "
+             "record's later calls wait for its earlier ones: below the chain, they say nothing. "
+             "Written by `bench/stream_efficiency.py`; what the rows say: docs/benchmarks.md (LLM throughput: "
+             "streaming synthesis).", "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
     (RESULTS / "stream_efficiency.md").write_text("\n".join(lines) + "\n")
@@ -189,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scale", type=int, default=10, help="mini-wiki seeds of a long run")
     parser.add_argument("--law-copies", type=int, default=2, help="renamed law copies of a long egov run")
+    parser.add_argument("--research-scale", type=int, default=80,
+                        help="mini-wiki seeds of a long deepresearch run")
     parser.add_argument("--long-limits", nargs="*", default=None, metavar="PIPELINE=N",
                         help="cap a long run (default "
                         + " ".join(f"{k}={v}" for k, v in LONG_LIMITS.items()) + ")")
@@ -197,8 +231,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="only recompute the record-based columns of the saved rows")
     args = parser.parse_args(argv)
     if args.rescore:
+        saved = json.loads((RESULTS / "stream_efficiency.json").read_text())
+        if saved.get("seed"):
+            args.work = args.work / f"seed{saved['seed']}"
         return rescore(args)
     args.latency_by = "content"  # run_build's server: the same request, the same latency, in every run
+    if args.seed:  # the server records of each seed apart (their file names carry no seed)
+        args.work = args.work / f"seed{args.seed}"
     args.work.mkdir(parents=True, exist_ok=True)
     long_limits = LONG_LIMITS if args.long_limits is None else _pairs(args.long_limits)
     limits = {"short": SHORT_LIMITS, "long": long_limits}
@@ -208,7 +247,12 @@ def main(argv: list[str] | None = None) -> None:
         inputs = (prepare(args.work, needs, 1) if size == "short"
                   else prepare(args.work, needs, args.scale, args.law_copies))
         for name in args.pipelines:
-            for row in measure(name, size, args, inputs, limits[size].get(name)):
+            read = inputs
+            if size == "long" and name == "deepresearch":  # the leads have too few keyword groups
+                read = {**inputs, "leads": prepare(args.work, {"wiki"}, args.research_scale)["wiki"]}
+            for row in measure(name, size, args, read, limits[size].get(name)):
+                if read is not inputs:
+                    row["note"] = f"corpus: the mini-wiki at {args.research_scale} seeds, not the leads"
                 rows.append(row)
                 print(f"[{time.monotonic() - started:5.0f} s] {json.dumps(row)}", flush=True)
             write_results(rows, args, conditions_)

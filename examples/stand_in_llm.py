@@ -7,7 +7,9 @@ tests: deterministic (the answer depends only on the request), no model, no GPU.
   condition the article does not have; ``mcq_judge``: every rubric criterion met;
 - multihop triple extraction: ``主語は値。`` sentences and ``AのB`` noun pairs of the article as triples, the
   sentence as evidence;
-  question writing: 「{subject}」の{relation1}の{relation2}は？; the quality judge: natural, unambiguous;
+  question writing: 「{subject}」の{relation1}の{relation2}は何ですか？; the quality judge: natural, unambiguous,
+  except that it finds a third of the questions (by a hash of the text) stiff (``natural`` 2) until the fixer
+  has rewritten them as 「…を教えてください。」, so a build runs judge → fix → judge as it does with a real judge;
   the cardinality confirmation (``pipelines/multihop/cardinality.confirm_with_llm``): ``{"single_valued": true}``
   (it knows no relation, so it leaves the data's per-subject verdict as it stands);
 - deepresearch: ``tansaku.pipelines.deepresearch.demo_llm.respond``;
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 
 from tansaku.examples import teacher_script
 from tansaku.pipelines.deepresearch.demo_llm import respond as deepresearch_respond
@@ -81,6 +84,23 @@ def _question(prompt: str) -> str:
     if not subject or not relation2:
         return _json({"question": ""})
     return _json({"question": f"「{subject.group(1)}」の{subject.group(2)}の{relation2.group(1)}は何ですか？"})
+
+
+FIXED_ENDING = "を教えてください。"
+
+
+def _fixed_question(prompt: str) -> str:
+    """The fixer's question: the writer's, ending as the judge wants it."""
+    question = json.loads(_question(prompt))["question"]
+    return _json({"question": question.removesuffix("は何ですか？") + FIXED_ENDING if question else ""})
+
+
+def _quality_verdict(prompt: str) -> str:
+    """Natural and unambiguous, but stiff (``natural`` 2) for a third of the unfixed questions."""
+    question = prompt.split("質問: ", 1)[-1].split("\n", 1)[0]
+    stiff = not question.endswith(FIXED_ENDING) and zlib.crc32(question.encode()) % 3 == 0
+    return _json({"ambiguous": False, "natural": 2 if stiff else 4, "single_answer": True,
+                  "time_dependent": False, "reasons": ["文末が硬い"] if stiff else []})
 
 
 def _rubric_verdict(prompt: str) -> str:
@@ -171,9 +191,10 @@ def respond(request) -> str | dict:
     if "常に一つに決まりますか" in prompt and "single_valued" in prompt:  # multihop's cardinality confirmation
         return _json({"single_valued": True})
     if "質問の品質を審査" in prompt:
-        return _json({"ambiguous": False, "natural": 4, "single_answer": True, "time_dependent": False,
-                      "reasons": []})
-    if "クイズ作家" in prompt or "審査で問題が指摘されました" in prompt:
+        return _quality_verdict(prompt)
+    if "審査で問題が指摘されました" in prompt:
+        return _fixed_question(prompt)
+    if "クイズ作家" in prompt:
         return _question(prompt)
     if "検索エージェント" in prompt and "steps" in prompt:
         return teacher_script.rewrite(request)
