@@ -185,8 +185,7 @@ class SearchEnvironment:
         Returns:
             Ranked hits with doc_id, title and snippet.
         """
-        self._spend()
-        return search_text(self._backend, self._config, query, size)
+        return self._search(query, size)
 
     def open_doc(self, doc_id: str, offset: int = 0) -> str:
         """Read a document by doc_id, one page at a time (the episode's variant replaces this description).
@@ -198,6 +197,14 @@ class SearchEnvironment:
         Returns:
             A page of the document and the offset to continue from.
         """
+        return self._open_doc(doc_id, offset)
+
+    # What a call does, apart from what the model sees (a served episode, remote_env, answers elsewhere).
+    def _search(self, query: str, size: int | None) -> str:
+        self._spend()
+        return search_text(self._backend, self._config, query, size)
+
+    def _open_doc(self, doc_id: str, offset: int) -> str:
         self._spend()
         return page_text(self._backend, self._config, doc_id, offset)
 

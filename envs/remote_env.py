@@ -142,28 +142,11 @@ class RemoteEnvironment(SearchEnvironment):
             raise ToolError(_tool_message(output))
         return output
 
-    def search(self, query: str, size: int | None = None) -> str:
-        """Search the document collection (the episode's variant replaces this description).
-
-        Args:
-            query: Plain-text keywords or a JSON OpenSearch query.
-            size: How many hits to return (default: the task's top_k).
-
-        Returns:
-            Ranked hits with doc_id, title and snippet.
-        """
+    # The tools (and their descriptions) are SearchEnvironment's; a call goes to the server instead.
+    def _search(self, query: str, size: int | None) -> str:
         return self._call("search", {"query": query} if size is None else {"query": query, "size": size})
 
-    def open_doc(self, doc_id: str, offset: int = 0) -> str:
-        """Read a document by doc_id, one page at a time (the episode's variant replaces this description).
-
-        Args:
-            doc_id: The doc_id from a search hit.
-            offset: Character offset to start reading from (0 = beginning).
-
-        Returns:
-            A page of the document and the offset to continue from.
-        """
+    def _open_doc(self, doc_id: str, offset: int) -> str:
         return self._call("open_doc", {"doc_id": doc_id, "offset": offset})
 
     def _verify(self, completion: list[dict]) -> dict | None:  # private: TRL lists public methods as tools
