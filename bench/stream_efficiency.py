@@ -37,6 +37,7 @@ record-based columns of the rows there from the saved server records.
 
     python bench/stream_efficiency.py --sizes short                  # ≈ 600 requests per pipeline
     python bench/stream_efficiency.py --sizes short long --slots 64 512
+    python bench/stream_efficiency.py --pipelines multihop --slots 64 --results /tmp/ab   # an A/B arm
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def measure(name: str, size: str, args, inputs: dict, limit: int | None) -> list
 
 def rescore(args) -> None:
     """The record-based columns of the saved rows (``stream_efficiency.json``), from the saved records."""
-    saved = json.loads((RESULTS / "stream_efficiency.json").read_text())
+    saved = json.loads((args.results / "stream_efficiency.json").read_text())
     rows = []
     for row in saved.pop("rows"):
         free_label = f"{row['pipeline']}-{row['size']}-streaming-independent-{row['free_slots']}"
@@ -180,9 +181,9 @@ def conditions(args) -> dict:
 
 
 def write_results(rows: list[dict], args, conditions_: dict) -> None:
-    RESULTS.mkdir(exist_ok=True)
+    args.results.mkdir(parents=True, exist_ok=True)
     payload = {**conditions_, "rows": rows}
-    (RESULTS / "stream_efficiency.json").write_text(json.dumps(payload, indent=1) + "\n")
+    (args.results / "stream_efficiency.json").write_text(json.dumps(payload, indent=1) + "\n")
     columns = ["pipeline", "size", "slots", "requests", "span_s", "critical_path_s", "latency_over_slots_s",
                "bound_s", "vs_bound", "release_bound_s", "vs_release", "fifo_replay_s", "vs_fifo",
                "longest_first_replay_s", "vs_longest_first",
@@ -208,7 +209,7 @@ def write_results(rows: list[dict], args, conditions_: dict) -> None:
              "streaming synthesis).", "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
-    (RESULTS / "stream_efficiency.md").write_text("\n".join(lines) + "\n")
+    (args.results / "stream_efficiency.md").write_text("\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -227,11 +228,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="cap a long run (default "
                         + " ".join(f"{k}={v}" for k, v in LONG_LIMITS.items()) + ")")
     parser.add_argument("--work", type=Path, default=Path("/tmp/tansaku-bench-stream"))
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="folder of stream_efficiency.{json,md} (an A/B run: elsewhere than the committed rows)")
     parser.add_argument("--rescore", action="store_true",
                         help="only recompute the record-based columns of the saved rows")
     args = parser.parse_args(argv)
     if args.rescore:
-        saved = json.loads((RESULTS / "stream_efficiency.json").read_text())
+        saved = json.loads((args.results / "stream_efficiency.json").read_text())
         if saved.get("seed"):
             args.work = args.work / f"seed{saved['seed']}"
         return rescore(args)
