@@ -76,11 +76,16 @@ def latencies(args, label: str) -> list[float]:
     return sorted(r[4] for r in records_of(args, label))
 
 
+def releases(records: list[list[float]]) -> list[tuple[float, float]]:
+    """(arrival from the first arrival, latency) of each of ``records``, in arrival order."""
+    first = min(r[0] for r in records)
+    return sorted((r[0] - first, r[4]) for r in records)
+
+
 def release_bound(records: list[list[float]], slots: int) -> float:
     """The least span of any ``slots``-slot schedule of ``records`` ([arrival, start, end, sent, latency]),
     each request released at its arrival: max over t of t + (latency released at or after t) / slots."""
-    first = min(r[0] for r in records)
-    released = sorted((r[0] - first, r[4]) for r in records)
+    released = releases(records)
     best, later = 0.0, 0.0
     for at, latency in reversed(released):
         later += latency
@@ -90,9 +95,8 @@ def release_bound(records: list[list[float]], slots: int) -> float:
 
 def fifo_replay(records: list[list[float]], slots: int) -> float:
     """The span of ``records``, each released at its arrival, served first come first served on ``slots``."""
-    first = min(r[0] for r in records)
     free, end = [0.0] * slots, 0.0
-    for at, latency in sorted((r[0] - first, r[4]) for r in records):
+    for at, latency in releases(records):
         done = max(at, heapq.heappop(free)) + latency
         heapq.heappush(free, done)
         end = max(end, done)
@@ -102,8 +106,7 @@ def fifo_replay(records: list[list[float]], slots: int) -> float:
 def longest_first_replay(records: list[list[float]], slots: int) -> float:
     """The span of ``records``, each released at its arrival, served longest latency first among those
     released: what a client that knew every latency in advance could do with the same releases."""
-    first = min(r[0] for r in records)
-    released = sorted((r[0] - first, r[4]) for r in records)
+    released = releases(records)
     free, ready, i, end = [0.0] * slots, [], 0, 0.0
     while i < len(released) or ready:
         now = heapq.heappop(free)

@@ -78,12 +78,17 @@ def _triples(prompt: str) -> str:
     return _json({"triples": (facts + mentions)[:8]})
 
 
-def _question(prompt: str) -> str:
+def _question_text(prompt: str) -> str:
+    """「subject」のrelation1のrelation2は何ですか？ from the prompt's two facts ("" when it has none)."""
     subject = re.search(r"事実1: 「(.+?)」の(.+?)は「", prompt)
     relation2 = re.search(r"事実2: 「.+?」の(.+?)は「", prompt)
     if not subject or not relation2:
-        return _json({"question": ""})
-    return _json({"question": f"「{subject.group(1)}」の{subject.group(2)}の{relation2.group(1)}は何ですか？"})
+        return ""
+    return f"「{subject.group(1)}」の{subject.group(2)}の{relation2.group(1)}は何ですか？"
+
+
+def _question(prompt: str) -> str:
+    return _json({"question": _question_text(prompt)})
 
 
 FIXED_ENDING = "を教えてください。"
@@ -91,7 +96,7 @@ FIXED_ENDING = "を教えてください。"
 
 def _fixed_question(prompt: str) -> str:
     """The fixer's question: the writer's, ending as the judge wants it."""
-    question = json.loads(_question(prompt))["question"]
+    question = _question_text(prompt)
     return _json({"question": question.removesuffix("は何ですか？") + FIXED_ENDING if question else ""})
 
 
