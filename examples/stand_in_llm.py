@@ -49,8 +49,18 @@ def _json(data: dict) -> str:
     return json.dumps(data, ensure_ascii=False)
 
 
+def _data_section(prompt: str, marker: str) -> str:
+    """What follows the last line that opens with ``marker``: the prompt's data. The instructions above it may
+    name the marker mid-sentence (「以下の【条文】だけを根拠に」), so a plain first split would read them instead.
+
+    >>> _data_section("以下の【条文】だけを根拠に。\n【条文】（民法 第四条）\n年齢十八歳をもって、成年とする。", "【条文】")
+    '（民法 第四条）\n年齢十八歳をもって、成年とする。'
+    """
+    return re.split(rf"(?m)^{re.escape(marker)}", prompt)[-1]
+
+
 def _egov_question(prompt: str) -> str:
-    article = prompt.split("【条文】", 1)[1].split("\n", 1)[-1]
+    article = _data_section(prompt, "【条文】").split("\n", 1)[-1]
     sentence = next((s.strip() for s in re.split(r"[。\n]", article) if len(s.strip()) >= 8), article.strip()[:40])
     sentence = _ARTICLE_NUMBER.sub("", sentence)[:60] or "規定なし"
     wrong = [f"{condition}、{sentence}" for condition in _DISTRACTOR_CONDITIONS]
@@ -62,7 +72,7 @@ def _triples(prompt: str) -> str:
     """``主語は値`` sentences as (title, 主語, 値); then every ``AのB`` noun pair of the text as (title, B, A), the
     shallow reading of "the article's B is A" a weak extractor makes of encyclopedia leads."""
     title = re.search(r"記事「(.+?)」", prompt)
-    body = prompt.split("本文", 1)[-1]
+    body = _data_section(prompt, "本文:")
     facts, mentions = [], []
     for sentence in body.split("。"):
         sentence = sentence.strip().split("\n")[-1]

@@ -230,3 +230,23 @@ def test_commands_on_a_damaged_index_print_one_line(command, damage, good_index,
     assert result.exit_code == 2, (result.exit_code, result.stderr, result.exception)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {ix}: damaged search index"), result.stderr
+
+
+def test_a_build_that_fails_mid_write_leaves_nothing_beside_the_index(tmp_path):
+    """tantivy's writer threads are joined before the partial folder is removed: left to the garbage collector
+    (the traceback holds the writer), they wrote segment files into it after its removal in about half of
+    the failed builds, an unmarked folder no later build could prove its own. Twenty tries for a race."""
+    from tansaku.envs.search.embedded_index import build_embedded
+
+    def rows_then_bad_record():
+        for i in range(50):
+            yield {"id": f"d{i}", "title": f"記事{i}", "text": "鳴沢市は架空の都市である。" * 20}
+        raise InputError("a damaged record")
+
+    for attempt in range(20):
+        parent = tmp_path / str(attempt)
+        parent.mkdir()
+        with pytest.raises(InputError):
+            build_embedded(rows_then_bad_record(), parent / "ix", quiet=True)
+        leftovers = [str(p.relative_to(parent)) for p in parent.rglob("*")]
+        assert leftovers in ([], ["ix"]), leftovers

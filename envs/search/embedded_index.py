@@ -97,7 +97,26 @@ def _write_index(rows, tmp: Path, label: str, an, analyzer: str, keyword_fields:
     index = tantivy.Index(schema, path=str(tmp))
     an.register(index)
     writer = index.writer(heap_size=heap_mb * 1_000_000, num_threads=threads)
-    t0, n_docs, n_chunks, last_doc = time.perf_counter(), 0, 0, None
+    t0 = time.perf_counter()
+    try:
+        n_docs, n_chunks = _add_chunks(writer, rows, label, an, chunk_chars, keyword_fields, quiet)
+        writer.commit()
+    finally:
+        # Join tantivy's indexing threads before the caller swaps tmp in or removes it: after a failed row a
+        # writer left to the garbage collector (the traceback holds this frame) went on writing segment files
+        # into tmp after it was removed, leaving an unmarked folder no later build can prove its own.
+        writer.wait_merging_threads()
+    meta = {"format": FORMAT, "backend": "embedded", "analyzer": analyzer, "keyword_fields": keyword_fields,
+            "chunk_chars": chunk_chars, "documents": n_docs, "chunks": n_chunks, "source": source_name,
+            "build_seconds": round(time.perf_counter() - t0, 3)}
+    safe_write.write_text_atomic(tmp / META_FILE, jsontext.dumps(meta, indent=2))
+    return meta
+
+
+def _add_chunks(writer, rows, label: str, an, chunk_chars: int, keyword_fields: list[str],
+                quiet: bool) -> tuple[int, int]:
+    """Every passage of ``rows`` added to ``writer``; returns (documents, passages)."""
+    n_docs, n_chunks, last_doc = 0, 0, None
     with progress_bar(f"index {label}", quiet=quiet) as advance:
         for ch in iter_chunks(rows, chunk_chars, keyword_fields):
             doc = tantivy.Document()
@@ -127,10 +146,4 @@ def _write_index(rows, tmp: Path, label: str, an, analyzer: str, keyword_fields:
             if ch["doc_id"] != last_doc:
                 n_docs, last_doc = n_docs + 1, ch["doc_id"]
             advance(1)
-    writer.commit()
-    writer.wait_merging_threads()
-    meta = {"format": FORMAT, "backend": "embedded", "analyzer": analyzer, "keyword_fields": keyword_fields,
-            "chunk_chars": chunk_chars, "documents": n_docs, "chunks": n_chunks, "source": source_name,
-            "build_seconds": round(time.perf_counter() - t0, 3)}
-    safe_write.write_text_atomic(tmp / META_FILE, jsontext.dumps(meta, indent=2))
-    return meta
+    return n_docs, n_chunks
