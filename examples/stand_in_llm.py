@@ -50,7 +50,7 @@ def _json(data: dict) -> str:
 
 
 def _data_section(prompt: str, marker: str) -> str:
-    """What follows the last line that opens with ``marker``: the prompt's data. The instructions above it may
+    r"""What follows the last line that opens with ``marker``: the prompt's data. The instructions above it may
     name the marker mid-sentence (「以下の【条文】だけを根拠に」), so a plain first split would read them instead.
 
     >>> _data_section("以下の【条文】だけを根拠に。\n【条文】（民法 第四条）\n年齢十八歳をもって、成年とする。", "【条文】")
@@ -112,7 +112,7 @@ def _fixed_question(prompt: str) -> str:
 
 def _quality_verdict(prompt: str) -> str:
     """Natural and unambiguous, but stiff (``natural`` 2) for a third of the unfixed questions."""
-    question = prompt.split("質問: ", 1)[-1].split("\n", 1)[0]
+    question = _data_section(prompt, "質問: ").split("\n", 1)[0]
     stiff = not question.endswith(FIXED_ENDING) and zlib.crc32(question.encode()) % 3 == 0
     return _json({"ambiguous": False, "natural": 2 if stiff else 4, "single_answer": True,
                   "time_dependent": False, "reasons": ["文末が硬い"] if stiff else []})
