@@ -32,7 +32,9 @@ the free style of users over ``examples/miniwiki_unseen.jsonl``, a wiki no model
 Each (arm, seed) writes ``bench/results/efficacy/<arm>-seed<s>.json`` when it finishes (the three sets' numbers,
 the selection table or band counts, per-step curves, the run's stability); a rerun skips finished ones, so the
 experiment spans sittings. Work folders are in ``--work`` and reused (a killed RL run resumes from its last
-checkpoint). The report (``bench/efficacy_report.py``: per seed, mean ± sd, the target, stability, one PNG per
+checkpoint); on a fresh checkout an RL arm's SFT start is trained again and used only when its choice and held-out
+numbers equal the recorded ones, and results measured on other questions (a different task view of the multihop
+dataset, ``task_view``) are refused. The report (``bench/efficacy_report.py``: per seed, mean ± sd, the target, stability, one PNG per
 arm with its seeds overlaid) is written to ``bench/results/efficacy/README.md`` from whatever result files exist.
 The first experiment's results (on-policy, one held-out set) are in ``bench/results/efficacy-v1/``.
 """
@@ -40,6 +42,7 @@ The first experiment's results (on-policy, one held-out set) are in ``bench/resu
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -50,8 +53,11 @@ from efficacy_report import stability, write_report  # bench/, beside this scrip
 from tansaku.core.context import BuildContext
 from tansaku.core.hardware import native_bf16
 from tansaku.core.heldout import TEST, TEST_PHRASING
+from tansaku.core.recipe import canonical_json
+from tansaku.core.store import iter_rows
 from tansaku.demo import EXAMPLES, evaluate_model
 from tansaku.envs.search import build_index
+from tansaku.envs.tasks import task_named
 from tansaku.pipelines.corpus.build import build_corpus
 from tansaku.pipelines.corpus.config import CorpusConfig
 from tansaku.pipelines.multihop.build import build_multihop
@@ -118,7 +124,7 @@ def build_data(work: Path, args) -> dict:
     if all(p.exists() for p in done) and (work / "index" / "tansaku_index.json").exists():
         versions = {p.parent.name: json.loads(p.read_text(encoding="utf-8"))["version"] for p in done}
         log(f"data: reused as built ({versions})")
-        return versions
+        return {**versions, "multihop_task_view": task_view(work / "multihop")}
     quiet = BuildContext(quiet=True)
     corpus = build_corpus(CorpusConfig(input=EXAMPLES / "miniwiki_large.jsonl"), work / "corpus", quiet)
     if not (work / "index" / "tansaku_index.json").exists():
@@ -133,7 +139,36 @@ def build_data(work: Path, args) -> dict:
     if not (work / "unseen-index" / "tansaku_index.json").exists():
         build_index(work / "unseen-corpus", work / "unseen-index")
     log(f"data: corpus {corpus['splits']}; multihop {multihop['splits']}; SFT rows {trajectories['splits']}")
-    return {"corpus": corpus["version"], "multihop": multihop["version"], "trajectories": trajectories["version"]}
+    return {"corpus": corpus["version"], "multihop": multihop["version"], "trajectories": trajectories["version"],
+            "multihop_task_view": task_view(work / "multihop")}
+
+
+def task_view(dataset: Path) -> str:
+    """A digest of what the task reads of each split (its columns and optional columns). A dataset's version
+    hashes whole rows, so a later pipeline that records more about a row (its chain's relation labels, say)
+    changes the version; equal task views mean every model is trained and measured on the same questions."""
+    task = task_named(TASK)
+    read = [*task.columns, *task.optional_columns]
+    digest = hashlib.sha256()
+    for split in sorted(json.loads((dataset / "manifest.json").read_text(encoding="utf-8"))["splits"]):
+        digest.update(f"\x00split:{split}\x00".encode())
+        for row in iter_rows(dataset, split):
+            digest.update(canonical_json({k: row[k] for k in read if k in row}).encode() + b"\n")
+    return digest.hexdigest()[:16]
+
+
+def check_same_data(results: Path, data: dict) -> None:
+    """Refuse to add results measured on other questions than the finished ones (a dataset rebuilt by later code
+    is fine when the task reads the same of it)."""
+    for path in sorted(results.glob("*-seed*.json")):
+        recorded = json.loads(path.read_text(encoding="utf-8")).get("data") or {}
+        view = recorded.get("multihop_task_view")
+        if view and view != data["multihop_task_view"]:
+            raise SystemExit(f"efficacy: {path.name} was measured on other questions (task view {view}) than this "
+                             f"--work's dataset ({data['multihop_task_view']}); use its --work or a new --results")
+        if not view and recorded.get("multihop") not in (None, data["multihop"]):
+            log(f"data: {path.name} recorded multihop {recorded['multihop']} without a task view; this build is "
+                f"{data['multihop']} (compare the task's columns of both before mixing them)")
 
 
 def heldout_sets(work: Path, args) -> dict[str, tuple]:
@@ -184,6 +219,27 @@ def sft_seed(work: Path, seed: int, args) -> dict:
     return {"method": "sft", "seed": seed, "start": str(start), "start_step": selection["chosen"]["step"],
             "heldout": heldout(f"sft-seed{seed}", start, work, args), "selection": selection["checkpoints"],
             "loss_curve": [(e["step"], e["loss"]) for e in history if "loss" in e]}
+
+
+def sft_start(work: Path, seed: int, recorded: dict, args) -> Path:
+    """The RL start SFT seed ``seed`` chose. Checkpoints live in ``--work``, not in the repository: on a fresh
+    checkout the SFT run is trained again (same recipe, same seed) and its choice and held-out numbers are
+    checked against the committed result, so an RL arm never starts from a model other than the one measured."""
+    start = Path(recorded["start"])
+    if not start.exists():  # another checkout or machine: the same checkpoint under this --work
+        start = work / start.parent.name / start.name
+    if start.exists():
+        return start
+    log(f"sft seed {seed}: its start {start} is not here; training it again")
+    again = sft_seed(work, seed, args)
+    recorded_numbers = {k: v["pass@1"] for k, v in recorded["heldout"].items()}
+    again_numbers = {k: v["pass@1"] for k, v in again["heldout"].items()}
+    if again["start_step"] != recorded["start_step"] or again_numbers != recorded_numbers:
+        raise SystemExit(f"efficacy: SFT seed {seed} trained again chose step {again['start_step']} with held-out "
+                         f"{again_numbers}, not the recorded step {recorded['start_step']} with "
+                         f"{recorded_numbers}; its RL arms would start from an unmeasured model")
+    log(f"sft seed {seed}: reproduced (step {again['start_step']}, held-out {again_numbers})")
+    return Path(again["start"])
 
 
 def batch_keys(arm: str, args) -> dict:
@@ -294,17 +350,16 @@ def main(argv: list[str] | None = None) -> str:
                          "trained and evaluated in bf16, so run it on one that has it (--table-only works anywhere)")
     args.work.mkdir(parents=True, exist_ok=True)
     data = build_data(args.work, args)  # dataset versions, recorded in each result
+    check_same_data(results, data)
     # Paired order (SFT s, then each RL arm from its start): every finished pair is a comparison on its own.
     for seed in args.seeds:
         sft_file = result_path(results, "sft", seed)
         if not sft_file.exists():
             save_result(results, "sft", seed, {**sft_seed(args.work, seed, args), "data": data})
-        start = Path(json.loads(sft_file.read_text(encoding="utf-8"))["start"])
-        if not start.exists():  # another checkout or machine: the same checkpoint under this --work
-            start = args.work / start.parent.name / start.name
         for arm in ARMS:
             wanted = arm in args.arms and (not arm.endswith("onpolicy") or seed in args.control_seeds)
             if wanted and not result_path(results, arm, seed).exists():
+                start = sft_start(args.work, seed, json.loads(sft_file.read_text(encoding="utf-8")), args)
                 save_result(results, arm, seed, {**rl_seed(args.work, arm, seed, start, args), "data": data})
                 write_report(results, protocol(args))
         write_report(results, protocol(args))
