@@ -39,6 +39,9 @@ def test_the_report_is_made_from_the_result_files(tmp_path):
     assert "beats SFT by more than the sum of SDs" in lines[0]  # +0.20 against 0.02 of noise
     assert "within noise of SFT" in lines[1]  # +0.01 against 0.00 + 0.02
     assert "not enough seeds" in lines[2]  # no result has the unseen-wiki set
+    paired = report.paired_lines(rows)
+    assert paired[2].startswith("| gspo (seeds 0, 1, 2) | +0.200 +0.200 +0.200 (mean +0.200) | -0.010 +0.010 +0.030")
+    assert "## Paired by seed" in text
     gspo = next(r for r in rows if r["method"] == "gspo" and r["seed"] == 2)["stability"]
     assert gspo["clip_fraction_later_minibatches"] == 0.5 and gspo["kl_to_start_last"] == 0.01
     assert len(gspo["watch_events"]) == 2
