@@ -34,8 +34,9 @@ the selection table or band counts, per-step curves, the run's stability); a rer
 experiment spans sittings. Work folders are in ``--work`` and reused (a killed RL run resumes from its last
 checkpoint); on a fresh checkout an RL arm's SFT start is trained again and used only when its choice and held-out
 numbers equal the recorded ones, and results measured on other questions (a different task view of the multihop
-dataset, ``task_view``) are refused. The report (``bench/efficacy_report.py``: per seed, mean ± sd, the target, stability, one PNG per
-arm with its seeds overlaid) is written to ``bench/results/efficacy/README.md`` from whatever result files exist.
+dataset, ``task_view``) are refused. The report (``bench/efficacy_report.py``: per seed, mean ± sd, the target,
+each RL run's gain over its own SFT start, stability, one PNG per arm with its seeds overlaid) is written to
+``bench/results/efficacy/README.md`` from whatever result files exist.
 The first experiment's results (on-policy, one held-out set) are in ``bench/results/efficacy-v1/``.
 """
 
