@@ -215,15 +215,12 @@ def measured(stats: dict, spans: list, slots: int) -> dict:
             "req_s": round(stats["requests"] / span) if span > 0 else 0, "max_in_flight": stats["max_in_flight"]}
 
 
-def fifo_bound(n: int, slots: int, latency: str, draws: int = 30) -> float:
-    """The mean efficiency over ``draws`` seeds of n requests with no dependencies, each
-    sent the moment a slot is free, in order. No client sending n requests does better on average: the span
-    cannot end before the slowest answer, and the last requests leave slots idle while they drain."""
-    if n <= 0:
-        return 0.0
+def fifo_efficiencies(n: int, slots: int, latency: str, draws: int = 30) -> list[float]:
+    """Σ latency / slots / span of n requests with no dependencies, each sent the moment a slot is free, in
+    order, for each of ``draws`` seeds (seed i's latencies are the independent server's seed-i draws)."""
     draw, effs = parse_latency(latency), []
     for seed in range(draws):
-        rng = random.Random(seed)  # the independent server's seed-0 draws are seed 0's latencies here
+        rng = random.Random(seed)
         latencies = [draw(rng) for _ in range(n)]
         free, end = [0.0] * slots, 0.0
         for seconds in latencies:
@@ -231,7 +228,15 @@ def fifo_bound(n: int, slots: int, latency: str, draws: int = 30) -> float:
             heapq.heappush(free, done)
             end = max(end, done)
         effs.append(sum(latencies) / slots / end)
-    return round(statistics.mean(effs), 3)
+    return effs
+
+
+def fifo_bound(n: int, slots: int, latency: str, draws: int = 30) -> float:
+    """The mean of ``fifo_efficiencies``. No client sending n requests does better on average: the span
+    cannot end before the slowest answer, and the last requests leave slots idle while they drain."""
+    if n <= 0:
+        return 0.0
+    return round(statistics.mean(fifo_efficiencies(n, slots, latency, draws)), 3)
 
 
 # ---------------------------------------------------------------- runs
