@@ -7,10 +7,10 @@ only as answers come (the rows draw theirs by content, a hash of the body), the 
 alike to it, so every order it can choose gives the batch the span distribution of first come, first served.
 ``llm_throughput.fifo_efficiencies`` draws that batch ``--draws`` times for the row's request count, slots
 and latency distribution and gives Σ / S / span per draw. Where Σ / S is the row's bound, vs_bound cannot
-exceed that efficiency, so the table gives its mean (``relaxed``), its best draw (``best``) and the share of draws at or above the
-0.95 target (``P(≥ 0.95)``): the most any client that does not know the latencies can hope for. Where the
-chain is the bound, this argument limits nothing and the columns say ``—``. The table is written to
-``bench/results/stream_ceiling.md``.
+exceed that efficiency, so the table gives its mean (``relaxed``), its best draw (``best``) and the share of
+draws at or above the 0.95 target (``P(≥ 0.95)``): the most any client that does not know the latencies can
+hope for. Where the chain is the bound, this argument limits nothing and the columns say ``—``. The table is
+written to ``bench/results/stream_ceiling.md``.
 
     python bench/stream_ceiling.py                  # the committed rows, 200 draws each
     python bench/stream_ceiling.py --results bench/results/stream_efficiency_standin_fix --draws 50
@@ -44,16 +44,19 @@ def ceiling(efficiencies: list[float], target: float = TARGET) -> dict:
 
 
 def rows_of(folders: list[Path], draws: int) -> list[dict]:
-    """Each row of each folder's ``stream_efficiency.json`` with ``relaxed`` and ``reach`` where Σ / S is its
-    bound; a later folder's row replaces an earlier one of the same pipeline, size and slots (a rerun)."""
+    """Each row of each folder's ``stream_efficiency.json`` with ``relaxed``, ``best`` and ``reach`` where Σ / S
+    is its bound (None where the chain is); a later folder's row replaces an earlier one of the same pipeline,
+    size and slots (a rerun), so only the rows kept are simulated."""
     rows: dict[tuple, dict] = {}
     for folder in folders:
         results = json.loads((folder / "stream_efficiency.json").read_text())
         for row in results["rows"]:
-            limited = row["latency_over_slots_s"] >= row["bound_s"]
-            effs = fifo_efficiencies(row["requests"], row["slots"], results["latency"], draws) if limited else []
-            rows[row["pipeline"], row["size"], row["slots"]] = {
-                **row, "source": str(folder), **(ceiling(effs) if effs else {"relaxed": None, "best": None, "reach": None})}
+            rows[row["pipeline"], row["size"], row["slots"]] = {**row, "source": str(folder),
+                                                                "latency": results["latency"]}
+    for row in rows.values():
+        limited = row["latency_over_slots_s"] >= row["bound_s"]
+        row.update(ceiling(fifo_efficiencies(row["requests"], row["slots"], row["latency"], draws)) if limited
+                   else dict.fromkeys(("relaxed", "best", "reach")))
     return sorted(rows.values(), key=lambda r: (r["size"] != "short", r["pipeline"], r["slots"]))
 
 
